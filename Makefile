@@ -1,0 +1,54 @@
+# shardpoint: `make demo` runs the main job, `make test` runs every test.
+# Both install missing Debian packages first (scripts/install-deps.sh).
+
+BUILD        ?= build
+BUILD_ASAN   ?= build-asan
+BUILD_FUZZ   ?= build-fuzz
+JOBS         ?= $(shell nproc)
+FUZZ_SECONDS ?= 30
+CMAKE_FLAGS  ?=
+
+.PHONY: all deps build demo test test-unit test-asan fuzz bench oracle clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: an end-to-end demonstration (see scripts/demo.sh).
+demo: build
+	scripts/demo.sh $(BUILD)
+
+# Every test: unit + interop (oracles) in the normal build.
+test: build oracle
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# The PyTorch 2.6 oracle root (cached under .oracle/; see scripts/setup-oracle.sh).
+oracle: deps
+	@if [ -x scripts/setup-oracle.sh ]; then scripts/setup-oracle.sh; fi
+
+# The unit and corruption tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDPOINT_SANITIZE=ON \
+	  -DSHARDPOINT_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L 'core|pickle|torchfile|format|engine|storage' --timeout 900
+
+# libFuzzer targets (clang), each run for FUZZ_SECONDS.
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSHARDPOINT_FUZZ=ON -DSHARDPOINT_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD_FUZZ) -j $(JOBS)
+	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+
+bench: build
+	scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

@@ -1,0 +1,56 @@
+// Checksums and digests used across shardpoint.
+//
+//   crc32   - the zip CRC-32 (IEEE, reflected), as zip records and torch.save carry it.
+//   crc32c  - Castagnoli; per-item checksums of the shardpoint sidecar.
+//   xxh3_64 - XXH3 64-bit; the faster per-item checksum option.
+//   Sha256  - the content hash of `inspect --hash`.
+// Incremental forms take the previous value so bytes can be hashed as they stream out.
+// All functions are pure and thread-safe. Backed by ISA-L (crc), libxxhash and OpenSSL.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/byte_io.h"
+
+namespace shardpoint {
+
+// crc32(prev, data): continue a CRC-32 whose value so far is prev (0 to start).
+std::uint32_t crc32(std::uint32_t prev, ByteSpan data);
+
+// crc32c(prev, data): continue a CRC-32C whose value so far is prev (0 to start).
+std::uint32_t crc32c(std::uint32_t prev, ByteSpan data);
+
+// Streaming XXH3-64 (seed 0).
+class Xxh3 {
+ public:
+  Xxh3();
+  ~Xxh3();
+  Xxh3(const Xxh3&) = delete;
+  Xxh3& operator=(const Xxh3&) = delete;
+  void update(ByteSpan data);
+  std::uint64_t digest() const;
+
+ private:
+  void* state_;
+};
+
+std::uint64_t xxh3_64(ByteSpan data);
+
+// Streaming SHA-256.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(ByteSpan data);
+  // Lowercase hex of the digest. Finalizes: call once.
+  std::string hex_digest();
+
+ private:
+  void* ctx_;
+};
+
+}  // namespace shardpoint
