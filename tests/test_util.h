@@ -1,0 +1,82 @@
+// Helpers shared by all test folders: temporary directories, running commands, and the
+// oracle policy (a missing oracle is a clear skip for a user, a failure in CI).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace shardpoint::testing {
+
+// A fresh directory under $TMPDIR, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "shardpoint-test-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout only; redirect 2>&1 in the command to capture stderr
+};
+
+// Runs a shell command and captures its stdout.
+inline CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) result.output.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline bool oracles_required() {
+  const char* v = std::getenv("SHARDPOINT_REQUIRE_ORACLES");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Debian's PyTorch 1.13 (/usr/bin/python3 with torch). Returns the interpreter path, or
+// skips the test (fails it when SHARDPOINT_REQUIRE_ORACLES=1).
+#define SP_REQUIRE_TORCH113(python_var)                                                        \
+  std::string python_var = "/usr/bin/python3";                                                 \
+  if (::shardpoint::testing::run_command(python_var + " -c 'import torch' 2>/dev/null").exit_code != 0) { \
+    if (::shardpoint::testing::oracles_required()) FAIL() << "oracle missing: /usr/bin/python3 with torch (python3-torch)"; \
+    GTEST_SKIP() << "oracle missing: /usr/bin/python3 with torch (apt-get install python3-torch)";  \
+  }
+
+}  // namespace shardpoint::testing
