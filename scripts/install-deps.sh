@@ -10,6 +10,7 @@ PACKAGES=(
   libssl-dev libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3-torch python3-numpy libtorch-dev libgloo-dev
+  libopenmpi-dev openmpi-bin
   fio liburing-dev debootstrap zstd
 )
 
