@@ -1,0 +1,356 @@
+#include "engine/save_plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+#include "engine/chunking.h"
+
+namespace shardpoint::engine {
+namespace {
+
+std::string quoted(const std::string& s) { return '"' + s + '"'; }
+
+std::string ranks_to_string(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+// "float32 on ranks 0, 1; bfloat16 on rank 2": which rank holds which value.
+template <typename T, typename Print>
+std::string disagreement(const std::vector<std::pair<T, int>>& seen, Print print) {
+  std::vector<std::pair<T, std::vector<int>>> groups;
+  for (const auto& [value, rank] : seen) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+    if (it == groups.end()) {
+      groups.push_back({value, {rank}});
+    } else if (it->second.back() != rank) {
+      it->second.push_back(rank);
+    }
+  }
+  if (groups.size() < 2) return {};
+  std::string out;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    if (i > 0) out += "; ";
+    out += print(groups[i].first) + " on " + ranks_to_string(groups[i].second);
+  }
+  return out;
+}
+
+void check_local_shard(const std::string& fqn, const TensorShard& shard) {
+  auto fail = [&](const std::string& why) {
+    throw UsageError("tensor " + quoted(fqn) + ": " + why);
+  };
+  const std::size_t ndim = shard.global_shape.size();
+  if (shard.offsets.size() != ndim || shard.sizes.size() != ndim) {
+    fail("box " + shape_to_string(shard.offsets) + " + " + shape_to_string(shard.sizes) +
+         " does not match the dimensions of global shape " + shape_to_string(shard.global_shape));
+  }
+  for (std::size_t d = 0; d < ndim; ++d) {
+    if (shard.global_shape[d] < 0 || shard.offsets[d] < 0 || shard.sizes[d] < 0 ||
+        shard.offsets[d] + shard.sizes[d] > shard.global_shape[d]) {
+      fail("box " + box_to_string(shard.offsets, shard.sizes) + " is outside global shape " +
+           shape_to_string(shard.global_shape));
+    }
+  }
+  const auto nbytes = static_cast<std::uint64_t>(volume(shard.sizes)) * dtype_itemsize(shard.dtype);
+  if (shard.data.data() != nullptr && shard.data.size() != nbytes) {
+    fail("data holds " + std::to_string(shard.data.size()) + " bytes, box " +
+         box_to_string(shard.offsets, shard.sizes) + " of " + std::string(dtype_name(shard.dtype)) +
+         " needs " + std::to_string(nbytes));
+  }
+}
+
+WriteItem tensor_item(const std::string& fqn, const TensorShard& shard) {
+  WriteItem item;
+  item.index = format::MetadataIndex{fqn, shard.offsets, std::nullopt};
+  item.type = WriteItemType::kTensor;
+  item.dtype = shard.dtype;
+  item.requires_grad = shard.requires_grad;
+  item.global_size = shard.global_shape;
+  item.chunk = format::ChunkStorageMetadata{shard.offsets, shard.sizes};
+  item.nbytes = static_cast<std::uint64_t>(volume(shard.sizes)) * dtype_itemsize(shard.dtype);
+  return item;
+}
+
+// What all ranks must agree on for one fqn.
+struct FqnView {
+  std::vector<std::pair<WriteItemType, int>> types;
+  std::vector<std::pair<DType, int>> dtypes;
+  std::vector<std::pair<Shape, int>> global_sizes;
+  std::map<Shape, std::vector<std::pair<Shape, int>>> chunk_sizes_by_offset;
+};
+
+// 1. Every rank must describe an fqn the same way; collects one problem line per conflict.
+void check_ranks_agree(const std::vector<SavePlan>& plans, std::vector<std::string>& problems) {
+  std::map<std::string, FqnView> views;
+  for (const SavePlan& plan : plans) {
+    for (const WriteItem& item : plan.items) {
+      FqnView& view = views[item.index.fqn];
+      view.types.emplace_back(item.type, plan.rank);
+      if (item.type != WriteItemType::kTensor) continue;
+      view.dtypes.emplace_back(item.dtype, plan.rank);
+      view.global_sizes.emplace_back(item.global_size, plan.rank);
+      view.chunk_sizes_by_offset[item.chunk.offsets].emplace_back(item.chunk.sizes, plan.rank);
+    }
+  }
+  for (const auto& [fqn, view] : views) {
+    auto report = [&, &fqn = fqn](const std::string& what, const std::string& detail) {
+      if (!detail.empty()) problems.push_back(quoted(fqn) + ": " + what + " differs across ranks: " + detail);
+    };
+    report("type", disagreement(view.types, [](WriteItemType t) {
+             return std::string(t == WriteItemType::kTensor ? "tensor" : "bytes");
+           }));
+    report("dtype", disagreement(view.dtypes, [](DType t) { return std::string(dtype_name(t)); }));
+    report("global size", disagreement(view.global_sizes, shape_to_string));
+    for (const auto& [offsets, sizes] : view.chunk_sizes_by_offset) {
+      report("size of the chunk at offsets " + shape_to_string(offsets), disagreement(sizes, shape_to_string));
+    }
+  }
+  std::map<std::string, std::vector<std::pair<format::ObjectPath, int>>> paths;
+  for (const SavePlan& plan : plans) {
+    for (const auto& [fqn, path] : plan.planner_data) paths[fqn].emplace_back(path, plan.rank);
+  }
+  for (const auto& [fqn, seen] : paths) {
+    std::string detail = disagreement(seen, path_to_string);
+    if (!detail.empty()) problems.push_back(quoted(fqn) + ": planner_data path differs across ranks: " + detail);
+  }
+}
+
+// 2. DCP's dedup_save_plans: walk the items in order of first appearance (rank order,
+// then plan order); each goes to one of the ranks that have it, the others drop it.
+std::vector<SavePlan> deduplicate(std::vector<SavePlan> plans, bool to_lowest_rank) {
+  std::map<format::MetadataIndex, std::vector<int>> holders;
+  std::vector<const WriteItem*> first_seen;
+  for (const SavePlan& plan : plans) {
+    for (const WriteItem& item : plan.items) {
+      auto& ranks = holders[item.index];
+      if (ranks.empty()) first_seen.push_back(&item);
+      ranks.push_back(plan.rank);
+    }
+  }
+  std::vector<std::uint64_t> accumulated(plans.size(), 0);
+  std::map<format::MetadataIndex, int> writer;
+  for (const WriteItem* item : first_seen) {
+    const std::vector<int>& ranks = holders[item->index];
+    int chosen = ranks.front();  // ranks are ascending; ties go to the lowest rank
+    if (!to_lowest_rank) {
+      for (int r : ranks) {
+        if (accumulated[r] < accumulated[chosen]) chosen = r;
+      }
+    }
+    accumulated[chosen] += item->storage_size();
+    writer.emplace(item->index, chosen);
+  }
+  for (SavePlan& plan : plans) {
+    std::erase_if(plan.items, [&](const WriteItem& item) { return writer.at(item.index) != plan.rank; });
+  }
+  return plans;
+}
+
+// 3. Metadata skeleton: chunks sorted by offsets; each item learns its chunk position.
+format::Metadata build_metadata(std::vector<SavePlan>& plans) {
+  format::Metadata metadata;
+  std::map<std::string, std::vector<WriteItem*>> by_fqn;
+  for (SavePlan& plan : plans) {
+    for (WriteItem& item : plan.items) by_fqn[item.index.fqn].push_back(&item);
+    for (const auto& [fqn, path] : plan.planner_data) metadata.planner_data.emplace(fqn, path);
+  }
+  for (auto& [fqn, items] : by_fqn) {
+    if (items.front()->type == WriteItemType::kBytes) {
+      metadata.state_dict_metadata.emplace(fqn, format::BytesStorageMetadata{});
+      continue;
+    }
+    std::sort(items.begin(), items.end(),
+              [](const WriteItem* a, const WriteItem* b) { return a->chunk.offsets < b->chunk.offsets; });
+    format::TensorStorageMetadata tensor;
+    tensor.properties.dtype = items.front()->dtype;
+    tensor.properties.requires_grad = items.front()->requires_grad;
+    tensor.size = items.front()->global_size;
+    for (WriteItem* item : items) {
+      item->index.index = static_cast<std::int64_t>(tensor.chunks.size());
+      tensor.chunks.push_back(item->chunk);
+    }
+    metadata.state_dict_metadata.emplace(fqn, std::move(tensor));
+  }
+  return metadata;
+}
+
+// 4. DCP's _validate_global_plan: chunks inside the tensor, pairwise disjoint, and
+// together exactly as large as the tensor.
+void validate_chunks(const std::string& fqn, const format::TensorStorageMetadata& tensor,
+                     std::vector<std::string>& problems) {
+  const Shape& size = tensor.size;
+  std::int64_t covered = 0;
+  std::vector<Box> boxes;
+  for (const format::ChunkStorageMetadata& chunk : tensor.chunks) {
+    bool inside = chunk.offsets.size() == size.size() && chunk.sizes.size() == size.size();
+    for (std::size_t d = 0; inside && d < size.size(); ++d) {
+      inside = chunk.offsets[d] >= 0 && chunk.sizes[d] >= 0 && chunk.offsets[d] + chunk.sizes[d] <= size[d];
+    }
+    if (!inside) {
+      problems.push_back(quoted(fqn) + ": chunk " + box_to_string(chunk.offsets, chunk.sizes) +
+                         " is outside the tensor's size " + shape_to_string(size));
+      continue;
+    }
+    covered += volume(chunk.sizes);
+    boxes.push_back(Box{chunk.offsets, chunk.sizes});
+  }
+  // Chunks are sorted by offsets, so only those starting before box i ends in dim 0 can
+  // overlap it.
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    for (std::size_t j = i + 1; j < boxes.size(); ++j) {
+      if (!size.empty() && boxes[j].offsets[0] >= boxes[i].offsets[0] + boxes[i].sizes[0]) break;
+      if (boxes_overlap(boxes[i], boxes[j])) {
+        problems.push_back(quoted(fqn) + ": chunk " + box_to_string(boxes[i].offsets, boxes[i].sizes) +
+                           " overlaps chunk " + box_to_string(boxes[j].offsets, boxes[j].sizes));
+      }
+    }
+  }
+  if (!size.empty() && covered != volume(size)) {
+    problems.push_back(quoted(fqn) + ": chunks hold " + std::to_string(covered) + " elements, the tensor's size " +
+                       shape_to_string(size) + " has " + std::to_string(volume(size)));
+  }
+}
+
+std::string file_name(int rank, std::size_t n) {
+  return "__" + std::to_string(rank) + "_" + std::to_string(n) + ".distcp";
+}
+
+// 5. Buckets -> files. Within a file bytes items come first, then tensors (DCP's writer).
+void assign_files(SavePlan& plan, const SavePlanOptions& options) {
+  std::vector<std::vector<WriteItem>> buckets;
+  if (!options.single_file_per_rank) {
+    for (WriteItem& item : plan.items) buckets.push_back({std::move(item)});
+  } else if (options.thread_count == 1) {
+    buckets.push_back(std::move(plan.items));
+  } else {
+    // DCP's _split_by_size_and_type: bytes round-robin (not counted in the sizes), then
+    // tensors by size descending (stable) into the bucket with the fewest bytes so far.
+    buckets.resize(static_cast<std::size_t>(options.thread_count));
+    std::vector<std::uint64_t> bucket_bytes(buckets.size(), 0);
+    std::vector<WriteItem> tensors;
+    std::size_t next_bytes_bucket = 0;
+    for (WriteItem& item : plan.items) {
+      if (item.type == WriteItemType::kBytes) {
+        buckets[next_bytes_bucket++ % buckets.size()].push_back(std::move(item));
+      } else {
+        tensors.push_back(std::move(item));
+      }
+    }
+    std::stable_sort(tensors.begin(), tensors.end(),
+                     [](const WriteItem& a, const WriteItem& b) { return a.nbytes > b.nbytes; });
+    for (WriteItem& item : tensors) {
+      auto smallest = std::min_element(bucket_bytes.begin(), bucket_bytes.end()) - bucket_bytes.begin();
+      bucket_bytes[smallest] += item.nbytes;
+      buckets[smallest].push_back(std::move(item));
+    }
+  }
+  plan.items.clear();
+  plan.files.clear();
+  for (std::size_t n = 0; n < buckets.size(); ++n) {
+    std::vector<WriteItem>& bucket = buckets[n];
+    std::stable_partition(bucket.begin(), bucket.end(),
+                          [](const WriteItem& item) { return item.type == WriteItemType::kBytes; });
+    plan.files.push_back(file_name(plan.rank, n));
+    for (std::size_t i = 0; i < bucket.size(); ++i) {
+      bucket[i].file = plan.files.back();
+      bucket[i].index_in_file = static_cast<std::int64_t>(i);
+      plan.items.push_back(std::move(bucket[i]));
+    }
+  }
+}
+
+}  // namespace
+
+std::uint64_t WriteItem::storage_size() const {
+  std::uint64_t size = type == WriteItemType::kTensor ? nbytes : bytes_size.value_or(1);
+  return std::max<std::uint64_t>(size, 1);
+}
+
+bool WriteItem::operator==(const WriteItem& o) const {
+  return index == o.index && index.index == o.index.index && type == o.type && dtype == o.dtype &&
+         requires_grad == o.requires_grad && global_size == o.global_size && chunk == o.chunk &&
+         nbytes == o.nbytes && bytes_size == o.bytes_size && file == o.file && index_in_file == o.index_in_file;
+}
+
+std::string WriteItem::to_string() const {
+  std::string out;
+  if (type == WriteItemType::kTensor) {
+    out = "tensor " + quoted(index.fqn) + " " + box_to_string(chunk.offsets, chunk.sizes) + " of " +
+          std::string(dtype_name(dtype)) + shape_to_string(global_size) + " (" + std::to_string(nbytes) + " B)";
+  } else {
+    out = "bytes " + quoted(index.fqn);
+    if (bytes_size) out += " (" + std::to_string(*bytes_size) + " B)";
+  }
+  if (index.index) out += " chunk #" + std::to_string(*index.index);
+  if (!file.empty()) out += " -> " + file + "#" + std::to_string(index_in_file);
+  return out;
+}
+
+std::string SavePlan::to_string() const {
+  std::string out = "SavePlan rank " + std::to_string(rank) + " (" + std::to_string(items.size()) + " items)\n";
+  for (const WriteItem& item : items) out += "  " + item.to_string() + "\n";
+  return out;
+}
+
+SavePlan make_local_save_plan(const FlatStateDict& flat, int rank) {
+  SavePlan plan;
+  plan.rank = rank;
+  plan.planner_data = flat.planner_data;
+  for (const auto& [fqn, leaf] : flat.items) {
+    if (const auto* shard = std::get_if<TensorShard>(&leaf)) {
+      check_local_shard(fqn, *shard);
+      plan.items.push_back(tensor_item(fqn, *shard));
+    } else {
+      WriteItem item;
+      item.index = format::MetadataIndex{fqn, std::nullopt, std::nullopt};
+      item.type = WriteItemType::kBytes;
+      plan.items.push_back(std::move(item));
+    }
+  }
+  return plan;
+}
+
+GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const SavePlanOptions& options) {
+  if (options.thread_count < 1) {
+    throw UsageError("thread_count must be >= 1, got " + std::to_string(options.thread_count));
+  }
+  for (std::size_t i = 0; i < local_plans.size(); ++i) {
+    if (local_plans[i].rank != static_cast<int>(i)) {
+      throw UsageError("local plan #" + std::to_string(i) + " says rank " + std::to_string(local_plans[i].rank) +
+                       "; plans must be gathered in rank order");
+    }
+  }
+  std::vector<std::string> problems;
+  check_ranks_agree(local_plans, problems);
+  if (problems.empty()) {
+    local_plans = deduplicate(std::move(local_plans), options.dedup_to_lowest_rank);
+  }
+  GlobalSavePlan global;
+  if (problems.empty()) {
+    global.metadata = build_metadata(local_plans);
+    for (const auto& [fqn, storage] : global.metadata.state_dict_metadata) {
+      if (const auto* tensor = std::get_if<format::TensorStorageMetadata>(&storage)) {
+        validate_chunks(fqn, *tensor, problems);
+      }
+    }
+  }
+  if (!problems.empty()) {
+    std::string message = "invalid global save plan (" + std::to_string(problems.size()) + " problem" +
+                          (problems.size() == 1 ? "" : "s") + "):";
+    for (const std::string& p : problems) message += "\n  " + p;
+    throw PlanError(message);
+  }
+  for (SavePlan& plan : local_plans) assign_files(plan, options);
+  global.plans = std::move(local_plans);
+  return global;
+}
+
+}  // namespace shardpoint::engine
