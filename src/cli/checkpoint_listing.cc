@@ -1,0 +1,91 @@
+#include "cli/checkpoint_listing.h"
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "cli/output.h"
+#include "core/checksum.h"
+#include "core/error.h"
+
+namespace shardpoint::cli {
+
+std::unique_ptr<CheckpointListing> open_listing(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
+  if (S_ISDIR(st.st_mode)) return open_dcp_listing(path);
+  return open_torch_listing(path);
+}
+
+std::string tensor_sha256(const CheckpointListing& listing, std::size_t i) {
+  Sha256 sha;
+  listing.stream_tensor(i, [&](ByteSpan piece) { sha.update(piece); });
+  return sha.hex_digest();
+}
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+nlohmann::ordered_json listing_to_json(const CheckpointListing& listing, bool with_hash) {
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+  nlohmann::ordered_json objects = nlohmann::ordered_json::object();
+  const auto& entries = listing.entries();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const ListingEntry& e = entries[i];
+    if (e.is_tensor) {
+      nlohmann::ordered_json t;
+      t["dtype"] = std::string(dtype_name(e.dtype));
+      t["shape"] = e.shape;
+      if (with_hash) t["sha256"] = tensor_sha256(listing, i);
+      tensors[e.key] = std::move(t);
+    } else {
+      objects[e.key] = e.repr;
+    }
+  }
+  nlohmann::ordered_json out;
+  out["format"] = listing.format();
+  out["tensors"] = std::move(tensors);
+  out["objects"] = std::move(objects);
+  return out;
+}
+
+std::string listing_to_text(const CheckpointListing& listing, bool with_hash) {
+  const auto& entries = listing.entries();
+  std::size_t key_width = 3;
+  std::uint64_t total = 0;
+  std::size_t tensor_count = 0;
+  for (const auto& e : entries) {
+    key_width = std::max(key_width, e.key.size());
+    if (e.is_tensor) {
+      total += e.nbytes;
+      ++tensor_count;
+    }
+  }
+  key_width = std::min<std::size_t>(key_width, 72);
+  std::string out = listing.description() + "\n";
+  out += fmt::format("{} tensors ({}), {} objects\n\n", tensor_count, human_bytes(total),
+                     entries.size() - tensor_count);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const ListingEntry& e = entries[i];
+    std::string key = e.key.empty() ? "<root>" : e.key;
+    if (e.is_tensor) {
+      out += fmt::format("  {:<{}}  {:<9} {:<18} {:>10}", key, key_width, dtype_name(e.dtype),
+                         shape_text(e.shape), human_bytes(e.nbytes));
+      if (!e.detail.empty()) out += "  " + e.detail;
+      if (with_hash) out += "  sha256:" + tensor_sha256(listing, i);
+    } else {
+      out += fmt::format("  {:<{}}  = {}", key, key_width, e.repr);
+    }
+    out += "\n";
+  }
+  std::string layout = listing.layout_text();
+  if (!layout.empty()) out += "\n" + layout;
+  return out;
+}
+
+}  // namespace shardpoint::cli

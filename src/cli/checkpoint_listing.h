@@ -1,0 +1,60 @@
+// CheckpointListing: the flat view of a checkpoint that `inspect` (and `verify`) print:
+// every key in DCP flattening order with either a tensor (dtype, shape, bytes) or an
+// object (its Python-like repr), and a way to stream each tensor's elements in row-major
+// little-endian order (for --hash), whatever the file format, strides or sharding.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/byte_io.h"
+#include "core/dtype.h"
+
+namespace shardpoint::cli {
+
+struct ListingEntry {
+  std::string key;
+  bool is_tensor = false;
+  DType dtype = DType::kFloat32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t nbytes = 0;
+  std::string repr;    // objects
+  std::string detail;  // tensors: e.g. "cuda:0", "parameter", "3 chunks"
+};
+
+class CheckpointListing {
+ public:
+  virtual ~CheckpointListing() = default;
+  // "torch" or "dcp".
+  virtual std::string format() const = 0;
+  // One header line for the human listing.
+  virtual std::string description() const = 0;
+  virtual const std::vector<ListingEntry>& entries() const = 0;
+  // Calls fn with consecutive pieces of entry i's elements, row-major, little-endian.
+  // REQUIRES entries()[i].is_tensor.
+  virtual void stream_tensor(std::size_t i, const std::function<void(ByteSpan)>& fn) const = 0;
+  // Extra human text after the key listing (DCP: the chunk layout per rank and file).
+  virtual std::string layout_text() const { return {}; }
+};
+
+// Opens a torch.save file or a DCP folder. Throws FormatError / StorageError naming path.
+std::unique_ptr<CheckpointListing> open_listing(const std::string& path);
+
+// Implementations, one per format.
+std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path);
+std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path);
+
+// SHA-256 hex of entry i's elements.
+std::string tensor_sha256(const CheckpointListing& listing, std::size_t i);
+
+// The `inspect --json` object (ordered keys).
+nlohmann::ordered_json listing_to_json(const CheckpointListing& listing, bool with_hash);
+// The human listing.
+std::string listing_to_text(const CheckpointListing& listing, bool with_hash);
+
+}  // namespace shardpoint::cli

@@ -1,0 +1,13 @@
+#include "cli/commands.h"
+
+namespace shardpoint::cli {
+
+std::unique_ptr<Command> make_inspect_command();
+
+std::vector<std::unique_ptr<Command>> make_commands() {
+  std::vector<std::unique_ptr<Command>> commands;
+  commands.push_back(make_inspect_command());
+  return commands;
+}
+
+}  // namespace shardpoint::cli
