@@ -1,0 +1,91 @@
+"""Shared helpers of shardpoint's benchmark drivers (run with /usr/bin/python3).
+
+Every benchmark measures the peer (PyTorch) and the machine's ceilings (fio) in the same
+run, because these machines are shared and noisy; figures are reported as min/median/max
+over rounds, with ratios to the peer and fractions of the ceiling taken from medians.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+
+def drop_caches():
+    """Flush dirty pages and drop the page cache (root only); returns False when not allowed."""
+    subprocess.run(["sync"], check=True)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def run_json(cmd, env=None, timeout=900):
+    """Runs cmd, returns the last stdout line parsed as JSON; raises with stderr on failure."""
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    lines = [l for l in p.stdout.splitlines() if l.strip().startswith("{")]
+    return json.loads(lines[-1])
+
+
+def fio_gbps(directory, name, rw, size="2G", direct=False, numjobs=1):
+    """Runs one fio job in directory and returns its bandwidth in GB/s (10^9)."""
+    if shutil.which("fio") is None:
+        return None
+    cmd = ["fio", f"--directory={directory}", "--ioengine=psync", "--bs=1M", "--fallocate=none",
+           "--output-format=json", f"--name={name}", f"--size={size}", f"--numjobs={numjobs}",
+           "--group_reporting", f"--rw={rw}"]
+    if direct:
+        cmd.append("--direct=1")
+    if rw == "write":
+        cmd.append("--end_fsync=1")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        return None
+    job = json.loads(p.stdout)["jobs"][0]
+    part = job["write"] if rw == "write" else job["read"]
+    return part["bw_bytes"] / 1e9
+
+
+def fio_cleanup(directory, name):
+    for f in os.listdir(directory):
+        if f.startswith(name + "."):
+            os.remove(os.path.join(directory, f))
+
+
+def triple(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    return f"{min(values):.2f}/{statistics.median(values):.2f}/{max(values):.2f}"
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def fraction(a, b):
+    return f"{a / b:.2f}" if a and b else "n/a"
+
+
+def print_table(title, header, rows):
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    sys.stdout.flush()
+
+
+def gib(n):
+    return f"{n / 2**30:.3f} GiB" if n is not None else "n/a"

@@ -1,0 +1,105 @@
+// save() and load(): sharded checkpoints in PyTorch's DCP format, SPMD (every rank of the
+// communicator calls them with its own part of the state).
+//
+// Save (spec: dcp-format.md §1-§4; shared/docs/DESIGN.md "Data flow"):
+//   1. (all ranks)   flatten the state, make the local plan.
+//   2. (coordinator) gather the plans, deduplicate replicated items, assign files
+//                    __{rank}_{n}.distcp, scatter the final plans.
+//   3. (all ranks)   write the items of each own file (thread_count files in parallel),
+//                    each item a complete torch.save blob, checksummed as it streams out.
+//   4. (all ranks)   every rank learns whether any rank failed; if one did, every rank
+//                    throws an error naming the failed ranks and nothing is committed.
+//   5. (coordinator) gather the write results; write the checksum sidecar
+//                    (kChecksumSidecar), then `.metadata` atomically (tmp + fsync + rename
+//                    + directory fsync). `.metadata` is the commit marker: without it no
+//                    reader (PyTorch's or ours) sees a checkpoint.
+//   6. (all ranks)   barrier: when save() returns on any rank the checkpoint is committed.
+// Load:
+//   1. (coordinator) read `.metadata` (and the sidecar), broadcast the bytes.
+//   2. (all ranks)   plan: for every requested box, the overlapping saved chunks, and read
+//                    only the byte ranges needed (never a whole blob for a slice).
+//   3. (all ranks)   copy into the caller's buffers; objects replace the template's leaves.
+//   4. (all ranks)   agree on success as in save step 4.
+//
+// Thread-safety: one save()/load() per communicator at a time. Blocking.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/load_plan.h"
+#include "engine/state_dict.h"
+#include "format/metadata.h"
+#include "storage/storage.h"
+
+namespace shardpoint::engine {
+
+// Name of the checksum sidecar in a checkpoint folder. PyTorch ignores it.
+inline constexpr const char* kChecksumSidecar = ".shardpoint-checksums.json";
+
+// Persisted in the sidecar by name ("crc32c", "xxh3"); existing names must never change.
+enum class ChecksumAlgorithm { kNone, kCrc32c, kXxh3 };
+
+struct SaveOptions {
+  // --- behaviour ---
+  // Per-item checksums kept in the sidecar and verified on load.
+  ChecksumAlgorithm checksum = ChecksumAlgorithm::kCrc32c;
+  // fsync every file and the folder before `.metadata` is published. Turn off only for
+  // benchmarks: after a crash a checkpoint may then look complete when it is not.
+  bool durable = true;
+  // Write each duplicated (replicated) item from the lowest rank holding it instead of
+  // spreading them over ranks.
+  bool dedup_to_lowest_rank = false;
+
+  // --- performance ---
+  // Files per rank, written in parallel by as many threads (DCP's thread_count).
+  int thread_count = 1;
+  // O_DIRECT for the shard files where the storage supports it.
+  bool direct_io = true;
+};
+
+struct SaveReport {
+  std::vector<std::string> files;     // this rank's files
+  std::uint64_t bytes_written = 0;    // by this rank (blobs, headers included)
+  double plan_seconds = 0;            // steps 1-2
+  double write_seconds = 0;           // step 3
+  double commit_seconds = 0;          // steps 4-6
+};
+
+struct LoadOptions {
+  // Fail (PlanError listing every problem) on missing keys and on dtype/shape mismatches.
+  // false: load what matches and return the problems in LoadReport::problems.
+  bool strict = true;
+  // Verify the sidecar checksums of every byte read (reads are widened to the checksum
+  // blocks they touch). Off: trust the storage.
+  bool verify_checksums = true;
+  // Parallel readers per rank.
+  int thread_count = 4;
+};
+
+struct LoadReport {
+  std::vector<LoadProblem> problems;  // non-strict only
+  std::uint64_t bytes_needed = 0;     // payload bytes this rank's boxes needed
+  std::uint64_t bytes_read = 0;       // bytes this rank read from storage (incl. headers)
+  double seconds = 0;
+};
+
+// Saves `state` (this rank's part) into the checkpoint folder `checkpoint`.
+// Throws UsageError for an invalid state, PlanError when ranks disagree (e.g. dtypes),
+// StorageError / FormatError / CommError when any rank fails — on every rank.
+SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                const SaveOptions& options = {});
+
+// Fills `state` (a template naming what this rank wants: tensor boxes with buffers, object
+// leaves as placeholders) from the checkpoint folder, resharding as needed.
+LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                const LoadOptions& options = {});
+
+// Reads and decodes `.metadata` (no communicator). Throws StorageError when it is missing
+// ("not a committed checkpoint"), FormatError when it does not decode.
+format::Metadata read_metadata(storage::Storage& checkpoint);
+
+}  // namespace shardpoint::engine
