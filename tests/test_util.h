@@ -79,4 +79,18 @@ inline bool oracles_required() {
     GTEST_SKIP() << "oracle missing: /usr/bin/python3 with torch (apt-get install python3-torch)";  \
   }
 
+// The PyTorch 2.6 oracle: scripts/oracle-python runs python3 of the Debian trixie root built by
+// scripts/setup-oracle.sh (make oracle), with host paths unchanged. Sets runner_var to the
+// runner's path (use it like a python3 interpreter), or skips the test when the root is missing
+// or unusable (fails it when SHARDPOINT_REQUIRE_ORACLES=1).
+#define SP_REQUIRE_TORCH26(runner_var)                                                         \
+  std::string runner_var = std::string(SP_SOURCE_DIR) + "/scripts/oracle-python";              \
+  if (::shardpoint::testing::run_command(runner_var +                                          \
+        " -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith(\"2.6\") else 1)' 2>/dev/null") \
+          .exit_code != 0) {                                                                   \
+    if (::shardpoint::testing::oracles_required())                                             \
+      FAIL() << "oracle missing: PyTorch 2.6 root (" << runner_var << " -c 'import torch' failed; run make oracle)"; \
+    GTEST_SKIP() << "oracle missing: PyTorch 2.6 root; run `make oracle` (scripts/setup-oracle.sh, as root)"; \
+  }
+
 }  // namespace shardpoint::testing
