@@ -1,0 +1,70 @@
+// Opening a Storage by URL. Drivers register a URL scheme with a namespace-scope
+// StorageRegistration at the end of their .cc file:
+//
+//   namespace {
+//   const StorageRegistration kFileRegistration{"file", &open_local_storage};
+//   }  // namespace
+//
+// Because linkers drop unreferenced objects from static libraries (and with them those
+// registrations), open_storage() first calls register_builtin_storage(), which registers
+// every driver built into sp_storage by name. A new driver adds itself in both places.
+//
+// Built-in schemes:
+//   "/abs/dir", "rel/dir", "file:///abs/dir"  local directory (local_storage.h)
+//   "memory://name"                           process-wide in-memory namespace (memory_storage.h)
+//
+// Thread-safety: registration and lookup are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/buffer_pool.h"
+
+namespace shardpoint::storage {
+
+class Storage;
+
+struct StorageOptions {
+  // Staging buffers for O_DIRECT writers, shared with the caller (the engine passes its one
+  // pool so all memory stays bounded). Each open writer holds one buffer from its first
+  // append() until commit or destruction, and each write_at() call holds one while it runs,
+  // so size the pool for the writers open at once or they wait. nullptr: the driver makes
+  // its own pool of `default_pool_bytes` in 8 MiB buffers (allocated on first use).
+  std::shared_ptr<BufferPool> buffer_pool;
+  std::size_t default_pool_bytes = std::size_t{64} << 20;
+  // Allow O_DIRECT at all (WriteOptions::direct_io asks per writer). Off: always buffered.
+  bool direct_io = true;
+  // Most memory mappings open_source() keeps alive at once; past it sources use pread.
+  std::size_t max_mmaps = 1000;
+};
+
+using OpenStorageFn = std::unique_ptr<Storage> (*)(std::string_view url, const StorageOptions& options);
+
+// Opens the storage a URL names, by its scheme ("scheme://..."; no "://" means a local
+// path). Throws UsageError naming the URL and the accepted schemes when the scheme is not
+// registered, and whatever the driver throws for a bad URL. Does no I/O for "file" and
+// "memory" (a missing directory is created by the first write).
+std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions& options = {});
+
+// Registers fn for scheme. Registering the same fn again is a no-op; a different fn for a
+// registered scheme throws UsageError.
+void register_storage_scheme(std::string_view scheme, OpenStorageFn fn);
+
+// Registers the drivers built into sp_storage ("file", "memory"). Idempotent; called by
+// open_storage().
+void register_builtin_storage();
+
+// Registered schemes, sorted.
+std::vector<std::string> registered_storage_schemes();
+
+// Registers a scheme at static-initialization time (see the top of this file).
+class StorageRegistration {
+ public:
+  StorageRegistration(std::string_view scheme, OpenStorageFn fn) { register_storage_scheme(scheme, fn); }
+};
+
+}  // namespace shardpoint::storage

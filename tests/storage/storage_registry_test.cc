@@ -1,0 +1,71 @@
+// URL dispatch: every built-in scheme resolves, unknown ones are UsageErrors naming the URL.
+#include <gtest/gtest.h>
+
+#include "storage/storage_registry.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "storage/storage.h"
+#include "test_util.h"
+
+namespace shardpoint::storage {
+namespace {
+
+TEST(StorageRegistryTest, EveryBuiltinSchemeResolves) {
+  shardpoint::testing::TempDir dir;
+  auto plain = open_storage(dir.path().string());
+  EXPECT_EQ(plain->url(), "file://" + dir.path().string());
+  EXPECT_TRUE(plain->features().local_path);
+
+  auto file = open_storage("file://" + dir.path().string());
+  EXPECT_EQ(file->url(), "file://" + dir.path().string());
+  auto upper = open_storage("FILE://" + dir.path().string());
+  EXPECT_EQ(upper->url(), "file://" + dir.path().string());
+
+  auto memory = open_storage("memory://registry-test");
+  EXPECT_EQ(memory->url(), "memory://registry-test");
+  EXPECT_FALSE(memory->features().local_path);
+
+  // url() round-trips through open_storage.
+  plain->write_atomic("k", as_bytes(std::string_view("v")));
+  EXPECT_EQ(open_storage(plain->url())->stat("k"), 1u);
+  memory->write_atomic("k", as_bytes(std::string_view("vv")));
+  EXPECT_EQ(open_storage(memory->url())->stat("k"), 2u);
+
+  std::vector<std::string> schemes = registered_storage_schemes();
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "file"), schemes.end());
+  EXPECT_NE(std::find(schemes.begin(), schemes.end(), "memory"), schemes.end());
+}
+
+TEST(StorageRegistryTest, RelativePathIsLocal) {
+  auto s = open_storage("some/relative/dir");
+  EXPECT_TRUE(s->url().starts_with("file:///"));
+  EXPECT_TRUE(s->url().ends_with("/some/relative/dir"));
+}
+
+TEST(StorageRegistryTest, UnknownSchemeNamesUrlAndAcceptedSchemes) {
+  try {
+    open_storage("nosuch://bucket/prefix");
+    FAIL();
+  } catch (const UsageError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("nosuch://bucket/prefix"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("file://"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("memory://"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(open_storage(""), UsageError);
+}
+
+std::unique_ptr<Storage> open_nothing(std::string_view, const StorageOptions&) { return nullptr; }
+std::unique_ptr<Storage> open_nothing_else(std::string_view, const StorageOptions&) { return nullptr; }
+
+TEST(StorageRegistryTest, RegistrationIsIdempotentAndConflictsAreErrors) {
+  register_storage_scheme("test-scheme", &open_nothing);
+  register_storage_scheme("test-scheme", &open_nothing);
+  EXPECT_THROW(register_storage_scheme("test-scheme", &open_nothing_else), UsageError);
+  EXPECT_EQ(open_storage("test-scheme://x"), nullptr);
+}
+
+}  // namespace
+}  // namespace shardpoint::storage
