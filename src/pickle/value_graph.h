@@ -1,0 +1,38 @@
+// Graph view of a value tree: uniform child access and a one-pass analysis (nesting depth,
+// nodes on cycles). Internal to src/pickle: the reader uses it to enforce max_depth and to
+// decide who owns a cyclic graph.
+//
+// Thread-safety: pure functions over a tree nobody mutates meanwhile.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "pickle/value.h"
+
+namespace shardpoint::pickle {
+
+// Children in a fixed order: items, then entries (key, value, key, ...), then for kObject
+// callable, args, kwargs, state, and for kPersistentId the pid. Null slots are skipped by
+// child_at() returning nullptr; callers skip them.
+std::size_t child_count(const Value& v);
+const ValuePtr& child_at(const Value& v, std::size_t i);
+
+struct GraphShape {
+  // Longest chain of nested nodes from the root, counting the root as 1. Nodes on a cycle
+  // count as the whole strongly connected component they belong to, so this bounds the
+  // recursion of any walker that stops at nodes it is already inside (writer, repr,
+  // deep_equal), whatever order it visits children in.
+  std::size_t depth = 0;
+  // Every node that lies on a cycle (strongly connected component of more than one node,
+  // or a node that contains itself). Empty for an acyclic graph.
+  std::vector<ValuePtr> cyclic_nodes;
+  // Every node reachable from the root (the root included).
+  std::size_t reachable = 0;
+};
+
+// Walks the graph from root without recursion. If `reachable_out` is given, it receives
+// the address of every reachable node.
+GraphShape analyze_graph(const ValuePtr& root, std::vector<const Value*>* reachable_out = nullptr);
+
+}  // namespace shardpoint::pickle
