@@ -129,7 +129,7 @@ ValuePtr make_tensor_node(DType dtype, std::span<const std::int64_t> shape, std:
   const std::uint64_t pid_numel = legacy ? storage_numel : storage_numel * dtype_itemsize(dtype);
   ValuePtr pid = Value::persistent_id(Value::tuple({
       Value::str("storage"),
-      legacy ? Value::global("torch", std::string(legacy_storage_name(dtype))) : Value::global("torch", "UntypedStorage"),
+      legacy ? Value::global("torch", std::string(legacy_storage_name(dtype))) : Value::global("torch.storage", "UntypedStorage"),
       Value::str(storage_key),
       Value::str(location),
       Value::integer(static_cast<std::int64_t>(pid_numel)),

@@ -56,8 +56,9 @@ bool uses_legacy_storage(DType dtype);
 //          requires_grad, collections.OrderedDict()))
 // (v3 adds the dtype global torch.<dtype> after the hooks), with
 //   PID = ('storage', torch.<Type>Storage, storage_key, location, storage_numel)
-// storage_numel counts elements of dtype (for UntypedStorage dtypes the pid carries bytes:
-// storage_numel * itemsize). Throws UsageError for mismatched shape/strides or negative
+// storage_numel counts elements of dtype. For the new dtypes the storage type is
+// torch.storage.UntypedStorage (PyTorch 2.x's spelling) and the pid carries bytes:
+// storage_numel * itemsize. Throws UsageError for mismatched shape/strides or negative
 // values.
 pickle::ValuePtr make_tensor_node(DType dtype, std::span<const std::int64_t> shape,
                                   std::span<const std::int64_t> strides, std::int64_t storage_offset,
