@@ -105,12 +105,12 @@ class Pickler {
       case Kind::kList:
         write_op(op::kEmptyList);
         memoize(&v);
-        batch_appends(v.items(), depth);
+        batch_appends(v.items(), depth, true);
         return;
       case Kind::kDict:
         write_op(op::kEmptyDict);
         memoize(&v);
-        batch_setitems(v.entries(), depth);
+        batch_setitems(v.entries(), depth, true);
         return;
       case Kind::kSet:
       case Kind::kFrozenSet: save_set(v, depth); return;
@@ -197,7 +197,7 @@ class Pickler {
       save_global("_codecs", "encode", nullptr);
       save_str(latin1_to_utf8(data));
       memoize(nullptr);
-      save_named_str("latin1");
+      save_named_str('c', "latin1");
       write_op(op::kTuple2);
       memoize(nullptr);
     }
@@ -277,7 +277,7 @@ class Pickler {
       save_global("builtins", frozen ? "frozenset" : "set", nullptr);
       write_op(op::kEmptyList);
       memoize(nullptr);
-      batch_appends(v.items(), depth);
+      batch_appends(v.items(), depth, true);
       write_op(op::kTuple1);
       memoize(nullptr);
       write_op(op::kReduce);
@@ -296,10 +296,20 @@ class Pickler {
     }
   }
 
-  void batch_appends(const std::vector<ValuePtr>& items, std::size_t depth) {
+  // Batching follows CPython's C pickler (what pickle.dumps and torch.save run): an exact
+  // list or dict of one item uses APPEND / SETITEM; otherwise every batch, even a last one
+  // of one item, is MARK ... APPENDS / SETITEMS, and a dict or set whose size is a multiple
+  // of the batch size ends with an empty batch. Items added to an object (an iterator in
+  // CPython) use APPEND / SETITEM for a last batch of one, and no empty batch.
+  void batch_appends(const std::vector<ValuePtr>& items, std::size_t depth, bool exact_list) {
+    if (exact_list && items.size() == 1) {
+      save_child(items[0], depth);
+      write_op(op::kAppend);
+      return;
+    }
     for (std::size_t start = 0; start < items.size(); start += kBatchSize) {
       std::size_t n = std::min(kBatchSize, items.size() - start);
-      if (n == 1) {
+      if (n == 1 && !exact_list) {
         save_child(items[start], depth);
         write_op(op::kAppend);
         continue;
@@ -310,25 +320,44 @@ class Pickler {
     }
   }
 
-  void batch_setitems(const DictEntries& entries, std::size_t depth) {
-    for (std::size_t start = 0; start < entries.size(); start += kBatchSize) {
-      std::size_t n = std::min(kBatchSize, entries.size() - start);
-      if (n > 1) write_op(op::kMark);
+  void batch_setitems(const DictEntries& entries, std::size_t depth, bool exact_dict) {
+    if (entries.empty()) return;
+    if (exact_dict && entries.size() == 1) {
+      save_child(entries[0].first, depth);
+      save_child(entries[0].second, depth);
+      write_op(op::kSetItem);
+      return;
+    }
+    std::size_t start = 0, n = 0;
+    do {
+      n = std::min(kBatchSize, entries.size() - start);
+      if (n == 0 && !exact_dict) break;
+      if (n == 1 && !exact_dict) {
+        save_child(entries[start].first, depth);
+        save_child(entries[start].second, depth);
+        write_op(op::kSetItem);
+        break;
+      }
+      write_op(op::kMark);
       for (std::size_t i = start; i < start + n; ++i) {
         save_child(entries[i].first, depth);
         save_child(entries[i].second, depth);
       }
-      write_op(n > 1 ? op::kSetItems : op::kSetItem);
-    }
+      write_op(op::kSetItems);
+      start += n;
+    } while (n == kBatchSize);
   }
 
   void batch_additems(const std::vector<ValuePtr>& items, std::size_t depth) {
-    for (std::size_t start = 0; start < items.size(); start += kBatchSize) {
-      std::size_t n = std::min(kBatchSize, items.size() - start);
+    if (items.empty()) return;
+    std::size_t start = 0, n = 0;
+    do {
+      n = std::min(kBatchSize, items.size() - start);
       write_op(op::kMark);
       for (std::size_t i = start; i < start + n; ++i) save_child(items[i], depth);
       write_op(op::kAddItems);
-    }
+      start += n;
+    } while (n == kBatchSize);
   }
 
   void save_child(const ValuePtr& child, std::size_t depth) {
@@ -347,8 +376,8 @@ class Pickler {
       return;
     }
     if (protocol_ >= 4) {
-      save_named_str(module);
-      save_named_str(name);
+      save_named_str('m', module);
+      save_named_str('n', name);
       write_op(op::kStackGlobal);
     } else if (auto dot = name.rfind('.'); dot != std::string::npos) {
       // Protocol 2 looks names up with one getattr: CPython writes
@@ -372,14 +401,17 @@ class Pickler {
     global_memo_.emplace(std::move(key), index);
   }
 
-  // A str the writer makes up (module names, 'latin1'): written once, then fetched.
-  void save_named_str(const std::string& text) {
-    if (auto it = str_memo_.find(text); it != str_memo_.end()) {
+  // A str the writer makes up (module and global names, 'latin1'): written once per role,
+  // then fetched, as CPython's memo holds one str object per module name, per class name
+  // and for its 'latin1' constant.
+  void save_named_str(char role, const std::string& text) {
+    std::string key = role + text;
+    if (auto it = str_memo_.find(key); it != str_memo_.end()) {
       write_get(it->second);
       return;
     }
     save_str(text);
-    str_memo_.emplace(text, memoize(nullptr));
+    str_memo_.emplace(std::move(key), memoize(nullptr));
   }
 
   void save_object(const Value& v, std::size_t depth) {
@@ -403,8 +435,8 @@ class Pickler {
     }
     if (recalled_after_children(v, 1, false)) return;
     memoize(&v);
-    if (!v.items().empty()) batch_appends(v.items(), depth);
-    if (!v.entries().empty()) batch_setitems(v.entries(), depth);
+    batch_appends(v.items(), depth, false);
+    batch_setitems(v.entries(), depth, false);
     if (v.state()) {
       save_child(v.state(), depth);
       write_op(op::kBuild);

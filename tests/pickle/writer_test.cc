@@ -164,13 +164,25 @@ TEST(Writer, Protocol4LargePayloadsAndFrames) {
   EXPECT_TRUE(deep_equal(*read(framed), *list));
 }
 
+// Batches as CPython's C pickler writes them (checked against pickle.dumps).
 TEST(Writer, BatchesOf1000) {
-  std::vector<std::int64_t> values(1001, 7);
-  std::string out = write(*ints(values), 2);
-  // PROTO ] q0 ( K7*1000 e K7 a .
-  ASSERT_EQ(out.size(), 2u + 1 + 2 + 1 + 2000 + 1 + 2 + 1 + 1);
+  std::string out = write(*ints(std::vector<std::int64_t>(1001, 7)), 2);
+  // PROTO ] q0 ( K7*1000 e ( K7 e .
+  ASSERT_EQ(out.size(), 2u + 1 + 2 + 1 + 2000 + 1 + 1 + 2 + 1 + 1);
   EXPECT_EQ(out[6 + 2000], 'e');
-  EXPECT_EQ(out.substr(out.size() - 4), bytes_of("K\x07" "a."));
+  EXPECT_EQ(out.substr(out.size() - 5), bytes_of("(K\x07" "e."));
+  EXPECT_EQ(write(*ints({7}), 2), bytes_of("\x80\x02]q\x00K\x07" "a."));
+  // A dict of exactly 1000 items ends with an empty batch.
+  DictEntries entries;
+  for (int i = 0; i < 1000; ++i) entries.push_back({Value::integer(i), Value::integer(1)});
+  std::string dict = write(*Value::dict(entries), 2);
+  EXPECT_EQ(dict.substr(dict.size() - 6), bytes_of("K\x01u(u."));
+  // Items set on an object end with SETITEM for a last batch of one, as CPython's iterator path.
+  auto od = Value::call("collections", "OrderedDict", {});
+  entries.push_back({Value::integer(1000), Value::integer(1)});
+  od->mutable_entries() = entries;
+  std::string object = write(*od, 2);
+  EXPECT_EQ(object.substr(object.size() - 8), bytes_of("uM\xe8\x03K\x01s."));
 }
 
 ValuePtr sample_tree() {
