@@ -1,6 +1,12 @@
 #include "torchfile/zip_writer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
 
 #include "core/checksum.h"
 #include "test_util.h"
@@ -160,6 +166,105 @@ TEST(ZipWriter, PythonZipfileReadsIt) {
                   crc32(0, as_bytes(pattern(1000, 1))), crc32(0, as_bytes(pattern(77, 2))));
     EXPECT_EQ(r.output, want);
   }
+}
+
+// Records writes of small pieces; large pieces (the zero data of huge records) become
+// holes that read back as zeros. Lets a > 4 GiB archive be written and read cheaply.
+class SparseSink final : public ByteSink {
+ public:
+  void write(ByteSpan data) override {
+    if (data.size() < (1u << 20)) segments_[pos_] = std::string(as_chars(data));
+    pos_ += data.size();
+  }
+  using ByteSink::write;
+  std::uint64_t position() const override { return pos_; }
+  const std::map<std::uint64_t, std::string>& segments() const { return segments_; }
+
+ private:
+  std::uint64_t pos_ = 0;
+  std::map<std::uint64_t, std::string> segments_;
+};
+
+class SparseSource final : public ByteSource {
+ public:
+  explicit SparseSource(const SparseSink& sink) : sink_(sink), name_("sparse.zip") {}
+  const std::string& name() const override { return name_; }
+  std::uint64_t size() const override { return sink_.position(); }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    check_range(offset, out.size(), what);
+    std::fill(out.begin(), out.end(), std::byte{0});
+    for (const auto& [at, bytes] : sink_.segments()) {
+      std::uint64_t lo = std::max(at, offset), hi = std::min(at + bytes.size(), offset + out.size());
+      if (lo < hi) std::memcpy(out.data() + (lo - offset), bytes.data() + (lo - at), hi - lo);
+    }
+  }
+
+ private:
+  const SparseSink& sink_;
+  std::string name_;
+};
+
+// Real zip64: records of more than 4 GiB (declared and undeclared size) and a record whose
+// header starts past 4 GiB, read back by ZipArchive and by Python's zipfile.
+TEST(ZipWriter, RealZip64BeyondFourGiB) {
+  const std::string zeros(1u << 20, '\0');
+  const std::uint64_t big = (std::uint64_t{4} << 30) + 5;
+  SparseSink sink;
+  ZipWriter w(sink);
+  w.write_record("a/small", "hello");
+  std::uint32_t crc = 0;
+  for (const char* name : {"a/big_unknown", "a/big_known"}) {
+    w.begin_record(name, std::string_view(name) == "a/big_known" ? std::optional<std::uint64_t>(big) : std::nullopt);
+    crc = 0;
+    for (int i = 0; i < 4096; ++i) {
+      w.write(zeros);
+      crc = crc32(crc, as_bytes(zeros));
+    }
+    w.write(std::string_view("\0\0\0\0\0", 5));
+    crc = crc32(crc, as_bytes(std::string_view("\0\0\0\0\0", 5)));
+    w.end_record();
+  }
+  w.write_record("a/after", "xyz");
+  w.finish();
+  ASSERT_EQ(w.records().size(), 4u);
+  EXPECT_FALSE(w.records()[0].zip64_local);
+  EXPECT_FALSE(w.records()[1].zip64_local);  // size unknown, header offset < 4 GiB
+  EXPECT_TRUE(w.records()[2].zip64_local);   // size declared >= 4 GiB (and offset)
+  EXPECT_TRUE(w.records()[3].zip64_local);   // header offset >= 4 GiB
+  SparseSource src(sink);
+  ZipArchive a(src);
+  ASSERT_EQ(a.entries().size(), 4u);
+  for (int i : {1, 2}) {
+    const ZipEntry& e = a.entries()[i];
+    EXPECT_EQ(e.uncompressed_size, big);
+    EXPECT_EQ(e.compressed_size, big);
+    EXPECT_EQ(e.crc32, crc);
+    EXPECT_EQ(e.data_offset % 64, 0u);
+    EXPECT_EQ(e.local_header_offset, w.records()[i].local_header_offset);
+  }
+  const ZipEntry& after = *a.find("a/after");
+  EXPECT_GT(after.local_header_offset, std::uint64_t{8} << 30);
+  EXPECT_EQ(after.data_offset % 64, 0u);
+  EXPECT_EQ(a.read(after), "xyz");
+  EXPECT_EQ(a.read(*a.find("a/small")), "hello");
+  // Python's zipfile reads the same directory from a sparse file.
+  testing::TempDir dir;
+  std::string path = dir.file("big.zip");
+  {
+    UniqueFd fd = UniqueFd::open(path, O_WRONLY | O_CREAT | O_TRUNC);
+    for (const auto& [at, bytes] : sink.segments()) fd.pwrite_all(as_bytes(bytes), at);
+    ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(sink.position())), 0);
+  }
+  auto r = testing::run_command(
+      "python3 -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); "
+      "print(','.join('%s:%d:%08x' % (i.filename, i.file_size, i.CRC) for i in z.infolist())); "
+      "print(z.read('a/after').decode())\" " + path + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  char want[256];
+  std::snprintf(want, sizeof want, "a/small:5:%08x,a/big_unknown:%llu:%08x,a/big_known:%llu:%08x,a/after:3:%08x\nxyz\n",
+                crc32(0, as_bytes(std::string_view("hello"))), static_cast<unsigned long long>(big), crc,
+                static_cast<unsigned long long>(big), crc, crc32(0, as_bytes(std::string_view("xyz"))));
+  EXPECT_EQ(r.output, want);
 }
 
 }  // namespace
