@@ -1,5 +1,6 @@
 #include "engine/torch_save.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
