@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -76,6 +77,10 @@ std::byte* BufferPool::take_locked() {
     return p;
   }
   if (all_.size() >= max_buffers_) return nullptr;
+  return allocate_locked();
+}
+
+std::byte* BufferPool::allocate_locked() {
   // Large buffers get 2 MiB alignment so transparent huge pages can back them whole.
   bool huge = huge_pages_ && buffer_bytes_ >= kHugePage;
   std::size_t align = huge ? std::max(alignment_, kHugePage) : alignment_;
@@ -110,7 +115,8 @@ BufferPool::Lease BufferPool::acquire(Clock::time_point deadline, std::stop_toke
   if (p == nullptr) {
     if (stop.stop_requested()) {
       throw StorageError(StorageError::Kind::kOther,
-                         "buffer pool: cancelled while waiting for a buffer (" + describe(max_buffers_, buffer_bytes_) + ")");
+                         "buffer pool: cancelled while waiting for a buffer (" +
+                             describe(max_buffers_, buffer_bytes_) + ")");
     }
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
     throw StorageError(StorageError::Kind::kTransient,
@@ -125,6 +131,22 @@ std::optional<BufferPool::Lease> BufferPool::try_acquire() {
   std::byte* p = take_locked();
   if (p == nullptr) return std::nullopt;
   return Lease(this, p, buffer_bytes_);
+}
+
+std::size_t BufferPool::prefault(std::size_t count) {
+  // New buffers stay out of free_ until touched, so no lease sees them half-written.
+  std::vector<std::byte*> fresh;
+  {
+    std::lock_guard lock(mu_);
+    while (all_.size() < std::min(count, max_buffers_)) fresh.push_back(allocate_locked());
+  }
+  for (std::byte* p : fresh) std::memset(p, 0, buffer_bytes_);
+  {
+    std::lock_guard lock(mu_);
+    free_.insert(free_.end(), fresh.begin(), fresh.end());
+  }
+  returned_.notify_all();
+  return allocated_buffers();
 }
 
 std::size_t BufferPool::allocated_buffers() const {

@@ -86,6 +86,11 @@ class BufferPool {
   // Returns a buffer if one is free (or can be allocated) right now; nullopt otherwise.
   std::optional<Lease> try_acquire();
 
+  // Allocates buffers up to `count` (at most max_buffers()) and touches every page, so the
+  // first-touch cost is paid now (at startup) rather than in the first save. Blocks while
+  // it writes; safe to call while leases are out. Returns the buffers allocated in total.
+  std::size_t prefault(std::size_t count);
+
   std::size_t buffer_bytes() const { return buffer_bytes_; }
   std::size_t alignment() const { return alignment_; }
   // Most buffers that can exist at once.
@@ -96,7 +101,8 @@ class BufferPool {
   std::size_t leased_buffers() const;
 
  private:
-  std::byte* take_locked();  // nullptr when all are leased; REQUIRES mu_ held
+  std::byte* take_locked();      // nullptr when all are leased; REQUIRES mu_ held
+  std::byte* allocate_locked();  // a new buffer, recorded in all_; REQUIRES mu_ held
   void give_back(std::byte* data) noexcept;
 
   const std::size_t buffer_bytes_;

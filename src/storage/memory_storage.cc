@@ -188,7 +188,9 @@ class MemoryWriter final : public StorageWriter {
 
  private:
   void check_open(std::string_view op) const {
-    if (committed_) throw UsageError(std::string(op) + " " + target_->describe_key(key_) + ": writer already committed");
+    if (committed_) {
+      throw UsageError(std::string(op) + " " + target_->describe_key(key_) + ": writer already committed");
+    }
   }
 
   std::unique_ptr<MemoryStorage> target_;

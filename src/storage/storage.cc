@@ -66,7 +66,8 @@ void validate_prefix(std::string_view prefix) {
 }
 
 void StorageWriter::write_at(std::uint64_t offset, ByteSpan data, const IoOptions& io) {
-  throw UsageError("write_at " + key() + ": this storage does not support parallel writes (features().parallel_writes)");
+  throw UsageError("write_at \"" + key() +
+                   "\": this storage does not support parallel writes (features().parallel_writes)");
 }
 
 std::optional<std::uint64_t> Storage::try_stat(std::string_view key, const IoOptions& io) {

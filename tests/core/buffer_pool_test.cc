@@ -138,6 +138,18 @@ TEST(BufferPoolTest, NeverMoreLeasesThanBuffersUnderContention) {
   EXPECT_LE(pool.allocated_buffers(), 3u);
 }
 
+TEST(BufferPoolTest, PrefaultAllocatesUpFront) {
+  BufferPool pool(small_pool(1 << 20, 4));
+  auto held = pool.acquire();
+  EXPECT_EQ(pool.prefault(3), 3u);
+  EXPECT_EQ(pool.prefault(100), 4u);  // capped at max_buffers()
+  EXPECT_EQ(pool.leased_buffers(), 1u);
+  std::vector<BufferPool::Lease> rest;
+  for (int i = 0; i < 3; ++i) rest.push_back(pool.acquire());
+  EXPECT_FALSE(pool.try_acquire().has_value());
+  EXPECT_EQ(pool.allocated_buffers(), 4u);
+}
+
 TEST(BufferPoolTest, RejectsBadOptions) {
   BufferPoolOptions o;
   o.alignment = 3000;

@@ -149,7 +149,10 @@ TEST(LocalStorageTest, FallsBackToBufferedWhereDirectIoIsRefused) {
     root = "/dev/shm/shardpoint-test-" + std::to_string(::getpid());
   } else {
     ramfs = std::make_unique<RamfsMount>(mount_point.path().string());
-    if (!ramfs->mounted()) GTEST_SKIP() << "no filesystem here refuses O_DIRECT (tmpfs accepts it since Linux 6.6; ramfs needs root)";
+    if (!ramfs->mounted()) {
+      GTEST_SKIP() << "no filesystem here refuses O_DIRECT "
+                   << "(tmpfs accepts it since Linux 6.6; mounting a ramfs needs root)";
+    }
     ASSERT_TRUE(filesystem_refuses_direct_io(mount_point.path().string()));
     root = mount_point.file("ckpt");
   }

@@ -1,7 +1,7 @@
 // The "memory" driver: the conformance suite, plus named-namespace sharing.
-#include <gtest/gtest.h>
-
 #include "storage/memory_storage.h"
+
+#include <gtest/gtest.h>
 
 #include <atomic>
 

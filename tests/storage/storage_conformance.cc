@@ -232,8 +232,8 @@ TEST_P(StorageConformanceTest, WriteAtomicReplacesAtomically) {
 }
 
 TEST_P(StorageConformanceTest, InvalidKeysAreUsageErrors) {
-  for (std::string key : std::vector<std::string>{"", "..", "a/../b", "../a", "/abs", "/", "a/./b", "./a", "a/.", "a//b", "a/", "x.sp-tmp.1",
-                          std::string("nul\0byte", 8)}) {
+  for (std::string key : std::vector<std::string>{"", "..", "a/../b", "../a", "/abs", "/", "a/./b", "./a", "a/.",
+                                                  "a//b", "a/", "x.sp-tmp.1", std::string("nul\0byte", 8)}) {
     SCOPED_TRACE("key \"" + key + "\"");
     std::string buf(1, '\0');
     EXPECT_THROW(storage().stat(key), UsageError);
@@ -255,6 +255,10 @@ TEST_P(StorageConformanceTest, InvalidKeysAreUsageErrors) {
   EXPECT_TRUE(storage().list("").empty());  // nothing escaped the root
 }
 
+std::string key_for(int rank, int n) {
+  return "rank" + std::to_string(rank) + "/__" + std::to_string(rank) + "_" + std::to_string(n) + ".distcp";
+}
+
 TEST_P(StorageConformanceTest, FourThreadsWriteDifferentKeys) {
   constexpr int kThreads = 4;
   constexpr int kKeys = 12;
@@ -265,7 +269,7 @@ TEST_P(StorageConformanceTest, FourThreadsWriteDifferentKeys) {
       threads.emplace_back([&, t] {
         try {
           for (int k = 0; k < kKeys; ++k) {
-            std::string key = "rank" + std::to_string(t) + "/__" + std::to_string(t) + "_" + std::to_string(k) + ".distcp";
+            std::string key = key_for(t, k);
             std::string data = pattern(1000 * (k + 1) + t, t * 100 + k);
             if (k % 3 == 0) {
               storage().write_atomic(key, as_bytes(data));
@@ -288,7 +292,7 @@ TEST_P(StorageConformanceTest, FourThreadsWriteDifferentKeys) {
   EXPECT_EQ(storage().list("").size(), static_cast<std::size_t>(kThreads * kKeys));
   for (int t = 0; t < kThreads; ++t) {
     for (int k = 0; k < kKeys; ++k) {
-      std::string key = "rank" + std::to_string(t) + "/__" + std::to_string(t) + "_" + std::to_string(k) + ".distcp";
+      std::string key = key_for(t, k);
       EXPECT_EQ(read_all(storage(), key), pattern(1000 * (k + 1) + t, t * 100 + k)) << key;
     }
   }

@@ -1,7 +1,7 @@
 // URL dispatch: every built-in scheme resolves, unknown ones are UsageErrors naming the URL.
-#include <gtest/gtest.h>
-
 #include "storage/storage_registry.h"
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 
