@@ -114,7 +114,7 @@ class Pickler {
         return;
       case Kind::kSet:
       case Kind::kFrozenSet: save_set(v, depth); return;
-      case Kind::kGlobal: save_global(v.module(), v.name(), &v); return;
+      case Kind::kGlobal: save_global(v.module(), v.name(), &v, depth); return;
       case Kind::kObject: save_object(v, depth); return;
       case Kind::kPersistentId:
         if (!v.pid()) throw UsageError("pickle writer: persistent id without a value");
@@ -369,7 +369,7 @@ class Pickler {
   // `node` is the tree node (memoized by identity too), or null for globals the writer
   // makes up (bytes, set, ...). Globals are memoized by name, as CPython's memo holds the
   // one class object.
-  void save_global(const std::string& module, const std::string& name, const Value* node) {
+  void save_global(const std::string& module, const std::string& name, const Value* node, std::size_t depth = 0) {
     std::string key = module + '\n' + name;
     if (auto it = global_memo_.find(key); it != global_memo_.end()) {
       write_get(it->second);
@@ -379,16 +379,8 @@ class Pickler {
       save_named_str('m', module);
       save_named_str('n', name);
       write_op(op::kStackGlobal);
-    } else if (auto dot = name.rfind('.'); dot != std::string::npos) {
-      // Protocol 2 looks names up with one getattr: CPython writes
-      // getattr(<parent>, 'last') for a nested name.
-      save_global("builtins", "getattr", nullptr);
-      save_global(module, name.substr(0, dot), nullptr);
-      save_str(name.substr(dot + 1));
-      memoize(nullptr);
-      write_op(op::kTuple2);
-      memoize(nullptr);
-      write_op(op::kReduce);
+    } else if (name.find('.') != std::string::npos) {
+      save_nested_global_p2(module, name, depth);
     } else {
       auto [py2_module, py2_name] = py2_global(module, name);
       if (py2_module.find('\n') != std::string::npos || py2_name.find('\n') != std::string::npos) {
@@ -399,6 +391,35 @@ class Pickler {
     }
     std::uint64_t index = memoize(node);
     global_memo_.emplace(std::move(key), index);
+  }
+
+  // Protocol 2 looks a name up with a single getattr, so CPython writes module.A.B.c as
+  // getattr(getattr(A, 'B'), 'c'). Written without recursion: the getattr references for
+  // every level first, then the deepest prefix already known (or the plain global), then
+  // one (name, TUPLE2, REDUCE) per level. The caller memoizes the full name.
+  void save_nested_global_p2(const std::string& module, const std::string& name, std::size_t depth) {
+    std::vector<std::size_t> dots;
+    for (std::size_t i = name.find('.'); i != std::string::npos; i = name.find('.', i + 1)) dots.push_back(i);
+    if (depth + 2 * dots.size() > kMaxWriteDepth) {
+      throw UsageError("pickle writer: global name nested too deeply for protocol 2: " + module + "." + name.substr(0, 100));
+    }
+    // Levels below `known` (a prefix ending before dots[known]) are already in the memo.
+    std::size_t known = dots.size();
+    while (known > 0 && !global_memo_.contains(module + '\n' + name.substr(0, dots[known - 1]))) --known;
+    std::size_t base_end = known == 0 ? dots[0] : dots[known - 1];
+    for (std::size_t level = std::max<std::size_t>(known, 1); level <= dots.size(); ++level) {
+      save_global("builtins", "getattr", nullptr);
+    }
+    save_global(module, name.substr(0, base_end), nullptr);
+    for (std::size_t level = std::max<std::size_t>(known, 1); level <= dots.size(); ++level) {
+      std::size_t end = level < dots.size() ? dots[level] : name.size();
+      save_str(name.substr(dots[level - 1] + 1, end - dots[level - 1] - 1));
+      memoize(nullptr);
+      write_op(op::kTuple2);
+      memoize(nullptr);
+      write_op(op::kReduce);
+      if (level < dots.size()) global_memo_.emplace(module + '\n' + name.substr(0, end), memoize(nullptr));
+    }
   }
 
   // A str the writer makes up (module and global names, 'latin1'): written once per role,
