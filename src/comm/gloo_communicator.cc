@@ -189,6 +189,13 @@ class GlooCommunicator final : public Communicator {
       } else {
         work->wait(timeout);
       }
+    } catch (const c10::Error& e) {
+      // Work::wait(timeout) gives only "Operation timed out!"; say what was waited for.
+      const std::string what = e.what_without_backtrace();
+      if (what.find("timed out") != std::string::npos) {
+        throw CommError("timed out waiting for the other ranks to join (c10d: " + what + ")");
+      }
+      throw CommError(what);
     } catch (...) {
       rethrow_as_comm_error("");
     }

@@ -24,8 +24,9 @@
 
 namespace shardpoint::comm {
 
-// (all ranks) Initializes MPI if needed and duplicates MPI_COMM_WORLD (a collective).
-// Throws CommError when MPI cannot initialize.
+// (all ranks) Initializes MPI if needed and duplicates MPI_COMM_WORLD (a collective). Blocks
+// without a timeout (MPI_Init_thread and MPI_Comm_dup have none; mpirun starts every rank).
+// Throws CommError when MPI cannot initialize or was already finalized in this process.
 std::unique_ptr<Communicator> make_mpi_communicator(CommOptions options = {});
 
 }  // namespace shardpoint::comm

@@ -160,16 +160,16 @@ struct ThreadGroup::State {
 
   const int n;
   std::mutex mu;
-  std::condition_variable cv;
-  Phase phase = Phase::kCollecting;
-  int arrived = 0;
-  int departed = 0;
-  std::vector<Contribution> slots;
-  std::vector<bool> deposited;
-  std::vector<bool> finished;  // rank's function returned or threw
-  bool aborted = false;
-  std::string abort_reason;
-  int abort_origin = -1;
+  std::condition_variable cv;             // notified on every change below
+  Phase phase = Phase::kCollecting;       // GUARDED_BY(mu)
+  int arrived = 0;                        // GUARDED_BY(mu): ranks deposited in this step
+  int departed = 0;                       // GUARDED_BY(mu): ranks done reading this step
+  std::vector<Contribution> slots;        // GUARDED_BY(mu): indexed by rank
+  std::vector<bool> deposited;            // GUARDED_BY(mu): indexed by rank
+  std::vector<bool> finished;             // GUARDED_BY(mu): rank's function returned or threw
+  bool aborted = false;                   // GUARDED_BY(mu): every later wait throws
+  std::string abort_reason;               // GUARDED_BY(mu)
+  int abort_origin = -1;                  // GUARDED_BY(mu): rank whose failure came first
 };
 
 namespace {
