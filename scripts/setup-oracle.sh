@@ -95,7 +95,7 @@ if [[ -e "$ROOT" ]]; then
 fi
 
 echo "setup-oracle: building the PyTorch 2.6 oracle root in $ROOT (about 1 minute)" >&2
-LOG="$(dirname "$ROOT")/setup-oracle.log"
+LOG="$ROOT.log"
 : >"$LOG"
 
 # 4a. Base system.
