@@ -63,6 +63,11 @@ struct IoOptions {
 // Throws the deadline / cancellation error described at IoOptions, naming `what`.
 void check_io(const IoOptions& io, std::string_view what);
 
+// True when check_io() would throw. Cheap: lets hot loops skip building the `what` text.
+inline bool io_expired(const IoOptions& io) {
+  return io.stop.stop_requested() || (io.deadline != Clock::time_point::max() && Clock::now() >= io.deadline);
+}
+
 // What a driver can do. The engine picks its commit path from these (STYLE.md §4).
 struct StorageFeatures {
   // read() of any byte range costs about the bytes read (not the whole object).

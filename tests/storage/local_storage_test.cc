@@ -105,6 +105,35 @@ TEST(LocalStorageTest, DirectIoWritesExactSizes) {
   }
 }
 
+TEST(LocalStorageTest, ParallelWriteAtUsesDirectIoForAlignedMiddles) {
+  TempDir dir;
+  if (filesystem_refuses_direct_io(dir.path().string())) GTEST_SKIP() << "$TMPDIR refuses O_DIRECT";
+  auto storage = open_local_storage_at(dir.path().string());
+  // One page-aligned source written at aligned and unaligned file offsets, so the middle
+  // goes direct from caller memory, through a pool buffer, or not at all.
+  std::size_t size = (std::size_t{3} << 20) + 100;
+  std::string data = pattern(size, 4);
+  void* raw = std::aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+  std::unique_ptr<void, decltype(&std::free)> aligned(raw, &std::free);
+  std::memcpy(raw, data.data(), size);
+  ByteSpan src{static_cast<const std::byte*>(raw), size};
+  const std::uint64_t offsets[] = {0, size + 1000, 2 * size + 8191, 4 * size};
+  auto w = storage->open_writer("items.distcp");
+  {
+    std::vector<std::jthread> threads;
+    for (std::uint64_t off : offsets) threads.emplace_back([&, off] { w->write_at(off, src); });
+  }
+  w->write_at(5 * size, src.first(10));  // smaller than a block: buffered only
+  long flags = open_flags_of(dir.file("items.distcp") + std::string(kTempMarker));
+  EXPECT_TRUE(flags & O_DIRECT);
+  w->commit();
+  std::string got = read_text(dir.file("items.distcp"));
+  ASSERT_EQ(got.size(), 5 * size + 10);
+  for (std::uint64_t off : offsets) EXPECT_TRUE(got.substr(off, size) == data) << off;
+  EXPECT_EQ(got.substr(size, 1000), std::string(1000, '\0'));  // the gap was never written
+  EXPECT_EQ(got.substr(5 * size), data.substr(0, 10));
+}
+
 TEST(LocalStorageTest, DirectIoFromAlignedCallerMemory) {
   TempDir dir;
   auto storage = open_local_storage_at(dir.path().string());
@@ -298,6 +327,16 @@ TEST(LocalStorageTest, WritersWaitForPoolBuffers) {
   b->commit();
   EXPECT_EQ(read_text(dir.file("b")), "waits");
   EXPECT_EQ(options.buffer_pool->allocated_buffers(), 1u);
+
+  // A writer whose staged bytes all reached the file holds no buffer.
+  auto c = storage->open_writer("c");
+  c->append(as_bytes(pattern(1 << 20, 3)).first(1000));
+  c->append(as_bytes(pattern(1 << 20, 3)).subspan(1000));  // fills and flushes the buffer
+  auto d = storage->open_writer("d");
+  d->append(as_bytes(std::string_view("no wait")), IoOptions::with_timeout(std::chrono::seconds(5)));
+  d->commit();
+  c->commit();
+  EXPECT_TRUE(read_text(dir.file("c")) == pattern(1 << 20, 3));
 }
 
 TEST(LocalStorageTest, RejectsBadFileUrls) {
