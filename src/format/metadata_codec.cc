@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,6 +48,10 @@ std::string shape_text(const Shape& shape) {
     out += std::to_string(shape[i]);
   }
   return out + "]";
+}
+
+bool has_negative(const Shape& s) {
+  return std::any_of(s.begin(), s.end(), [](std::int64_t x) { return x < 0; });
 }
 
 // The class a kObject instantiates: NEWOBJ(cls, ...) or, defensively, the
@@ -505,6 +510,7 @@ class Decoder {
 class Encoder {
  public:
   std::string encode(const Metadata& md) {
+    validate(md);
     DictBuilder state_dict_metadata;
     for (const auto& [fqn, entry] : md.state_dict_metadata) {
       if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
@@ -550,6 +556,38 @@ class Encoder {
   }
 
  private:
+  // What decode_metadata would refuse (and PyTorch could not use) is a UsageError here, so
+  // that every output decodes.
+  static void validate(const Metadata& md) {
+    auto fail = [](const std::string& where, const std::string& what) {
+      throw UsageError("encode_metadata: " + where + ": " + what);
+    };
+    for (const auto& [fqn, entry] : md.state_dict_metadata) {
+      const auto* t = std::get_if<TensorStorageMetadata>(&entry);
+      if (t == nullptr) continue;
+      const std::string where = "state_dict_metadata[" + quote(fqn) + "]";
+      if (has_negative(t->size)) fail(where, "negative size " + shape_text(t->size));
+      if (t->properties.memory_format < 0 || t->properties.memory_format > 2) {
+        fail(where, "memory_format " + std::to_string(t->properties.memory_format) + " is not 0, 1 or 2");
+      }
+      for (std::size_t i = 0; i < t->chunks.size(); ++i) {
+        const ChunkStorageMetadata& c = t->chunks[i];
+        if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size() || has_negative(c.offsets) ||
+            has_negative(c.sizes)) {
+          fail(where + ".chunks[" + std::to_string(i) + "]",
+               "offsets " + shape_text(c.offsets) + " and sizes " + shape_text(c.sizes) +
+                   " must be non-negative and of the tensor's rank " + std::to_string(t->size.size()));
+        }
+      }
+    }
+    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    for (const auto& [index, info] : md.storage_data) {
+      const std::string where = "storage_data[" + quote(index.fqn) + "]";
+      if (index.offset && has_negative(*index.offset)) fail(where, "negative offset " + shape_text(*index.offset));
+      if (info.offset > kMax || info.length > kMax) fail(where, "offset/length beyond 2^63-1");
+    }
+  }
+
   class DictBuilder {
    public:
     void add(std::string key, ValuePtr value) { entries_.emplace_back(Value::str(std::move(key)), std::move(value)); }
@@ -657,10 +695,6 @@ std::optional<std::uint64_t> checked_volume(const Shape& sizes) {
     if (__builtin_mul_overflow(v, static_cast<std::uint64_t>(d), &v)) return std::nullopt;
   }
   return v;
-}
-
-bool has_negative(const Shape& s) {
-  return std::any_of(s.begin(), s.end(), [](std::int64_t x) { return x < 0; });
 }
 
 }  // namespace

@@ -49,8 +49,10 @@ Metadata decode_metadata(ByteSpan bytes, std::string_view source_name);
 // planner_data_raw. planner_data gets (fqn,) for every fqn of state_dict_metadata that has
 // no entry. MetadataIndex.index: the stored value, else the chunk's position in its
 // tensor's chunk list when the offset matches one, else None.
-// Throws UsageError for values that cannot be written (an int64 that Python would read
-// back differently never occurs; kept for the pickle writer's errors).
+// Throws UsageError for what decode_metadata would refuse: negative sizes/offsets, chunk
+// ranks different from the tensor's, memory_format outside 0..2, storage offsets or
+// lengths beyond 2^63-1. Any other Metadata encodes, and decodes back equal
+// (same_encoded_content).
 std::string encode_metadata(const Metadata& metadata);
 
 // Problems with how `tensor.chunks` cover [0, tensor.size): chunks of the wrong rank or

@@ -467,6 +467,29 @@ TEST(MetadataCodecTest, EncodeWritesTransformDescriptorsOnlyWhenSet) {
   EXPECT_EQ(with, 1);
 }
 
+TEST(MetadataCodecTest, EncodeRefusesWhatCannotBeDecoded) {
+  auto with_tensor = [](auto edit) {
+    Metadata md = sample_metadata();
+    edit(std::get<TensorStorageMetadata>(md.state_dict_metadata.at("model.w")));
+    return md;
+  };
+  EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.size = {4, -6}; })), UsageError);
+  EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.properties.memory_format = 3; })),
+               UsageError);
+  EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.chunks[0].offsets = {0}; })),
+               UsageError);
+  Metadata md = sample_metadata();
+  md.storage_data.begin()->second.length = std::uint64_t{1} << 63;
+  EXPECT_THROW(encode_metadata(md), UsageError);
+  try {
+    encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.chunks[1].sizes = {2, -1}; }));
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "encode_metadata: state_dict_metadata[\"model.w\"].chunks[1]: offsets [2, 0] and sizes [2, -1] must "
+              "be non-negative and of the tensor's rank 2");
+  }
+}
+
 TEST(MetadataCodecTest, EmptyMetadataRoundTrips) {
   Metadata md;
   Metadata back = decode(encode_metadata(md));
