@@ -68,7 +68,7 @@ pickle::ValuePtr build_tree(const std::vector<OwnedTensor>& tensors, int layers)
   auto state = Value::dict();
   for (const auto& p : params) {
     auto s = Value::dict();
-    s->mutable_entries().push_back({Value::str("step"), Value::floating(10.0)});
+    s->mutable_entries().push_back({Value::str("step"), Value::integer(10)});
     s->mutable_entries().push_back({Value::str("exp_avg"), tensor_node(tensors[i++])});
     s->mutable_entries().push_back({Value::str("exp_avg_sq"), tensor_node(tensors[i++])});
     state->mutable_entries().push_back({Value::str(p.name), s});
