@@ -136,5 +136,36 @@ TEST(PickleOracle, ReprMatchesPython) {
   EXPECT_GE(compared, 60);
 }
 
+// Protocol 2 output uses only what PyTorch 1.13's weights-only unpickler accepts (for
+// content it allows: no floats, see writer.h), so torch.load(weights_only=True) can read
+// the pickles we write into tensor files.
+TEST(PickleOracle, Protocol2LoadsWithTorch113WeightsOnlyUnpickler) {
+  SP_REQUIRE_TORCH113(python);
+  TempDir dir;
+  auto od = Value::call("collections", "OrderedDict", {});
+  auto shared = Value::str("shared");
+  std::string le_2_70(9, '\0');
+  le_2_70[8] = 0x40;
+  od->mutable_entries() = {
+      {Value::str("a"), Value::list({Value::integer(1), Value::tuple({Value::integer(2), shared})})},
+      {Value::str("b"), Value::call("torch", "Size", {Value::tuple({Value::integer(2), Value::integer(3)})})},
+      {Value::str("c"), Value::global("torch", "float32")},
+      {Value::str("d"), Value::big_integer(le_2_70)},
+      {Value::str("e"), Value::dict({{Value::str("n"), Value::none()}, {shared, Value::boolean(true)}})},
+      {Value::str("f"), Value::list({Value::integer(-70000), Value::integer(300)})},
+      {Value::str("g"), Value::call("torch.serialization", "_get_layout", {Value::str("torch.strided")})},
+  };
+  write_text(dir.file("w.pkl"), write_protocol(*od, 2));
+  auto result = run_command(python + " -c \"import collections, io, torch; "
+                            "from torch._weights_only_unpickler import load; "
+                            "v = load(open('" + dir.file("w.pkl") + "', 'rb')); "
+                            "e = collections.OrderedDict(a=[1, (2, 'shared')], b=torch.Size((2, 3)), "
+                            "c=torch.float32, d=2**70, e={'n': None, 'shared': True}, f=[-70000, 300], "
+                            "g=torch.strided); "
+                            "print('EQUAL' if v == e and type(v) is collections.OrderedDict else v)\" 2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output, "EQUAL\n");
+}
+
 }  // namespace
 }  // namespace shardpoint::pickle
