@@ -553,6 +553,8 @@ class LocalStorage final : public Storage {
     std::size_t slash = prefix.rfind('/');
     std::string dir_key = slash == std::string_view::npos ? "" : std::string(prefix.substr(0, slash + 1));
     prune_dir(dir_key, prefix);
+    // The prefix "a/" names the directory "a" itself: it goes too when empty.
+    if (!dir_key.empty() && dir_key == prefix) ::rmdir(shared_->path_of(dir_key.substr(0, dir_key.size() - 1)).c_str());
   }
 
   void prune_dir(const std::string& dir_key, std::string_view prefix) {

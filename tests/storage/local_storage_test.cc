@@ -244,6 +244,22 @@ TEST(LocalStorageTest, StaleTempFilesFromACrashAreIgnoredAndCleaned) {
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
+TEST(LocalStorageTest, RemovePrefixRemovesDirectoriesItEmpties) {
+  TempDir dir;
+  auto storage = open_local_storage_at(dir.path().string());
+  for (std::string key : {"ckpt/step=1/a", "ckpt/step=1/deep/b", "ckpt/step=2/a", "ckpt/keep"}) {
+    storage->write_atomic(key, as_bytes(std::string_view("x")));
+  }
+  EXPECT_EQ(storage->remove_prefix("ckpt/step=1/"), 2u);
+  EXPECT_FALSE(fs::exists(dir.path() / "ckpt/step=1"));
+  EXPECT_EQ(storage->remove_prefix("ckpt/step="), 1u);
+  EXPECT_FALSE(fs::exists(dir.path() / "ckpt/step=2"));
+  EXPECT_TRUE(fs::exists(dir.path() / "ckpt/keep"));
+  EXPECT_EQ(storage->remove_all(), 1u);
+  EXPECT_TRUE(fs::exists(dir.path()));
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
 TEST(LocalStorageTest, UncommittedWriterRemovesItsTempFile) {
   TempDir dir;
   auto storage = open_local_storage_at(dir.path().string());

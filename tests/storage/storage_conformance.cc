@@ -298,6 +298,25 @@ TEST_P(StorageConformanceTest, FourThreadsWriteDifferentKeys) {
   }
 }
 
+TEST_P(StorageConformanceTest, ConcurrentRangedReadsOfOneObject) {
+  const std::string data = pattern(1 << 20, 11);
+  put(storage(), "shared.distcp", data);
+  auto source = storage().open_source("shared.distcp");
+  std::atomic<int> wrong{0};
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::uint64_t off = t * 101; off + 777 <= data.size(); off += 50021) {
+          if (read_range(storage(), "shared.distcp", off, 777) != data.substr(off, 777)) wrong.fetch_add(1);
+          if (source->read_string(off, 777, "x") != data.substr(off, 777)) wrong.fetch_add(1);
+        }
+      });
+    }
+  }
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST_P(StorageConformanceTest, ParallelWriteAtDisjointRanges) {
   if (!storage().features().parallel_writes) GTEST_SKIP() << "driver has no parallel writes";
   // Items at unaligned offsets, as the engine lays them out, with a gap that reads as zero.
