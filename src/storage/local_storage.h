@@ -5,16 +5,23 @@
 // Writing protocol (each step's reason is in local_storage.cc):
 //   1. open_writer creates missing parent directories and a temporary file
 //      "<root>/a/b.sp-tmp.<pid>.<n>" next to the target, with O_DIRECT when asked and allowed.
-//   2. append() stages bytes in a buffer leased from the BufferPool and writes whole aligned
-//      buffers (pwrite); write_at() writes the aligned middle of a range with O_DIRECT and its
-//      unaligned head and tail through a second, buffered descriptor.
+//   2. append() stages bytes in a buffer leased from the BufferPool and pwrites each full
+//      buffer (then returns it to the pool); a page-aligned caller buffer of at least one
+//      pool buffer goes to the file without the copy. write_at() writes the aligned middle
+//      of a range with O_DIRECT (from caller memory when its alignment matches the offset,
+//      else through a pool buffer) and its unaligned head and tail through a second,
+//      buffered descriptor, so neighbouring items never share a direct-written block.
 //   3. commit() writes the last partial block (zero-padded to the alignment, then
 //      ftruncate to the exact size), fsyncs the file (durable), renames it onto the key and
 //      fsyncs the directory (durable). A crash before the rename leaves only a temporary
-//      file, which list() ignores and remove_prefix() deletes.
-// O_DIRECT: tried at the first direct open; a filesystem that refuses it (EINVAL: tmpfs,
-// some FUSE) is remembered and later writers go buffered. A direct pwrite refused with
+//      file, which list() ignores and remove_prefix() deletes (also those of writers still
+//      running in other processes: clean up only what nobody is writing).
+// O_DIRECT: tried at the first direct open; a filesystem that refuses it (EINVAL: ramfs,
+// tmpfs before Linux 6.6, some FUSE) is remembered and later writers go buffered. A direct pwrite refused with
 // EINVAL switches that file to buffered I/O (fcntl) and is retried.
+//
+// Measured (2 GiB, one writer, durable): on par with fio --direct=1 --bs=1M --end_fsync=1 on
+// the same directory (both 1.1-1.9 GB/s on the shared, loaded machine).
 //
 // Reads open the file per call (pread); open_source() maps it (at most
 // StorageOptions::max_mmaps mappings alive, then pread sources, as LevelDB's mmap limiter).
