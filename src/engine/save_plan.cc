@@ -353,4 +353,30 @@ GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const Sa
   return global;
 }
 
+std::map<format::MetadataIndex, format::StorageInfo> storage_layout(const SavePlan& plan,
+                                                                    std::span<const std::uint64_t> blob_lengths) {
+  if (blob_lengths.size() != plan.items.size()) {
+    throw UsageError("storage_layout: rank " + std::to_string(plan.rank) + " has " + std::to_string(plan.items.size()) +
+                     " items but " + std::to_string(blob_lengths.size()) + " blob lengths");
+  }
+  // Items of one file in write order, then running offsets.
+  std::map<std::string, std::map<std::int64_t, std::size_t>> files;
+  for (std::size_t i = 0; i < plan.items.size(); ++i) {
+    const WriteItem& item = plan.items[i];
+    if (item.file.empty()) throw UsageError("storage_layout: item " + item.to_string() + " has no file");
+    if (!files[item.file].emplace(item.index_in_file, i).second) {
+      throw UsageError("storage_layout: two items at position " + std::to_string(item.index_in_file) + " of " + item.file);
+    }
+  }
+  std::map<format::MetadataIndex, format::StorageInfo> layout;
+  for (const auto& [file, in_order] : files) {
+    std::uint64_t offset = 0;
+    for (const auto& [position, i] : in_order) {
+      layout.emplace(plan.items[i].index, format::StorageInfo{file, offset, blob_lengths[i], {}});
+      offset += blob_lengths[i];
+    }
+  }
+  return layout;
+}
+
 }  // namespace shardpoint::engine

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -114,5 +115,14 @@ SavePlan make_local_save_plan(const FlatStateDict& flat, int rank);
 // coverage test is skipped for 0-dim tensors).
 // Throws UsageError when options.thread_count < 1.
 GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const SavePlanOptions& options = {});
+
+// Where each item of a final `plan` lands when its blob is blob_lengths[i] bytes long
+// (i = position in plan.items): a file is its items' blobs concatenated in index_in_file
+// order, no header, no padding (spec §2.1). The result is this rank's part of
+// Metadata::storage_data. Use it when blob sizes are known before writing (to write at
+// precomputed offsets), or after writing with the lengths actually written.
+// Throws UsageError when blob_lengths.size() != plan.items.size() or an item has no file.
+std::map<format::MetadataIndex, format::StorageInfo> storage_layout(const SavePlan& plan,
+                                                                    std::span<const std::uint64_t> blob_lengths);
 
 }  // namespace shardpoint::engine

@@ -283,5 +283,26 @@ TEST(GlobalSavePlan, DTensorBoxesOnATwoDimensionalMesh) {
                           {{0, 0}, {3, 3}}, {{0, 3}, {3, 3}}, {{3, 0}, {2, 3}}, {{3, 3}, {2, 3}}}));
 }
 
+TEST(StorageLayout, ConcatenatesEachFilesBlobsInWriteOrder) {
+  FlatStateDict rank0 = flat_of({{"b1", pickle::Value::integer(1)}, {"ta", whole({25})}, {"tb", whole({10})},
+                                 {"tc", whole({20})}});
+  GlobalSavePlan global = make_global_save_plan(local_plans({rank0}), SavePlanOptions{.thread_count = 2});
+  const SavePlan& plan = global.plans[0];
+  // __0_0: b1, ta; __0_1: tc, tb.
+  ASSERT_EQ(item_names(plan), (std::vector<std::string>{"b1", "ta@0", "tc@0", "tb@0"}));
+  std::vector<std::uint64_t> lengths{300, 1000, 900, 700};
+  auto layout = storage_layout(plan, lengths);
+  using format::MetadataIndex;
+  using format::StorageInfo;
+  EXPECT_EQ(layout, (std::map<MetadataIndex, StorageInfo>{
+                        {MetadataIndex{"b1", std::nullopt, std::nullopt}, StorageInfo{"__0_0.distcp", 0, 300, {}}},
+                        {MetadataIndex{"ta", Shape{0}, 0}, StorageInfo{"__0_0.distcp", 300, 1000, {}}},
+                        {MetadataIndex{"tc", Shape{0}, 0}, StorageInfo{"__0_1.distcp", 0, 900, {}}},
+                        {MetadataIndex{"tb", Shape{0}, 0}, StorageInfo{"__0_1.distcp", 900, 700, {}}}}));
+  EXPECT_EQ(layout.at(MetadataIndex{"tb", Shape{0}, std::nullopt}).offset, 900u);
+  EXPECT_THROW(storage_layout(plan, std::vector<std::uint64_t>{1, 2}), UsageError);
+  EXPECT_THROW(storage_layout(make_local_save_plan(rank0, 0), std::vector<std::uint64_t>{1, 2, 3, 4}), UsageError);
+}
+
 }  // namespace
 }  // namespace shardpoint::engine
