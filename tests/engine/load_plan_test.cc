@@ -170,6 +170,19 @@ TEST(LoadPlanResharding, ZeroDimTensor) {
   EXPECT_EQ(dest_byte_ranges(plan.items[0], {}, 4), (std::vector<ByteRange>{{0, 4}}));
 }
 
+TEST(LoadPlanResharding, EmptyBoxesAndZeroSizedTensorsNeedNoReads) {
+  // A rank whose DTensor piece is empty plans nothing and reports nothing.
+  format::Metadata md = saved("w", {2, 3}, row_blocks(2, 3, 2));
+  LoadPlan empty_piece = make_load_plan(md, request("w", shard({2, 3}, {2, 0}, {0, 3})));
+  EXPECT_TRUE(empty_piece.items.empty());
+  EXPECT_TRUE(empty_piece.problems.empty());
+  // A [0, 4] tensor saves one empty chunk and loads with no reads.
+  format::Metadata zero = saved("z", {0, 4}, {{{0, 0}, {0, 4}}});
+  LoadPlan plan = make_load_plan(zero, request("z", whole({0, 4})));
+  EXPECT_TRUE(plan.items.empty());
+  EXPECT_TRUE(plan.problems.empty());
+}
+
 TEST(LoadPlan, BytesItemsAreReadWhole) {
   format::Metadata md;
   md.state_dict_metadata.emplace("step", format::BytesStorageMetadata{});

@@ -176,6 +176,17 @@ TEST(GlobalSavePlanValidation, OverlappingChunks) {
             "  \"w\": chunks hold 27 elements, the tensor's size [8, 3] has 24");
 }
 
+TEST(GlobalSavePlanValidation, OverlapAlongDimOne) {
+  // Column chunks all start at row 0: the sweep runs along dim 1, and still finds the pair.
+  std::vector<FlatStateDict> ranks{flat_of({{"w", shard({4, 6}, {0, 0}, {4, 2})}}),
+                                   flat_of({{"w", shard({4, 6}, {0, 2}, {4, 2})}}),
+                                   flat_of({{"w", shard({4, 6}, {0, 3}, {4, 3})}})};
+  EXPECT_EQ(plan_error(local_plans(ranks)),
+            "invalid global save plan (2 problems):\n"
+            "  \"w\": chunk [0:4, 2:4] overlaps chunk [0:4, 3:6]\n"
+            "  \"w\": chunks hold 28 elements, the tensor's size [4, 6] has 24");
+}
+
 TEST(GlobalSavePlanValidation, Gap) {
   std::vector<FlatStateDict> ranks{flat_of({{"w", shard({8, 3}, {0, 0}, {3, 3})}}),
                                    flat_of({{"w", shard({8, 3}, {4, 0}, {4, 3})}})};
