@@ -47,6 +47,10 @@ struct SaveOptions {
   // --- behaviour ---
   // Per-item checksums kept in the sidecar and verified on load.
   ChecksumAlgorithm checksum = ChecksumAlgorithm::kCrc32c;
+  // Bytes per checksum block (sidecar "block_size"). A verified ranged read is widened to
+  // the blocks it touches, so smaller blocks waste less read bandwidth on resharding loads
+  // but grow the sidecar (8 or 16 hex digits per block). REQUIRES > 0.
+  std::uint64_t checksum_block_bytes = std::uint64_t{1} << 20;
   // fsync every file and the folder before `.metadata` is published. Turn off only for
   // benchmarks: after a crash a checkpoint may then look complete when it is not.
   bool durable = true;
@@ -84,6 +88,10 @@ struct LoadReport {
   std::vector<LoadProblem> problems;  // non-strict only
   std::uint64_t bytes_needed = 0;     // payload bytes this rank's boxes needed
   std::uint64_t bytes_read = 0;       // bytes this rank read from storage (incl. headers)
+  // The part of bytes_read that is tensor data or whole bytes-item blobs (not zip/pickle
+  // headers of tensor blobs). Equals bytes_needed when verify_checksums is off; with it on,
+  // the widening to whole checksum blocks.
+  std::uint64_t data_bytes_read = 0;
   double seconds = 0;
 };
 

@@ -1,0 +1,135 @@
+#include "engine/block_checksum.h"
+
+#include <charconv>
+#include <cstdio>
+
+#include "core/checksum.h"
+#include "core/error.h"
+
+namespace shardpoint::engine {
+
+std::string_view checksum_algorithm_name(ChecksumAlgorithm algorithm) {
+  switch (algorithm) {
+    case ChecksumAlgorithm::kNone:
+      return "none";
+    case ChecksumAlgorithm::kCrc32c:
+      return "crc32c";
+    case ChecksumAlgorithm::kXxh3:
+      return "xxh3";
+  }
+  return "none";
+}
+
+ChecksumAlgorithm checksum_algorithm_from_name(std::string_view name, std::string_view source) {
+  if (name == "crc32c") return ChecksumAlgorithm::kCrc32c;
+  if (name == "xxh3") return ChecksumAlgorithm::kXxh3;
+  if (name == "none") return ChecksumAlgorithm::kNone;
+  throw FormatError(std::string(source) + ": unknown checksum algorithm \"" + std::string(name) +
+                    "\" (expected crc32c, xxh3 or none)");
+}
+
+std::uint64_t checksum_of(ChecksumAlgorithm algorithm, ByteSpan data) {
+  switch (algorithm) {
+    case ChecksumAlgorithm::kCrc32c:
+      return crc32c(0, data);
+    case ChecksumAlgorithm::kXxh3:
+      return xxh3_64(data);
+    case ChecksumAlgorithm::kNone:
+      break;
+  }
+  return 0;
+}
+
+std::string checksum_to_hex(ChecksumAlgorithm algorithm, std::uint64_t value) {
+  char buf[24];
+  if (algorithm == ChecksumAlgorithm::kXxh3) {
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(value));
+  } else {
+    std::snprintf(buf, sizeof buf, "%08llx", static_cast<unsigned long long>(value & 0xffffffffu));
+  }
+  return buf;
+}
+
+std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view hex, std::string_view what) {
+  const std::size_t digits = algorithm == ChecksumAlgorithm::kXxh3 ? 16 : 8;
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), value, 16);
+  if (hex.size() != digits || ec != std::errc() || end != hex.data() + hex.size()) {
+    throw FormatError(std::string(what) + ": expected " + std::to_string(digits) + " hex digits, found \"" +
+                      std::string(hex) + "\"");
+  }
+  return value;
+}
+
+struct BlockChecksummer::Xxh3States {
+  Xxh3 item;
+  std::unique_ptr<Xxh3> block = std::make_unique<Xxh3>();
+};
+
+BlockChecksummer::BlockChecksummer(ChecksumAlgorithm algorithm, std::uint64_t block_size)
+    : algorithm_(algorithm), block_size_(block_size) {
+  if (block_size == 0) throw UsageError("BlockChecksummer: block size 0");
+  if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_ = std::make_unique<Xxh3States>();
+}
+
+BlockChecksummer::~BlockChecksummer() = default;
+
+void BlockChecksummer::close_block() {
+  if (in_block_ == 0) return;
+  if (algorithm_ == ChecksumAlgorithm::kCrc32c) {
+    blocks_.push_back(crc_block_);
+    crc_block_ = 0;
+  } else if (algorithm_ == ChecksumAlgorithm::kXxh3) {
+    blocks_.push_back(xxh3_->block->digest());
+    xxh3_->block = std::make_unique<Xxh3>();
+  } else {
+    blocks_.push_back(0);
+  }
+  in_block_ = 0;
+}
+
+void BlockChecksummer::update(ByteSpan data) {
+  if (finished_) throw UsageError("BlockChecksummer::update after finish_item");
+  if (algorithm_ == ChecksumAlgorithm::kNone) {
+    length_ += data.size();
+    return;
+  }
+  if (algorithm_ == ChecksumAlgorithm::kCrc32c) {
+    crc_item_ = crc32c(crc_item_, data);
+  } else {
+    xxh3_->item.update(data);
+  }
+  while (!data.empty()) {
+    const std::uint64_t room = block_size_ - in_block_;
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(room, data.size()));
+    ByteSpan piece = data.first(n);
+    if (algorithm_ == ChecksumAlgorithm::kCrc32c) {
+      crc_block_ = crc32c(crc_block_, piece);
+    } else {
+      xxh3_->block->update(piece);
+    }
+    in_block_ += n;
+    length_ += n;
+    data = data.subspan(n);
+    if (in_block_ == block_size_) close_block();
+  }
+}
+
+std::uint64_t BlockChecksummer::finish_item() {
+  if (finished_) throw UsageError("BlockChecksummer::finish_item called twice");
+  finished_ = true;
+  close_block();
+  switch (algorithm_) {
+    case ChecksumAlgorithm::kCrc32c:
+      return crc_item_;
+    case ChecksumAlgorithm::kXxh3:
+      return xxh3_->item.digest();
+    case ChecksumAlgorithm::kNone:
+      break;
+  }
+  return 0;
+}
+
+std::vector<std::uint64_t> BlockChecksummer::take_blocks() { return std::move(blocks_); }
+
+}  // namespace shardpoint::engine

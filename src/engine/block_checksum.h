@@ -1,0 +1,71 @@
+// Checksums of one item blob as it streams out: one value over the whole blob and one per
+// fixed-size block of it, so a reader that needs only part of a blob verifies just the
+// blocks it touches (checksum_sidecar.h persists them).
+//
+// Blocks are [i * block_size, min((i + 1) * block_size, length)) of the blob, counted from
+// the blob's first byte (not the .distcp file's). The last block may be short; a blob of 0
+// bytes has no blocks.
+//
+// Thread-safety: a BlockChecksummer is single-threaded; the free functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/byte_io.h"
+#include "engine/checkpoint.h"
+
+namespace shardpoint::engine {
+
+// Default block size of the sidecar: 1 MiB. Costs 8 (crc32c) or 16 (xxh3) hex digits of
+// sidecar per MiB of checkpoint; reads with verification are widened to whole blocks.
+inline constexpr std::uint64_t kDefaultChecksumBlockSize = std::uint64_t{1} << 20;
+
+// The persisted name ("crc32c", "xxh3", "none"). Existing names never change.
+std::string_view checksum_algorithm_name(ChecksumAlgorithm algorithm);
+// Inverse of checksum_algorithm_name; throws FormatError naming `source` for other names.
+ChecksumAlgorithm checksum_algorithm_from_name(std::string_view name, std::string_view source);
+
+// One-shot checksum of data (crc32c zero-extended to 64 bits; xxh3_64 seed 0; 0 for kNone).
+std::uint64_t checksum_of(ChecksumAlgorithm algorithm, ByteSpan data);
+
+// Lowercase hex, 8 digits for crc32c, 16 for xxh3.
+std::string checksum_to_hex(ChecksumAlgorithm algorithm, std::uint64_t value);
+// Parses checksum_to_hex's output; throws FormatError naming `what`.
+std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view hex, std::string_view what);
+
+class BlockChecksummer {
+ public:
+  // REQUIRES block_size > 0.
+  BlockChecksummer(ChecksumAlgorithm algorithm, std::uint64_t block_size);
+  ~BlockChecksummer();
+  BlockChecksummer(const BlockChecksummer&) = delete;
+  BlockChecksummer& operator=(const BlockChecksummer&) = delete;
+
+  // Continues both the whole-blob and the current block's checksum with data.
+  void update(ByteSpan data);
+  // Bytes seen so far.
+  std::uint64_t length() const { return length_; }
+  // The whole-blob checksum and the per-block ones; call once, after the last update().
+  std::uint64_t finish_item();
+  std::vector<std::uint64_t> take_blocks();
+
+ private:
+  struct Xxh3States;
+  void close_block();
+
+  ChecksumAlgorithm algorithm_;
+  std::uint64_t block_size_;
+  std::uint64_t length_ = 0;
+  std::uint64_t in_block_ = 0;     // bytes of the current block seen
+  std::uint32_t crc_item_ = 0;
+  std::uint32_t crc_block_ = 0;
+  std::unique_ptr<Xxh3States> xxh3_;
+  std::vector<std::uint64_t> blocks_;
+  bool finished_ = false;
+};
+
+}  // namespace shardpoint::engine

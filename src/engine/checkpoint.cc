@@ -1,0 +1,546 @@
+// save() and load(): the executor of the plans (steps numbered as in checkpoint.h).
+//
+// Messages between ranks carry a one-letter status first, so a failure on one rank turns
+// into the same error on every rank without extra collectives:
+//   'P' + plan / 'R' + write results / 'M' + metadata parts: success;
+//   'E' + comm::encode_error(...): this rank (or, from the coordinator, the job) failed.
+#include "engine/checkpoint.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/block_checksum.h"
+#include "engine/checksum_sidecar.h"
+#include "engine/chunking.h"
+#include "engine/flatten.h"
+#include "engine/item_reader.h"
+#include "engine/item_writer.h"
+#include "engine/plan_codec.h"
+#include "engine/save_plan.h"
+#include "format/metadata_codec.h"
+
+namespace shardpoint::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kMetadataKey = ".metadata";
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// ---------------------------------------------------------------------------------------
+// Failures of several ranks as one error.
+
+struct Failure {
+  int rank = 0;
+  std::string encoded;  // comm::encode_error form: "<category>\n<message>"
+};
+
+std::string message_of(const std::string& encoded) {
+  const std::size_t nl = encoded.find('\n');
+  return nl == std::string::npos ? encoded : encoded.substr(nl + 1);
+}
+
+// One encoded error (category of the lowest failed rank) whose message names every failed
+// rank and its message: "save failed on rank 1 (of 4): rank 1: <message>".
+std::string combine_failures(std::string_view op, const std::vector<Failure>& failures, int world) {
+  std::string ranks;
+  for (const Failure& f : failures) ranks += (ranks.empty() ? "" : ", ") + std::to_string(f.rank);
+  std::string message = std::string(op) + " failed on rank" + (failures.size() > 1 ? "s " : " ") + ranks +
+                        " (of " + std::to_string(world) + ")";
+  for (const Failure& f : failures) message += (&f == &failures.front() ? ": rank " : "; rank ") +
+                                               std::to_string(f.rank) + ": " + message_of(f.encoded);
+  const std::string& first = failures.front().encoded;
+  const std::size_t nl = first.find('\n');
+  return (nl == std::string::npos ? std::string("error") : first.substr(0, nl)) + "\n" + message;
+}
+
+[[noreturn]] void throw_encoded(const std::string& encoded) { comm::throw_decoded_error(encoded, ""); }
+
+std::string encode_current() { return comm::encode_error(std::current_exception()); }
+
+// (all ranks) Throws the combined error on every rank when any rank passes an error.
+void agree_or_throw(comm::Communicator& comm, std::exception_ptr local, std::string_view op) {
+  std::vector<comm::RankError> errors = comm.all_errors(comm::encode_error(local));
+  if (errors.empty()) return;
+  std::vector<Failure> failures;
+  for (auto& e : errors) failures.push_back({e.rank, std::move(e.message)});
+  throw_encoded(combine_failures(op, failures, comm.world_size()));
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's included); every
+// exception is captured and the first one (by index) rethrown after all threads joined.
+// After a failure no new index is started.
+void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (;;) {
+      if (failed.load()) return;
+      const std::size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed.store(true);
+      }
+    }
+  };
+  const std::size_t count = std::min<std::size_t>(n, static_cast<std::size_t>(std::max(threads, 1)));
+  {
+    std::vector<std::jthread> pool;
+    for (std::size_t t = 1; t < count; ++t) pool.emplace_back(worker);
+    worker();
+  }  // joined
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// The object under key, or nullopt when there is none.
+std::optional<std::string> read_whole(storage::Storage& st, std::string_view key) {
+  std::optional<std::uint64_t> size = st.try_stat(key);
+  if (!size) return std::nullopt;
+  std::string bytes(static_cast<std::size_t>(*size), '\0');
+  st.read(key, 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
+  return bytes;
+}
+
+std::string read_metadata_bytes(storage::Storage& st) {
+  std::optional<std::string> bytes = read_whole(st, kMetadataKey);
+  if (!bytes) {
+    throw StorageError(StorageError::Kind::kNotFound,
+                       st.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+  }
+  return std::move(*bytes);
+}
+
+// ---------------------------------------------------------------------------------------
+// Save, step 3: this rank's files.
+
+// Files this rank has published in this attempt (removed again when the save fails).
+class CommittedFiles {
+ public:
+  void add(std::string key) {
+    std::lock_guard lock(mu_);
+    keys_.push_back(std::move(key));
+  }
+  // Best effort: a failure to remove is ignored (the save is failing anyway and
+  // `.metadata` was never written, so the files are invisible to loaders).
+  void remove_all(storage::Storage& st) noexcept {
+    std::lock_guard lock(mu_);
+    for (const auto& key : keys_) {
+      try {
+        st.remove(key);
+      } catch (...) {
+      }
+    }
+    keys_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> keys_;
+};
+
+std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& st,
+                                     const SaveOptions& options, CommittedFiles& committed) {
+  std::map<std::string, std::vector<const WriteItem*>> by_file;
+  for (const std::string& file : plan.files) by_file[file];
+  for (const WriteItem& item : plan.items) {
+    auto it = by_file.find(item.file);
+    if (it == by_file.end()) {
+      throw UsageError("save: item \"" + item.index.fqn + "\" is planned into \"" + item.file +
+                       "\", which is not one of this rank's files");
+    }
+    it->second.push_back(&item);
+  }
+  for (auto& [file, items] : by_file) {
+    std::sort(items.begin(), items.end(),
+              [](const WriteItem* a, const WriteItem* b) { return a->index_in_file < b->index_in_file; });
+  }
+  const std::vector<std::string>& files = plan.files;
+  std::vector<std::vector<WrittenItem>> results(files.size());
+  ItemWriteOptions item_options;
+  item_options.checksum = options.checksum;
+  item_options.block_size = options.checksum_block_bytes;
+  storage::WriteOptions write_options;
+  write_options.durable = options.durable;
+  write_options.direct_io = options.direct_io;
+
+  parallel_for(files.size(), options.thread_count, [&](std::size_t i) {
+    const std::string& file = files[i];
+    std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
+    for (const WriteItem* item : by_file.at(file)) {
+      auto value = flat.items.find(item->index.fqn);
+      if (value == flat.items.end()) {
+        throw UsageError("save: item \"" + item->index.fqn + "\" is in the plan but not in this rank's state");
+      }
+      try {
+        results[i].push_back(write_item(*writer, file, *item, value->second, item_options));
+      } catch (const StorageError&) {
+        rethrow_with_context("save: " + file + ": item \"" + item->index.fqn + "\"");
+      }
+    }
+    writer->commit();
+    committed.add(file);
+  });
+
+  std::vector<WrittenItem> all;
+  for (auto& r : results) std::move(r.begin(), r.end(), std::back_inserter(all));
+  return all;
+}
+
+// ---------------------------------------------------------------------------------------
+// Save, step 5 (coordinator): sidecar, then `.metadata`.
+
+void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
+                       const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options) {
+  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
+  for (const auto& rank_items : written) {
+    for (const WrittenItem& w : rank_items) {
+      if (!metadata.storage_data.emplace(w.index, w.info).second) {
+        throw Error("save: item \"" + w.index.fqn + "\" was written twice (internal error)");
+      }
+      if (options.checksum != ChecksumAlgorithm::kNone) {
+        sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
+                                  w.checksum, w.blocks});
+      }
+    }
+  }
+  // Every chunk and bytes item of the index must have been written by some rank.
+  for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
+    if (const auto* tensor = std::get_if<format::TensorStorageMetadata>(&entry)) {
+      for (const auto& chunk : tensor->chunks) {
+        if (!metadata.storage_data.contains(format::MetadataIndex{fqn, chunk.offsets, std::nullopt})) {
+          throw Error("save: tensor \"" + fqn + "\" chunk " + format::describe_chunk(chunk) +
+                      " was planned but no rank wrote it (internal error)");
+        }
+      }
+    } else if (!metadata.storage_data.contains(format::MetadataIndex{fqn, std::nullopt, std::nullopt})) {
+      throw Error("save: object \"" + fqn + "\" was planned but no rank wrote it (internal error)");
+    }
+  }
+  storage::WriteOptions wo;
+  wo.durable = options.durable;
+  wo.direct_io = false;
+  // The sidecar first: once `.metadata` exists, every blob it names has its checksums.
+  if (options.checksum != ChecksumAlgorithm::kNone) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
+  // The commit marker (tmp + fsync + rename + directory fsync when durable).
+  st.write_atomic(kMetadataKey, as_bytes(format::encode_metadata(metadata)), wo);
+}
+
+// ---------------------------------------------------------------------------------------
+// Load, steps 2-3 on one rank.
+
+class FileSources {
+ public:
+  explicit FileSources(storage::Storage& st) : st_(st) {}
+  std::shared_ptr<const ByteSource> get(const std::string& key) {
+    std::lock_guard lock(mu_);
+    auto it = sources_.find(key);
+    if (it != sources_.end()) return it->second;
+    std::shared_ptr<const ByteSource> source = st_.open_source(key);
+    sources_.emplace(key, source);
+    return source;
+  }
+
+ private:
+  storage::Storage& st_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
+};
+
+const format::ChunkStorageMetadata& find_chunk(const format::TensorStorageMetadata& tensor,
+                                               const format::MetadataIndex& index) {
+  if (index.index && *index.index >= 0 && static_cast<std::size_t>(*index.index) < tensor.chunks.size() &&
+      tensor.chunks[static_cast<std::size_t>(*index.index)].offsets == index.offset) {
+    return tensor.chunks[static_cast<std::size_t>(*index.index)];
+  }
+  for (const auto& chunk : tensor.chunks) {
+    if (chunk.offsets == index.offset) return chunk;
+  }
+  throw FormatError(".metadata: tensor \"" + index.fqn + "\" has no chunk at offsets " +
+                    shape_to_string(index.offset.value_or(Shape{})));
+}
+
+const format::StorageInfo& find_storage(const format::Metadata& metadata, const format::MetadataIndex& index,
+                                        const std::string& metadata_name) {
+  auto it = metadata.storage_data.find(format::MetadataIndex{index.fqn, index.offset, std::nullopt});
+  if (it == metadata.storage_data.end()) {
+    throw FormatError(metadata_name + ": item \"" + index.fqn + "\"" +
+                      (index.offset ? " chunk at " + shape_to_string(*index.offset) : std::string()) +
+                      ": expected a storage_data entry, found none");
+  }
+  return it->second;
+}
+
+void load_on_rank(StateNode& state, storage::Storage& st, const std::string& broadcast, const LoadOptions& options,
+                  LoadReport& report) {
+  const std::vector<std::string> parts = unpack_parts(broadcast, "load: metadata broadcast");
+  if (parts.size() != 3) throw FormatError("load: metadata broadcast: expected 3 parts");
+  const std::string metadata_name = st.describe_key(kMetadataKey);
+  const format::Metadata metadata = format::decode_metadata(as_bytes(parts[0]), metadata_name);
+  std::optional<ChecksumSidecar> sidecar;
+  if (options.verify_checksums && parts[1] == "1") {
+    sidecar = ChecksumSidecar::decode(parts[2], st.describe_key(kChecksumSidecar));
+  }
+
+  // Tensor leaves are boxes with buffers, object leaves placeholders. 2.3-era keys: the
+  // ≤2.3 flattening is used when it explains keys the 2.4 rule misses (DCP 2.5).
+  const FlatStateDict flat = flatten_for_load(metadata, state);
+  LoadPlanOptions plan_options;
+  plan_options.strict = options.strict;
+  const LoadPlan plan = make_load_plan(metadata, flat, plan_options);
+  if (!options.strict) report.problems = plan.problems;
+
+  // Group the reads by saved item: each blob is opened (its headers parsed) once.
+  std::map<format::MetadataIndex, std::vector<const ReadItem*>> tensor_groups;
+  std::vector<const ReadItem*> object_items;
+  for (const ReadItem& item : plan.items) {
+    if (item.type == ReadItemType::kTensor) {
+      tensor_groups[format::MetadataIndex{item.storage_index.fqn, item.storage_index.offset, std::nullopt}].push_back(
+          &item);
+    } else {
+      object_items.push_back(&item);
+    }
+  }
+  std::vector<const std::vector<const ReadItem*>*> groups;
+  for (const auto& [key, items] : tensor_groups) groups.push_back(&items);
+
+  auto checksums_for = [&](const format::StorageInfo& info) {
+    BlobChecksums cs;
+    if (sidecar) {
+      cs.algorithm = sidecar->algorithm();
+      cs.block_size = sidecar->block_size();
+      cs.item = sidecar->find(info.relative_path, info.offset);
+    }
+    return cs;
+  };
+
+  FileSources sources(st);
+  const std::size_t tasks = groups.size() + object_items.size();
+  std::vector<ReadCounts> counts(tasks);
+  std::vector<pickle::ValuePtr> objects(object_items.size());
+  std::atomic<std::uint64_t> needed{0};
+
+  parallel_for(tasks, options.thread_count, [&](std::size_t task) {
+    if (task < groups.size()) {
+      const std::vector<const ReadItem*>& items = *groups[task];
+      const format::MetadataIndex& key = items.front()->storage_index;
+      const auto& entry = metadata.state_dict_metadata.at(key.fqn);
+      const auto& tensor = std::get<format::TensorStorageMetadata>(entry);
+      const format::ChunkStorageMetadata& chunk = find_chunk(tensor, key);
+      const format::StorageInfo& info = find_storage(metadata, key, metadata_name);
+      SavedTensorBlob blob(sources.get(info.relative_path), info, key.fqn, chunk, tensor.properties.dtype);
+      const BlobChecksums cs = checksums_for(info);
+      const std::size_t itemsize = dtype_itemsize(tensor.properties.dtype);
+      for (const ReadItem* item : items) {
+        const auto& dest = std::get<TensorShard>(flat.items.at(item->dest_index.fqn));
+        const std::uint64_t box_bytes = static_cast<std::uint64_t>(volume(dest.sizes)) * itemsize;
+        if (dest.data.size() != box_bytes || (box_bytes > 0 && dest.data.data() == nullptr)) {
+          throw UsageError("load: tensor \"" + item->dest_index.fqn + "\" box " +
+                           box_to_string(dest.offsets, dest.sizes) + ": expected a buffer of " +
+                           std::to_string(box_bytes) + " bytes, found " + std::to_string(dest.data.size()));
+        }
+        blob.read_into(*item, dest.data, dest.sizes, cs);
+        needed += static_cast<std::uint64_t>(volume(item->lengths)) * itemsize;
+      }
+      counts[task] = blob.counts();
+    } else {
+      const std::size_t k = task - groups.size();
+      const ReadItem& item = *object_items[k];
+      const format::StorageInfo& info = find_storage(metadata, item.storage_index, metadata_name);
+      std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
+      objects[k] = read_saved_object(*file, info, item.storage_index.fqn, checksums_for(info), counts[task]);
+      needed += info.length;
+    }
+  });
+
+  // Objects replace the template's leaves (after all readers joined: the tree is not
+  // thread-safe).
+  for (std::size_t k = 0; k < object_items.size(); ++k) {
+    const std::string& fqn = object_items[k]->dest_index.fqn;
+    auto path = flat.planner_data.find(fqn);
+    set_at_path(state, path != flat.planner_data.end() ? path->second : format::ObjectPath{fqn},
+                StateNode(objects[k]));
+  }
+
+  ReadCounts total;
+  for (const ReadCounts& c : counts) total += c;
+  report.bytes_needed = needed.load();
+  report.data_bytes_read = total.data_bytes;
+  report.bytes_read = total.data_bytes + total.header_bytes;
+}
+
+}  // namespace
+
+SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                const SaveOptions& options) {
+  SaveReport report;
+  const auto t_plan = Clock::now();
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+
+  // 1. (all ranks) Flatten, local plan.
+  FlatStateDict flat;
+  std::string local;
+  try {
+    if (options.thread_count < 1) {
+      throw UsageError("save: thread_count must be >= 1, found " + std::to_string(options.thread_count));
+    }
+    if (options.checksum_block_bytes == 0) throw UsageError("save: checksum_block_bytes must be > 0");
+    flat = flatten_state_dict(state);
+    local = "P" + encode_save_plan(make_local_save_plan(flat, rank));
+  } catch (...) {
+    local = "E" + encode_current();
+  }
+
+  // 2. (coordinator) Global plan; scatter each rank's final plan (or the job's failure).
+  std::vector<std::string> gathered = comm.gather(std::move(local));
+  GlobalSavePlan global;
+  std::vector<std::string> pieces;
+  if (comm.is_coordinator()) {
+    std::vector<Failure> failures;
+    std::vector<SavePlan> plans;
+    for (int r = 0; r < world; ++r) {
+      const std::string& m = gathered[static_cast<std::size_t>(r)];
+      if (m.empty() || m[0] != 'P') {
+        failures.push_back({r, m.empty() ? std::string("error\nempty plan message") : m.substr(1)});
+      }
+    }
+    if (failures.empty()) {
+      try {
+        for (int r = 0; r < world; ++r) {
+          plans.push_back(decode_save_plan(std::string_view(gathered[static_cast<std::size_t>(r)]).substr(1),
+                                           "save: plan of rank " + std::to_string(r)));
+        }
+        SavePlanOptions plan_options;
+        plan_options.thread_count = options.thread_count;
+        plan_options.single_file_per_rank = true;
+        plan_options.dedup_to_lowest_rank = options.dedup_to_lowest_rank;
+        global = make_global_save_plan(std::move(plans), plan_options);
+        // Saving over a committed checkpoint un-commits it first: its data files are about
+        // to be overwritten, so its `.metadata` must not outlive them.
+        checkpoint.remove(kMetadataKey);
+        checkpoint.remove(kChecksumSidecar);
+        for (const SavePlan& p : global.plans) pieces.push_back("P" + encode_save_plan(p));
+      } catch (...) {
+        failures = {{0, encode_current()}};
+      }
+    }
+    if (!failures.empty()) pieces.assign(static_cast<std::size_t>(world), "E" + combine_failures("save", failures, world));
+  }
+  gathered.clear();
+  const std::string mine = comm.scatter(std::move(pieces));
+  if (mine.empty() || mine[0] != 'P') throw_encoded(mine.empty() ? "error\nsave: empty plan" : mine.substr(1));
+  const SavePlan plan = decode_save_plan(std::string_view(mine).substr(1), "save: final plan");
+  report.files = plan.files;
+  report.plan_seconds = seconds_since(t_plan);
+
+  // 3. (all ranks) Write this rank's files, thread_count in parallel.
+  const auto t_write = Clock::now();
+  CommittedFiles committed;
+  std::string result;
+  try {
+    std::vector<WrittenItem> written = write_files(plan, flat, checkpoint, options, committed);
+    for (const WrittenItem& w : written) report.bytes_written += w.info.length;
+    result = "R" + encode_written_items(written);
+  } catch (...) {
+    result = "E" + encode_current();
+  }
+  report.write_seconds = seconds_since(t_write);
+
+  const auto t_commit = Clock::now();
+  try {
+    // 4-5. Gather the results; the coordinator commits only when every rank succeeded.
+    std::vector<std::string> results = comm.gather(std::move(result));
+    std::string status;
+    if (comm.is_coordinator()) {
+      std::vector<Failure> failures;
+      for (int r = 0; r < world; ++r) {
+        const std::string& m = results[static_cast<std::size_t>(r)];
+        if (m.empty() || m[0] != 'R') failures.push_back({r, m.empty() ? std::string("error\nno result") : m.substr(1)});
+      }
+      if (failures.empty()) {
+        try {
+          std::vector<std::vector<WrittenItem>> written;
+          for (int r = 0; r < world; ++r) {
+            written.push_back(decode_written_items(std::string_view(results[static_cast<std::size_t>(r)]).substr(1),
+                                                   "save: results of rank " + std::to_string(r)));
+          }
+          commit_checkpoint(checkpoint, std::move(global.metadata), written, options);
+        } catch (...) {
+          failures = {{0, encode_current()}};
+          try {
+            checkpoint.remove(kChecksumSidecar);
+          } catch (...) {
+          }
+        }
+      }
+      if (!failures.empty()) status = combine_failures("save", failures, world);
+    }
+    // 6. (all ranks) The outcome; this broadcast is also the final barrier: the coordinator
+    // sends it only after `.metadata` is durable, so when save() returns on any rank the
+    // checkpoint is committed.
+    status = comm.broadcast(std::move(status));
+    if (!status.empty()) throw_encoded(status);
+  } catch (...) {
+    committed.remove_all(checkpoint);
+    throw;
+  }
+  report.commit_seconds = seconds_since(t_commit);
+  return report;
+}
+
+LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm, const LoadOptions& options) {
+  LoadReport report;
+  const auto t0 = Clock::now();
+
+  // 1. (coordinator) `.metadata` and the sidecar, broadcast as bytes.
+  std::string message;
+  if (comm.is_coordinator()) {
+    try {
+      std::string metadata = read_metadata_bytes(checkpoint);
+      std::optional<std::string> sidecar;
+      if (options.verify_checksums) sidecar = read_whole(checkpoint, kChecksumSidecar);
+      message = "M" + pack_parts({std::move(metadata), sidecar ? "1" : "0", sidecar.value_or(std::string())});
+    } catch (...) {
+      message = "E" + encode_current();
+    }
+  }
+  message = comm.broadcast(std::move(message));
+  if (message.empty() || message[0] != 'M') {
+    std::string encoded = message.empty() ? std::string("error\nempty metadata broadcast") : message.substr(1);
+    throw_encoded(combine_failures("load", {{0, std::move(encoded)}}, comm.world_size()));
+  }
+
+  // 2-3. (all ranks) Plan and read.
+  std::exception_ptr error;
+  try {
+    load_on_rank(state, checkpoint, message.substr(1), options, report);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // 4. (all ranks) Agree.
+  agree_or_throw(comm, error, "load");
+  report.seconds = seconds_since(t0);
+  return report;
+}
+
+format::Metadata read_metadata(storage::Storage& checkpoint) {
+  const std::string bytes = read_metadata_bytes(checkpoint);
+  return format::decode_metadata(as_bytes(bytes), checkpoint.describe_key(kMetadataKey));
+}
+
+}  // namespace shardpoint::engine

@@ -1,0 +1,97 @@
+#include "engine/checksum_sidecar.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/block_checksum.h"
+
+namespace shardpoint::engine {
+
+namespace {
+
+constexpr const char* kFormatName = "shardpoint-checksums";
+constexpr int kVersion = 1;
+
+}  // namespace
+
+void ChecksumSidecar::add(ItemChecksums item) {
+  auto key = std::make_pair(item.file, item.offset);
+  items_[std::move(key)] = std::move(item);
+}
+
+const ItemChecksums* ChecksumSidecar::find(const std::string& file, std::uint64_t offset) const {
+  auto it = items_.find(std::make_pair(file, offset));
+  return it == items_.end() ? nullptr : &it->second;
+}
+
+std::string ChecksumSidecar::encode() const {
+  nlohmann::ordered_json root;
+  root["format"] = kFormatName;
+  root["version"] = kVersion;
+  root["algorithm"] = std::string(checksum_algorithm_name(algorithm_));
+  root["block_size"] = block_size_;
+  nlohmann::ordered_json items = nlohmann::ordered_json::array();
+  for (const auto& [key, item] : items_) {
+    nlohmann::ordered_json j;
+    j["file"] = item.file;
+    j["offset"] = item.offset;
+    j["length"] = item.length;
+    j["fqn"] = item.fqn;
+    if (item.chunk_offsets) j["chunk_offsets"] = *item.chunk_offsets;
+    j["checksum"] = checksum_to_hex(algorithm_, item.checksum);
+    nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
+    for (std::uint64_t b : item.blocks) blocks.push_back(checksum_to_hex(algorithm_, b));
+    j["blocks"] = std::move(blocks);
+    items.push_back(std::move(j));
+  }
+  root["items"] = std::move(items);
+  return root.dump(1) + "\n";
+}
+
+ChecksumSidecar ChecksumSidecar::decode(std::string_view json, std::string_view source_name) {
+  const std::string src(source_name);
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(src + ": not valid JSON: " + e.what());
+  }
+  try {
+    if (!root.is_object() || root.value("format", std::string()) != kFormatName) {
+      throw FormatError(src + ": expected \"format\": \"" + kFormatName + "\"");
+    }
+    const int version = root.at("version").get<int>();
+    if (version != kVersion) {
+      throw FormatError(src + ": unsupported version " + std::to_string(version) + " (this build reads version " +
+                        std::to_string(kVersion) + ")");
+    }
+    ChecksumSidecar sidecar(checksum_algorithm_from_name(root.at("algorithm").get<std::string>(), src),
+                            root.at("block_size").get<std::uint64_t>());
+    if (sidecar.block_size_ == 0) throw FormatError(src + ": block_size 0");
+    for (const auto& j : root.at("items")) {
+      ItemChecksums item;
+      item.file = j.at("file").get<std::string>();
+      item.offset = j.at("offset").get<std::uint64_t>();
+      item.length = j.at("length").get<std::uint64_t>();
+      item.fqn = j.value("fqn", std::string());
+      if (j.contains("chunk_offsets")) item.chunk_offsets = j.at("chunk_offsets").get<format::Shape>();
+      const std::string what = src + ": item \"" + item.fqn + "\" (" + item.file + " at " +
+                               std::to_string(item.offset) + ")";
+      item.checksum = checksum_from_hex(sidecar.algorithm_, j.at("checksum").get<std::string>(), what + " checksum");
+      for (const auto& b : j.at("blocks")) {
+        item.blocks.push_back(checksum_from_hex(sidecar.algorithm_, b.get<std::string>(), what + " block"));
+      }
+      const std::uint64_t expected_blocks = (item.length + sidecar.block_size_ - 1) / sidecar.block_size_;
+      if (sidecar.algorithm_ != ChecksumAlgorithm::kNone && item.blocks.size() != expected_blocks) {
+        throw FormatError(what + ": expected " + std::to_string(expected_blocks) + " block checksums for " +
+                          std::to_string(item.length) + " bytes, found " + std::to_string(item.blocks.size()));
+      }
+      sidecar.add(std::move(item));
+    }
+    return sidecar;
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(src + ": " + e.what());
+  }
+}
+
+}  // namespace shardpoint::engine

@@ -1,0 +1,94 @@
+#include "engine/item_writer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/block_checksum.h"
+#include "engine/chunking.h"
+#include "pickle/value.h"
+#include "torchfile/torch_save_writer.h"
+
+namespace shardpoint::engine {
+
+namespace {
+
+// Forwards to the file and checksums what passes; position() counts this blob's bytes.
+class ChecksummingSink final : public ByteSink {
+ public:
+  ChecksummingSink(ByteSink& target, BlockChecksummer& sum) : target_(target), sum_(sum) {}
+  void write(ByteSpan data) override {
+    target_.write(data);
+    sum_.update(data);
+  }
+  using ByteSink::write;
+  std::uint64_t position() const override { return sum_.length(); }
+
+ private:
+  ByteSink& target_;
+  BlockChecksummer& sum_;
+};
+
+[[noreturn]] void mismatch(const WriteItem& item, const std::string& detail) {
+  throw UsageError("save: item \"" + item.index.fqn + "\": " + detail);
+}
+
+void write_tensor(torchfile::TorchSaveWriter& writer, const WriteItem& item, const TensorShard& shard,
+                  std::size_t slice_bytes) {
+  if (shard.dtype != item.dtype) {
+    mismatch(item, std::string("expected dtype ") + std::string(dtype_name(item.dtype)) + ", found " +
+                       std::string(dtype_name(shard.dtype)));
+  }
+  if (shard.sizes != item.chunk.sizes || shard.offsets != item.chunk.offsets) {
+    mismatch(item, "expected the box " + box_to_string(item.chunk.offsets, item.chunk.sizes) + ", found " +
+                       box_to_string(shard.offsets, shard.sizes));
+  }
+  if (shard.data.size() != item.nbytes || (item.nbytes > 0 && shard.data.data() == nullptr)) {
+    mismatch(item, "expected " + std::to_string(item.nbytes) + " bytes of tensor data, found " +
+                       std::to_string(shard.data.size()) + (shard.data.data() == nullptr ? " (no buffer)" : ""));
+  }
+  const std::size_t itemsize = dtype_itemsize(item.dtype);
+  const std::uint64_t numel = itemsize == 0 ? 0 : item.nbytes / itemsize;
+  const std::vector<std::int64_t> strides = torchfile::contiguous_strides(item.chunk.sizes);
+  pickle::ValuePtr root = torchfile::make_tensor_node(item.dtype, item.chunk.sizes, strides, 0, "0", numel, "cpu",
+                                                      /*requires_grad=*/false);
+  writer.write_pickle(*root);
+  writer.begin_storage("0", item.nbytes);
+  ByteSpan data(shard.data.data(), shard.data.size());
+  while (!data.empty()) {
+    const std::size_t n = std::min(slice_bytes, data.size());
+    writer.write(data.first(n));
+    data = data.subspan(n);
+  }
+  writer.end_storage();
+}
+
+}  // namespace
+
+WrittenItem write_item(ByteSink& file, const std::string& file_name, const WriteItem& item, const FlatValue& value,
+                       const ItemWriteOptions& options) {
+  WrittenItem out;
+  out.index = item.index;
+  out.info.relative_path = file_name;
+  out.info.offset = file.position();
+
+  BlockChecksummer sum(options.checksum, options.block_size);
+  ChecksummingSink sink(file, sum);
+  torchfile::TorchSaveWriter writer(sink);
+  if (item.type == WriteItemType::kTensor) {
+    const auto* shard = std::get_if<TensorShard>(&value);
+    if (shard == nullptr) mismatch(item, "planned as a tensor, found an object");
+    write_tensor(writer, item, *shard, std::max<std::size_t>(options.slice_bytes, 1));
+  } else {
+    const auto* object = std::get_if<pickle::ValuePtr>(&value);
+    if (object == nullptr) mismatch(item, "planned as an object, found a tensor");
+    const pickle::ValuePtr& v = *object ? *object : pickle::Value::none();
+    writer.write_pickle(*v);
+  }
+  writer.finish();
+  out.info.length = sum.length();
+  out.checksum = sum.finish_item();
+  out.blocks = sum.take_blocks();
+  return out;
+}
+
+}  // namespace shardpoint::engine

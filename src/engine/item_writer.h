@@ -1,0 +1,53 @@
+// Writing one save item into a .distcp file: a complete torch.save blob appended at the
+// file's current position (spec: dcp-format.md §2.1), checksummed as its bytes stream out.
+//
+// A tensor item is torch.save of the chunk: archive "archive", root
+// _rebuild_tensor_v2(('storage', torch.<T>Storage, "0", "cpu", numel), 0, sizes,
+// contiguous strides, False, OrderedDict()), one storage record data/0 holding exactly the
+// chunk's row-major bytes. The bytes come straight from the caller's buffer; the only
+// copies are the storage writer's aligned staging buffers.
+// A bytes item is torch.save of the object's pickle value (no storages).
+//
+// Thread-safety: reentrant; one sink per thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/byte_stream.h"
+#include "engine/checkpoint.h"
+#include "engine/flatten.h"
+#include "engine/save_plan.h"
+#include "format/metadata.h"
+
+namespace shardpoint::engine {
+
+// What one written item reports to the coordinator.
+struct WrittenItem {
+  format::MetadataIndex index;  // fqn; chunk offsets and position for tensors (none for bytes)
+  format::StorageInfo info;     // relative_path, offset, length of the blob
+  std::uint64_t checksum = 0;   // over the whole blob (0 with ChecksumAlgorithm::kNone)
+  std::vector<std::uint64_t> blocks;  // per block_size piece of the blob
+  bool operator==(const WrittenItem& o) const {
+    return index == o.index && index.index == o.index.index && info == o.info && checksum == o.checksum &&
+           blocks == o.blocks;
+  }
+};
+
+struct ItemWriteOptions {
+  ChecksumAlgorithm checksum = ChecksumAlgorithm::kCrc32c;
+  std::uint64_t block_size = std::uint64_t{1} << 20;
+  // Tensor bytes are handed to the sink in slices of this size, so the zip CRC, the item
+  // checksum and the storage writer's copy touch each slice while it is in cache.
+  std::size_t slice_bytes = std::size_t{4} << 20;
+};
+
+// Appends `item` (value = its leaf: a TensorShard for kTensor, a pickle value for kBytes)
+// as one torch.save blob to `file`, whose name (`file_name`) goes into the result.
+// Throws UsageError naming the fqn when the value does not match the item (kind, dtype,
+// box, or a tensor without data of the planned size); StorageError from the sink.
+WrittenItem write_item(ByteSink& file, const std::string& file_name, const WriteItem& item, const FlatValue& value,
+                       const ItemWriteOptions& options = {});
+
+}  // namespace shardpoint::engine

@@ -1,0 +1,589 @@
+// save()/load() in one process: ThreadGroup ranks over MemoryStorage and LocalStorage,
+// resharding N -> M, replicated data written once, read accounting, failure injection,
+// corruption detection, and the on-disk result read back by the format/torchfile layers.
+#include "engine/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "comm/thread_communicator.h"
+#include "core/error.h"
+#include "engine/checksum_sidecar.h"
+#include "engine/flatten.h"
+#include "engine/checkpoint_test_state.h"
+#include "format/metadata_codec.h"
+#include "storage/fault_injection_storage.h"
+#include "storage/local_storage.h"
+#include "storage/memory_storage.h"
+#include "storage/storage_registry.h"
+#include "test_util.h"
+#include "torchfile/torch_file.h"
+
+namespace shardpoint::engine {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::compare_with_expected;
+using testing::make_rank_state;
+using testing::RankState;
+
+comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(20)}; }
+
+std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage("memory://", {}); }
+
+std::vector<SaveReport> save_on(int world, storage::Storage& st, SaveOptions options = {}) {
+  std::vector<RankState> states;
+  for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, true));
+  std::vector<SaveReport> reports(static_cast<std::size_t>(world));
+  comm::ThreadGroup group(world, fast());
+  group.run([&](comm::Communicator& comm) { reports[comm.rank()] = save(states[comm.rank()].root, st, comm, options); });
+  return reports;
+}
+
+// Loads on `world` ranks and checks every value; returns the reports.
+std::vector<LoadReport> load_and_check(int world, storage::Storage& st, LoadOptions options = {}) {
+  std::vector<RankState> states;
+  for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
+  std::vector<LoadReport> reports(static_cast<std::size_t>(world));
+  comm::ThreadGroup group(world, fast());
+  group.run([&](comm::Communicator& comm) { reports[comm.rank()] = load(states[comm.rank()].root, st, comm, options); });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(compare_with_expected(states[r], r, world), "") << "rank " << r << " of " << world;
+  }
+  return reports;
+}
+
+// Bytes of the rank's tensor boxes plus the lengths of the bytes items (all ranks load
+// every object).
+std::uint64_t expected_needed(const format::Metadata& md, int rank, int world) {
+  std::uint64_t n = 0;
+  for (const auto& spec : testing::tensor_specs()) {
+    n += static_cast<std::uint64_t>(volume(testing::box_of(spec, rank, world).sizes)) * dtype_itemsize(spec.dtype);
+  }
+  for (const auto& [index, info] : md.storage_data) {
+    if (!index.offset) n += info.length;
+  }
+  return n;
+}
+
+TEST(CheckpointTest, ReshardsEveryWorldSizeOnMemoryStorage) {
+  for (int n = 1; n <= 4; ++n) {
+    auto st = memory();
+    std::vector<SaveReport> saved = save_on(n, *st);
+    const format::Metadata md = read_metadata(*st);
+    // Every item is written exactly once: replicated tensors have one chunk and one blob.
+    std::uint64_t written = 0, stored = 0;
+    for (const auto& r : saved) written += r.bytes_written;
+    for (const auto& [index, info] : md.storage_data) stored += info.length;
+    EXPECT_EQ(written, stored) << n;
+    for (const char* rep : {"model.rep", "model.scalar"}) {
+      const auto& t = std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at(rep));
+      EXPECT_EQ(t.chunks.size(), 1u) << rep;
+    }
+    EXPECT_EQ(std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at("model.w")).chunks.size(),
+              static_cast<std::size_t>(n));
+    for (int m = 1; m <= 4; ++m) {
+      SCOPED_TRACE("save on " + std::to_string(n) + ", load on " + std::to_string(m));
+      LoadOptions off;
+      off.verify_checksums = false;
+      std::vector<LoadReport> reports = load_and_check(m, *st, off);
+      for (int r = 0; r < m; ++r) {
+        EXPECT_EQ(reports[r].bytes_needed, expected_needed(md, r, m)) << "rank " << r;
+        EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << "rank " << r;
+        EXPECT_GT(reports[r].bytes_read, reports[r].data_bytes_read);
+      }
+      std::vector<LoadReport> verified = load_and_check(m, *st);
+      for (int r = 0; r < m; ++r) {
+        EXPECT_GE(verified[r].data_bytes_read, verified[r].bytes_needed);
+        EXPECT_EQ(verified[r].bytes_needed, reports[r].bytes_needed);
+      }
+    }
+  }
+}
+
+TEST(CheckpointTest, ReshardsEveryWorldSizeOnLocalStorage) {
+  shardpoint::testing::TempDir dir;
+  for (int n = 1; n <= 4; ++n) {
+    auto st = storage::open_local_storage_at(dir.file("n" + std::to_string(n)));
+    SaveOptions options;
+    options.durable = n == 2;  // one durable save; the rest fast
+    options.thread_count = n == 3 ? 3 : 1;
+    std::vector<SaveReport> saved = save_on(n, *st, options);
+    EXPECT_EQ(saved[0].files.size(), static_cast<std::size_t>(options.thread_count));
+    for (int m = 1; m <= 4; ++m) {
+      SCOPED_TRACE("save on " + std::to_string(n) + ", load on " + std::to_string(m));
+      LoadOptions lo;
+      lo.thread_count = m;
+      load_and_check(m, *st, lo);
+    }
+  }
+}
+
+TEST(CheckpointTest, EmptyBucketsStillCreateFiles) {
+  auto st = memory();
+  SaveOptions options;
+  options.thread_count = 4;
+  std::vector<SaveReport> saved = save_on(4, *st, options);
+  std::set<std::string> keys;
+  for (const auto& o : st->list("")) keys.insert(o.key);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(saved[r].files.size(), 4u);
+    for (int f = 0; f < 4; ++f) {
+      const std::string name = "__" + std::to_string(r) + "_" + std::to_string(f) + ".distcp";
+      EXPECT_TRUE(keys.contains(name)) << name;
+      EXPECT_EQ(saved[r].files[f], name);
+    }
+  }
+  EXPECT_TRUE(keys.contains(".metadata"));
+  EXPECT_TRUE(keys.contains(kChecksumSidecar));
+  load_and_check(3, *st);
+
+  // Only replicated data, written by the lowest rank: rank 1 has nothing to write and
+  // still creates its (empty) files.
+  auto st2 = memory();
+  std::vector<double> values{1.5, -2.25, 3.0};
+  SaveOptions lowest;
+  lowest.thread_count = 2;
+  lowest.dedup_to_lowest_rank = true;
+  comm::ThreadGroup group(2, fast());
+  std::vector<SaveReport> reports(2);
+  group.run([&](comm::Communicator& comm) {
+    StateNode root(StateDict{});
+    TensorShard t;
+    t.dtype = DType::kFloat64;
+    t.global_shape = {3};
+    t.offsets = {0};
+    t.sizes = {3};
+    t.data = std::as_writable_bytes(std::span<double>(values));
+    root.set("rep", StateNode(t));
+    reports[comm.rank()] = save(root, *st2, comm, lowest);
+  });
+  EXPECT_EQ(reports[1].bytes_written, 0u);
+  EXPECT_GT(reports[0].bytes_written, 0u);
+  for (const char* name : {"__0_0.distcp", "__0_1.distcp", "__1_0.distcp", "__1_1.distcp"}) {
+    ASSERT_TRUE(st2->try_stat(name)) << name;
+  }
+  EXPECT_EQ(*st2->try_stat("__1_0.distcp"), 0u);
+  EXPECT_EQ(*st2->try_stat("__1_1.distcp"), 0u);
+  EXPECT_EQ(*st2->try_stat("__0_0.distcp") + *st2->try_stat("__0_1.distcp"), reports[0].bytes_written);
+}
+
+TEST(CheckpointTest, ItemsAreBackToBackTorchSaveBlobsBytesFirst) {
+  shardpoint::testing::TempDir dir;
+  auto st = storage::open_local_storage_at(dir.path().string());
+  save_on(2, *st);
+  const std::string metadata_bytes = shardpoint::testing::read_text(dir.file(".metadata"));
+  const format::Metadata md = format::decode_metadata(as_bytes(metadata_bytes), ".metadata");
+  EXPECT_TRUE(format::same_encoded_content(md, read_metadata(*st)));
+  // Per file: blobs tile the file exactly, bytes items before tensors.
+  std::map<std::string, std::vector<std::pair<format::StorageInfo, format::MetadataIndex>>> by_file;
+  for (const auto& [index, info] : md.storage_data) by_file[info.relative_path].push_back({info, index});
+  ASSERT_EQ(by_file.size(), 2u);
+  for (auto& [file, items] : by_file) {
+    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first.offset < b.first.offset; });
+    std::uint64_t pos = 0;
+    bool seen_tensor = false;
+    for (const auto& [info, index] : items) {
+      EXPECT_EQ(info.offset, pos) << file << " " << index.fqn;
+      pos += info.length;
+      const bool is_tensor = index.offset.has_value();
+      EXPECT_FALSE(seen_tensor && !is_tensor) << "bytes item after a tensor in " << file << ": " << index.fqn;
+      seen_tensor = seen_tensor || is_tensor;
+      // Every blob opens as a torch.save archive named "archive".
+      auto whole = FileSource::open(dir.file(file));
+      auto tf = torchfile::TorchFile::open(whole->window(info.offset, info.length, file));
+      EXPECT_EQ(tf->archive_name(), "archive");
+      if (is_tensor) {
+        ASSERT_EQ(tf->tensors().size(), 1u);
+        const auto& t = tf->tensors()[0];
+        EXPECT_EQ(tf->tensor_of(*tf->root()), &t);
+        EXPECT_TRUE(t.is_contiguous());
+        EXPECT_EQ(t.storage_offset, 0);
+        EXPECT_EQ(t.storage.size, t.nbytes());  // storage holds exactly the chunk
+        const auto& tm = std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at(index.fqn));
+        EXPECT_EQ(t.dtype, tm.properties.dtype);
+      } else {
+        EXPECT_TRUE(tf->tensors().empty());
+      }
+    }
+    EXPECT_EQ(pos, std::filesystem::file_size(dir.file(file))) << file;
+  }
+  // Objects are their pickle values.
+  const auto& tag = md.storage_data.at(format::MetadataIndex{"tag", std::nullopt, std::nullopt});
+  auto whole = FileSource::open(dir.file(tag.relative_path));
+  auto tf = torchfile::TorchFile::open(whole->window(tag.offset, tag.length, "tag"));
+  EXPECT_TRUE(pickle::deep_equal(*tf->root(), *pickle::Value::str("run-1")));
+  // planner_data keeps the nesting.
+  EXPECT_EQ(md.planner_data.at("optim.param_groups.0.lr"),
+            (format::ObjectPath{std::string("optim"), std::string("param_groups"), std::int64_t{0}, std::string("lr")}));
+  // The sidecar names every blob.
+  const ChecksumSidecar sidecar =
+      ChecksumSidecar::decode(shardpoint::testing::read_text(dir.file(kChecksumSidecar)), "sidecar");
+  EXPECT_EQ(sidecar.size(), md.storage_data.size());
+  for (const auto& [index, info] : md.storage_data) {
+    const ItemChecksums* c = sidecar.find(info.relative_path, info.offset);
+    ASSERT_NE(c, nullptr) << index.fqn;
+    EXPECT_EQ(c->length, info.length);
+    EXPECT_EQ(c->fqn, index.fqn);
+    EXPECT_EQ(c->chunk_offsets, index.offset);
+  }
+}
+
+TEST(CheckpointTest, VerifiedReshardingReadsOnlySlightlyMore) {
+  // 1024 x 256 float32 (1 MiB) saved on one rank, loaded on 4: each needs 256 KiB.
+  const Shape shape{1024, 256};
+  std::vector<std::byte> full(1024 * 256 * 4);
+  for (std::size_t i = 0; i < full.size(); ++i) full[i] = static_cast<std::byte>((i * 7 + i / 4096) & 0xff);
+  TensorShard t;
+  t.global_shape = shape;
+  t.offsets = {0, 0};
+  t.sizes = shape;
+  t.data = full;
+  StateNode root(StateDict{});
+  root.set("w", StateNode(t));
+  auto st = memory();
+  SaveOptions so;
+  so.checksum_block_bytes = 64 << 10;
+  so.checksum = ChecksumAlgorithm::kXxh3;
+  comm::ThreadGroup one(1, fast());
+  one.run([&](comm::Communicator& comm) { save(root, *st, comm, so); });
+
+  for (bool verify : {false, true}) {
+    std::vector<std::vector<std::byte>> got(4);
+    std::vector<LoadReport> reports(4);
+    comm::ThreadGroup four(4, fast());
+    four.run([&](comm::Communicator& comm) {
+      const int r = comm.rank();
+      Box box = shard_box(shape, {2, 2}, {Placement::shard(0), Placement::shard(1)}, {r / 2, r % 2});
+      got[r].assign(static_cast<std::size_t>(volume(box.sizes)) * 4, std::byte{0});
+      TensorShard d;
+      d.global_shape = shape;
+      d.offsets = box.offsets;
+      d.sizes = box.sizes;
+      d.data = got[r];
+      StateNode tmpl(StateDict{});
+      tmpl.set("w", StateNode(d));
+      LoadOptions lo;
+      lo.verify_checksums = verify;
+      reports[r] = load(tmpl, *st, comm, lo);
+      // Exact values.
+      for (std::int64_t row = 0; row < box.sizes[0]; ++row) {
+        const std::size_t src = static_cast<std::size_t>(((box.offsets[0] + row) * 256 + box.offsets[1]) * 4);
+        const std::size_t dst = static_cast<std::size_t>(row * box.sizes[1] * 4);
+        ASSERT_EQ(std::memcmp(got[r].data() + dst, full.data() + src, static_cast<std::size_t>(box.sizes[1] * 4)), 0)
+            << "rank " << r << " row " << row;
+      }
+    });
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(reports[r].bytes_needed, 256u << 10);
+      if (!verify) {
+        EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << r;
+      } else {
+        // Dim-1 halves: every block holding a needed row is read whole (each row touches
+        // the blocks of both halves), but never more than the blocks its rows span.
+        EXPECT_GE(reports[r].data_bytes_read, reports[r].bytes_needed) << r;
+        EXPECT_LE(reports[r].data_bytes_read, (512u << 10) + 2 * (64u << 10)) << r;
+      }
+      // Headers of the one blob: the zip reader scans the last 64 KiB + 22 bytes for the
+      // end record (torchfile's EOCD search), plus local headers and data.pkl.
+      EXPECT_LT(reports[r].bytes_read - reports[r].data_bytes_read, 70000u) << "headers, rank " << r;
+    }
+  }
+  // Row halves (Shard(0) only): verified reads stay within two blocks of the need.
+  std::vector<LoadReport> reports(4);
+  comm::ThreadGroup four(4, fast());
+  four.run([&](comm::Communicator& comm) {
+    const int r = comm.rank();
+    Box box = shard_box(shape, {4}, {Placement::shard(0)}, {r});
+    std::vector<std::byte> buf(static_cast<std::size_t>(volume(box.sizes)) * 4);
+    TensorShard d;
+    d.global_shape = shape;
+    d.offsets = box.offsets;
+    d.sizes = box.sizes;
+    d.data = buf;
+    StateNode tmpl(StateDict{});
+    tmpl.set("w", StateNode(d));
+    reports[r] = load(tmpl, *st, comm);
+    ASSERT_EQ(std::memcmp(buf.data(), full.data() + box.offsets[0] * 256 * 4, buf.size()), 0);
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_LE(reports[r].data_bytes_read, reports[r].bytes_needed + 2 * (64u << 10)) << r;
+  }
+}
+
+std::vector<std::exception_ptr> save_all(int world, storage::Storage& st) {
+  std::vector<RankState> states;
+  for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, true));
+  comm::ThreadGroup group(world, fast());
+  return group.run_all([&](comm::Communicator& comm) { save(states[comm.rank()].root, st, comm); });
+}
+
+void expect_all_failed(const std::vector<std::exception_ptr>& errors, const std::string& needle) {
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r << " did not throw";
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const StorageError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "rank " << r << ": " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": expected StorageError, got " << e.what();
+    }
+  }
+}
+
+TEST(CheckpointFailureTest, OneRankWriteFailsEveryRankThrowsNothingCommitted) {
+  for (storage::FaultOp op : {storage::FaultOp::kWrite, storage::FaultOp::kCommit, storage::FaultOp::kOpenWriter}) {
+    std::shared_ptr<storage::Storage> previous = memory();
+    save_on(2, *previous);
+    auto target = memory();
+    storage::FaultInjectionStorage faulty(target);
+    faulty.fail(storage::FaultRule{op, 1, StorageError::Kind::kNoSpace, "__1_0"});
+    const auto errors = save_all(3, faulty);
+    expect_all_failed(errors, "save failed on rank 1 (of 3): rank 1: ");
+    EXPECT_EQ(faulty.injected(), 1u);
+    EXPECT_FALSE(target->try_stat(".metadata"));
+    EXPECT_FALSE(target->try_stat(kChecksumSidecar));
+    EXPECT_TRUE(target->list("").empty()) << "files of the failed attempt are removed";
+    EXPECT_THROW(read_metadata(*target), StorageError);
+    load_and_check(2, *previous);  // another checkpoint is untouched
+  }
+}
+
+TEST(CheckpointFailureTest, MetadataWriteFailsNothingCommitted) {
+  shardpoint::testing::TempDir dir;
+  std::shared_ptr<storage::Storage> previous = storage::open_local_storage_at(dir.file("prev"));
+  save_on(2, *previous);
+  std::shared_ptr<storage::Storage> target = storage::open_local_storage_at(dir.file("next"));
+  storage::FaultInjectionStorage faulty(target);
+  faulty.fail(storage::FaultRule{storage::FaultOp::kWriteAtomic, 1, StorageError::Kind::kPermission, ".metadata"});
+  expect_all_failed(save_all(2, faulty), "save failed on rank 0 (of 2): rank 0: ");
+  EXPECT_FALSE(target->try_stat(".metadata"));
+  EXPECT_FALSE(target->try_stat(kChecksumSidecar));
+  EXPECT_TRUE(target->list("").empty());
+  load_and_check(3, *previous);
+}
+
+TEST(CheckpointFailureTest, SeveralRanksFailAllNamed) {
+  auto target = memory();
+  storage::FaultInjectionStorage faulty(target);
+  faulty.fail(storage::FaultRule{storage::FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__1_"});
+  faulty.fail(storage::FaultRule{storage::FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__3_"});
+  const auto errors = save_all(4, faulty);
+  expect_all_failed(errors, "save failed on ranks 1, 3 (of 4): rank 1: ");
+  for (const auto& e : errors) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      EXPECT_NE(std::string(ex.what()).find("; rank 3: "), std::string::npos) << ex.what();
+    }
+  }
+  EXPECT_TRUE(target->list("").empty());
+}
+
+TEST(CheckpointFailureTest, InvalidStateOnOneRankFailsEveryRank) {
+  auto st = memory();
+  std::vector<RankState> states;
+  for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, true));
+  // Rank 1 disagrees on model.w's dtype.
+  StateNode* w = states[1].root.find("model")->find("w");
+  w->tensor().dtype = DType::kInt32;
+  comm::ThreadGroup group(2, fast());
+  auto errors = group.run_all([&](comm::Communicator& comm) { save(states[comm.rank()].root, *st, comm); });
+  for (const auto& e : errors) {
+    ASSERT_TRUE(e);
+    try {
+      std::rethrow_exception(e);
+    } catch (const PlanError& ex) {
+      EXPECT_NE(std::string(ex.what()).find("model.w"), std::string::npos) << ex.what();
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << "expected PlanError: " << ex.what();
+    }
+  }
+  EXPECT_TRUE(st->list("").empty());
+}
+
+TEST(CheckpointFailureTest, CorruptedByteIsACheckumErrorNamingFileAndFqn) {
+  shardpoint::testing::TempDir dir;
+  auto st = storage::open_local_storage_at(dir.path().string());
+  save_on(2, *st);
+  const format::Metadata md = read_metadata(*st);
+  const auto& info = md.storage_data.at(format::MetadataIndex{"model.w", Shape{0, 0}, std::nullopt});
+  {
+    auto whole = FileSource::open(dir.file(info.relative_path));
+    auto tf = torchfile::TorchFile::open(whole->window(info.offset, info.length, "w"));
+    const std::uint64_t at = info.offset + tf->tensors()[0].storage.offset + 5;
+    std::fstream f(dir.file(info.relative_path), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(&c, 1);
+  }
+  for (int world : {1, 2, 3}) {
+    std::vector<RankState> states;
+    for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
+    comm::ThreadGroup group(world, fast());
+    auto errors = group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(errors[r]) << "rank " << r;
+      try {
+        std::rethrow_exception(errors[r]);
+      } catch (const FormatError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find(info.relative_path), std::string::npos) << m;
+        EXPECT_NE(m.find("\"model.w\""), std::string::npos) << m;
+        EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
+        EXPECT_NE(m.find("expected crc32c"), std::string::npos) << m;
+        EXPECT_NE(m.find("load failed on rank"), std::string::npos) << m;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "expected FormatError: " << e.what();
+      }
+    }
+  }
+  // Verification off: loads (the flipped byte arrives as is).
+  std::vector<RankState> states;
+  states.push_back(make_rank_state(0, 1, false));
+  comm::ThreadGroup group(1, fast());
+  LoadOptions off;
+  off.verify_checksums = false;
+  group.run([&](comm::Communicator& comm) { load(states[0].root, *st, comm, off); });
+  EXPECT_NE(compare_with_expected(states[0], 0, 1).find("model.w: bytes differ at 5"), std::string::npos);
+}
+
+TEST(CheckpointLoadTest, MissingMetadataIsNotACommittedCheckpoint) {
+  auto st = memory();
+  try {
+    read_metadata(*st);
+    FAIL() << "no error";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("not a committed checkpoint (no .metadata)"), std::string::npos);
+  }
+  std::vector<RankState> states;
+  for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, false));
+  comm::ThreadGroup group(2, fast());
+  auto errors = group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
+  for (const auto& e : errors) {
+    ASSERT_TRUE(e);
+    try {
+      std::rethrow_exception(e);
+    } catch (const StorageError& ex) {
+      EXPECT_NE(std::string(ex.what()).find("load failed on rank 0 (of 2): rank 0: "), std::string::npos);
+      EXPECT_NE(std::string(ex.what()).find("not a committed checkpoint"), std::string::npos);
+    }
+  }
+}
+
+TEST(CheckpointLoadTest, StrictAndNonStrictMissingKeys) {
+  auto st = memory();
+  save_on(2, *st);
+  auto make_template = [](int r, int world) {
+    RankState s = make_rank_state(r, world, false);
+    s.put("extra", StateNode(pickle::Value::none()));
+    // model.w asked for as bfloat16: a dtype mismatch.
+    s.root.find("model")->find("w")->tensor().dtype = DType::kBFloat16;
+    return s;
+  };
+  {
+    std::vector<RankState> states;
+    for (int r = 0; r < 2; ++r) states.push_back(make_template(r, 2));
+    comm::ThreadGroup group(2, fast());
+    auto errors = group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
+    for (const auto& e : errors) {
+      ASSERT_TRUE(e);
+      try {
+        std::rethrow_exception(e);
+      } catch (const PlanError& ex) {
+        EXPECT_NE(std::string(ex.what()).find("extra"), std::string::npos) << ex.what();
+        EXPECT_NE(std::string(ex.what()).find("model.w"), std::string::npos) << ex.what();
+      }
+    }
+  }
+  std::vector<RankState> states;
+  for (int r = 0; r < 2; ++r) states.push_back(make_template(r, 2));
+  std::vector<LoadReport> reports(2);
+  comm::ThreadGroup group(2, fast());
+  LoadOptions lax;
+  lax.strict = false;
+  group.run([&](comm::Communicator& comm) { reports[comm.rank()] = load(states[comm.rank()].root, *st, comm, lax); });
+  for (int r = 0; r < 2; ++r) {
+    std::set<std::string> kinds;
+    for (const auto& p : reports[r].problems) kinds.insert(p.fqn + ":" + std::to_string(static_cast<int>(p.kind)));
+    EXPECT_TRUE(kinds.contains("extra:" + std::to_string(static_cast<int>(LoadProblem::Kind::kMissingKey))));
+    EXPECT_TRUE(kinds.contains("model.w:" + std::to_string(static_cast<int>(LoadProblem::Kind::kDTypeMismatch))));
+    // Everything else loaded exactly.
+    const RankState want = make_rank_state(r, 2, true);
+    EXPECT_EQ(*states[r].buffers[1], *want.buffers[1]);
+    EXPECT_EQ(*states[r].buffers[2], *want.buffers[2]);
+  }
+}
+
+TEST(CheckpointLoadTest, Dcp23KeysFallBackToTheOldFlattening) {
+  // Saved with a 2.3-era layout: the all-scalar dict "cfg" is one bytes item "cfg".
+  auto st = memory();
+  {
+    StateNode root(StateDict{});
+    root.set("cfg", StateNode(pickle::Value::dict({{pickle::Value::str("a"), pickle::Value::integer(1)},
+                                                    {pickle::Value::str("b"), pickle::Value::str("x")}})));
+    comm::ThreadGroup one(1, fast());
+    one.run([&](comm::Communicator& comm) { save(root, *st, comm); });
+  }
+  // The template has it as a nested dict of objects (2.4 flattening: cfg.a, cfg.b).
+  StateNode tmpl(StateDict{});
+  StateDict cfg;
+  cfg.emplace_back("a", StateNode(pickle::Value::none()));
+  cfg.emplace_back("b", StateNode(pickle::Value::none()));
+  tmpl.set("cfg", StateNode(std::move(cfg)));
+  comm::ThreadGroup one(1, fast());
+  one.run([&](comm::Communicator& comm) { load(tmpl, *st, comm); });
+  const StateNode* got = tmpl.find("cfg");
+  ASSERT_NE(got, nullptr);
+  ASSERT_TRUE(got->is_object());
+  EXPECT_TRUE(pickle::deep_equal(*got->object(), *pickle::Value::dict({{pickle::Value::str("a"), pickle::Value::integer(1)},
+                                                                       {pickle::Value::str("b"), pickle::Value::str("x")}})));
+}
+
+TEST(CheckpointTorchTest, Torch113LoadsBlobsCutFromADistcpFile) {
+  SP_REQUIRE_TORCH113(python);
+  shardpoint::testing::TempDir dir;
+  auto st = storage::open_local_storage_at(dir.file("ckpt"));
+  save_on(2, *st);
+  const format::Metadata md = read_metadata(*st);
+  auto cut = [&](const format::MetadataIndex& index, const std::string& out) {
+    const auto& info = md.storage_data.at(index);
+    const std::string file = shardpoint::testing::read_text(dir.file("ckpt/" + info.relative_path));
+    shardpoint::testing::write_text(out, file.substr(info.offset, info.length));
+  };
+  cut({"model.w", Shape{5, 0}, std::nullopt}, dir.file("w.pt"));
+  cut({"tag", std::nullopt, std::nullopt}, dir.file("tag.pt"));
+  cut({"optim.param_groups.0.params", std::nullopt, std::nullopt}, dir.file("params.pt"));
+  cut({"model.scalar", Shape{}, std::nullopt}, dir.file("scalar.pt"));
+  const std::string script =
+      "import torch\n"
+      "w = torch.load('" + dir.file("w.pt") + "', weights_only=True)\n"
+      "print(w.dtype, list(w.shape), w.flatten().tolist())\n"
+      "print(repr(torch.load('" + dir.file("tag.pt") + "', weights_only=True)))\n"
+      "print(repr(torch.load('" + dir.file("params.pt") + "', weights_only=True)))\n"
+      "s = torch.load('" + dir.file("scalar.pt") + "', weights_only=True)\n"
+      "print(s.dtype, list(s.shape), s.item())\n";
+  shardpoint::testing::write_text(dir.file("check.py"), script);
+  const auto result = shardpoint::testing::run_command(python + " " + dir.file("check.py") + " 2>&1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  // Rows 5..9 of model.w: element i holds i * 0.5 + 1.
+  std::string want = "torch.float32 [5, 3] [";
+  for (int i = 15; i < 30; ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.1f", i == 15 ? "" : ", ", i * 0.5 + 1);
+    want += buf;
+  }
+  want += "]\n'run-1'\n[0, 1]\ntorch.float32 [] 42.25\n";
+  EXPECT_EQ(result.output, want);
+}
+
+}  // namespace
+}  // namespace shardpoint::engine
