@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -220,6 +221,21 @@ TEST_F(Torch113Test, RealMetadataDecodes) {
 
   // Re-encoded, it decodes to the same content.
   EXPECT_TRUE(same_encoded_content(md, decode_metadata(as_bytes(encode_metadata(md)), "re-encoded")));
+}
+
+// PyTorch 1.13's load_state_dict reads the checkpoint after shardpoint rewrote its
+// .metadata (decode + encode, 2.x module names aliased to 1.13's classes).
+TEST_F(Torch113Test, Torch113LoadsCheckpointWithReencodedMetadata) {
+  SP_REQUIRE_REAL_BYTES();
+  TempDir copy;
+  for (const auto& e : std::filesystem::directory_iterator(dir_->path())) {
+    std::filesystem::copy_file(e.path(), copy.path() / e.path().filename());
+  }
+  Metadata md = decode_metadata(as_bytes(*bytes_), ".metadata");
+  const std::string encoded = encode_metadata(md);
+  ASSERT_NE(encoded, *bytes_);
+  write_text(copy.file(".metadata"), encoded);
+  EXPECT_EQ(run_ok("/usr/bin/python3 " + kOracle + " torch113-load-state " + copy.path().string()), "ok\n");
 }
 
 TEST_F(Torch113Test, EveryTruncationOfRealBytesIsAnError) {

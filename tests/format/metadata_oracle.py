@@ -10,6 +10,8 @@ Subcommands:
                                  print a JSON description of what Python sees.
   torch113-write DIR             Save a state dict with the real PyTorch 1.13
                                  torch.distributed._shard.checkpoint (Debian python3-torch).
+  torch113-load-state DIR        load_state_dict the checkpoint torch113-write made (its
+                                 .metadata possibly rewritten by shardpoint) and check values.
   torch113-load IN               Load a .metadata with the real 1.13 classes (2.x module names
                                  aliased to them, as the 1.13 TensorProperties etc. are the
                                  same classes) and print the JSON description.
@@ -350,6 +352,26 @@ def torch113_load(path):
     print(json.dumps(d, sort_keys=True))
 
 
+def torch113_load_state(directory):
+    """Loads the checkpoint with 1.13's load_state_dict (2.x module names aliased to the
+    1.13 classes) and checks every value torch113_write saved."""
+    torch, cp = _torch113()
+    import torch.distributed._shard.checkpoint.metadata as m
+    import torch.distributed._shard.checkpoint.filesystem as fs
+    sys.modules["torch.distributed.checkpoint"] = types.ModuleType("torch.distributed.checkpoint")
+    sys.modules["torch.distributed.checkpoint.metadata"] = m
+    sys.modules["torch.distributed.checkpoint.filesystem"] = fs
+    sd = {"model.w": torch.zeros(4, 6), "model.b": torch.ones(6, dtype=torch.bfloat16),
+          "s": torch.tensor(0, dtype=torch.int64), "step": 0, "nested": {}}
+    cp.load_state_dict(sd, cp.FileSystemReader(directory), no_dist=True)
+    assert torch.equal(sd["model.w"], torch.arange(24, dtype=torch.float32).reshape(4, 6)), sd["model.w"]
+    assert torch.equal(sd["model.b"], torch.zeros(6, dtype=torch.bfloat16)), sd["model.b"]
+    assert int(sd["s"]) == 7, sd["s"]
+    assert sd["step"] == 5, sd["step"]
+    assert sd["nested"] == {"lr": 0.5}, sd["nested"]
+    print("ok")
+
+
 def main(argv):
     cmd = argv[1]
     if cmd == "stub-write":
@@ -360,6 +382,8 @@ def main(argv):
         torch113_write(argv[2])
     elif cmd == "torch113-load":
         torch113_load(argv[2])
+    elif cmd == "torch113-load-state":
+        torch113_load_state(argv[2])
     else:
         raise SystemExit("unknown command " + cmd)
 
