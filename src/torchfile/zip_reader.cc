@@ -125,8 +125,14 @@ void ZipArchive::parse() {
          std::to_string(count) + " entries cannot fit in a central directory of " + std::to_string(cd_size) +
              " bytes (46 bytes each at least)");
   }
-  std::string cd = src.read_string(cd_offset, cd_size, "zip central directory");
-  ByteCursor cur(as_bytes(cd), cd_offset);
+  // Parse the directory in place when the source is mapped; copy it otherwise.
+  std::string cd_copy;
+  std::optional<ByteSpan> cd = src.view(cd_offset, cd_size, "zip central directory");
+  if (!cd) {
+    cd_copy = src.read_string(cd_offset, cd_size, "zip central directory");
+    cd = as_bytes(cd_copy);
+  }
+  ByteCursor cur(*cd, cd_offset);
   entries_.reserve(static_cast<std::size_t>(count));
   for (std::uint64_t i = 0; i < count; ++i) {
     const std::uint64_t at = cur.file_offset();

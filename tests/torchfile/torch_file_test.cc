@@ -148,7 +148,9 @@ void check_all_dtypes(const TorchFile& f, const Built& b) {
     EXPECT_TRUE(t.is_contiguous());
     EXPECT_EQ(read_all(f, t), spec.data);
     EXPECT_EQ(test::tensor_sha256(f, t), test::sha256_of(spec.data));
-    if (auto v = f.storage_view(t)) EXPECT_EQ(as_chars(*v), spec.data);
+    if (auto v = f.storage_view(t)) {
+      EXPECT_EQ(as_chars(*v), spec.data);
+    }
   }
   const TensorInfo& base = *walk.tensors["/base"];
   const TensorInfo& bt = *walk.tensors["/base_t"];
