@@ -102,7 +102,9 @@ TEST(TorchSaveWriter, UsageErrors) {
   ASSERT_EQ(f->tensors().size(), 2u);
   EXPECT_EQ(f->tensors()[1].dtype, DType::kUInt16);
   EXPECT_EQ(f->tensors()[1].storage_numel, 2u);
-  EXPECT_THROW(TorchSaveWriter(sink, {.archive_name = "a/b"}), UsageError);
+  TorchSaveOptions slash;
+  slash.archive_name = "a/b";
+  EXPECT_THROW(TorchSaveWriter(sink, slash), UsageError);
 }
 
 }  // namespace
