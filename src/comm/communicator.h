@@ -6,8 +6,9 @@
 //   (all ranks)    every rank must call it; it returns on every rank;
 //   (coordinator)  every rank must call it, but the result is only meaningful on `root`
 //                  (other ranks get an empty value).
-// Every call takes a timeout; when another rank does not take part in time (it died, hangs,
-// or called a different collective) the call throws CommError instead of blocking forever.
+// Every call takes a timeout; when another rank does not take part in time (it died or hangs)
+// the call throws CommError instead of blocking forever. Ranks calling different collectives
+// are a bug: the thread driver reports it, Gloo and MPI may time out or exchange garbage.
 //
 // Drivers (each in its own file): single_communicator.h (a world of 1), thread_communicator.h
 // (N ranks as threads of one process, for tests), gloo_communicator.h (c10d ProcessGroupGloo over
@@ -16,7 +17,7 @@
 //
 // Errors: every failure is a CommError whose message names the driver, the rank, the
 // operation, the elapsed time and the timeout, e.g.
-//   "gloo rank 2/4: all_gather(12 bytes) failed after 1.00 s (timeout 1.00 s): <driver detail>".
+//   "gloo rank 2/4: all_gather(12 bytes) failed after 1.00 s (timeout 1 s): <driver detail>".
 // Invalid arguments (root out of range, wrong number of scatter pieces) are UsageError, thrown
 // before anything is sent; the other ranks then time out. After a CommError the communicator is
 // broken: the collective sequence of the ranks no longer matches, so every later call throws
