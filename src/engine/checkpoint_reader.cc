@@ -1,0 +1,128 @@
+#include "engine/checkpoint_reader.h"
+
+#include "core/error.h"
+#include "engine/checkpoint.h"
+#include "engine/load_plan.h"
+#include "format/checkpoint_path.h"
+#include "format/metadata_codec.h"
+
+namespace shardpoint::engine {
+namespace {
+
+constexpr const char* kMetadataKey = ".metadata";
+
+std::optional<std::string> read_whole(storage::Storage& st, std::string_view key) {
+  std::optional<std::uint64_t> size = st.try_stat(key);
+  if (!size) return std::nullopt;
+  std::string bytes(static_cast<std::size_t>(*size), '\0');
+  st.read(key, 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
+  return bytes;
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)
+    : storage_(storage), options_(options) {
+  std::optional<std::string> bytes = read_whole(storage_, kMetadataKey);
+  if (!bytes) {
+    throw StorageError(StorageError::Kind::kNotFound,
+                       storage_.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+  }
+  metadata_ = format::decode_metadata(as_bytes(*bytes), storage_.describe_key(kMetadataKey));
+  if (options_.verify_checksums) {
+    if (auto sidecar = read_whole(storage_, kChecksumSidecar)) {
+      sidecar_ = ChecksumSidecar::decode(*sidecar, storage_.describe_key(kChecksumSidecar));
+    }
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+const format::TensorStorageMetadata& CheckpointReader::tensor(const std::string& fqn) const {
+  auto it = metadata_.state_dict_metadata.find(fqn);
+  if (it == metadata_.state_dict_metadata.end()) throw PlanError("checkpoint has no key \"" + fqn + "\"");
+  const auto* tensor = std::get_if<format::TensorStorageMetadata>(&it->second);
+  if (tensor == nullptr) throw PlanError("\"" + fqn + "\" is an object, not a tensor");
+  return *tensor;
+}
+
+std::shared_ptr<const ByteSource> CheckpointReader::source(const std::string& relative_path) {
+  if (!format::is_safe_relative_path(relative_path)) {
+    throw FormatError(storage_.describe_key(kMetadataKey) + ": relative_path '" + relative_path +
+                      "' escapes the checkpoint folder");
+  }
+  std::lock_guard lock(mu_);
+  auto it = sources_.find(relative_path);
+  if (it != sources_.end()) return it->second;
+  std::shared_ptr<const ByteSource> src = storage_.open_source(relative_path);
+  sources_.emplace(relative_path, src);
+  return src;
+}
+
+BlobChecksums CheckpointReader::checksums_for(const format::StorageInfo& info) const {
+  BlobChecksums cs;
+  if (sidecar_) {
+    cs.algorithm = sidecar_->algorithm();
+    cs.block_size = sidecar_->block_size();
+    cs.item = sidecar_->find(info.relative_path, info.offset);
+  }
+  return cs;
+}
+
+const format::StorageInfo& CheckpointReader::storage_info(const format::MetadataIndex& index) const {
+  auto it = metadata_.storage_data.find(format::MetadataIndex{index.fqn, index.offset, std::nullopt});
+  if (it == metadata_.storage_data.end()) {
+    throw FormatError(storage_.describe_key(kMetadataKey) + ": item \"" + index.fqn +
+                      "\": expected a storage_data entry, found none");
+  }
+  return it->second;
+}
+
+void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, const Shape& sizes,
+                                std::span<std::byte> dest) {
+  const format::TensorStorageMetadata& meta = tensor(fqn);
+  // Plan the box as a one-leaf load: the same overlap math and coverage checks as load().
+  TensorShard box;
+  box.dtype = meta.properties.dtype;
+  box.global_shape = meta.size;
+  box.offsets = offsets;
+  box.sizes = sizes;
+  box.data = dest;
+  FlatStateDict requested;
+  requested.items.emplace(fqn, box);
+  requested.planner_data.emplace(fqn, format::ObjectPath{fqn});
+  const LoadPlan plan = make_load_plan(metadata_, requested, LoadPlanOptions{});
+  for (const ReadItem& item : plan.items) {
+    const format::ChunkStorageMetadata* chunk = nullptr;
+    for (const auto& c : meta.chunks) {
+      if (item.storage_index.offset && c.offsets == *item.storage_index.offset) chunk = &c;
+    }
+    if (chunk == nullptr) throw FormatError("\"" + fqn + "\": read plan names a chunk the metadata lacks");
+    const format::StorageInfo& info = storage_info(item.storage_index);
+    SavedTensorBlob blob(source(info.relative_path), info, fqn, *chunk, meta.properties.dtype);
+    blob.read_into(item, dest, sizes, checksums_for(info));
+    std::lock_guard lock(mu_);
+    counts_ += blob.counts();
+  }
+}
+
+pickle::ValuePtr CheckpointReader::read_object(const std::string& fqn) {
+  auto it = metadata_.state_dict_metadata.find(fqn);
+  if (it == metadata_.state_dict_metadata.end()) throw PlanError("checkpoint has no key \"" + fqn + "\"");
+  if (!std::holds_alternative<format::BytesStorageMetadata>(it->second)) {
+    throw PlanError("\"" + fqn + "\" is a tensor, not an object");
+  }
+  const format::StorageInfo& info = storage_info(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
+  ReadCounts counts;
+  pickle::ValuePtr value = read_saved_object(*source(info.relative_path), info, fqn, checksums_for(info), counts);
+  std::lock_guard lock(mu_);
+  counts_ += counts;
+  return value;
+}
+
+ReadCounts CheckpointReader::counts() const {
+  std::lock_guard lock(mu_);
+  return counts_;
+}
+
+}  // namespace shardpoint::engine

@@ -1,0 +1,76 @@
+// CheckpointReader: random access to a committed DCP checkpoint from one process, without
+// a communicator: any box of any tensor, any object. The building block of `inspect`,
+// `verify`, `consolidate` and `reshard`, which all stream a checkpoint piece by piece
+// with bounded memory.
+//
+// Opening reads `.metadata` and, when present and asked for, the checksum sidecar. Reads
+// go through the same path as load(): only the byte runs of the saved chunks that overlap
+// the requested box are read, widened to checksum blocks when verifying.
+//
+// Thread-safety: read_box() and read_object() may be called from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "engine/checksum_sidecar.h"
+#include "engine/item_reader.h"
+#include "engine/state_dict.h"
+#include "format/metadata.h"
+#include "pickle/value.h"
+#include "storage/storage.h"
+
+namespace shardpoint::engine {
+
+struct CheckpointReaderOptions {
+  // Verify every byte read against the sidecar (when the checkpoint has one).
+  bool verify_checksums = true;
+};
+
+class CheckpointReader {
+ public:
+  // Opens the checkpoint in `storage` (which must outlive the reader). Throws StorageError
+  // ("not a committed checkpoint (no .metadata)"), FormatError for a bad .metadata/sidecar.
+  CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options = {});
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const format::Metadata& metadata() const { return metadata_; }
+  // The sidecar, when the checkpoint has one (absent for PyTorch-written checkpoints).
+  const std::optional<ChecksumSidecar>& sidecar() const { return sidecar_; }
+  storage::Storage& storage() const { return storage_; }
+
+  // The tensor entry of fqn; throws PlanError when fqn is missing or is a bytes item.
+  const format::TensorStorageMetadata& tensor(const std::string& fqn) const;
+
+  // Fills dest (row-major, volume(sizes) * itemsize bytes) with the box [offsets,
+  // offsets+sizes) of tensor fqn. Throws PlanError when the box is outside the tensor or
+  // the saved chunks do not cover it, FormatError/StorageError naming file and fqn.
+  void read_box(const std::string& fqn, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest);
+
+  // The object saved under fqn (a bytes item), as torch.load would return it.
+  pickle::ValuePtr read_object(const std::string& fqn);
+
+  // Bytes read so far (headers and data).
+  ReadCounts counts() const;
+
+ private:
+  std::shared_ptr<const ByteSource> source(const std::string& relative_path);
+  BlobChecksums checksums_for(const format::StorageInfo& info) const;
+  const format::StorageInfo& storage_info(const format::MetadataIndex& index) const;
+
+  storage::Storage& storage_;
+  CheckpointReaderOptions options_;
+  format::Metadata metadata_;
+  std::optional<ChecksumSidecar> sidecar_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
+  ReadCounts counts_;
+};
+
+}  // namespace shardpoint::engine
