@@ -263,7 +263,7 @@ const TensorInfo* TorchFile::add_tensor(const Value& node) {
     if (!p[4]->is(Kind::kInt) || !p[4]->int_fits_int64() || p[4]->as_int() < 0) fail("expected a non-negative int numel in the persistent id");
     const std::uint64_t pid_numel = static_cast<std::uint64_t>(p[4]->as_int());
     const std::string& type_name = p[1]->name();
-    std::uint64_t storage_itemsize;
+    std::uint64_t storage_itemsize = 1;
     if (type_name == "UntypedStorage") {
       storage_itemsize = 1;
       info.dtype = DType::kUInt8;
