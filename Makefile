@@ -29,7 +29,9 @@ demo: build
 test: build oracle
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
-# The PyTorch 2.6 oracle root (cached under .oracle/; see scripts/setup-oracle.sh).
+# The PyTorch 2.6 oracle root (cached under /var/cache/shardpoint/oracle-trixie, or
+# $$SHARDPOINT_ORACLE_ROOT; see scripts/setup-oracle.sh). Warns and skips without root/network,
+# fails when SHARDPOINT_REQUIRE_ORACLES=1.
 oracle: deps
 	@if [ -x scripts/setup-oracle.sh ]; then scripts/setup-oracle.sh; fi
 
