@@ -14,8 +14,18 @@ namespace {
 
 // Deepest nesting of tree nodes the writer recurses into. Above ReadOptions::max_depth
 // (2000) so everything read with the defaults can be written back; small enough that the
-// recursion fits an 8 MiB stack, sanitizers included.
+// recursion fits an 8 MiB stack, sanitizers included (the recursive path
+// save -> save_kind -> batch_* -> save_child keeps its frames small: everything else is
+// kept out of line, see SP_OUT_OF_LINE).
 constexpr std::size_t kMaxWriteDepth = 6000;
+
+// Keeps a helper's locals (strings, iterators, exception messages) out of the frames of
+// the recursive path; with AddressSanitizer, inlining them costs kilobytes per level.
+#define SP_OUT_OF_LINE [[gnu::noinline]]
+
+[[noreturn]] SP_OUT_OF_LINE void usage_error(std::string_view what) {
+  throw UsageError("pickle writer: " + std::string(what));
+}
 
 // CPython's pickler batches APPENDS / SETITEMS / ADDITEMS by this many items.
 constexpr std::size_t kBatchSize = 1000;
@@ -69,9 +79,15 @@ class Pickler {
  private:
   // --- dispatch ---------------------------------------------------------------------
   void save(const Value& v, std::size_t depth) {
-    if (depth > kMaxWriteDepth) {
-      throw UsageError("pickle writer: nesting deeper than " + std::to_string(kMaxWriteDepth) + " levels");
-    }
+    if (depth > kMaxWriteDepth) usage_error("nesting deeper than 6000 levels");
+    if (!begin_save(v)) return;
+    save_kind(v, depth);
+    end_save(v);
+  }
+
+  // Commits a full frame, then writes a memo reference and returns false if v was already
+  // written; otherwise marks v as being written.
+  SP_OUT_OF_LINE bool begin_save(const Value& v) {
     if (framing_) {
       commit_frame(false);
     } else {
@@ -79,12 +95,15 @@ class Pickler {
     }
     if (auto it = memo_.find(&v); it != memo_.end()) {
       write_get(it->second);
-      return;
+      return false;
     }
     check_reentry(v);
     path_.push_back(&v);
     ++in_progress_[&v];
-    save_kind(v, depth);
+    return true;
+  }
+
+  SP_OUT_OF_LINE void end_save(const Value& v) {
     if (--in_progress_[&v] == 0) in_progress_.erase(&v);
     path_.pop_back();
   }
@@ -95,30 +114,18 @@ class Pickler {
       case Kind::kBool: write_op(v.as_bool() ? op::kNewTrue : op::kNewFalse); return;
       case Kind::kInt: save_int(v); return;
       case Kind::kFloat: save_float(v.as_float()); return;
-      case Kind::kStr:
-        save_str(v.as_string());
-        memoize(&v);
-        return;
+      case Kind::kStr: save_str_node(v); return;
       case Kind::kBytes: save_bytes(v, depth); return;
       case Kind::kByteArray: save_bytearray(v, depth); return;
       case Kind::kTuple: save_tuple(v, depth); return;
-      case Kind::kList:
-        write_op(op::kEmptyList);
-        memoize(&v);
-        batch_appends(v.items(), depth, true);
-        return;
-      case Kind::kDict:
-        write_op(op::kEmptyDict);
-        memoize(&v);
-        batch_setitems(v.entries(), depth, true);
-        return;
+      case Kind::kList: save_list(v, depth); return;
+      case Kind::kDict: save_dict(v, depth); return;
       case Kind::kSet:
       case Kind::kFrozenSet: save_set(v, depth); return;
       case Kind::kGlobal: save_global(v.module(), v.name(), &v, depth); return;
       case Kind::kObject: save_object(v, depth); return;
       case Kind::kPersistentId:
-        if (!v.pid()) throw UsageError("pickle writer: persistent id without a value");
-        save(*v.pid(), depth + 1);
+        save_child(v.pid(), depth);
         write_op(op::kBinPersId);
         return;
     }
@@ -127,20 +134,25 @@ class Pickler {
   // Python recurses forever (RecursionError) on a cycle made only of nodes that are
   // memoized after their children (tuples, call arguments, persistent ids). Re-entering a
   // node is fine when something on the way back to it is already in the memo.
-  void check_reentry(const Value& v) {
+  SP_OUT_OF_LINE void check_reentry(const Value& v) {
     if (!in_progress_.contains(&v)) return;
     std::size_t i = path_.size();
     while (i > 0 && path_[i - 1] != &v) --i;
     for (std::size_t j = i; j < path_.size(); ++j) {
       if (memo_.contains(path_[j])) return;
     }
-    throw UsageError(std::string("pickle writer: a ") + std::string(kind_name(v.kind())) +
-                     " contains itself only through tuples, call arguments or persistent ids; "
-                     "Python cannot pickle that either");
+    usage_error("a " + std::string(kind_name(v.kind())) +
+                " contains itself only through tuples, call arguments or persistent ids; "
+                "Python cannot pickle that either");
   }
 
   // --- scalars ----------------------------------------------------------------------
-  void save_int(const Value& v) {
+  SP_OUT_OF_LINE void save_str_node(const Value& v) {
+    save_str(v.as_string());
+    memoize(&v);
+  }
+
+  SP_OUT_OF_LINE void save_int(const Value& v) {
     if (v.int_fits_int64()) {
       std::int64_t x = v.as_int();
       if (x >= 0 && x <= 0xFF) return write_op_arg<std::uint8_t>(op::kBinInt1, static_cast<std::uint8_t>(x));
@@ -151,33 +163,33 @@ class Pickler {
     if (le.size() < 256) {
       write_op_arg<std::uint8_t>(op::kLong1, static_cast<std::uint8_t>(le.size()));
     } else {
-      if (le.size() > INT32_MAX) throw UsageError("pickle writer: int too large");
+      if (le.size() > INT32_MAX) usage_error("int too large");
       write_op_arg<std::uint32_t>(op::kLong4, static_cast<std::uint32_t>(le.size()));
     }
     write(le);
   }
 
-  void save_float(double x) {
+  SP_OUT_OF_LINE void save_float(double x) {
     std::uint64_t bits;
     std::memcpy(&bits, &x, sizeof bits);
     write_op(op::kBinFloat);
     for (int shift = 56; shift >= 0; shift -= 8) write_byte(static_cast<std::uint8_t>(bits >> shift));
   }
 
-  void save_str(std::string_view text) {
-    if (!is_valid_utf8(text)) throw UsageError("pickle writer: str is not valid UTF-8");
+  SP_OUT_OF_LINE void save_str(std::string_view text) {
+    if (!is_valid_utf8(text)) usage_error("str is not valid UTF-8");
     if (protocol_ >= 4 && text.size() < 256) {
       write_op_arg<std::uint8_t>(op::kShortBinUnicode, static_cast<std::uint8_t>(text.size()));
       write(text);
     } else if (text.size() > UINT32_MAX) {
-      if (protocol_ < 4) throw UsageError("pickle writer: str of 4 GiB or more needs protocol 4");
+      if (protocol_ < 4) usage_error("str of 4 GiB or more needs protocol 4");
       write_large(op::kBinUnicode8, 8, text);
     } else {
       write_large(op::kBinUnicode, 4, text);
     }
   }
 
-  void save_bytes(const Value& v, std::size_t depth) {
+  SP_OUT_OF_LINE void save_bytes(const Value& v, std::size_t depth) {
     const std::string& data = v.as_string();
     if (protocol_ < 3) {
       save_bytes_as_reduce(data);
@@ -189,7 +201,7 @@ class Pickler {
 
   // Protocol 2 has no bytes opcode; CPython writes bytes() or
   // _codecs.encode('<latin-1 text>', 'latin1'). The caller memoizes the result.
-  void save_bytes_as_reduce(const std::string& data) {
+  SP_OUT_OF_LINE void save_bytes_as_reduce(const std::string& data) {
     if (data.empty()) {
       save_global("builtins", "bytes", nullptr);
       write_op(op::kEmptyTuple);
@@ -205,7 +217,7 @@ class Pickler {
   }
 
   // Below protocol 5 CPython writes bytearray(b'...') as REDUCE(bytearray, (bytes,)).
-  void save_bytearray(const Value& v, std::size_t depth) {
+  SP_OUT_OF_LINE void save_bytearray(const Value& v, std::size_t depth) {
     const std::string& data = v.as_string();
     save_global("builtins", "bytearray", nullptr);
     if (data.empty()) {
@@ -224,7 +236,7 @@ class Pickler {
     memoize(&v);
   }
 
-  void save_bytes_payload(const std::string& data) {
+  SP_OUT_OF_LINE void save_bytes_payload(const std::string& data) {
     if (data.size() < 256) {
       write_op_arg<std::uint8_t>(op::kShortBinBytes, static_cast<std::uint8_t>(data.size()));
       write(data);
@@ -236,7 +248,21 @@ class Pickler {
   }
 
   // --- containers -------------------------------------------------------------------
-  void save_tuple(const Value& v, std::size_t depth) {
+  // Each container kind has its own out-of-line function, so a level of the recursion
+  // carries only the frame of the kind it writes.
+  SP_OUT_OF_LINE void save_list(const Value& v, std::size_t depth) {
+    write_op(op::kEmptyList);
+    memoize(&v);
+    batch_appends(v.items(), depth, true);
+  }
+
+  SP_OUT_OF_LINE void save_dict(const Value& v, std::size_t depth) {
+    write_op(op::kEmptyDict);
+    memoize(&v);
+    batch_setitems(v.entries(), depth, true);
+  }
+
+  SP_OUT_OF_LINE void save_tuple(const Value& v, std::size_t depth) {
     const auto& items = v.items();
     if (items.empty()) {
       write_op(op::kEmptyTuple);
@@ -258,7 +284,7 @@ class Pickler {
 
   // A node saved while its children were being saved (a recursive tuple or object) is
   // fetched from the memo; what was pushed for it here is dropped, as CPython does.
-  bool recalled_after_children(const Value& v, std::size_t pushed, bool pop_mark) {
+  SP_OUT_OF_LINE bool recalled_after_children(const Value& v, std::size_t pushed, bool pop_mark) {
     auto it = memo_.find(&v);
     if (it == memo_.end()) return false;
     if (pop_mark) {
@@ -270,13 +296,11 @@ class Pickler {
     return true;
   }
 
-  void save_set(const Value& v, std::size_t depth) {
+  SP_OUT_OF_LINE void save_set(const Value& v, std::size_t depth) {
     bool frozen = v.is(Kind::kFrozenSet);
     if (protocol_ < 4) {
       // CPython: REDUCE(set, (list(items),)), the temporary list memoized too.
-      save_global("builtins", frozen ? "frozenset" : "set", nullptr);
-      write_op(op::kEmptyList);
-      memoize(nullptr);
+      begin_set_reduce(frozen);
       batch_appends(v.items(), depth, true);
       write_op(op::kTuple1);
       memoize(nullptr);
@@ -301,6 +325,12 @@ class Pickler {
   // of one item, is MARK ... APPENDS / SETITEMS, and a dict or set whose size is a multiple
   // of the batch size ends with an empty batch. Items added to an object (an iterator in
   // CPython) use APPEND / SETITEM for a last batch of one, and no empty batch.
+  SP_OUT_OF_LINE void begin_set_reduce(bool frozen) {
+    save_global("builtins", frozen ? "frozenset" : "set", nullptr);
+    write_op(op::kEmptyList);
+    memoize(nullptr);
+  }
+
   void batch_appends(const std::vector<ValuePtr>& items, std::size_t depth, bool exact_list) {
     if (exact_list && items.size() == 1) {
       save_child(items[0], depth);
@@ -361,7 +391,7 @@ class Pickler {
   }
 
   void save_child(const ValuePtr& child, std::size_t depth) {
-    if (!child) throw UsageError("pickle writer: null child value");
+    if (!child) usage_error("null child value");
     save(*child, depth + 1);
   }
 
@@ -369,7 +399,7 @@ class Pickler {
   // `node` is the tree node (memoized by identity too), or null for globals the writer
   // makes up (bytes, set, ...). Globals are memoized by name, as CPython's memo holds the
   // one class object.
-  void save_global(const std::string& module, const std::string& name, const Value* node, std::size_t depth = 0) {
+  SP_OUT_OF_LINE void save_global(const std::string& module, const std::string& name, const Value* node, std::size_t depth = 0) {
     std::string key = module + '\n' + name;
     if (auto it = global_memo_.find(key); it != global_memo_.end()) {
       write_get(it->second);
@@ -384,7 +414,7 @@ class Pickler {
     } else {
       auto [py2_module, py2_name] = py2_global(module, name);
       if (py2_module.find('\n') != std::string::npos || py2_name.find('\n') != std::string::npos) {
-        throw UsageError("pickle writer: global name with a newline: " + module + "." + name);
+        usage_error("global name with a newline: " + module + "." + name);
       }
       write_op(op::kGlobal);
       write(py2_module + '\n' + py2_name + '\n');
@@ -397,11 +427,11 @@ class Pickler {
   // getattr(getattr(A, 'B'), 'c'). Written without recursion: the getattr references for
   // every level first, then the deepest prefix already known (or the plain global), then
   // one (name, TUPLE2, REDUCE) per level. The caller memoizes the full name.
-  void save_nested_global_p2(const std::string& module, const std::string& name, std::size_t depth) {
+  SP_OUT_OF_LINE void save_nested_global_p2(const std::string& module, const std::string& name, std::size_t depth) {
     std::vector<std::size_t> dots;
     for (std::size_t i = name.find('.'); i != std::string::npos; i = name.find('.', i + 1)) dots.push_back(i);
     if (depth + 2 * dots.size() > kMaxWriteDepth) {
-      throw UsageError("pickle writer: global name nested too deeply for protocol 2: " + module + "." + name.substr(0, 100));
+      usage_error("global name nested too deeply for protocol 2: " + module + "." + name.substr(0, 100));
     }
     // Levels below `known` (a prefix ending before dots[known]) are already in the memo.
     std::size_t known = dots.size();
@@ -425,7 +455,7 @@ class Pickler {
   // A str the writer makes up (module and global names, 'latin1'): written once per role,
   // then fetched, as CPython's memo holds one str object per module name, per class name
   // and for its 'latin1' constant.
-  void save_named_str(char role, const std::string& text) {
+  SP_OUT_OF_LINE void save_named_str(char role, const std::string& text) {
     std::string key = role + text;
     if (auto it = str_memo_.find(key); it != str_memo_.end()) {
       write_get(it->second);
@@ -435,12 +465,8 @@ class Pickler {
     str_memo_.emplace(std::move(key), memoize(nullptr));
   }
 
-  void save_object(const Value& v, std::size_t depth) {
-    if (!v.callable()) throw UsageError("pickle writer: object without a callable");
-    if (!v.args() || !v.args()->is(Kind::kTuple)) throw UsageError("pickle writer: object arguments must be a tuple");
-    if (v.kwargs() && v.call_kind() != CallKind::kNewObjEx) {
-      throw UsageError("pickle writer: keyword arguments need CallKind::kNewObjEx");
-    }
+  SP_OUT_OF_LINE void save_object(const Value& v, std::size_t depth) {
+    check_object(v);
     switch (v.call_kind()) {
       case CallKind::kReduce:
         save_child(v.callable(), depth);
@@ -464,10 +490,18 @@ class Pickler {
     }
   }
 
+  SP_OUT_OF_LINE static void check_object(const Value& v) {
+    if (!v.callable()) usage_error("object without a callable");
+    if (!v.args() || !v.args()->is(Kind::kTuple)) usage_error("object arguments must be a tuple");
+    if (v.kwargs() && v.call_kind() != CallKind::kNewObjEx) usage_error("keyword arguments need CallKind::kNewObjEx");
+    if (v.call_kind() == CallKind::kNewObjEx && (!v.kwargs() || !v.kwargs()->is(Kind::kDict))) {
+      usage_error("NEWOBJ_EX keyword arguments must be a dict");
+    }
+  }
+
   // Protocol 2 has no NEWOBJ_EX; CPython >= 3.6 spells it copyreg.__newobj_ex__(cls,
   // args, kwargs), which the reader turns back into NEWOBJ_EX.
-  void save_newobj_ex(const Value& v, std::size_t depth) {
-    if (!v.kwargs() || !v.kwargs()->is(Kind::kDict)) throw UsageError("pickle writer: NEWOBJ_EX keyword arguments must be a dict");
+  SP_OUT_OF_LINE void save_newobj_ex(const Value& v, std::size_t depth) {
     if (protocol_ >= 4) {
       save_child(v.callable(), depth);
       save_child(v.args(), depth);
@@ -487,21 +521,21 @@ class Pickler {
   // --- memo -------------------------------------------------------------------------
   // Gives the value on top of the stack the next memo index; `node` may be null for
   // values that exist only in the pickle.
-  std::uint64_t memoize(const Value* node) {
+  SP_OUT_OF_LINE std::uint64_t memoize(const Value* node) {
     std::uint64_t index = next_memo_++;
     if (protocol_ >= 4) {
       write_op(op::kMemoize);
     } else if (index < 256) {
       write_op_arg<std::uint8_t>(op::kBinPut, static_cast<std::uint8_t>(index));
     } else {
-      if (index > UINT32_MAX) throw UsageError("pickle writer: more than 2^32 memo entries");
+      if (index > UINT32_MAX) usage_error("more than 2^32 memo entries");
       write_op_arg<std::uint32_t>(op::kLongBinPut, static_cast<std::uint32_t>(index));
     }
     if (node != nullptr) memo_.emplace(node, index);
     return index;
   }
 
-  void write_get(std::uint64_t index) {
+  SP_OUT_OF_LINE void write_get(std::uint64_t index) {
     if (index < 256) {
       write_op_arg<std::uint8_t>(op::kBinGet, static_cast<std::uint8_t>(index));
     } else {
@@ -510,12 +544,12 @@ class Pickler {
   }
 
   // --- output -----------------------------------------------------------------------
-  void write_op(std::uint8_t code) { write_byte(code); }
+  SP_OUT_OF_LINE void write_op(std::uint8_t code) { write_byte(code); }
   void write_byte(std::uint8_t b) { current().push_back(static_cast<char>(b)); }
   void write(std::string_view s) { current().append(s); }
 
   template <typename T>
-  void write_op_arg(std::uint8_t code, T arg) {
+  SP_OUT_OF_LINE void write_op_arg(std::uint8_t code, T arg) {
     std::string& out = current();
     out.push_back(static_cast<char>(code));
     put_le<T>(out, arg);
@@ -523,7 +557,7 @@ class Pickler {
 
   // Opcode, little-endian length of `length_bytes`, payload. With framing, a payload of
   // kFrameSizeTarget or more goes outside any frame, as CPython writes it.
-  void write_large(std::uint8_t code, int length_bytes, std::string_view payload) {
+  SP_OUT_OF_LINE void write_large(std::uint8_t code, int length_bytes, std::string_view payload) {
     if (framing_ && payload.size() >= kFrameSizeTarget) commit_frame(true);
     std::string& out = (framing_ && payload.size() >= kFrameSizeTarget) ? pending_ : current();
     out.push_back(static_cast<char>(code));
@@ -538,7 +572,7 @@ class Pickler {
 
   std::string& current() { return framing_ ? frame_ : pending_; }
 
-  void commit_frame(bool force) {
+  SP_OUT_OF_LINE void commit_frame(bool force) {
     if (frame_.empty() || (!force && frame_.size() < kFrameSizeTarget)) return;
     if (frame_.size() >= kFrameSizeMin) {
       pending_.push_back(static_cast<char>(op::kFrame));
@@ -549,7 +583,7 @@ class Pickler {
     flush(false);
   }
 
-  void flush(bool all) {
+  SP_OUT_OF_LINE void flush(bool all) {
     if (!all && pending_.size() < kFlushBytes) return;
     sink_.write(pending_);
     pending_.clear();
