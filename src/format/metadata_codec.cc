@@ -7,9 +7,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
+#include "format/checkpoint_path.h"
 #include "pickle/reader.h"
 #include "pickle/repr.h"
 #include "pickle/writer.h"
@@ -824,6 +826,58 @@ std::vector<std::string> check_chunk_tiling(const TensorStorageMetadata& tensor)
     } else if (covered != *total) {
       problems.push_back("chunks cover " + std::to_string(covered) + " of " + std::to_string(*total) +
                          " elements (gaps)");
+    }
+  }
+  return problems;
+}
+
+std::vector<std::string> check_metadata(const Metadata& md) {
+  std::vector<std::string> problems;
+  for (const auto& [fqn, entry] : md.state_dict_metadata) {
+    if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
+      for (const std::string& p : check_chunk_tiling(*t)) problems.push_back(quote(fqn) + ": " + p);
+      for (std::size_t i = 0; i < t->chunks.size(); ++i) {
+        if (!md.storage_data.contains(MetadataIndex{fqn, t->chunks[i].offsets, std::nullopt})) {
+          problems.push_back(quote(fqn) + ": chunk " + std::to_string(i) + " " + describe_chunk(t->chunks[i]) +
+                             " has no storage_data entry");
+        }
+      }
+    } else if (!md.storage_data.contains(MetadataIndex{fqn, std::nullopt, std::nullopt})) {
+      problems.push_back(quote(fqn) + ": bytes item has no storage_data entry");
+    }
+  }
+  // file -> (offset, length, fqn), to find items sharing bytes.
+  std::map<std::string, std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>>> by_file;
+  for (const auto& [index, info] : md.storage_data) {
+    const std::string key = "storage_data[" + quote(index.fqn) +
+                            (index.offset ? " at " + shape_text(*index.offset) : std::string()) + "]";
+    auto it = md.state_dict_metadata.find(index.fqn);
+    if (it == md.state_dict_metadata.end()) {
+      problems.push_back(key + " names no item of state_dict_metadata");
+    } else if (const auto* t = std::get_if<TensorStorageMetadata>(&it->second)) {
+      bool found = index.offset && std::any_of(t->chunks.begin(), t->chunks.end(), [&](const ChunkStorageMetadata& c) {
+                     return c.offsets == *index.offset;
+                   });
+      if (!found) problems.push_back(key + " matches no chunk of the tensor");
+    } else if (index.offset) {
+      problems.push_back(key + " has an offset, but the item is a bytes item");
+    }
+    if (!is_safe_relative_path(info.relative_path)) {
+      problems.push_back(key + ": relative_path '" + info.relative_path + "' is not a plain relative path");
+    }
+    by_file[info.relative_path].emplace_back(info.offset, info.length, key);
+  }
+  for (auto& [file, items] : by_file) {
+    std::sort(items.begin(), items.end());
+    for (std::size_t i = 1; i < items.size(); ++i) {
+      const auto& [prev_off, prev_len, prev_key] = items[i - 1];
+      const auto& [off, len, key] = items[i];
+      std::uint64_t prev_end = 0;
+      const bool overflow = __builtin_add_overflow(prev_off, prev_len, &prev_end);
+      if ((overflow || off < prev_end) && len > 0 && prev_len > 0) {
+        problems.push_back(key + " [" + std::to_string(off) + "+" + std::to_string(len) + "] overlaps " + prev_key +
+                           " [" + std::to_string(prev_off) + "+" + std::to_string(prev_len) + "] in '" + file + "'");
+      }
     }
   }
   return problems;

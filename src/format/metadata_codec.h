@@ -63,6 +63,13 @@ std::string encode_metadata(const Metadata& metadata);
 // Each entry is one sentence, e.g. "chunk 1 [0:4, 2:6] overlaps chunk 0 [0:4, 0:4]".
 std::vector<std::string> check_chunk_tiling(const TensorStorageMetadata& tensor);
 
+// Every consistency problem of a decoded Metadata, one sentence each, for `verify`:
+// check_chunk_tiling() of every tensor (prefixed with the fqn); chunks and bytes items
+// without a storage_data entry; storage_data entries that name no item or no chunk; item
+// relative paths that are not plain relative paths (is_safe_relative_path); items whose
+// byte ranges overlap within one file. Empty when consistent. Pure; no I/O.
+std::vector<std::string> check_metadata(const Metadata& metadata);
+
 // True when a and b hold the same content as far as encode_metadata writes it:
 // state_dict_metadata, storage_data (keys compared by fqn and offset, as MetadataIndex
 // does) and planner_data after the (fqn,) fill-in encode_metadata applies.

@@ -762,6 +762,31 @@ TEST(ChunkTilingTest, VolumeArithmeticIsExact) {
   EXPECT_EQ(check_chunk_tiling(tensor_with({4}, {{{max}, {max}}})).size(), 2u);
 }
 
+TEST(CheckMetadataTest, SampleIsConsistent) {
+  EXPECT_TRUE(check_metadata(sample_metadata()).empty());
+  EXPECT_TRUE(check_metadata(Metadata{}).empty());
+}
+
+TEST(CheckMetadataTest, ReportsEveryInconsistency) {
+  Metadata md = sample_metadata();
+  md.storage_data.erase(MetadataIndex{"model.w", Shape{2, 0}, {}});
+  md.storage_data.erase(MetadataIndex{"step", std::nullopt, {}});
+  md.storage_data.emplace(MetadataIndex{"ghost", std::nullopt, {}}, StorageInfo{"__0_0.distcp", 5000, 10, {}});
+  md.storage_data.emplace(MetadataIndex{"model.b", Shape{3}, {}}, StorageInfo{"../x.distcp", 0, 10, {}});
+  md.storage_data.at(MetadataIndex{"s", Shape{}, {}}).offset = 1000;  // inside model.b's [700, 1447)
+  std::get<TensorStorageMetadata>(md.state_dict_metadata.at("model.b")).size = {7};
+  std::vector<std::string> want = {
+      "\"model.b\": chunks cover 6 of 7 elements (gaps)",
+      "\"model.w\": chunk 1 [2:4, 0:6] has no storage_data entry",
+      "\"step\": bytes item has no storage_data entry",
+      "storage_data[\"ghost\"] names no item of state_dict_metadata",
+      "storage_data[\"model.b\" at [3]] matches no chunk of the tensor",
+      "storage_data[\"model.b\" at [3]]: relative_path '../x.distcp' is not a plain relative path",
+      "storage_data[\"s\" at []] [1000+747] overlaps storage_data[\"model.b\" at [0]] [700+747] in '__0_0.distcp'",
+  };
+  EXPECT_EQ(check_metadata(md), want);
+}
+
 TEST(ChunkTilingTest, ManyChunksAreChecked) {
   std::vector<ChunkStorageMetadata> chunks;
   for (std::int64_t i = 0; i < 4096; ++i) chunks.push_back({{i, 0}, {1, 8}});
