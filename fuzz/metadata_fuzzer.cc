@@ -38,10 +38,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fprintf(stderr, "encode is not stable across a round trip\n");
     std::abort();
   }
-  for (const auto& [fqn, entry] : md.state_dict_metadata) {
-    if (const auto* t = std::get_if<shardpoint::format::TensorStorageMetadata>(&entry)) {
-      (void)shardpoint::format::check_chunk_tiling(*t);
-    }
-  }
+  (void)shardpoint::format::check_metadata(md);
   return 0;
 }
