@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -132,14 +133,25 @@ TEST(TorchOracle, ReadsWhatTorch113Saves) {
   check_manifest(dir.path().string());
 }
 
-// Copies a file through the reader and the writer: same tree, storages copied by key.
-void copy_through(const std::string& from, const std::string& to) {
+// Copies a file through the reader and the writer: same tree, storages copied by key in
+// the order the source file has them.
+void copy_through(const std::string& from, const std::string& to, bool keep_archive_name = false) {
   auto f = TorchFile::open(from);
   UniqueFd fd = UniqueFd::open(to, O_WRONLY | O_CREAT | O_TRUNC);
   FileSink sink(fd, 0, 4096);
-  TorchSaveWriter w(sink);
+  TorchSaveOptions options;
+  if (keep_archive_name) options.archive_name = f->archive_name();
+  TorchSaveWriter w(sink, options);
   w.write_pickle(*f->root());
-  for (const auto& [key, range] : f->storages()) {
+  const std::string data_prefix = f->archive_name() + "/data/";
+  std::vector<std::pair<std::string, ByteRange>> storages;
+  for (const ZipEntry& e : f->archive().entries()) {
+    if (e.name.compare(0, data_prefix.size(), data_prefix) != 0) continue;
+    std::string key = e.name.substr(data_prefix.size());
+    if (f->storages().count(key)) storages.emplace_back(key, f->storages().at(key));
+  }
+  ASSERT_EQ(storages.size(), f->storages().size());
+  for (const auto& [key, range] : storages) {
     w.begin_storage(key, range.size);
     auto view = f->source().view(range.offset, range.size, "storage");
     ASSERT_TRUE(view.has_value());
@@ -340,6 +352,25 @@ TEST(TorchOracle, Torch26ReadsAndWritesNewDTypesAndSerializationId) {
   std::string path = write_case(c, dir, "w26");
   auto k = testing::run_command(runner + " " + kOracle + " check " + path + " " + dir.file("w26.json") + " 2>&1");
   EXPECT_EQ(k.exit_code, 0) << k.output;
+}
+
+// torch.save (2.6) output, read and written back by shardpoint, is the same file byte for
+// byte: zip layout, padding, record order, data.pkl opcodes and serialization_id.
+TEST(TorchOracle, Torch26FilesRewriteByteIdentical) {
+  SP_REQUIRE_TORCH26_RUNNER(runner);
+  testing::TempDir dir;
+  auto r = testing::run_command(runner + " " + kOracle + " make " + dir.path().string() + " --new-dtypes 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* name : {"tensor_root.pt", "stream.pt", "views.pt", "new_dtypes.pt", "dtypes.pt", "nested.pt"}) {
+    SCOPED_TRACE(name);
+    std::string from = dir.file(name), to = dir.file(std::string("copy_") + name);
+    copy_through(from, to, true);
+    std::string a = testing::read_text(from), b = testing::read_text(to);
+    EXPECT_EQ(a.size(), b.size());
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    EXPECT_EQ(i, a.size()) << "first difference at offset " << i;
+  }
 }
 
 }  // namespace
