@@ -240,7 +240,7 @@ class Unpickler {
         ValuePtr name = pop();
         ValuePtr module = pop();
         if (!module->is(Kind::kStr) || !name->is(Kind::kStr)) fail("expected str module and name on the stack");
-        push(Value::global(module->as_string(), name->as_string()));
+        push(make_global(module->as_string(), name->as_string()));
         return true;
       }
       case op::kReduce: {

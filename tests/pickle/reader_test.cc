@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "pickle/opcodes.h"
 #include "pickle/repr.h"
 #include "pickle_test_util.h"
 
@@ -277,6 +278,8 @@ TEST(Reader, ObjectsTakeAppendsAndSetItems) {
 
 TEST(Reader, FixImportsOnlyBelowProtocol3) {
   EXPECT_TRUE(read("c__builtin__\nlong\n.")->is_global("builtins", "int"));
+  EXPECT_TRUE(read(bytes_of("\x80\x02\x8c\x0b__builtin__\x8c\x07unicode\x93."))->is_global("builtins", "str"));
+  EXPECT_TRUE(read(bytes_of("\x80\x04\x8c\x0b__builtin__\x8c\x07unicode\x93."))->is_global("__builtin__", "unicode"));
   EXPECT_TRUE(read(bytes_of("\x80\x02" "ccopy_reg\n_reconstructor\n."))->is_global("copyreg", "_reconstructor"));
   EXPECT_TRUE(read(bytes_of("\x80\x03" "c__builtin__\nset\n."))->is_global("__builtin__", "set"));
 }
@@ -285,10 +288,20 @@ TEST(Reader, UnsupportedOpcodes) {
   expect_format_error(bytes_of("\x80\x05\x97."), {"NEXT_BUFFER", "out-of-band buffers not supported"});
   expect_format_error(bytes_of("\x80\x05\x98."), {"READONLY_BUFFER", "out-of-band"});
   expect_format_error(bytes_of("\x80\x02\x82\x01."), {"EXT1", "extension"});
+  expect_format_error(bytes_of("\x80\x02\x83\x01\x00."), {"EXT2", "extension"});
+  expect_format_error(bytes_of("\x80\x02\x84\x01\x00\x00\x00."), {"EXT4", "extension"});
   expect_format_error(bytes_of("\x80\x02\xff."), {"opcode 0xff at offset 2"});
   expect_format_error(bytes_of("\x80\x06N."), {"PROTO", "unsupported protocol 6"});
   expect_format_error(bytes_of("\x80\x02\x93."), {"STACK_GLOBAL", "stack underflow"});
   expect_format_error(bytes_of("\x80\x04K\x01K\x02\x93."), {"STACK_GLOBAL", "str"});
+}
+
+// Every opcode of pickletools (CPython 3.11: 68) has a name here, so errors can name it.
+TEST(Reader, KnowsEveryOpcodeName) {
+  int named = 0;
+  for (int code = 0; code < 256; ++code) named += op::opcode_name(static_cast<std::uint8_t>(code)).empty() ? 0 : 1;
+  EXPECT_EQ(named, 68);
+  EXPECT_EQ(op::opcode_name(op::kBinUnicode8), "BINUNICODE8");
 }
 
 TEST(Reader, ErrorsNameSourceOffsetAndExpectation) {
