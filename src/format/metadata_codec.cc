@@ -152,6 +152,7 @@ class Decoder {
     for (const auto& [k, v] : sdm->entries()) {
       if (!k || !k->is(Kind::kStr)) fail("state_dict_metadata key", "a str", k.get());
       const std::string& fqn = k->as_string();
+      if (!v) fail("state_dict_metadata[" + quote(fqn) + "]", "TensorStorageMetadata or BytesStorageMetadata", nullptr);
       md.state_dict_metadata.insert_or_assign(fqn, storage_metadata(*v, fqn));
     }
 
