@@ -125,20 +125,20 @@ class Unpickler {
       case op::kNone: push(Value::none()); return true;
       case op::kNewTrue: push(Value::boolean(true)); return true;
       case op::kNewFalse: push(Value::boolean(false)); return true;
-      case op::kBinInt: push(Value::integer(static_cast<std::int32_t>(read_le<std::uint32_t>("4-byte int")))); return true;
-      case op::kBinInt1: push(Value::integer(read_le<std::uint8_t>("1-byte int"))); return true;
-      case op::kBinInt2: push(Value::integer(read_le<std::uint16_t>("2-byte int"))); return true;
-      case op::kLong1: push(Value::big_integer(std::string(read_chars(read_le<std::uint8_t>("length"), "int bytes")))); return true;
-      case op::kLong4: push(Value::big_integer(std::string(read_chars(read_signed_length(), "int bytes")))); return true;
+      case op::kBinInt: push(Value::integer(static_cast<std::int32_t>(read_le<std::uint32_t>("int")))); return true;
+      case op::kBinInt1: push(Value::integer(read_le<std::uint8_t>("int"))); return true;
+      case op::kBinInt2: push(Value::integer(read_le<std::uint16_t>("int"))); return true;
+      case op::kLong1: push_long(read_length<std::uint8_t>()); return true;
+      case op::kLong4: push_long(read_signed_length()); return true;
       case op::kBinFloat: push(Value::floating(read_binfloat())); return true;
-      case op::kShortBinUnicode: push_utf8(read_chars(read_le<std::uint8_t>("length"), "UTF-8 text")); return true;
-      case op::kBinUnicode: push_utf8(read_chars(read_le<std::uint32_t>("length"), "UTF-8 text")); return true;
-      case op::kBinUnicode8: push_utf8(read_chars(read_le<std::uint64_t>("length"), "UTF-8 text")); return true;
-      case op::kShortBinBytes: push(Value::bytes(std::string(read_chars(read_le<std::uint8_t>("length"), "bytes")))); return true;
-      case op::kBinBytes: push(Value::bytes(std::string(read_chars(read_le<std::uint32_t>("length"), "bytes")))); return true;
-      case op::kBinBytes8: push(Value::bytes(std::string(read_chars(read_le<std::uint64_t>("length"), "bytes")))); return true;
-      case op::kByteArray8: push(Value::bytearray(std::string(read_chars(read_le<std::uint64_t>("length"), "bytes")))); return true;
-      case op::kShortBinString: push_py2_str(read_chars(read_le<std::uint8_t>("length"), "string")); return true;
+      case op::kShortBinUnicode: push_utf8(read_length<std::uint8_t>()); return true;
+      case op::kBinUnicode: push_utf8(read_length<std::uint32_t>()); return true;
+      case op::kBinUnicode8: push_utf8(read_length<std::uint64_t>()); return true;
+      case op::kShortBinBytes: push(Value::bytes(read_bytes(read_length<std::uint8_t>()))); return true;
+      case op::kBinBytes: push(Value::bytes(read_bytes(read_length<std::uint32_t>()))); return true;
+      case op::kBinBytes8: push(Value::bytes(read_bytes(read_length<std::uint64_t>()))); return true;
+      case op::kByteArray8: push(Value::bytearray(read_bytes(read_length<std::uint64_t>()))); return true;
+      case op::kShortBinString: push_py2_str(read_chars(read_length<std::uint8_t>(), "string")); return true;
       case op::kBinString: push_py2_str(read_chars(read_signed_length(), "string")); return true;
       case op::kNextBuffer:
       case op::kReadonlyBuffer: fail("out-of-band buffers not supported");
@@ -220,7 +220,7 @@ class Unpickler {
       case op::kAddItems: {
         auto items = pop_mark();
         const ValuePtr& target = top();
-        if (!target->is(Kind::kSet)) fail("expected a set to add items to, found " + std::string(kind_name(target->kind())));
+        if (!target->is(Kind::kSet)) fail("expected a set to add items to, found " + kind_of(target));
         for (auto& item : items) target->mutable_items().push_back(std::move(item));
         return true;
       }
@@ -269,7 +269,7 @@ class Unpickler {
       case op::kBuild: {
         ValuePtr state = pop();
         const ValuePtr& target = top();
-        if (!target->is(Kind::kObject)) fail("expected an object to BUILD, found " + std::string(kind_name(target->kind())));
+        if (!target->is(Kind::kObject)) fail("expected an object to BUILD, found " + kind_of(target));
         if (target->state()) fail("object already has BUILD state (a second BUILD is not supported)");
         target->set_state(std::move(state));
         return true;
@@ -296,7 +296,9 @@ class Unpickler {
       case op::kFrame: {
         // Frames only batch reads for streams; the bytes are all here already.
         std::uint64_t length = read_le<std::uint64_t>("frame length");
-        if (length > remaining()) fail("frame of " + std::to_string(length) + " bytes, " + std::to_string(remaining()) + " left");
+        if (length > remaining()) {
+          fail("frame of " + std::to_string(length) + " bytes, " + std::to_string(remaining()) + " left");
+        }
         return true;
       }
       case op::kProto: {
@@ -359,10 +361,13 @@ class Unpickler {
     push(Value::str(std::string(data)));
   }
 
-  void push_utf8(std::string_view text) {
+  void push_utf8(std::uint64_t length) {
+    std::string_view text = read_chars(length, "UTF-8 text");
     if (!is_valid_utf8(text)) fail("text is not valid UTF-8");
     push(Value::str(std::string(text)));
   }
+
+  void push_long(std::uint64_t length) { push(Value::big_integer(std::string(read_chars(length, "int bytes")))); }
 
   void push_tuple(std::size_t n) {
     if (stack_.size() - frame_base() < n) fail(stack_underflow(n));
@@ -374,7 +379,7 @@ class Unpickler {
 
   void append_items(const ValuePtr& target, std::vector<ValuePtr> items) {
     if (!target->is(Kind::kList) && !target->is(Kind::kObject)) {
-      fail("expected a list or object to append to, found " + std::string(kind_name(target->kind())));
+      fail("expected a list or object to append to, found " + kind_of(target));
     }
     auto& dest = target->mutable_items();
     for (auto& item : items) dest.push_back(std::move(item));
@@ -382,7 +387,7 @@ class Unpickler {
 
   void set_items(const ValuePtr& target, std::vector<ValuePtr> items) {
     if (!target->is(Kind::kDict) && !target->is(Kind::kObject)) {
-      fail("expected a dict or object to set items on, found " + std::string(kind_name(target->kind())));
+      fail("expected a dict or object to set items on, found " + kind_of(target));
     }
     add_entries(*target, std::move(items));
   }
@@ -475,7 +480,9 @@ class Unpickler {
       fail("expected a non-negative decimal memo index");
     }
     std::uint64_t index = 0;
-    for (std::size_t i = 0; i < le->size(); ++i) index |= std::uint64_t{static_cast<unsigned char>((*le)[i])} << (8 * i);
+    for (std::size_t i = 0; i < le->size(); ++i) {
+      index |= std::uint64_t{static_cast<unsigned char>((*le)[i])} << (8 * i);
+    }
     return index;
   }
 
@@ -512,6 +519,8 @@ class Unpickler {
            std::to_string(stack_.size() - frame_base());
   }
 
+  static std::string kind_of(const ValuePtr& v) { return std::string(kind_name(v->kind())); }
+
   ValuePtr track(ValuePtr v) {
     if (has_children(v->kind())) created_.push_back(v);
     return v;
@@ -529,7 +538,8 @@ class Unpickler {
 
   std::string_view read_chars(std::uint64_t n, std::string_view what) {
     if (n > remaining()) {
-      fail("expected " + std::to_string(n) + " bytes of " + std::string(what) + ", " + std::to_string(remaining()) + " left");
+      fail("expected " + std::to_string(n) + " bytes of " + std::string(what) + ", " + std::to_string(remaining()) +
+           " left");
     }
     std::string_view s(reinterpret_cast<const char*>(data_.data()) + pos_, static_cast<std::size_t>(n));
     pos_ += static_cast<std::size_t>(n);
@@ -541,6 +551,13 @@ class Unpickler {
     std::string_view s = read_chars(sizeof(T), what);
     return get_le<T>(reinterpret_cast<const std::byte*>(s.data()));
   }
+
+  template <typename T>
+  std::uint64_t read_length() {
+    return read_le<T>("length");
+  }
+
+  std::string read_bytes(std::uint64_t n) { return std::string(read_chars(n, "bytes")); }
 
   std::uint64_t read_signed_length() {
     auto n = static_cast<std::int32_t>(read_le<std::uint32_t>("length"));

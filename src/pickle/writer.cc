@@ -115,8 +115,8 @@ class Pickler {
       case Kind::kInt: save_int(v); return;
       case Kind::kFloat: save_float(v.as_float()); return;
       case Kind::kStr: save_str_node(v); return;
-      case Kind::kBytes: save_bytes(v, depth); return;
-      case Kind::kByteArray: save_bytearray(v, depth); return;
+      case Kind::kBytes: save_bytes(v); return;
+      case Kind::kByteArray: save_bytearray(v); return;
       case Kind::kTuple: save_tuple(v, depth); return;
       case Kind::kList: save_list(v, depth); return;
       case Kind::kDict: save_dict(v, depth); return;
@@ -157,7 +157,9 @@ class Pickler {
       std::int64_t x = v.as_int();
       if (x >= 0 && x <= 0xFF) return write_op_arg<std::uint8_t>(op::kBinInt1, static_cast<std::uint8_t>(x));
       if (x >= 0 && x <= 0xFFFF) return write_op_arg<std::uint16_t>(op::kBinInt2, static_cast<std::uint16_t>(x));
-      if (x >= INT32_MIN && x <= INT32_MAX) return write_op_arg<std::uint32_t>(op::kBinInt, static_cast<std::uint32_t>(x));
+      if (x >= INT32_MIN && x <= INT32_MAX) {
+        return write_op_arg<std::uint32_t>(op::kBinInt, static_cast<std::uint32_t>(x));
+      }
     }
     std::string le = v.int_le_bytes();
     if (le.size() < 256) {
@@ -189,7 +191,7 @@ class Pickler {
     }
   }
 
-  SP_OUT_OF_LINE void save_bytes(const Value& v, std::size_t depth) {
+  SP_OUT_OF_LINE void save_bytes(const Value& v) {
     const std::string& data = v.as_string();
     if (protocol_ < 3) {
       save_bytes_as_reduce(data);
@@ -217,7 +219,7 @@ class Pickler {
   }
 
   // Below protocol 5 CPython writes bytearray(b'...') as REDUCE(bytearray, (bytes,)).
-  SP_OUT_OF_LINE void save_bytearray(const Value& v, std::size_t depth) {
+  SP_OUT_OF_LINE void save_bytearray(const Value& v) {
     const std::string& data = v.as_string();
     save_global("builtins", "bytearray", nullptr);
     if (data.empty()) {
@@ -320,17 +322,17 @@ class Pickler {
     }
   }
 
-  // Batching follows CPython's C pickler (what pickle.dumps and torch.save run): an exact
-  // list or dict of one item uses APPEND / SETITEM; otherwise every batch, even a last one
-  // of one item, is MARK ... APPENDS / SETITEMS, and a dict or set whose size is a multiple
-  // of the batch size ends with an empty batch. Items added to an object (an iterator in
-  // CPython) use APPEND / SETITEM for a last batch of one, and no empty batch.
   SP_OUT_OF_LINE void begin_set_reduce(bool frozen) {
     save_global("builtins", frozen ? "frozenset" : "set", nullptr);
     write_op(op::kEmptyList);
     memoize(nullptr);
   }
 
+  // Batching follows CPython's C pickler (what pickle.dumps and torch.save run): an exact
+  // list or dict of one item uses APPEND / SETITEM; otherwise every batch, even a last one
+  // of one item, is MARK ... APPENDS / SETITEMS, and a dict or set whose size is a multiple
+  // of the batch size ends with an empty batch. Items added to an object (an iterator in
+  // CPython) use APPEND / SETITEM for a last batch of one, and no empty batch.
   void batch_appends(const std::vector<ValuePtr>& items, std::size_t depth, bool exact_list) {
     if (exact_list && items.size() == 1) {
       save_child(items[0], depth);
@@ -399,7 +401,8 @@ class Pickler {
   // `node` is the tree node (memoized by identity too), or null for globals the writer
   // makes up (bytes, set, ...). Globals are memoized by name, as CPython's memo holds the
   // one class object.
-  SP_OUT_OF_LINE void save_global(const std::string& module, const std::string& name, const Value* node, std::size_t depth = 0) {
+  SP_OUT_OF_LINE void save_global(const std::string& module, const std::string& name, const Value* node,
+                                   std::size_t depth = 0) {
     std::string key = module + '\n' + name;
     if (auto it = global_memo_.find(key); it != global_memo_.end()) {
       write_get(it->second);
