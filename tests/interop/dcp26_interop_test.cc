@@ -1,6 +1,7 @@
 // Interop acceptance with real PyTorch 2.6 DCP, both directions:
 //   - PyTorch 2.6 dcp.save on 3 gloo processes (tests/interop/dcp26.py) -> shardpoint
 //     engine::load on 1, 2 and 4 ranks (interop_worker), every byte checked;
+//   - PyTorch 2.6 dcp.save on 4 processes with a (2, 2) mesh -> shardpoint load on 3 ranks;
 //   - shardpoint engine::save on 4 ranks -> PyTorch 2.6 dcp.load on 2 and 3 processes and
 //     format_utils.dcp_to_torch_save, every value checked.
 // Values are a function of (fqn, global index) (interop_values.h / dcp26.py), so every side
@@ -51,6 +52,21 @@ TEST(Dcp26InteropTest, TorchSavesOn3RanksShardpointLoadsOn1_2_4) {
     options.timeout = kRanksTimeout;
     expect_ranks_ok(launch_ranks(SP_INTEROP_WORKER, {"load", ckpt, "--expected", manifest}, world, options));
   }
+}
+
+// A real 2-D mesh needs 4 PyTorch ranks: model.m2d is [Shard(0), Shard(1)] over a (2, 2)
+// mesh, so its 4 saved chunks each start inside both dimensions; 3 shardpoint ranks read
+// them through boxes that cut every chunk.
+TEST(Dcp26InteropTest, TorchSavesOn4RanksWith2x2MeshShardpointLoadsOn3) {
+  SP_REQUIRE_TORCH26(python);
+  TempDir dir;
+  const std::string ckpt = dir.file("torch26");
+  const std::string manifest = dir.file("torch26.expected.json");
+  const ProcessResult saved = run_torch(python, {"save", ckpt, "--ws", "4", "--manifest", manifest});
+  ASSERT_EQ(saved.exit_code, 0) << "PyTorch 2.6 save: " << saved.describe();
+  LaunchOptions options;
+  options.timeout = kRanksTimeout;
+  expect_ranks_ok(launch_ranks(SP_INTEROP_WORKER, {"load", ckpt, "--expected", manifest}, 3, options));
 }
 
 TEST(Dcp26InteropTest, ShardpointSavesOn4RanksTorchLoadsOn2_3AndConverts) {
