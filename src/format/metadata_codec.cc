@@ -856,9 +856,9 @@ std::vector<std::string> check_metadata(const Metadata& md) {
     if (it == md.state_dict_metadata.end()) {
       problems.push_back(key + " names no item of state_dict_metadata");
     } else if (const auto* t = std::get_if<TensorStorageMetadata>(&it->second)) {
-      bool found = index.offset && std::any_of(t->chunks.begin(), t->chunks.end(), [&](const ChunkStorageMetadata& c) {
-                     return c.offsets == *index.offset;
-                   });
+      const std::optional<Shape>& offset = index.offset;
+      bool found = offset && std::any_of(t->chunks.begin(), t->chunks.end(),
+                                         [&](const ChunkStorageMetadata& c) { return c.offsets == *offset; });
       if (!found) problems.push_back(key + " matches no chunk of the tensor");
     } else if (index.offset) {
       problems.push_back(key + " has an offset, but the item is a bytes item");
