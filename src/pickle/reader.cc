@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -600,27 +599,19 @@ class Unpickler {
 
   // --- after STOP --------------------------------------------------------------------
   ValuePtr take_ownership(const ValuePtr& root) {
-    std::vector<const Value*> reachable;
-    GraphShape shape = analyze_graph(root, &reachable);
+    GraphShape shape = analyze_graph(root, created_);
     if (shape.depth > options_.max_depth) {
       throw FormatError(std::string(source_) + ": nesting depth " + std::to_string(shape.depth) +
                         " exceeds the limit of " + std::to_string(options_.max_depth));
     }
-    release_unreachable(reachable);
+    // Nodes built but dropped (popped, or only in the memo) may form cycles of their own.
+    std::vector<ValuePtr> released;
+    for (auto& node : shape.unreachable_watched) release_children(*node, released);
     if (shape.cyclic_nodes.empty()) return root;
     auto owner = std::make_shared<CycleOwner>();
     owner->root = root;
     owner->cyclic_nodes = std::move(shape.cyclic_nodes);
     return ValuePtr(owner, root.get());
-  }
-
-  // Nodes built but dropped (popped, or only in the memo) may form cycles of their own.
-  void release_unreachable(const std::vector<const Value*>& reachable) {
-    std::unordered_set<const Value*> keep(reachable.begin(), reachable.end());
-    std::vector<ValuePtr> released;
-    for (auto& node : created_) {
-      if (!keep.contains(node.get())) release_children(*node, released);
-    }
   }
 
   ByteSpan data_;

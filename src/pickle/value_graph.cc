@@ -49,17 +49,18 @@ namespace {
 // points to) is known when it is popped.
 class GraphWalk {
  public:
-  GraphShape run(const ValuePtr& root, std::vector<const Value*>* reachable_out) {
-    if (!root) return {};
-    enter(root);
-    while (!frames_.empty()) step();
+  GraphShape run(const ValuePtr& root, std::span<const ValuePtr> watched) {
     GraphShape shape;
-    shape.depth = component_height_[component_[0]];
-    shape.cyclic_nodes = std::move(cyclic_);
-    shape.reachable = nodes_.size();
-    if (reachable_out != nullptr) {
-      reachable_out->reserve(nodes_.size());
-      for (const ValuePtr* n : nodes_) reachable_out->push_back(n->get());
+    if (root) {
+      ids_.reserve(2 * watched.size() + 16);  // containers plus, typically, as many leaves
+      enter(root);
+      while (!frames_.empty()) step();
+      shape.depth = component_height_[component_[0]];
+      shape.cyclic_nodes = std::move(cyclic_);
+      shape.reachable = nodes_.size();
+    }
+    for (const ValuePtr& node : watched) {
+      if (!ids_.contains(node.get())) shape.unreachable_watched.push_back(node);
     }
     return shape;
   }
@@ -157,8 +158,8 @@ class GraphWalk {
 
 }  // namespace
 
-GraphShape analyze_graph(const ValuePtr& root, std::vector<const Value*>* reachable_out) {
-  return GraphWalk().run(root, reachable_out);
+GraphShape analyze_graph(const ValuePtr& root, std::span<const ValuePtr> watched) {
+  return GraphWalk().run(root, watched);
 }
 
 }  // namespace shardpoint::pickle

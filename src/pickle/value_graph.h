@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "pickle/value.h"
@@ -27,12 +28,15 @@ struct GraphShape {
   // Every node that lies on a cycle (strongly connected component of more than one node,
   // or a node that contains itself). Empty for an acyclic graph.
   std::vector<ValuePtr> cyclic_nodes;
-  // Every node reachable from the root (the root included).
+  // How many nodes are reachable from the root (the root included).
   std::size_t reachable = 0;
+  // The nodes of `watched` (see analyze_graph) that are not reachable from the root.
+  std::vector<ValuePtr> unreachable_watched;
 };
 
-// Walks the graph from root without recursion. If `reachable_out` is given, it receives
-// the address of every reachable node.
-GraphShape analyze_graph(const ValuePtr& root, std::vector<const Value*>* reachable_out = nullptr);
+// Walks the graph from root without recursion, in time and memory linear in its size.
+// `watched`: nodes to report in unreachable_watched when the root does not reach them
+// (the reader passes every container it built); its size also presizes the walk.
+GraphShape analyze_graph(const ValuePtr& root, std::span<const ValuePtr> watched = {});
 
 }  // namespace shardpoint::pickle

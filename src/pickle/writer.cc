@@ -69,7 +69,7 @@ class Pickler {
     pending_.push_back(static_cast<char>(op::kProto));
     pending_.push_back(static_cast<char>(protocol_));
     framing_ = protocol_ >= 4;
-    save(root, 1);
+    save(root, 1, true);  // the caller may hold other references to root
     write_op(op::kStop);
     if (framing_) commit_frame(true);
     framing_ = false;
@@ -78,34 +78,58 @@ class Pickler {
 
  private:
   // --- dispatch ---------------------------------------------------------------------
-  void save(const Value& v, std::size_t depth) {
+  // `shared`: v may be referenced more than once (use_count > 1). A node with a single
+  // reference is met only once, so it skips the memo (most nodes of a large tree), unless
+  // it is written inside a shared node that is memoized after its children: if that node
+  // is met again inside itself (a recursive tuple), its children are written again, and
+  // without the memo a chain of such tuples would double the output at every level.
+  void save(const Value& v, std::size_t depth, bool shared) {
     if (depth > kMaxWriteDepth) usage_error("nesting deeper than 6000 levels");
-    if (!begin_save(v)) return;
+    if (!begin_save(v, shared)) return;
     save_kind(v, depth);
-    end_save(v);
+    end_save(v, shared);
   }
 
   // Commits a full frame, then writes a memo reference and returns false if v was already
   // written; otherwise marks v as being written.
-  SP_OUT_OF_LINE bool begin_save(const Value& v) {
+  SP_OUT_OF_LINE bool begin_save(const Value& v, bool shared) {
     if (framing_) {
       commit_frame(false);
     } else {
       flush(false);
     }
-    if (auto it = memo_.find(&v); it != memo_.end()) {
-      write_get(it->second);
-      return false;
+    bool tracked = shared || inside_memoized_after_ > 0;
+    if (tracked) {
+      if (auto it = memo_.find(&v); it != memo_.end()) {
+        write_get(it->second);
+        return false;
+      }
     }
-    check_reentry(v);
-    path_.push_back(&v);
-    ++in_progress_[&v];
+    bool counted = false;
+    if (shared) {
+      check_reentry(v);
+      ++in_progress_[&v];
+      counted = !memoized_before_children(v);
+      inside_memoized_after_ += counted ? 1 : 0;
+    }
+    path_.push_back({&v, tracked, false, counted});
     return true;
   }
 
-  SP_OUT_OF_LINE void end_save(const Value& v) {
-    if (--in_progress_[&v] == 0) in_progress_.erase(&v);
+  SP_OUT_OF_LINE void end_save(const Value& v, bool shared) {
+    if (path_.back().counted) --inside_memoized_after_;
+    if (shared && --in_progress_[&v] == 0) in_progress_.erase(&v);
     path_.pop_back();
+  }
+
+  bool memoized_before_children(const Value& v) const {
+    return v.is(Kind::kList) || v.is(Kind::kDict) || (v.is(Kind::kSet) && protocol_ >= 4) ||
+           child_free(v.kind());
+  }
+
+  static bool child_free(Kind kind) {
+    return kind != Kind::kTuple && kind != Kind::kList && kind != Kind::kDict && kind != Kind::kSet &&
+           kind != Kind::kFrozenSet && kind != Kind::kObject && kind != Kind::kPersistentId;
   }
 
   void save_kind(const Value& v, std::size_t depth) {
@@ -137,9 +161,9 @@ class Pickler {
   SP_OUT_OF_LINE void check_reentry(const Value& v) {
     if (!in_progress_.contains(&v)) return;
     std::size_t i = path_.size();
-    while (i > 0 && path_[i - 1] != &v) --i;
+    while (i > 0 && path_[i - 1].node != &v) --i;
     for (std::size_t j = i; j < path_.size(); ++j) {
-      if (memo_.contains(path_[j])) return;
+      if (path_[j].memoized) return;
     }
     usage_error("a " + std::string(kind_name(v.kind())) +
                 " contains itself only through tuples, call arguments or persistent ids; "
@@ -287,6 +311,7 @@ class Pickler {
   // A node saved while its children were being saved (a recursive tuple or object) is
   // fetched from the memo; what was pushed for it here is dropped, as CPython does.
   SP_OUT_OF_LINE bool recalled_after_children(const Value& v, std::size_t pushed, bool pop_mark) {
+    if (!path_.back().tracked) return false;  // met only once: cannot have been written inside
     auto it = memo_.find(&v);
     if (it == memo_.end()) return false;
     if (pop_mark) {
@@ -394,7 +419,7 @@ class Pickler {
 
   void save_child(const ValuePtr& child, std::size_t depth) {
     if (!child) usage_error("null child value");
-    save(*child, depth + 1);
+    save(*child, depth + 1, child.use_count() > 1);
   }
 
   // --- globals and objects ----------------------------------------------------------
@@ -534,7 +559,11 @@ class Pickler {
       if (index > UINT32_MAX) usage_error("more than 2^32 memo entries");
       write_op_arg<std::uint32_t>(op::kLongBinPut, static_cast<std::uint32_t>(index));
     }
-    if (node != nullptr) memo_.emplace(node, index);
+    if (node != nullptr) {
+      // node is the one being written (top of path_).
+      path_.back().memoized = true;
+      if (path_.back().tracked) memo_.emplace(node, index);
+    }
     return index;
   }
 
@@ -601,8 +630,16 @@ class Pickler {
   std::unordered_map<const Value*, std::uint64_t> memo_;
   std::unordered_map<std::string, std::uint64_t> global_memo_;
   std::unordered_map<std::string, std::uint64_t> str_memo_;
-  std::vector<const Value*> path_;
-  std::unordered_map<const Value*, int> in_progress_;
+  // The nodes being written, outermost first.
+  struct PathEntry {
+    const Value* node;
+    bool tracked;   // may be met again: looked up in and added to memo_
+    bool memoized;  // has its memo index (lists, dicts, sets do before their children)
+    bool counted;   // counted in inside_memoized_after_
+  };
+  std::vector<PathEntry> path_;
+  std::unordered_map<const Value*, int> in_progress_;  // shared nodes on path_
+  int inside_memoized_after_ = 0;  // shared nodes on path_ memoized only after their children
 };
 
 }  // namespace

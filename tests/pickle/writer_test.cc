@@ -258,6 +258,26 @@ TEST(Writer, CyclesRoundTrip) {
   o->set_state(nullptr);
 }
 
+// t = (big, l1, ..., l200) with every li = [t]: t is met again inside each li, nested,
+// and each time it writes its children again. The big unshared child must come from the
+// memo after the first time, as CPython writes it: same size as pickle.dumps(t, p).
+TEST(Writer, RecursiveTupleWritesChildrenOnce) {
+  auto big = ints(std::vector<std::int64_t>(1000, 7));
+  std::vector<ValuePtr> items{big};
+  std::vector<ValuePtr> lists;
+  for (int i = 0; i < 200; ++i) lists.push_back(Value::list());
+  items.insert(items.end(), lists.begin(), lists.end());
+  auto t = Value::tuple(std::move(items));
+  for (auto& l : lists) l->mutable_items().push_back(t);
+  big.reset();  // t holds the only reference
+  for (auto [protocol, cpython_size] : {std::pair{2, 84012u}, std::pair{4, 83828u}}) {
+    std::string out = write(*t, protocol);
+    EXPECT_EQ(out.size(), cpython_size) << "protocol " << protocol;
+    EXPECT_TRUE(deep_equal(*read(out), *t));
+  }
+  for (auto& l : lists) l->mutable_items().clear();
+}
+
 TEST(Writer, UsageErrors) {
   EXPECT_THROW(write(*Value::none(), 3), UsageError);
   EXPECT_THROW(write(*Value::none(), 5), UsageError);
