@@ -6,9 +6,14 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "storage/azure/azure_storage.h"
 #include "storage/local_storage.h"
 #include "storage/memory_storage.h"
 #include "storage/storage.h"
+#ifdef SHARDPOINT_HAVE_OBJECT_STORES
+#include "storage/gcs/gcs_storage.h"
+#include "storage/s3/s3_storage.h"
+#endif
 
 namespace shardpoint::storage {
 namespace {
@@ -58,6 +63,13 @@ void register_builtin_storage() {
   // StorageRegistration constants) in a static link.
   register_storage_scheme("file", &open_local_storage);
   register_storage_scheme("memory", &open_memory_storage);
+  register_storage_scheme("az", &azure::open_azure_storage);
+  register_storage_scheme("abfs", &azure::open_azure_storage);
+  register_storage_scheme("abfss", &azure::open_azure_storage);
+#ifdef SHARDPOINT_HAVE_OBJECT_STORES
+  register_storage_scheme("s3", &s3::open_s3_storage);
+  register_storage_scheme("gs", &gcs::open_gcs_storage);
+#endif
 }
 
 std::vector<std::string> registered_storage_schemes() {

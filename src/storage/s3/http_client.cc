@@ -1,0 +1,294 @@
+#include "storage/s3/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+
+namespace shardpoint::storage::http {
+namespace {
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+struct Transfer {
+  const Request* request = nullptr;
+  Response* response = nullptr;
+  std::uint64_t sent = 0;
+  bool overflow = false;
+  const IoOptions* io = nullptr;
+  CURL* curl = nullptr;
+};
+
+std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::size_t bytes = size * n;
+  long status = 0;
+  curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+  // Error documents go to Response::body, never into the caller's buffer.
+  if (t->request->use_body_out && status >= 200 && status < 300) {
+    std::span<std::byte> out = t->request->body_out;
+    if (t->response->bytes_received + bytes > out.size()) {
+      t->overflow = true;
+      return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
+    }
+    std::memcpy(out.data() + t->response->bytes_received, data, bytes);
+  } else {
+    t->response->body.append(data, bytes);
+  }
+  t->response->bytes_received += bytes;
+  return bytes;
+}
+
+std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  std::size_t bytes = size * n;
+  std::string_view line(data, bytes);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
+  if (line.starts_with("HTTP/")) {
+    t->response->headers.clear();  // a new status line (after 100 Continue, redirects)
+    return bytes;
+  }
+  std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return bytes;
+  std::string name(line.substr(0, colon));
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  t->response->headers[name] = std::string(value);
+  return bytes;
+}
+
+std::size_t on_read(char* buffer, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  ByteSpan body = t->request->body;
+  std::size_t left = body.size() - static_cast<std::size_t>(t->sent);
+  std::size_t bytes = std::min(left, size * n);
+  if (bytes > 0) std::memcpy(buffer, body.data() + t->sent, bytes);
+  t->sent += bytes;
+  return bytes;
+}
+
+int on_seek(void* user, curl_off_t offset, int origin) {
+  auto* t = static_cast<Transfer*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<std::uint64_t>(offset) > t->request->body.size()) {
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+  t->sent = static_cast<std::uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  return io_expired(*t->io) ? 1 : 0;
+}
+
+bool retryable_curl_code(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_HTTP3:
+    case CURLE_QUIC_CONNECT_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Sleeps `d`, waking every 50 ms to check io (throws as check_io does).
+void sleep_checked(std::chrono::milliseconds d, const IoOptions& io, const std::string& what) {
+  auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+    if (io_expired(io)) check_io(io, what);
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
+  }
+}
+
+std::chrono::milliseconds jittered_backoff(const RetryPolicy& policy, int retry) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  long long cap = policy.initial_backoff.count();
+  for (int i = 1; i < retry && cap < policy.max_backoff.count(); ++i) cap *= 2;
+  cap = std::min<long long>(cap, policy.max_backoff.count());
+  if (cap <= 0) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
+}
+
+}  // namespace
+
+struct HttpClient::Handle {
+  CURL* curl = nullptr;
+  Handle() : curl(curl_easy_init()) {
+    if (curl == nullptr) throw StorageError(StorageError::Kind::kOther, "libcurl: curl_easy_init failed");
+  }
+  ~Handle() { curl_easy_cleanup(curl); }
+};
+
+bool is_retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
+
+std::string uri_encode(std::string_view s, bool keep_slash) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string strip_query(std::string_view url) { return std::string(url.substr(0, url.find('?'))); }
+
+HttpClient::HttpClient(RetryPolicy policy) : policy_(policy) {
+  global_init();
+  if (policy_.max_attempts < 1) policy_.max_attempts = 1;
+}
+
+HttpClient::~HttpClient() = default;
+
+std::unique_ptr<HttpClient::Handle> HttpClient::take_handle() {
+  {
+    std::lock_guard lock(mu_);
+    if (!idle_.empty()) {
+      auto h = std::move(idle_.back());
+      idle_.pop_back();
+      return h;
+    }
+  }
+  return std::make_unique<Handle>();
+}
+
+void HttpClient::give_back(std::unique_ptr<Handle> handle) {
+  std::lock_guard lock(mu_);
+  idle_.push_back(std::move(handle));
+}
+
+Response HttpClient::execute(const Request& request, const IoOptions& io, const std::string& what) {
+  std::string last_error;
+  for (int attempt = 0;; ++attempt) {
+    if (io_expired(io)) check_io(io, what);
+    Response response;
+    response.retries = attempt;
+    Transfer t;
+    t.request = &request;
+    t.response = &response;
+    t.io = &io;
+
+    std::unique_ptr<Handle> handle = take_handle();
+    CURL* c = handle->curl;
+    t.curl = c;
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &on_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, &on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(policy_.connect_timeout.count()));
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, policy_.low_speed_bytes);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(policy_.low_speed_time.count()));
+    if (io.deadline != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(io.deadline - Clock::now()).count();
+      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long long>(left, 1)));
+    }
+    if (!request.aws_sigv4.empty()) {
+      curl_easy_setopt(c, CURLOPT_AWS_SIGV4, request.aws_sigv4.c_str());
+      curl_easy_setopt(c, CURLOPT_USERPWD, request.userpwd.c_str());
+    }
+
+    const std::string& m = request.method;
+    if (request.head || m == "HEAD") {
+      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    } else if (m == "PUT") {
+      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, &on_read);
+      curl_easy_setopt(c, CURLOPT_READDATA, &t);
+      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, &on_seek);
+      curl_easy_setopt(c, CURLOPT_SEEKDATA, &t);
+    } else if (m == "POST") {
+      curl_easy_setopt(c, CURLOPT_POST, 1L);
+      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, &on_read);
+      curl_easy_setopt(c, CURLOPT_READDATA, &t);
+      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, &on_seek);
+      curl_easy_setopt(c, CURLOPT_SEEKDATA, &t);
+    } else if (m != "GET") {
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m.c_str());
+    }
+
+    curl_slist* headers = nullptr;
+    for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+    // Large bodies go with "Expect: 100-continue"; do not wait for the 100 (some servers never
+    // send one). Removing the header ("Expect:") would break libcurl 7.88's SigV4, which
+    // signs the emptied header.
+    curl_easy_setopt(c, CURLOPT_EXPECT_100_TIMEOUT_MS, 1L);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+
+    CURLcode code = curl_easy_perform(c);
+    curl_slist_free_all(headers);
+    if (code == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+    give_back(std::move(handle));
+
+    for (const char* id : {"x-amz-request-id", "x-ms-request-id", "x-guploader-uploadid"}) {
+      if (response.request_id.empty()) response.request_id = response.header(id);
+    }
+
+    bool retry = false;
+    if (code == CURLE_ABORTED_BY_CALLBACK) {
+      check_io(io, what);  // throws: cancelled or deadline
+    }
+    if (code != CURLE_OK) {
+      if (t.overflow) {
+        throw StorageError(StorageError::Kind::kOther,
+                           what + ": server sent more bytes than requested (" + strip_query(request.url) + ")");
+      }
+      last_error = curl_easy_strerror(code);
+      if (code == CURLE_OPERATION_TIMEDOUT && io.deadline != Clock::time_point::max() && Clock::now() >= io.deadline) {
+        check_io(io, what);
+      }
+      if (!retryable_curl_code(code)) {
+        throw StorageError(StorageError::Kind::kOther, what + ": " + last_error + " (" + std::to_string(attempt) +
+                                                           (attempt == 1 ? " retry)" : " retries)"));
+      }
+      retry = true;
+    } else if (is_retryable_status(response.status)) {
+      last_error = "HTTP " + std::to_string(response.status);
+      retry = true;
+    }
+    if (!retry) return response;
+    if (attempt + 1 >= policy_.max_attempts) {
+      if (code == CURLE_OK) return response;  // the caller maps the status (and names retries)
+      throw StorageError(StorageError::Kind::kTransient, what + ": " + last_error + " (" + std::to_string(attempt) +
+                                                             (attempt == 1 ? " retry)" : " retries)"));
+    }
+    sleep_checked(jittered_backoff(policy_, attempt + 1), io, what);
+  }
+}
+
+}  // namespace shardpoint::storage::http

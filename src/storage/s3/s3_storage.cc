@@ -1,0 +1,833 @@
+#include "storage/s3/s3_storage.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <iostream>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/buffer_pool.h"
+#include "core/checksum.h"
+#include "core/error.h"
+
+namespace shardpoint::storage::s3 {
+namespace {
+
+constexpr std::size_t kMinPartBytes = std::size_t{5} << 20;
+constexpr const char* kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string sha256_hex(ByteSpan data) {
+  if (data.empty()) return kEmptySha256;
+  Sha256 h;
+  h.update(data);
+  return h.hex_digest();
+}
+
+// ---------------------------------------------------------------------------------------
+// Minimal XML: S3's responses are flat enough to read by tag.
+
+std::string xml_unescape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out += s[i];
+      continue;
+    }
+    std::size_t semi = s.find(';', i);
+    if (semi == std::string_view::npos) {
+      out += s[i];
+      continue;
+    }
+    std::string_view ent = s.substr(i + 1, semi - i - 1);
+    if (ent == "amp") out += '&';
+    else if (ent == "lt") out += '<';
+    else if (ent == "gt") out += '>';
+    else if (ent == "quot") out += '"';
+    else if (ent == "apos") out += '\'';
+    else if (ent.starts_with("#")) {
+      unsigned long cp = ent.starts_with("#x") ? std::strtoul(std::string(ent.substr(2)).c_str(), nullptr, 16)
+                                               : std::strtoul(std::string(ent.substr(1)).c_str(), nullptr, 10);
+      if (cp < 0x80) {
+        out += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    } else {
+      out += std::string(s.substr(i, semi - i + 1));
+    }
+    i = semi;
+  }
+  return out;
+}
+
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The raw contents of every <tag>...</tag> in s, in order.
+std::vector<std::string_view> xml_blocks(std::string_view s, std::string_view tag) {
+  std::vector<std::string_view> out;
+  const std::string open = "<" + std::string(tag) + ">";
+  const std::string close = "</" + std::string(tag) + ">";
+  std::size_t pos = 0;
+  while (true) {
+    std::size_t b = s.find(open, pos);
+    if (b == std::string_view::npos) break;
+    b += open.size();
+    std::size_t e = s.find(close, b);
+    if (e == std::string_view::npos) break;
+    out.push_back(s.substr(b, e - b));
+    pos = e + close.size();
+  }
+  return out;
+}
+
+std::string xml_value(std::string_view s, std::string_view tag) {
+  auto blocks = xml_blocks(s, tag);
+  return blocks.empty() ? std::string() : xml_unescape(blocks.front());
+}
+
+std::string retries_text(int retries) {
+  return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
+}
+
+// ---------------------------------------------------------------------------------------
+// The shared state of a storage, its writers and sources.
+
+struct S3Core {
+  S3Config config;
+  http::HttpClient client;
+  std::shared_ptr<BufferPool> pool;
+  std::size_t part_bytes = 0;
+
+  S3Core(S3Config c, const StorageOptions& options) : config(std::move(c)), client(config.retry) {
+    std::size_t wanted = config.part_bytes;
+    std::shared_ptr<BufferPool> given = options.buffer_pool;
+    if (wanted == 0) wanted = given ? given->buffer_bytes() : std::size_t{8} << 20;
+    wanted = std::max(wanted, kMinPartBytes);
+    if (given && given->buffer_bytes() >= wanted) {
+      pool = given;
+    } else {
+      BufferPoolOptions po;
+      po.buffer_bytes = wanted;
+      po.capacity_bytes = std::max(options.default_pool_bytes, wanted);
+      pool = std::make_shared<BufferPool>(po);
+    }
+    part_bytes = pool->buffer_bytes();
+  }
+
+  std::string object_name(std::string_view key) const {
+    return config.prefix.empty() ? std::string(key) : config.prefix + "/" + std::string(key);
+  }
+  std::string root_url() const {
+    return config.scheme + "://" + config.bucket + (config.prefix.empty() ? "" : "/" + config.prefix);
+  }
+  std::string describe(std::string_view key) const {
+    return config.service + " object \"" + root_url() + "/" + std::string(key) + "\"";
+  }
+
+  // https://host/bucket (path style) or https://bucket.host (virtual host).
+  std::string bucket_url() const {
+    if (config.path_style) return config.endpoint + "/" + config.bucket;
+    std::size_t scheme_end = config.endpoint.find("://");
+    std::size_t host = scheme_end == std::string::npos ? 0 : scheme_end + 3;
+    return config.endpoint.substr(0, host) + config.bucket + "." + config.endpoint.substr(host);
+  }
+  std::string object_url(std::string_view key, const std::string& query = "") const {
+    return bucket_url() + "/" + http::uri_encode(object_name(key), /*keep_slash=*/true) +
+           (query.empty() ? "" : "?" + query);
+  }
+
+  http::Request request(std::string method, std::string url, ByteSpan body = {}) const {
+    http::Request r;
+    r.method = std::move(method);
+    r.url = std::move(url);
+    r.body = body;
+    r.headers.push_back("x-amz-content-sha256: " + sha256_hex(body));
+    if (!config.credentials.empty()) {
+      r.aws_sigv4 = config.sigv4_provider + ":" + config.region + ":s3";
+      r.userpwd = config.credentials.access_key_id + ":" + config.credentials.secret_access_key;
+      if (!config.credentials.session_token.empty()) {
+        r.headers.push_back("x-amz-security-token: " + config.credentials.session_token);
+      }
+    }
+    if (r.method == "PUT" || r.method == "POST") r.headers.push_back("Content-Type: application/octet-stream");
+    return r;
+  }
+
+  http::Response execute(const http::Request& r, const IoOptions& io, const std::string& what) {
+    return client.execute(r, io, what);
+  }
+
+  [[noreturn]] void fail(const std::string& what, const http::Response& r) const {
+    std::string code = xml_value(r.body, "Code");
+    std::string message = xml_value(r.body, "Message");
+    StorageError::Kind kind = StorageError::Kind::kOther;
+    if (r.status == 404) kind = StorageError::Kind::kNotFound;
+    else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
+    else if (http::is_retryable_status(r.status)) kind = StorageError::Kind::kTransient;
+    std::string text = what + ": HTTP " + std::to_string(r.status);
+    if (!code.empty()) text += " " + code;
+    if (!message.empty()) text += ": " + message;
+    if (r.status == 404 && code.empty()) text += " (no such object)";
+    if (kind == StorageError::Kind::kPermission) {
+      text += config.credentials.empty()
+                  ? " (no credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
+                  : " (credentials from " + config.credentials.source + ")";
+    }
+    text += " (request id " + (r.request_id.empty() ? std::string("none") : r.request_id) + ", " +
+            retries_text(r.retries) + ")";
+    throw StorageError(kind, text);
+  }
+
+  // HEAD: size and ETag; nullopt for 404.
+  std::optional<std::pair<std::uint64_t, std::string>> head(std::string_view key, const IoOptions& io,
+                                                            const std::string& op) {
+    http::Request r = request("HEAD", object_url(key));
+    r.head = true;
+    std::string what = op + " " + describe(key);
+    http::Response resp = execute(r, io, what);
+    if (resp.status == 404) return std::nullopt;
+    if (resp.status != 200) fail(what, resp);
+    std::string length = resp.header("content-length");
+    return std::make_pair(static_cast<std::uint64_t>(std::strtoull(length.c_str(), nullptr, 10)),
+                          resp.header("etag"));
+  }
+
+  // One ranged GET into out. Returns the response's ETag. Past-the-end ranges are FormatError.
+  std::string get_range(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
+                        const std::string& op) {
+    http::Request r = request("GET", object_url(key));
+    r.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
+    r.body_out = out;
+    r.use_body_out = true;
+    std::string what = op + " " + describe(key);
+    http::Response resp = execute(r, io, what);
+    if (resp.status == 416 || ((resp.status == 206 || resp.status == 200) && resp.bytes_received < out.size())) {
+      throw FormatError(what + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                        ") extends past the end of the object (got " + std::to_string(resp.bytes_received) +
+                        " of " + std::to_string(out.size()) + " bytes)");
+    }
+    if (resp.status == 200 && offset != 0) {
+      throw StorageError(StorageError::Kind::kOther, what + ": server ignored the Range header");
+    }
+    if (resp.status != 206 && resp.status != 200) fail(what, resp);
+    return resp.header("etag");
+  }
+
+  // Ranged GETs of out in parallel chunks when it is large. All ETags must agree with
+  // `etag` when it is not empty.
+  void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
+                 const std::string& op, const std::string& etag) {
+    auto check_etag = [&](const std::string& got) {
+      if (!etag.empty() && !got.empty() && got != etag) {
+        throw StorageError(StorageError::Kind::kOther, op + " " + describe(key) +
+                                                           ": the object changed since it was opened (ETag " +
+                                                           etag + ", now " + got + ")");
+      }
+    };
+    if (out.size() < config.parallel_read_bytes || config.read_threads <= 1) {
+      check_etag(get_range(key, offset, out, io, op));
+      return;
+    }
+    const std::size_t chunk = std::max<std::size_t>(config.read_chunk_bytes, 1 << 20);
+    const std::size_t chunks = (out.size() + chunk - 1) / chunk;
+    std::atomic<std::size_t> next{0};
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(config.read_threads));
+    {
+      std::vector<std::jthread> threads;
+      for (int t = 0; t < config.read_threads && static_cast<std::size_t>(t) < chunks; ++t) {
+        threads.emplace_back([&, t] {
+          try {
+            for (std::size_t i = next++; i < chunks; i = next++) {
+              std::size_t begin = i * chunk;
+              std::size_t n = std::min(chunk, out.size() - begin);
+              check_etag(get_range(key, offset + begin, out.subspan(begin, n), io, op));
+            }
+          } catch (...) {
+            errors[static_cast<std::size_t>(t)] = std::current_exception();
+            next = chunks;  // the others stop at their next chunk
+          }
+        });
+      }
+    }
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) {
+    std::string what = op + " " + describe(key);
+    http::Response resp = execute(request("PUT", object_url(key), data), io, what);
+    if (resp.status != 200) fail(what, resp);
+  }
+
+  std::string create_multipart(std::string_view key, const IoOptions& io) {
+    std::string what = "start multipart upload of " + describe(key);
+    http::Response resp = execute(request("POST", object_url(key, "uploads=")), io, what);
+    if (resp.status != 200) fail(what, resp);
+    std::string id = xml_value(resp.body, "UploadId");
+    if (id.empty()) throw StorageError(StorageError::Kind::kOther, what + ": response has no UploadId");
+    return id;
+  }
+
+  std::string upload_part(std::string_view key, const std::string& upload_id, int part, ByteSpan data,
+                          const IoOptions& io) {
+    std::string what = "upload part " + std::to_string(part) + " of " + describe(key);
+    std::string query = "partNumber=" + std::to_string(part) + "&uploadId=" + http::uri_encode(upload_id, false);
+    http::Response resp = execute(request("PUT", object_url(key, query), data), io, what);
+    if (resp.status != 200) fail(what, resp);
+    std::string etag = resp.header("etag");
+    if (etag.empty()) throw StorageError(StorageError::Kind::kOther, what + ": response has no ETag");
+    return etag;
+  }
+
+  void complete_multipart(std::string_view key, const std::string& upload_id,
+                          const std::map<int, std::string>& etags, const IoOptions& io) {
+    std::string xml = "<CompleteMultipartUpload>";
+    for (const auto& [part, etag] : etags) {
+      xml += "<Part><PartNumber>" + std::to_string(part) + "</PartNumber><ETag>" + xml_escape(etag) +
+             "</ETag></Part>";
+    }
+    xml += "</CompleteMultipartUpload>";
+    std::string what = "complete multipart upload of " + describe(key);
+    http::Request r = request("POST", object_url(key, "uploadId=" + http::uri_encode(upload_id, false)), as_bytes(xml));
+    http::Response resp = execute(r, io, what);
+    // S3 may answer 200 and put the error in the body.
+    if (resp.status != 200 || resp.body.find("<Error>") != std::string::npos) {
+      if (resp.status == 200) resp.status = 500;
+      fail(what, resp);
+    }
+  }
+
+  void abort_multipart(const std::string& object, const std::string& upload_id, const IoOptions& io) {
+    std::string url = bucket_url() + "/" + http::uri_encode(object, true) +
+                      "?uploadId=" + http::uri_encode(upload_id, false);
+    std::string what = "abort multipart upload of " + config.service + " object \"" + config.scheme + "://" +
+                       config.bucket + "/" + object + "\"";
+    http::Response resp = execute(request("DELETE", url), io, what);
+    if (resp.status != 204 && resp.status != 200 && resp.status != 404) fail(what, resp);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Writer: parts in pool buffers, uploaded in parallel once the first part is full.
+
+class S3Writer final : public StorageWriter {
+ public:
+  S3Writer(std::shared_ptr<S3Core> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
+
+  ~S3Writer() override {
+    if (committed_) return;
+    drain_quietly();
+    if (!upload_id_.empty()) {
+      try {
+        core_->abort_multipart(core_->object_name(key_), upload_id_, IoOptions::with_timeout(std::chrono::seconds(60)));
+      } catch (const std::exception& e) {
+        // Destructors cannot report; remove_prefix() aborts what is left under its prefix.
+        std::cerr << "shardpoint: warning: " << e.what() << "\n";
+      }
+    }
+  }
+
+  void append(ByteSpan data, const IoOptions& io) override {
+    check_open("append");
+    if (io_expired(io)) check_io(io, "write " + core_->describe(key_));
+    while (!data.empty()) {
+      if (!current_) current_ = core_->pool->acquire(io.deadline, io.stop);
+      std::size_t n = std::min(data.size(), current_.size() - fill_);
+      std::memcpy(current_.data() + fill_, data.data(), n);
+      fill_ += n;
+      position_ += n;
+      data = data.subspan(n);
+      if (fill_ == current_.size() && !data.empty()) submit_part(io);
+    }
+  }
+
+  std::uint64_t position() const override { return position_; }
+
+  void commit(const IoOptions& io) override {
+    check_open("commit");
+    committed_ = true;  // single use, whatever happens below
+    try {
+      if (io_expired(io)) check_io(io, "commit " + core_->describe(key_));
+      if (upload_id_.empty()) {
+        ByteSpan body = current_ ? ByteSpan(current_.data(), fill_) : ByteSpan();
+        core_->put(key_, body, io, "write");
+        current_.release();
+        return;
+      }
+      if (fill_ > 0) submit_part(io);
+      wait_all();
+      core_->complete_multipart(key_, upload_id_, etags_, io);
+    } catch (...) {
+      drain_quietly();
+      if (!upload_id_.empty()) {
+        try {
+          core_->abort_multipart(core_->object_name(key_), upload_id_, IoOptions::with_timeout(std::chrono::seconds(60)));
+        } catch (const std::exception& e) {
+          std::cerr << "shardpoint: warning: " << e.what() << "\n";
+        }
+      }
+      throw;
+    }
+  }
+
+  const std::string& key() const override { return key_; }
+
+ private:
+  void check_open(std::string_view op) const {
+    if (committed_) throw UsageError(std::string(op) + " " + core_->describe(key_) + ": writer already committed");
+  }
+
+  // Hands the full current buffer to an upload task (starting the multipart upload first).
+  void submit_part(const IoOptions& io) {
+    if (upload_id_.empty()) upload_id_ = core_->create_multipart(key_, io);
+    while (static_cast<int>(inflight_.size()) >= std::max(1, core_->config.max_parallel_parts)) {
+      wait_oldest();
+    }
+    const int part = next_part_++;
+    auto lease = std::make_shared<BufferPool::Lease>(std::move(current_));
+    const std::size_t size = fill_;
+    fill_ = 0;
+    current_ = BufferPool::Lease();
+    IoOptions task_io = io;
+    inflight_.push_back(std::async(std::launch::async, [this, part, lease, size, task_io] {
+      std::string etag = core_->upload_part(key_, upload_id_, part, ByteSpan(lease->data(), size), task_io);
+      lease->release();
+      std::lock_guard lock(etags_mu_);
+      etags_[part] = etag;
+    }));
+  }
+
+  void wait_oldest() {
+    std::future<void> f = std::move(inflight_.front());
+    inflight_.pop_front();
+    f.get();  // rethrows the part's error
+  }
+
+  void wait_all() {
+    while (!inflight_.empty()) wait_oldest();
+  }
+
+  void drain_quietly() noexcept {
+    while (!inflight_.empty()) {
+      try {
+        wait_oldest();
+      } catch (...) {
+        // The upload is being abandoned; the error that made us abandon it is reported.
+      }
+    }
+    current_.release();
+  }
+
+  std::shared_ptr<S3Core> core_;
+  std::string key_;
+  BufferPool::Lease current_;
+  std::size_t fill_ = 0;
+  std::uint64_t position_ = 0;
+  std::string upload_id_;
+  int next_part_ = 1;
+  std::deque<std::future<void>> inflight_;
+  std::mutex etags_mu_;
+  std::map<int, std::string> etags_;  // GUARDED_BY(etags_mu_)
+  bool committed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------
+// Sources.
+
+// A small object read whole at open.
+class WholeSource final : public ByteSource {
+ public:
+  WholeSource(std::string bytes, std::string name) : bytes_(std::move(bytes)), source_(as_bytes(bytes_), std::move(name)) {}
+  const std::string& name() const override { return source_.name(); }
+  std::uint64_t size() const override { return source_.size(); }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    source_.read(offset, out, what);
+  }
+  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length, std::string_view what) const override {
+    return source_.view(offset, length, what);
+  }
+
+ private:
+  std::string bytes_;
+  MemorySource source_;
+};
+
+// Ranged GETs with a small LRU cache of read-ahead windows for header-sized reads.
+class RangedSource final : public ByteSource {
+ public:
+  RangedSource(std::shared_ptr<S3Core> core, std::string key, std::uint64_t size, std::string etag)
+      : core_(std::move(core)), key_(std::move(key)), size_(size), etag_(std::move(etag)),
+        name_(core_->describe(key_)) {}
+  const std::string& name() const override { return name_; }
+  std::uint64_t size() const override { return size_; }
+
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    check_range(offset, out.size(), what);
+    if (out.empty()) return;
+    const std::size_t window = core_->config.source_window_bytes;
+    if (out.size() >= window) {
+      core_->read_into(key_, offset, out, {}, "read", etag_);
+      return;
+    }
+    std::uint64_t start = offset / window * window;
+    if (offset + out.size() > start + window) start = offset;  // straddles: a window from offset
+    std::uint64_t length = std::min<std::uint64_t>(window, size_ - start);
+    std::shared_ptr<const std::string> block = cached(start, length);
+    std::memcpy(out.data(), block->data() + (offset - start), out.size());
+  }
+
+ private:
+  std::shared_ptr<const std::string> cached(std::uint64_t start, std::uint64_t length) const {
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+        if (it->first == start && it->second->size() == length) {
+          cache_.splice(cache_.begin(), cache_, it);
+          return cache_.front().second;
+        }
+      }
+    }
+    auto block = std::make_shared<std::string>(length, '\0');
+    core_->read_into(key_, start, std::as_writable_bytes(std::span(*block)), {}, "read", etag_);
+    std::lock_guard lock(mu_);
+    cache_.emplace_front(start, block);
+    while (static_cast<int>(cache_.size()) > std::max(1, core_->config.source_cache_windows)) cache_.pop_back();
+    return block;
+  }
+
+  std::shared_ptr<S3Core> core_;
+  std::string key_;
+  std::uint64_t size_;
+  std::string etag_;
+  std::string name_;
+  mutable std::mutex mu_;
+  mutable std::list<std::pair<std::uint64_t, std::shared_ptr<const std::string>>> cache_;  // GUARDED_BY(mu_)
+};
+
+// ---------------------------------------------------------------------------------------
+
+class S3Storage final : public Storage {
+ public:
+  explicit S3Storage(std::shared_ptr<S3Core> core) : core_(std::move(core)) {}
+
+  StorageFeatures features() const override {
+    StorageFeatures f;
+    f.range_reads = true;
+    f.atomic_publish = true;
+    return f;
+  }
+
+  std::string url() const override {
+    return core_->root_url() + (core_->config.query.empty() ? "" : "?" + core_->config.query);
+  }
+  std::string describe_key(std::string_view key) const override { return core_->describe(key); }
+
+  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "stat " + core_->describe(key));
+    auto info = core_->head(key, io, "stat");
+    if (!info) throw StorageError(StorageError::Kind::kNotFound, "stat " + core_->describe(key) + ": no such object");
+    return info->first;
+  }
+
+  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "read " + core_->describe(key));
+    if (out.empty()) {
+      std::uint64_t size = stat(key, io);
+      if (offset > size) {
+        throw FormatError("read " + core_->describe(key) + ": offset " + std::to_string(offset) +
+                          " is past the end of the object (" + std::to_string(size) + " bytes)");
+      }
+      return;
+    }
+    core_->read_into(key, offset, out, io, "read", "");
+  }
+
+  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
+                                          const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
+    auto info = core_->head(key, io, "open");
+    if (!info) throw StorageError(StorageError::Kind::kNotFound, "open " + core_->describe(key) + ": no such object");
+    auto [size, etag] = *info;
+    if (size <= core_->config.source_whole_bytes) {
+      std::string bytes(size, '\0');
+      if (size > 0) core_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", etag);
+      return std::make_unique<WholeSource>(std::move(bytes), core_->describe(key));
+    }
+    return std::make_unique<RangedSource>(core_, std::string(key), size, etag);
+  }
+
+  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
+                                             const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
+    return std::make_unique<S3Writer>(core_, std::string(key));
+  }
+
+  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "write " + core_->describe(key));
+    core_->put(key, data, io, "write");  // one PUT publishes the whole object
+  }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::string what = "list " + core_->root_url() + "/" + std::string(prefix);
+    if (io_expired(io)) check_io(io, what);
+    const std::string full = core_->object_name(prefix);
+    const std::size_t strip = core_->config.prefix.empty() ? 0 : core_->config.prefix.size() + 1;
+    std::vector<ObjectInfo> out;
+    std::string token;
+    for (int page = 0; page < 1000000; ++page) {
+      // Query parameters sorted by name: libcurl 7.88 signs the query as given.
+      std::string query;
+      if (!token.empty()) query += "continuation-token=" + http::uri_encode(token, false) + "&";
+      query += "list-type=2";
+      if (!full.empty()) query += "&prefix=" + http::uri_encode(full, false);
+      http::Response resp = core_->execute(core_->request("GET", core_->bucket_url() + "?" + query), io, what);
+      if (resp.status != 200) core_->fail(what, resp);
+      for (std::string_view contents : xml_blocks(resp.body, "Contents")) {
+        std::string key = xml_value(contents, "Key");
+        if (key.size() <= strip || key.find(kTempMarker) != std::string::npos) continue;
+        out.push_back({key.substr(strip), std::strtoull(xml_value(contents, "Size").c_str(), nullptr, 10)});
+      }
+      if (xml_value(resp.body, "IsTruncated") != "true") break;
+      token = xml_value(resp.body, "NextContinuationToken");
+      if (token.empty()) break;
+    }
+    std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  void remove(std::string_view key, const IoOptions& io) override {
+    validate_key(key);
+    std::string what = "remove " + core_->describe(key);
+    if (io_expired(io)) check_io(io, what);
+    http::Response resp = core_->execute(core_->request("DELETE", core_->object_url(key)), io, what);
+    if (resp.status != 204 && resp.status != 200 && resp.status != 404) core_->fail(what, resp);
+  }
+
+  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::vector<ObjectInfo> objects = list(prefix, io);
+    std::atomic<std::size_t> next{0};
+    const int threads = std::max(1, std::min<int>(8, static_cast<int>(objects.size())));
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
+    {
+      std::vector<std::jthread> pool;
+      for (int t = 0; t < threads && !objects.empty(); ++t) {
+        pool.emplace_back([&, t] {
+          try {
+            for (std::size_t i = next++; i < objects.size(); i = next++) remove(objects[i].key, io);
+          } catch (...) {
+            errors[static_cast<std::size_t>(t)] = std::current_exception();
+            next = objects.size();
+          }
+        });
+      }
+    }
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    abort_uploads(prefix, io);
+    return objects.size();
+  }
+
+ private:
+  // The leftovers of writers that died: unfinished multipart uploads under prefix.
+  void abort_uploads(std::string_view prefix, const IoOptions& io) {
+    const std::string full = core_->object_name(prefix);
+    std::string what = "list multipart uploads under " + core_->root_url() + "/" + std::string(prefix);
+    std::string query = full.empty() ? "uploads=" : "prefix=" + http::uri_encode(full, false) + "&uploads=";
+    http::Response resp = core_->execute(core_->request("GET", core_->bucket_url() + "?" + query), io, what);
+    if (resp.status != 200) core_->fail(what, resp);
+    for (std::string_view upload : xml_blocks(resp.body, "Upload")) {
+      std::string key = xml_value(upload, "Key");
+      std::string id = xml_value(upload, "UploadId");
+      if (!key.starts_with(full) || id.empty()) continue;
+      core_->abort_multipart(key, id, io);
+    }
+  }
+
+  std::shared_ptr<S3Core> core_;
+};
+
+long env_long(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0) throw UsageError(std::string(name) + "=\"" + v + "\": expected a non-negative integer");
+  return x;
+}
+
+bool valid_prefix_segment(std::string_view seg) { return !seg.empty() && seg != "." && seg != ".."; }
+
+}  // namespace
+
+void validate_bucket_name(std::string_view bucket, std::string_view url, bool gcs_rules) {
+  auto bad = [&](const std::string& why) {
+    throw UsageError("storage URL \"" + std::string(url) + "\": invalid bucket name \"" + std::string(bucket) +
+                     "\": " + why);
+  };
+  const std::size_t max = gcs_rules && bucket.find('.') != std::string_view::npos ? 222 : 63;
+  if (bucket.size() < 3 || bucket.size() > max) bad("must be 3 to " + std::to_string(max) + " characters");
+  for (char c : bucket) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || (gcs_rules && c == '_');
+    if (!ok) bad(std::string("character '") + c + "' (allowed: a-z 0-9 . -" + (gcs_rules ? " _" : "") + ")");
+  }
+  if (!std::isalnum(static_cast<unsigned char>(bucket.front())) ||
+      !std::isalnum(static_cast<unsigned char>(bucket.back()))) {
+    bad("must start and end with a letter or digit");
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_view url, std::string_view scheme,
+                                                                   S3Config& config, bool gcs_rules) {
+  const std::string head = std::string(scheme) + "://";
+  if (!url.starts_with(head)) {
+    throw UsageError("storage URL \"" + std::string(url) + "\": expected " + head + "BUCKET[/PREFIX]");
+  }
+  if (url.find('#') != std::string_view::npos) {
+    throw UsageError("storage URL \"" + std::string(url) + "\": a fragment ('#') is not allowed");
+  }
+  std::string_view rest = url.substr(head.size());
+  std::string_view query;
+  if (std::size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  std::size_t slash = rest.find('/');
+  std::string_view bucket = rest.substr(0, slash);
+  std::string_view prefix = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  while (prefix.ends_with('/')) prefix.remove_suffix(1);
+  validate_bucket_name(bucket, url, gcs_rules);
+  if (!prefix.empty()) {
+    std::size_t start = 0;
+    while (true) {
+      std::size_t end = prefix.find('/', start);
+      std::string_view seg = prefix.substr(start, end == std::string_view::npos ? end : end - start);
+      if (!valid_prefix_segment(seg) || seg.find(kTempMarker) != std::string_view::npos) {
+        throw UsageError("storage URL \"" + std::string(url) + "\": invalid path segment \"" + std::string(seg) +
+                         "\" in the prefix (empty, \".\" and \"..\" are not allowed)");
+      }
+      if (end == std::string_view::npos) break;
+      start = end + 1;
+    }
+  }
+  config.scheme = std::string(scheme);
+  config.bucket = std::string(bucket);
+  config.prefix = std::string(prefix);
+  config.query = std::string(query);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::size_t start = 0;
+  while (!query.empty() && start <= query.size()) {
+    std::size_t end = query.find('&', start);
+    std::string_view kv = query.substr(start, end == std::string_view::npos ? end : end - start);
+    std::size_t eq = kv.find('=');
+    if (kv.empty() || eq == std::string_view::npos || eq == 0) {
+      throw UsageError("storage URL \"" + std::string(url) + "\": query part \"" + std::string(kv) +
+                       "\" is not KEY=VALUE");
+    }
+    pairs.emplace_back(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return pairs;
+}
+
+void apply_tuning_environment(S3Config& config) {
+  config.retry.max_attempts = static_cast<int>(env_long("SHARDPOINT_HTTP_MAX_ATTEMPTS", config.retry.max_attempts));
+  config.retry.initial_backoff =
+      std::chrono::milliseconds(env_long("SHARDPOINT_HTTP_BACKOFF_MS", config.retry.initial_backoff.count()));
+  long part_mb = env_long("SHARDPOINT_S3_PART_MB", 0);
+  if (part_mb > 0) config.part_bytes = static_cast<std::size_t>(part_mb) << 20;
+}
+
+S3Config parse_s3_url(std::string_view url) {
+  S3Config config;
+  auto pairs = split_bucket_url(url, "s3", config, /*gcs_rules=*/false);
+  std::string region, endpoint, addressing, profile;
+  for (const auto& [k, v] : pairs) {
+    if (k == "region") region = v;
+    else if (k == "endpoint") endpoint = v;
+    else if (k == "addressing") addressing = v;
+    else if (k == "profile") profile = v;
+    else {
+      throw UsageError("storage URL \"" + std::string(url) + "\": unknown query key \"" + k +
+                       "\" (accepted: region, endpoint, addressing, profile)");
+    }
+  }
+  if (region.empty()) region = load_aws_region(profile);
+  if (region.empty()) region = "us-east-1";
+  if (endpoint.empty()) endpoint = load_aws_endpoint(profile);
+  bool custom = !endpoint.empty();
+  if (!custom) endpoint = "https://s3." + region + ".amazonaws.com";
+  while (endpoint.ends_with('/')) endpoint.pop_back();
+  if (!endpoint.starts_with("http://") && !endpoint.starts_with("https://")) {
+    throw UsageError("storage URL \"" + std::string(url) + "\": endpoint \"" + endpoint +
+                     "\" must start with http:// or https://");
+  }
+  if (addressing.empty()) {
+    config.path_style = custom;
+  } else if (addressing == "path" || addressing == "virtual") {
+    config.path_style = addressing == "path";
+  } else {
+    throw UsageError("storage URL \"" + std::string(url) + "\": addressing=\"" + addressing +
+                     "\" (accepted: path, virtual)");
+  }
+  if (!config.path_style && config.bucket.find('.') != std::string::npos && endpoint.starts_with("https://")) {
+    config.path_style = true;  // a dotted bucket breaks the TLS wildcard of virtual hosts
+  }
+  config.region = region;
+  config.endpoint = endpoint;
+  config.credentials = load_aws_credentials(profile);
+  apply_tuning_environment(config);
+  return config;
+}
+
+std::unique_ptr<Storage> make_s3_storage(S3Config config, const StorageOptions& options) {
+  return std::make_unique<S3Storage>(std::make_shared<S3Core>(std::move(config), options));
+}
+
+std::unique_ptr<Storage> open_s3_storage(std::string_view url, const StorageOptions& options) {
+  return make_s3_storage(parse_s3_url(url), options);
+}
+
+namespace {
+const StorageRegistration kS3Registration{"s3", &open_s3_storage};  // s3://bucket/prefix
+}  // namespace
+
+}  // namespace shardpoint::storage::s3

@@ -1,0 +1,111 @@
+// S3Storage: the "s3" driver. Objects live in one bucket under a key prefix:
+// "s3://my-bucket/ckpt/run1" roots the storage at "ckpt/run1/", so key "__0_0.distcp" is the
+// S3 object "ckpt/run1/__0_0.distcp". Also serves "gs://" through Google Cloud Storage's
+// S3-interoperable XML API (gcs/gcs_storage.h builds the S3Config).
+//
+// URL: s3://BUCKET[/PREFIX][?KEY=VALUE&...], query keys (all optional):
+//   region=us-west-2      default: AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config, us-east-1
+//   endpoint=http://h:p   default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, profile endpoint_url,
+//                         else https://s3.<region>.amazonaws.com
+//   addressing=path|virtual   default: virtual for AWS, path for a custom endpoint
+//   profile=NAME          credentials and config of this profile (aws_credentials.h)
+// Any other key, a fragment, an invalid bucket name or prefix segment ("", ".", "..") is a
+// UsageError naming the URL. Credentials: aws_credentials.h; none found = unsigned requests.
+// Environment for tests and tuning: SHARDPOINT_HTTP_MAX_ATTEMPTS, SHARDPOINT_HTTP_BACKOFF_MS
+// (RetryPolicy), SHARDPOINT_S3_PART_MB (multipart part size, >= 5).
+//
+// Protocol (AWS S3 REST, SigV4 signed by libcurl with x-amz-content-sha256 = the SHA-256 of
+// the body):
+//   - writers stage bytes in BufferPool buffers. An object that fits in one part is one PUT
+//     at commit(). A larger one starts a multipart upload when the first part is full and
+//     uploads parts in parallel (at most max_parallel_parts in flight per writer, each
+//     holding its pool buffer, so memory stays bounded by the pool); commit() uploads the
+//     last part and completes the upload. A writer destroyed without commit(), or a failed
+//     commit, aborts the multipart upload, so nothing half-written remains.
+//   - write_atomic() is one PUT: S3 publishes an object whole, so readers see the old or the
+//     new bytes. This is how `.metadata` is committed after every data object (the engine's
+//     order), and a prefix without `.metadata` is no checkpoint to any reader.
+//   - read() is a ranged GET, split into parallel ranged GETs above parallel_read_bytes.
+//   - open_source() fetches objects up to source_whole_bytes at once (so the source keeps its
+//     bytes after a replace or remove, as storage.h asks); larger objects are read lazily by
+//     ranged GETs through a small read-ahead cache, and every response's ETag must match the
+//     one seen at open: a replaced object fails with StorageError kOther instead of mixing
+//     versions (S3 without versioning cannot serve the old bytes).
+//   - list() is ListObjectsV2 (paged); remove_prefix() deletes the listed objects in parallel
+//     and aborts unfinished multipart uploads under the prefix.
+// Errors: StorageError naming the object (`S3 object "s3://b/p/key"`), the HTTP status, S3's
+// error code and message, request id and retry count. 404 -> kNotFound, 401/403 ->
+// kPermission (message says where the credentials came from, never the secret), 5xx/429 and
+// transport failures after retries -> kTransient.
+// Features: range_reads, atomic_publish. No parallel_writes (parts must be appended), no
+// local_path, no direct_io.
+// Cancellation: checked at each call, before each HTTP attempt and during transfers.
+// Thread-safety: all Storage methods are thread-safe; writers as storage.h says.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "storage/s3/aws_credentials.h"
+#include "storage/s3/http_client.h"
+#include "storage/storage.h"
+#include "storage/storage_registry.h"
+
+namespace shardpoint::storage::s3 {
+
+struct S3Config {
+  std::string scheme = "s3";     // of url() and messages ("gs" for GCS)
+  std::string service = "S3";    // in messages: `S3 object "..."`
+  std::string bucket;
+  std::string prefix;            // no leading or trailing '/'; "" = bucket root
+  std::string query;             // the URL's query as given, kept so url() round-trips
+  std::string endpoint;          // scheme://host[:port], no trailing '/'
+  std::string region = "us-east-1";
+  std::string sigv4_provider = "aws:amz";  // CURLOPT_AWS_SIGV4 "<provider>:<region>:s3"
+  bool path_style = false;       // endpoint/bucket/key instead of bucket.host/key
+  AwsCredentials credentials;    // empty: unsigned requests
+  http::RetryPolicy retry;
+
+  // --- performance ---
+  // Multipart part size; 0 = the pool's buffer size. Parts below 5 MiB (S3's minimum) are
+  // raised to 5 MiB with a pool of the driver's own.
+  std::size_t part_bytes = 0;
+  // Parts of one writer in flight at once. Each holds a pool buffer.
+  int max_parallel_parts = 4;
+  // read() and sources split reads at least this large into parallel ranged GETs of
+  // read_chunk_bytes, at most read_threads at once.
+  std::size_t parallel_read_bytes = std::size_t{16} << 20;
+  std::size_t read_chunk_bytes = std::size_t{8} << 20;
+  int read_threads = 8;
+  // open_source() reads objects up to this size whole; larger ones lazily with a cache of
+  // source_cache_windows windows of source_window_bytes (parsers read small headers).
+  std::size_t source_whole_bytes = std::size_t{1} << 20;
+  std::size_t source_window_bytes = std::size_t{256} << 10;
+  int source_cache_windows = 4;
+};
+
+// Parses an s3:// URL (see the top of this file) and resolves credentials, region and
+// endpoint from the environment. Throws UsageError for a bad URL.
+S3Config parse_s3_url(std::string_view url);
+
+// Applies SHARDPOINT_HTTP_MAX_ATTEMPTS / SHARDPOINT_HTTP_BACKOFF_MS / SHARDPOINT_S3_PART_MB.
+void apply_tuning_environment(S3Config& config);
+
+// A storage for config (no I/O: a missing bucket shows at the first request).
+std::unique_ptr<Storage> make_s3_storage(S3Config config, const StorageOptions& options = {});
+
+// Registry entry for "s3://...".
+std::unique_ptr<Storage> open_s3_storage(std::string_view url, const StorageOptions& options);
+
+// Checks an S3 bucket name (3-63 of a-z 0-9 . -, starting and ending alphanumeric; GCS also
+// allows '_' and up to 222 characters with dots when gcs_rules). Throws UsageError naming url.
+void validate_bucket_name(std::string_view bucket, std::string_view url, bool gcs_rules);
+
+// Splits "bucket/pre/fix?query" (the part after "scheme://") into config.bucket, prefix and
+// the query's key/value pairs; checks prefix segments. Throws UsageError naming url.
+std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_view url, std::string_view scheme,
+                                                                   S3Config& config, bool gcs_rules);
+
+}  // namespace shardpoint::storage::s3

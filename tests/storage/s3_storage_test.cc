@@ -1,0 +1,337 @@
+// The "s3" and "gs" (XML API) drivers against a real moto_server with signature checking:
+// the conformance suite on both, then what only an object store has (multipart, abort,
+// parallel ranged reads, auth errors, URL parsing, credentials files, registration).
+#include "storage/s3/s3_storage.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "s3_moto.h"
+#include "storage/gcs/gcs_storage.h"
+#include "storage/memory_storage.h"
+#include "storage/s3/aws_credentials.h"
+#include "storage/s3/http_client.h"
+#include "storage/storage_registry.h"
+#include "storage_conformance.h"
+#include "test_util.h"
+
+namespace shardpoint::storage::testing {
+namespace {
+
+std::atomic<int> g_root_counter{0};
+
+std::string fresh_root(const std::string& scheme, const std::string& bucket) {
+  return scheme + "://" + bucket + "/conf-" + std::to_string(::getpid()) + "-" + std::to_string(g_root_counter++);
+}
+
+// Records the skip (or failure) for the running test; the placeholder storage is never used.
+void skip_without_moto(const std::string& why) {
+  if (::shardpoint::testing::oracles_required()) FAIL() << why;
+  GTEST_SKIP() << why;
+}
+
+StorageUnderTest make_remote(const std::string& scheme, const std::string& bucket) {
+  std::string why;
+  if (shared_moto(&why) == nullptr) {
+    skip_without_moto(why);
+    return {open_memory_storage("memory://", {}), nullptr};
+  }
+  return {open_storage(fresh_root(scheme, bucket)), nullptr};
+}
+
+StorageUnderTest make_s3() { return make_remote("s3", "sp-test"); }
+StorageUnderTest make_gcs_xml() { return make_remote("gs", "sp-gcs"); }
+
+INSTANTIATE_TEST_SUITE_P(Remote, StorageConformanceTest,
+                         ::testing::Values(StorageFactory{"s3_moto", &make_s3},
+                                           StorageFactory{"gcs_xml_moto", &make_gcs_xml}),
+                         StorageFactoryName());
+
+std::string pattern(std::size_t n, std::uint32_t seed) {
+  std::string s(n, '\0');
+  std::uint32_t x = seed * 2654435761u + 3;
+  for (std::size_t i = 0; i < n; ++i) {
+    x = x * 1103515245u + 12345u;
+    s[i] = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+// Multipart uploads in progress under the bucket (ListMultipartUploads, signed).
+int open_uploads(const MotoServer& moto, const std::string& bucket) {
+  http::HttpClient client;
+  http::Request r;
+  r.url = moto.endpoint() + "/" + bucket + "?uploads=";
+  r.headers.push_back("x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  r.aws_sigv4 = "aws:amz:us-east-1:s3";
+  r.userpwd = moto.access_key() + ":" + moto.secret_key();
+  http::Response resp = client.execute(r, {}, "list uploads");
+  EXPECT_EQ(resp.status, 200) << resp.body;
+  int n = 0;
+  for (std::size_t pos = 0; (pos = resp.body.find("<Upload>", pos)) != std::string::npos; ++pos) ++n;
+  return n;
+}
+
+TEST(S3StorageTest, MultipartParallelUploadAndParallelRangedReads) {
+  SP_REQUIRE_MOTO(moto);
+  auto st = open_storage(fresh_root("s3", "sp-test"));
+  // 5 MiB parts in a pool of 4 buffers: parts upload in parallel within a bounded pool.
+  StorageOptions options;
+  BufferPoolOptions po;
+  po.buffer_bytes = std::size_t{5} << 20;
+  po.capacity_bytes = std::size_t{20} << 20;
+  options.buffer_pool = std::make_shared<BufferPool>(po);
+  s3::S3Config config = s3::parse_s3_url(st->url());
+  config.read_chunk_bytes = std::size_t{1} << 20;
+  config.parallel_read_bytes = std::size_t{2} << 20;
+  auto s3 = s3::make_s3_storage(config, options);
+  const std::string data = pattern((std::size_t{23} << 20) + 12345, 5);
+  auto w = s3->open_writer("big/__0_0.distcp");
+  for (std::size_t pos = 0; pos < data.size(); pos += 3000017) {
+    w->append(as_bytes(std::string_view(data).substr(pos, 3000017)));
+  }
+  EXPECT_EQ(open_uploads(*moto, "sp-test"), 1);  // started when the first part was full
+  EXPECT_FALSE(s3->try_stat("big/__0_0.distcp"));  // nothing visible before commit
+  w->commit();
+  EXPECT_EQ(options.buffer_pool->leased_buffers(), 0u);
+  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+  EXPECT_EQ(s3->stat("big/__0_0.distcp"), data.size());
+  std::string got(data.size() - 7, '\0');
+  s3->read("big/__0_0.distcp", 7, std::as_writable_bytes(std::span(got)));  // 22 parallel GETs
+  EXPECT_TRUE(got == data.substr(7));
+  auto source = s3->open_source("big/__0_0.distcp");
+  EXPECT_EQ(source->read_string(data.size() - 100, 100, "tail"), data.substr(data.size() - 100));
+  EXPECT_EQ(source->read_string(5 << 20, 3 << 20, "middle"), data.substr(5 << 20, 3 << 20));
+  // Replaced under an open lazy source: an error, never a mixture of versions.
+  s3->write_atomic("big/__0_0.distcp", as_bytes(pattern(data.size(), 6)));
+  try {
+    source->read_string(1 << 20, 10, "after replace");
+    FAIL() << "read of a replaced object succeeded";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos) << e.what();
+  }
+}
+
+TEST(S3StorageTest, UncommittedMultipartWriterAbortsItsUpload) {
+  SP_REQUIRE_MOTO(moto);
+  auto st = open_storage(fresh_root("s3", "sp-test"));
+  ASSERT_EQ(open_uploads(*moto, "sp-test"), 0);
+  {
+    auto w = st->open_writer("partial.distcp");
+    w->append(as_bytes(pattern(std::size_t{20} << 20, 1)));
+    EXPECT_EQ(open_uploads(*moto, "sp-test"), 1);
+  }
+  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+  EXPECT_TRUE(st->list("").empty());
+}
+
+TEST(S3StorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
+  SP_REQUIRE_MOTO(moto);
+  const std::string url = fresh_root("s3", "sp-test");
+  s3::S3Config config = s3::parse_s3_url(url);
+  config.credentials.secret_access_key = "wrong-secret-0123456789";
+  auto st = s3::make_s3_storage(config);
+  for (int op = 0; op < 3; ++op) {
+    try {
+      if (op == 0) st->write_atomic(".metadata", as_bytes(std::string_view("x")));
+      if (op == 1) st->list("");
+      if (op == 2) st->stat("x");
+      FAIL() << "request with a wrong secret succeeded (op " << op << ")";
+    } catch (const StorageError& e) {
+      std::string what = e.what();
+      EXPECT_EQ(e.kind(), StorageError::Kind::kPermission) << what;
+      EXPECT_NE(what.find(url), std::string::npos) << what;
+      EXPECT_EQ(what.find("wrong-secret"), std::string::npos) << what;
+      EXPECT_EQ(what.find(moto->secret_key()), std::string::npos) << what;
+      if (op != 2) EXPECT_NE(what.find("SignatureDoesNotMatch"), std::string::npos) << what;
+      EXPECT_NE(what.find("request id"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(S3StorageTest, KeysWithReservedCharactersRoundTrip) {
+  SP_REQUIRE_MOTO(moto);
+  auto st = open_storage(fresh_root("s3", "sp-test"));
+  for (std::string key : {"step=3/__0_0.distcp", "a b/c+d", "x%2Fy", "utf8-\xc3\xa9/k", "t~_-./q"}) {
+    st->write_atomic(key, as_bytes(key));
+    std::string got(key.size(), '\0');
+    st->read(key, 0, std::as_writable_bytes(std::span(got)));
+    EXPECT_EQ(got, key);
+  }
+  EXPECT_EQ(st->list("step=").size(), 1u);
+  EXPECT_EQ(st->list("a b/").size(), 1u);
+  EXPECT_EQ(st->list("").size(), 5u);
+  EXPECT_EQ(st->remove_all(), 5u);
+}
+
+TEST(S3StorageTest, ListPagesThroughManyObjects) {
+  SP_REQUIRE_MOTO(moto);
+  auto st = open_storage(fresh_root("s3", "sp-test"));
+  // moto pages at 1000 keys: 1005 objects need two pages.
+  std::vector<std::exception_ptr> errors(8);
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          for (int i = t; i < 1005; i += 8) st->write_atomic("k/" + std::to_string(10000 + i), as_bytes(std::string_view("")));
+        } catch (...) {
+          errors[t] = std::current_exception();
+        }
+      });
+    }
+  }
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  auto all = st->list("k/");
+  ASSERT_EQ(all.size(), 1005u);
+  EXPECT_EQ(all.front().key, "k/10000");
+  EXPECT_EQ(all.back().key, "k/11004");
+  EXPECT_EQ(st->remove_prefix("k/"), 1005u);
+}
+
+TEST(S3StorageTest, RetriesThenReportsTransientErrorsWithRetryCount) {
+  // Nothing listens on this port: connection refused is retried, then kTransient.
+  s3::S3Config config;
+  config.bucket = "sp-test";
+  config.endpoint = "http://127.0.0.1:1";
+  config.path_style = true;
+  config.retry.max_attempts = 3;
+  config.retry.initial_backoff = std::chrono::milliseconds(1);
+  auto st = s3::make_s3_storage(config);
+  try {
+    st->stat("x");
+    FAIL();
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kTransient) << e.what();
+    EXPECT_TRUE(e.retryable());
+    EXPECT_NE(std::string(e.what()).find("2 retries"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("s3://sp-test/x"), std::string::npos) << e.what();
+  }
+}
+
+// Sets or clears environment variables for one scope, restoring them after.
+class EnvGuard {
+ public:
+  void set(const char* name, const char* value) {
+    const char* old = std::getenv(name);
+    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~EnvGuard() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
+      else ::unsetenv(it->first.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(S3UrlTest, ParsesAndRejectsStrictly) {
+  EnvGuard env;
+  env.set("AWS_REGION", "eu-west-1");
+  env.set("AWS_ENDPOINT_URL", nullptr);
+  env.set("AWS_ENDPOINT_URL_S3", nullptr);
+  s3::S3Config c = s3::parse_s3_url("s3://my-bucket/ckpt/run1/");
+  EXPECT_EQ(c.bucket, "my-bucket");
+  EXPECT_EQ(c.prefix, "ckpt/run1");
+  EXPECT_EQ(c.region, "eu-west-1");
+  EXPECT_EQ(c.endpoint, "https://s3.eu-west-1.amazonaws.com");
+  EXPECT_FALSE(c.path_style);
+  auto st = s3::make_s3_storage(c);
+  EXPECT_EQ(st->url(), "s3://my-bucket/ckpt/run1");
+  EXPECT_EQ(st->describe_key("__0_0.distcp"), "S3 object \"s3://my-bucket/ckpt/run1/__0_0.distcp\"");
+
+  c = s3::parse_s3_url("s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual");
+  EXPECT_EQ(c.prefix, "");
+  EXPECT_EQ(c.region, "us-west-2");
+  EXPECT_EQ(c.endpoint, "http://127.0.0.1:9000");
+  EXPECT_FALSE(c.path_style);
+  EXPECT_EQ(s3::make_s3_storage(c)->url(), "s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual");
+  EXPECT_TRUE(s3::parse_s3_url("s3://bkt?endpoint=http://localhost:1").path_style);
+
+  for (std::string bad : {"s3://", "s3://b", "s3://Bucket/x", "s3://bu_cket", "s3://-bkt", "s3://bkt/a//b",
+                          "s3://bkt/a/../b", "s3://bkt/./a", "s3://bkt/x#frag", "s3://bkt?colour=red",
+                          "s3://bkt?region", "s3://bkt?addressing=sideways", "s3://bkt?endpoint=ftp://h",
+                          "s3://bkt/x.sp-tmp.1"}) {
+    try {
+      s3::parse_s3_url(bad);
+      ADD_FAILURE() << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  try {
+    s3::parse_s3_url("s3://bkt?colour=red");
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("accepted: region, endpoint, addressing, profile"), std::string::npos);
+  }
+}
+
+TEST(S3UrlTest, GcsUrlsFollowGcsBucketRules) {
+  EXPECT_NO_THROW(gcs::open_gcs_storage("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1", {}));
+  EXPECT_THROW(gcs::open_gcs_storage("gs://my_bucket?region=x", {}), UsageError);
+  EXPECT_THROW(gcs::open_gcs_storage("gs://UPPER", {}), UsageError);
+  auto st = gcs::open_gcs_storage("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1", {});
+  EXPECT_EQ(st->describe_key("k"), "GCS object \"gs://my_bucket/ckpt/k\"");
+}
+
+TEST(S3UrlTest, EverySchemeResolvesThroughTheRegistry) {
+  register_builtin_storage();
+  auto schemes = registered_storage_schemes();
+  for (const char* s : {"file", "memory", "s3", "gs"}) {
+    EXPECT_NE(std::find(schemes.begin(), schemes.end(), s), schemes.end()) << s;
+  }
+  EXPECT_EQ(open_storage("s3://bkt/p?endpoint=http://127.0.0.1:1")->url(), "s3://bkt/p?endpoint=http://127.0.0.1:1");
+  EXPECT_EQ(open_storage("gs://bkt/p?endpoint=http://127.0.0.1:1")->url(), "gs://bkt/p?endpoint=http://127.0.0.1:1");
+}
+
+TEST(AwsCredentialsTest, EnvironmentThenProfiles) {
+  shardpoint::testing::TempDir dir;
+  const std::string creds = dir.file("credentials");
+  const std::string config = dir.file("config");
+  shardpoint::testing::write_text(creds,
+                                  "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sdefault\n"
+                                  "# comment\n[other]\naws_access_key_id=AKOTHER\naws_secret_access_key=sother\n"
+                                  "aws_session_token = tok\n");
+  shardpoint::testing::write_text(config, "[profile cfg]\nregion = ap-south-1\nendpoint_url = http://h:1\n"
+                                          "aws_access_key_id = AKCFG\naws_secret_access_key = scfg\n");
+  EnvGuard env;
+  for (const char* n : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                        "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}) {
+    env.set(n, nullptr);
+  }
+  env.set("AWS_SHARED_CREDENTIALS_FILE", creds.c_str());
+  env.set("AWS_CONFIG_FILE", config.c_str());
+
+  EXPECT_EQ(s3::load_aws_credentials().access_key_id, "AKDEFAULT");
+  ::setenv("AWS_PROFILE", "other", 1);
+  s3::AwsCredentials other = s3::load_aws_credentials();
+  EXPECT_EQ(other.access_key_id, "AKOTHER");
+  EXPECT_EQ(other.session_token, "tok");
+  EXPECT_EQ(other.source, "profile \"other\" in " + creds);
+  EXPECT_EQ(s3::load_aws_credentials("cfg").access_key_id, "AKCFG");
+  EXPECT_EQ(s3::load_aws_region("cfg"), "ap-south-1");
+  EXPECT_EQ(s3::load_aws_endpoint("cfg"), "http://h:1");
+  EXPECT_TRUE(s3::load_aws_credentials("missing").empty());
+  ::setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "senv", 1);
+  EXPECT_EQ(s3::load_aws_credentials().access_key_id, "AKENV");
+  EXPECT_EQ(s3::load_aws_credentials().source, "environment (AWS_ACCESS_KEY_ID)");
+  EXPECT_EQ(s3::load_aws_credentials("other").access_key_id, "AKOTHER");  // an explicit profile wins
+  s3::S3Config c = s3::parse_s3_url("s3://bkt?profile=cfg");
+  EXPECT_EQ(c.credentials.access_key_id, "AKCFG");
+  EXPECT_EQ(c.region, "ap-south-1");
+  EXPECT_EQ(c.endpoint, "http://h:1");
+  EXPECT_TRUE(c.path_style);
+}
+
+}  // namespace
+}  // namespace shardpoint::storage::testing
