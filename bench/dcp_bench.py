@@ -1,0 +1,425 @@
+#!/usr/bin/python3
+"""Benchmark: save on 4 ranks and load on 2 and 3 ranks, shardpoint vs PyTorch 2.6 DCP, vs fio.
+
+  /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR]
+
+The state is the peer baseline's (shared/docs/research/peer-baseline.md): GPT-2 style,
+`--layers` layers, d=768, ff=3072, vocab 8192, ctx 1024, + LayerNorm, with Adam exp_avg and
+exp_avg_sq and a 0-dim `step` per parameter (24 layers: 2.126 GB of float32 payload). Every
+tensor is Shard(0) over a 1-D mesh of the world size (PyTorch: DTensor.from_local on a CPU
+mesh; shardpoint: engine/chunking.h shard_box); steps are replicated. Ranks are processes
+(shardpoint: BUILD_DIR/bench/dcp_bench with Gloo env; PyTorch: this file under
+scripts/oracle-python, gloo, torch.set_num_threads(1)).
+
+Each round (caches dropped before every write and every cold job; files deleted before
+every write):
+  1. fio ceilings: seq write 1 MiB O_DIRECT 4 jobs, buffered + end_fsync 4 jobs; cold
+     buffered seq read 1 job and 4 jobs (total size = the payload, at least 256 MiB).
+  2. shardpoint save, 4 ranks -> A        3. PyTorch dcp.save, 4 ranks -> B
+  4. shardpoint load A on 2 ranks cold, warm, on 3 ranks cold
+  5. PyTorch dcp.load B on 2 ranks cold, warm, on 3 ranks cold
+  6. shardpoint load B (PyTorch's checkpoint) on 2 ranks cold (interop check, no sidecar)
+Time = the longest rank's call (ranks start after a barrier); GB/s = payload / time. Peak
+RSS = VmHWM during the call (reset with clear_refs just before). Every load is verified
+against the values. Needs root (drop_caches, oracle-python).
+
+Prints tables like bench/torchfile_bench.py: min/median/max over rounds, ratio to PyTorch
+and fraction of the ceiling from medians. RESULTS=FILE appends the raw per-job JSON lines.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+MIB = 1 << 20
+
+
+# --- the PyTorch 2.6 peer (runs under scripts/oracle-python) ------------------------------
+
+def fnv1a32(text):
+    h = 2166136261
+    for b in text.encode("utf-8"):
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def gpt2_parameters(layers):
+    """Same names and shapes as bench/bench_util.h gpt2_parameters()."""
+    d, ff, vocab, ctx = 768, 3072, 8192, 1024
+    specs = [("wte.weight", (vocab, d)), ("wpe.weight", (ctx, d))]
+    for l in range(layers):
+        p = f"h.{l}."
+        for n, s in [("ln_1.weight", (d,)), ("ln_1.bias", (d,)),
+                     ("attn.c_attn.weight", (3 * d, d)), ("attn.c_attn.bias", (3 * d,)),
+                     ("attn.c_proj.weight", (d, d)), ("attn.c_proj.bias", (d,)),
+                     ("ln_2.weight", (d,)), ("ln_2.bias", (d,)),
+                     ("mlp.c_fc.weight", (ff, d)), ("mlp.c_fc.bias", (ff,)),
+                     ("mlp.c_proj.weight", (d, ff)), ("mlp.c_proj.bias", (d,))]:
+            specs.append((p + n, s))
+    specs += [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+    return specs
+
+
+def shard0_rows(n, ws, rank):
+    chunk = -(-n // ws)
+    start = min(rank * chunk, n)
+    return start, min(start + chunk, n)
+
+
+def peer_local(torch, key, shape, ws, rank):
+    """This rank's rows of key's tensor: ((fnv1a32(key) + 7919 i) mod 1000 - 500) / 8."""
+    start, end = shard0_rows(shape[0], ws, rank)
+    row = 1
+    for s in shape[1:]:
+        row *= s
+    i = torch.arange(start * row, end * row, dtype=torch.int64)
+    v = ((fnv1a32(key) + 7919 * i) % 1000 - 500).to(torch.float32) / 8
+    return v.reshape((end - start,) + tuple(shape[1:]))
+
+
+def peer_state(torch, layers, ws, rank, fill):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = init_device_mesh("cpu", (ws,))
+    locals_ = []
+
+    def dt(key, shape):
+        if fill:
+            local = peer_local(torch, key, shape, ws, rank)
+        else:
+            start, end = shard0_rows(shape[0], ws, rank)
+            local = torch.full((end - start,) + tuple(shape[1:]), -1.0)  # pre-faulted
+        locals_.append((key, shape, local))
+        stride = []
+        acc = 1
+        for s in reversed(shape):
+            stride.insert(0, acc)
+            acc *= s
+        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
+                                  stride=tuple(stride))
+
+    params = gpt2_parameters(layers)
+    model = {n: dt("model." + n, s) for n, s in params}
+    state = {n: {"step": torch.tensor(10.0 if fill else -1.0),
+                 "exp_avg": dt(f"optimizer_0.state.{n}.exp_avg", s),
+                 "exp_avg_sq": dt(f"optimizer_0.state.{n}.exp_avg_sq", s)} for n, s in params}
+    group = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
+             "foreach": None, "maximize": False, "capturable": False, "differentiable": False,
+             "fused": None, "params": [n for n, _ in params]}
+    sd = {"model": model, "optimizer_0": {"state": state, "param_groups": [group]}}
+    own = sum(t.numel() * t.element_size() for _, _, t in locals_)
+    return sd, locals_, own
+
+
+def _status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _io(field):
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def peer_job(rank, ws, mode, ckpt, layers, results):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    sd, locals_, own = peer_state(torch, layers, ws, rank, fill=(mode == "save"))
+    rss_before = _status("VmRSS")
+    rchar0, read0 = _io("rchar"), _io("read_bytes")
+    dist.barrier()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.perf_counter()
+    if mode == "save":
+        dcp.save(sd, checkpoint_id=ckpt)
+    else:
+        dcp.load(sd, checkpoint_id=ckpt)
+    seconds = time.perf_counter() - t0
+    out = {"rank": rank, "world_size": ws, "seconds": seconds, "bytes": own, "own_bytes": own,
+           "peak_rss": _status("VmHWM"), "rss_before": rss_before,
+           "bytes_read": _io("rchar") - rchar0, "device_read_bytes": _io("read_bytes") - read0, "verified": True}
+    if mode == "load":
+        ok = True
+        for key, shape, local in locals_:
+            if not torch.equal(local, peer_local(torch, key, shape, ws, rank)):
+                ok = False
+        for n, _ in gpt2_parameters(layers):
+            ok = ok and float(sd["optimizer_0"]["state"][n]["step"]) == 10.0
+        out["verified"] = ok
+        out["bytes_needed"] = own
+    with open(os.path.join(results, f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+def peer_main(argv):
+    ap = argparse.ArgumentParser(prog="dcp_bench.py peer")
+    ap.add_argument("mode", choices=["save", "load"])
+    ap.add_argument("ckpt")
+    ap.add_argument("--ws", type=int, required=True)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--results", required=True)
+    a = ap.parse_args(argv)
+    sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
+    import dcp_oracle
+
+    dcp_oracle.run_ranks(peer_job, a.ws, args=(a.mode, a.ckpt, a.layers, a.results), timeout_s=600)
+
+
+# --- the driver (host python3) --------------------------------------------------------------
+
+def pick_port():
+    for _ in range(100):
+        port = random.randint(21000, 28999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 21000-28999")
+
+
+def collect(results, ws):
+    ranks = []
+    for r in range(ws):
+        with open(os.path.join(results, f"rank{r}.json")) as f:
+            ranks.append(json.load(f))
+    return ranks
+
+
+def run_shardpoint(tool, mode, ckpt, ws, layers, extra=(), attempts=3):
+    """Runs ws dcp_bench processes; returns the per-rank JSON objects."""
+    last = ""
+    for _ in range(attempts):
+        port = pick_port()
+        procs = []
+        for r in range(ws):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+            procs.append(subprocess.Popen([tool, mode, ckpt, "--layers", str(layers), *extra], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=900) for p in procs]
+        if all(p.returncode == 0 for p in procs):
+            return [json.loads([l for l in o.splitlines() if l.startswith("{")][-1]) for o, _ in outs]
+        last = "\n".join(f"rank {r} exit {p.returncode}: {e[-1500:]}" for r, (p, (_, e)) in enumerate(zip(procs, outs)))
+        if any(p.returncode == 1 for p in procs):
+            break  # a value differs: no retry
+    raise RuntimeError(f"dcp_bench {mode} {ckpt} ws={ws} failed:\n{last}")
+
+
+def run_peer(mode, ckpt, ws, layers, scratch):
+    results = tempfile.mkdtemp(prefix="peer-", dir=scratch)
+    try:
+        cmd = [os.path.join(REPO, "scripts", "oracle-python"), os.path.abspath(__file__), "peer", mode, ckpt,
+               "--ws", str(ws), "--layers", str(layers), "--results", results]
+        last = ""
+        for _ in range(3):
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+            if p.returncode == 0:
+                return collect(results, ws)
+            last = p.stderr[-3000:]
+        raise RuntimeError(f"peer {mode} {ckpt} ws={ws} failed:\n{last}")
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
+
+
+def summarize(ranks):
+    """One job's figures from its ranks."""
+    s = {"seconds": max(r["seconds"] for r in ranks),
+         "bytes": sum(r["bytes"] for r in ranks),
+         "peak_rss": max(r["peak_rss"] for r in ranks),
+         "excess_rss": max(r["peak_rss"] - r["own_bytes"] for r in ranks),
+         "before_rss": max(r["rss_before"] for r in ranks),
+         "transient_rss": max(r["peak_rss"] - r["rss_before"] for r in ranks),
+         "own": max(r["own_bytes"] for r in ranks),
+         "verified": all(r.get("verified", True) for r in ranks)}
+    if "bytes_needed" in ranks[0]:
+        s["needed"] = sum(r["bytes_needed"] for r in ranks)
+        s["read"] = sum(r["bytes_read"] for r in ranks)
+        if "data_bytes_read" in ranks[0]:
+            s["data_read"] = sum(r["data_bytes_read"] for r in ranks)
+        s["device_read"] = sum(r.get("device_read_bytes", 0) for r in ranks)
+    return s
+
+
+def rm(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "peer":
+        peer_main(sys.argv[2:])
+        return
+    import benchlib
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build_dir")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layers", type=int, default=24, help="model depth (24 = ~2 GiB state; 2-4 for smoke runs)")
+    ap.add_argument("--dir", default=None, help="scratch folder on the disk to measure (default: a temp dir under the build dir)")
+    args = ap.parse_args()
+
+    tool = os.path.join(os.path.abspath(args.build_dir), "bench", "dcp_bench")
+    if not os.path.exists(tool):
+        sys.exit(f"dcp_bench.py: {tool} not built (ninja -C {args.build_dir} dcp_bench)")
+    scratch = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="sp-dcp-bench-", dir=os.path.abspath(args.build_dir)))
+    os.makedirs(scratch, exist_ok=True)
+    a, b, fio_dir = os.path.join(scratch, "sp_ckpt"), os.path.join(scratch, "pt_ckpt"), os.path.join(scratch, "fio")
+    os.makedirs(fio_dir, exist_ok=True)
+    can_drop = benchlib.drop_caches()
+    raw = open(os.environ["RESULTS"], "a") if os.environ.get("RESULTS") else None
+    jobs = ["sp_save", "pt_save", "sp_l2c", "sp_l2w", "sp_l3c", "pt_l2c", "pt_l2w", "pt_l3c", "sp_l2c_pt"]
+    res = {k: [] for k in jobs}
+    ceil = {k: [] for k in ["odirect4", "buf4", "read1", "read4"]}
+    # fio total = the payload (per-rank numbers are what matter; at least 256 MiB)
+    payload_est = sum(3 * 4 * (s[0] * (s[1] if len(s) > 1 else 1)) for _, s in gpt2_parameters(args.layers))
+    fio_mib = max(256, payload_est // MIB)
+    loadavg = []
+    try:
+        for rnd in range(args.rounds):
+            loadavg.append(os.getloadavg()[0])
+            print(f"round {rnd + 1}/{args.rounds} (load average {loadavg[-1]:.1f}) ...", file=sys.stderr)
+            # 1. ceilings
+            benchlib.drop_caches()
+            ceil["odirect4"].append(benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", direct=True, numjobs=4))
+            benchlib.fio_cleanup(fio_dir, "w4")
+            benchlib.drop_caches()
+            ceil["buf4"].append(benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", numjobs=4))
+            benchlib.drop_caches()
+            ceil["read4"].append(benchlib.fio_gbps(fio_dir, "w4", "read", size=f"{fio_mib // 4}M", numjobs=4))
+            benchlib.fio_cleanup(fio_dir, "w4")
+            benchlib.fio_gbps(fio_dir, "r1", "write", size=f"{fio_mib}M")  # lay out the file to read
+            benchlib.drop_caches()
+            ceil["read1"].append(benchlib.fio_gbps(fio_dir, "r1", "read", size=f"{fio_mib}M"))
+            benchlib.fio_cleanup(fio_dir, "r1")
+
+            def job(name, fn):
+                ranks = fn()
+                s = summarize(ranks)
+                if not s["verified"]:
+                    raise RuntimeError(f"{name}: loaded values differ")
+                res[name].append(s)
+                if raw:
+                    raw.write(json.dumps({"round": rnd, "job": name, "summary": s, "ranks": ranks}) + "\n")
+                    raw.flush()
+
+            # 2-3. saves (fresh folders, caches dropped)
+            for ck in (a, b):
+                rm(ck)
+            benchlib.drop_caches()
+            job("sp_save", lambda: run_shardpoint(tool, "save", a, 4, args.layers))
+            benchlib.drop_caches()
+            job("pt_save", lambda: run_peer("save", b, 4, args.layers, scratch))
+            # 4. shardpoint loads
+            benchlib.drop_caches()
+            job("sp_l2c", lambda: run_shardpoint(tool, "load", a, 2, args.layers))
+            job("sp_l2w", lambda: run_shardpoint(tool, "load", a, 2, args.layers))
+            benchlib.drop_caches()
+            job("sp_l3c", lambda: run_shardpoint(tool, "load", a, 3, args.layers))
+            # 5. PyTorch loads
+            benchlib.drop_caches()
+            job("pt_l2c", lambda: run_peer("load", b, 2, args.layers, scratch))
+            job("pt_l2w", lambda: run_peer("load", b, 2, args.layers, scratch))
+            benchlib.drop_caches()
+            job("pt_l3c", lambda: run_peer("load", b, 3, args.layers, scratch))
+            # 6. shardpoint reads PyTorch's checkpoint
+            benchlib.drop_caches()
+            job("sp_l2c_pt", lambda: run_shardpoint(tool, "load", b, 2, args.layers))
+            for ck in (a, b):
+                rm(ck)
+    finally:
+        for ck in (a, b, fio_dir):
+            rm(ck)
+        if args.dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if raw:
+            raw.close()
+
+    def gbps(name):
+        return [s["bytes"] / s["seconds"] / 1e9 for s in res[name]]
+
+    def med(name, key):
+        return benchlib.median([s[key] for s in res[name]])
+
+    g = {k: gbps(k) for k in jobs}
+    m = {k: benchlib.median(v) for k, v in g.items()}
+    c = {k: benchlib.median(v) for k, v in ceil.items()}
+    cold_ceiling = max(x for x in (c["read1"], c["read4"]) if x) if (c["read1"] or c["read4"]) else None
+    payload = res["sp_save"][0]["bytes"]
+    print(f"\npayload {payload / 1e9:.3f} GB ({args.layers} layers), {args.rounds} rounds; drop_caches "
+          f"{'on' if can_drop else 'NOT available: cold figures are warm'}; load average at round start "
+          f"{', '.join(f'{x:.1f}' for x in loadavg)} on {os.cpu_count()} CPUs")
+    benchlib.print_table(
+        "DCP checkpoint: shardpoint vs PyTorch 2.6 DCP (GB/s min/median/max)",
+        ["job", "shardpoint", "PyTorch 2.6", "ratio (median)", "ceiling (fio, median)", "fraction of ceiling", "target"],
+        [
+            ["save, 4 ranks", benchlib.triple(g["sp_save"]), benchlib.triple(g["pt_save"]),
+             benchlib.ratio(m["sp_save"], m["pt_save"]), f"O_DIRECT write 4 jobs {benchlib.triple(ceil['odirect4'])}",
+             benchlib.fraction(m["sp_save"], c["odirect4"]), ">= 2x, >= 0.80"],
+            ["(save vs buffered+fsync)", "", "", "", f"buffered+fsync 4 jobs {benchlib.triple(ceil['buf4'])}",
+             benchlib.fraction(m["sp_save"], c["buf4"]), ""],
+            ["load 4->2, cold", benchlib.triple(g["sp_l2c"]), benchlib.triple(g["pt_l2c"]),
+             benchlib.ratio(m["sp_l2c"], m["pt_l2c"]),
+             f"cold read best of 1/4 jobs {benchlib.triple(ceil['read1'])} / {benchlib.triple(ceil['read4'])}",
+             benchlib.fraction(m["sp_l2c"], cold_ceiling), ">= 0.90"],
+            ["load 4->2, warm", benchlib.triple(g["sp_l2w"]), benchlib.triple(g["pt_l2w"]),
+             benchlib.ratio(m["sp_l2w"], m["pt_l2w"]), "-", "-", ">= 2.5x"],
+            ["load 4->3, cold", benchlib.triple(g["sp_l3c"]), benchlib.triple(g["pt_l3c"]),
+             benchlib.ratio(m["sp_l3c"], m["pt_l3c"]), "as 4->2 cold", benchlib.fraction(m["sp_l3c"], cold_ceiling), ">= 0.90"],
+            ["shardpoint loads PyTorch's checkpoint 4->2, cold", benchlib.triple(g["sp_l2c_pt"]), "-", "-", "-",
+             benchlib.fraction(m["sp_l2c_pt"], cold_ceiling), "-"],
+        ])
+
+    def amp(name, key):
+        v = [s[key] / s["needed"] for s in res[name] if s.get("needed")]
+        return f"{benchlib.median(v):.2f}x" if v else "n/a"
+
+    benchlib.print_table(
+        "bytes read per byte needed (median; read() bytes / payload of the requested boxes)",
+        ["job", "shardpoint: all bytes read", "shardpoint: tensor data read", "PyTorch: read() bytes (rchar)",
+         "device reads shardpoint / PyTorch", "target"],
+        [[n, amp(f"sp_{k}", "read"), amp(f"sp_{k}", "data_read"), amp(f"pt_{k}", "read"),
+          f"{amp(f'sp_{k}', 'device_read')} / {amp(f'pt_{k}', 'device_read')}", "1.00x"]
+         for n, k in [("load 4->2, cold", "l2c"), ("load 4->3, cold", "l3c")]])
+    benchlib.print_table(
+        "memory per rank (median over rounds of the largest rank; before = runtime + own data, "
+        "transient = peak - before)",
+        ["job", "own data", "shardpoint peak RSS", "PyTorch peak RSS", "shardpoint peak - own data",
+         "PyTorch peak - own data", "shardpoint before / transient", "PyTorch before / transient", "target"],
+        [[n, benchlib.gib(med(f"sp_{k}", "own")), benchlib.gib(med(f"sp_{k}", "peak_rss")),
+          benchlib.gib(med(f"pt_{k}", "peak_rss")), benchlib.gib(med(f"sp_{k}", "excess_rss")),
+          benchlib.gib(med(f"pt_{k}", "excess_rss")),
+          f"{benchlib.gib(med(f'sp_{k}', 'before_rss'))} / {benchlib.gib(med(f'sp_{k}', 'transient_rss'))}",
+          f"{benchlib.gib(med(f'pt_{k}', 'before_rss'))} / {benchlib.gib(med(f'pt_{k}', 'transient_rss'))}",
+          "peak <= own + 0.125 GiB"]
+         for n, k in [("save, 4 ranks", "save"), ("load 4->2, cold", "l2c"), ("load 4->3, cold", "l3c")]])
+
+
+if __name__ == "__main__":
+    main()
