@@ -250,7 +250,11 @@ class FileSources {
     std::lock_guard lock(mu_);
     auto it = sources_.find(key);
     if (it != sources_.end()) return it->second;
-    std::shared_ptr<const ByteSource> source = st_.open_source(key);
+    // pread, not mmap: reads land straight in the caller's buffers, and file pages never
+    // count against the rank's RSS (a mapped source would add every byte read to it).
+    storage::SourceOptions options;
+    options.prefer_mmap = false;
+    std::shared_ptr<const ByteSource> source = st_.open_source(key, options);
     sources_.emplace(key, source);
     return source;
   }

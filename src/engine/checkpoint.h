@@ -21,7 +21,30 @@
 //   3. (all ranks)   copy into the caller's buffers; objects replace the template's leaves.
 //   4. (all ranks)   agree on success as in save step 4.
 //
-// Thread-safety: one save()/load() per communicator at a time. Blocking.
+// Failure (save and load): every rank passes its outcome to the others inside the messages
+// of the steps above (a status letter before each plan / result), so when any rank fails in
+// any step every rank throws one error of the lowest failed rank's category whose message
+// names all failed ranks and their messages: "save failed on ranks 1, 3 (of 4): rank 1:
+// <message>; rank 3: <message>". A failed save never writes `.metadata`; each rank removes
+// the files it already committed in this attempt (best effort) and the coordinator the
+// sidecar. Saving into a folder that holds a committed checkpoint first removes its
+// `.metadata` and sidecar (its data files are about to be overwritten); other folders are
+// never touched. A rank that dies makes the others fail with the communicator's CommError
+// (after its timeout) and remove their files the same way.
+//
+// Items: each is a complete torch.save blob (archive "archive"): a tensor chunk as
+// _rebuild_tensor_v2 over a storage holding exactly the chunk's row-major bytes, a bytes
+// item as torch.save of the object's pickle value. Blobs of one file follow each other
+// without padding, bytes items first (item_writer.h). Checksums: checksum_sidecar.h.
+//
+// Load reads only what the plan needs: per saved blob its zip headers and data.pkl (plus
+// the zip reader's end-record scan of the blob's last 64 KiB), then the needed byte runs
+// of the tensor straight into the caller's buffer (item_reader.h). With
+// verify_checksums each run is widened to the checksum blocks it touches.
+//
+// Thread-safety: one save()/load() per communicator at a time. Blocking. load() fills the
+// caller's buffers from up to LoadOptions::thread_count threads and writes object leaves
+// from the calling thread; on failure the state may be partly filled.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +60,8 @@
 
 namespace shardpoint::engine {
 
-// Name of the checksum sidecar in a checkpoint folder. PyTorch ignores it.
+// Name of the checksum sidecar in a checkpoint folder (format: checksum_sidecar.h).
+// PyTorch ignores it. Written only when SaveOptions::checksum is not kNone.
 inline constexpr const char* kChecksumSidecar = ".shardpoint-checksums.json";
 
 // Persisted in the sidecar by name ("crc32c", "xxh3"); existing names must never change.
@@ -59,7 +83,8 @@ struct SaveOptions {
   bool dedup_to_lowest_rank = false;
 
   // --- performance ---
-  // Files per rank, written in parallel by as many threads (DCP's thread_count).
+  // Files per rank, written in parallel by as many threads (DCP's thread_count). The
+  // coordinator's value decides the file count of every rank. REQUIRES >= 1.
   int thread_count = 1;
   // O_DIRECT for the shard files where the storage supports it.
   bool direct_io = true;
@@ -78,7 +103,9 @@ struct LoadOptions {
   // false: load what matches and return the problems in LoadReport::problems.
   bool strict = true;
   // Verify the sidecar checksums of every byte read (reads are widened to the checksum
-  // blocks they touch). Off: trust the storage.
+  // blocks they touch; bytes items are checked whole). Off: trust the storage. Blobs
+  // without a sidecar entry (checkpoints PyTorch wrote) are read unverified either way.
+  // Zip headers and data.pkl are checked structurally by the parser, not by checksum.
   bool verify_checksums = true;
   // Parallel readers per rank.
   int thread_count = 4;

@@ -22,6 +22,7 @@
 #include "storage/storage_registry.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
+#include "torchfile/torch_save_writer.h"
 
 namespace shardpoint::engine {
 namespace {
@@ -546,6 +547,68 @@ TEST(CheckpointLoadTest, Dcp23KeysFallBackToTheOldFlattening) {
   ASSERT_TRUE(got->is_object());
   EXPECT_TRUE(pickle::deep_equal(*got->object(), *pickle::Value::dict({{pickle::Value::str("a"), pickle::Value::integer(1)},
                                                                        {pickle::Value::str("b"), pickle::Value::str("x")}})));
+}
+
+TEST(CheckpointLoadTest, SavedLayoutsOtherThanRowMajorLoadCorrectly) {
+  // A hand-made checkpoint as PyTorch may write it: "t" saved with permuted strides
+  // (column-major [4, 6], spec §2.3), "u" as a view at storage offset 2 of a 5-element
+  // storage. No sidecar: nothing to verify.
+  auto tensor_blob = [](const Shape& shape, const Shape& strides, std::int64_t storage_offset,
+                        const std::vector<float>& storage) {
+    StringSink sink;
+    torchfile::TorchSaveWriter writer(sink);
+    writer.write_pickle(*torchfile::make_tensor_node(DType::kFloat32, shape, strides, storage_offset, "0", storage.size()));
+    writer.write_storage("0", std::as_bytes(std::span<const float>(storage)));
+    writer.finish();
+    return sink.take();
+  };
+  std::vector<float> column_major(24);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 6; ++j) column_major[static_cast<std::size_t>(i + 4 * j)] = static_cast<float>(i * 6 + j);
+  }
+  const std::string t = tensor_blob({4, 6}, {1, 4}, 0, column_major);
+  const std::string u = tensor_blob({3}, {1}, 2, {9, 9, 10.5f, 11.5f, 12.5f});
+  format::Metadata md;
+  format::TensorStorageMetadata tm;
+  tm.size = {4, 6};
+  tm.chunks = {format::ChunkStorageMetadata{{0, 0}, {4, 6}}};
+  md.state_dict_metadata["t"] = tm;
+  format::TensorStorageMetadata um;
+  um.size = {3};
+  um.chunks = {format::ChunkStorageMetadata{{0}, {3}}};
+  md.state_dict_metadata["u"] = um;
+  md.storage_data[format::MetadataIndex{"t", Shape{0, 0}, 0}] = format::StorageInfo{"__0_0.distcp", 0, t.size(), {}};
+  md.storage_data[format::MetadataIndex{"u", Shape{0}, 0}] = format::StorageInfo{"__0_0.distcp", t.size(), u.size(), {}};
+  auto st = memory();
+  st->write_atomic("__0_0.distcp", as_bytes(t + u));
+  st->write_atomic(".metadata", as_bytes(format::encode_metadata(md)));
+
+  comm::ThreadGroup group(2, fast());
+  group.run([&](comm::Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> tbuf(12, -1), ubuf(3, -1);
+    TensorShard ts;
+    ts.global_shape = {4, 6};
+    ts.offsets = {0, 3 * r};
+    ts.sizes = {4, 3};
+    ts.data = std::as_writable_bytes(std::span<float>(tbuf));
+    TensorShard us;
+    us.global_shape = {3};
+    us.offsets = {0};
+    us.sizes = {3};
+    us.data = std::as_writable_bytes(std::span<float>(ubuf));
+    StateNode root(StateDict{});
+    root.set("t", StateNode(ts));
+    root.set("u", StateNode(us));
+    const LoadReport report = load(root, *st, comm);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        EXPECT_EQ(tbuf[static_cast<std::size_t>(i * 3 + j)], static_cast<float>(i * 6 + 3 * r + j)) << r << " " << i << " " << j;
+      }
+    }
+    EXPECT_EQ(ubuf, (std::vector<float>{10.5f, 11.5f, 12.5f}));
+    EXPECT_EQ(report.bytes_needed, (12u + 3u) * 4u);
+  });
 }
 
 TEST(CheckpointTorchTest, Torch113LoadsBlobsCutFromADistcpFile) {

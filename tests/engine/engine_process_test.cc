@@ -1,7 +1,10 @@
 // save()/load() across real processes: engine_worker ranks over the Gloo communicator
-// (tests/launch_ranks.h), saving on N and loading on M for every N, M in 1..4.
+// (environment as tests/launch_ranks.h sets it), saving on N and loading on M for every
+// N, M in 1..4. A process takes ~2 s just to start (LibTorch), so the jobs of one phase run
+// side by side: the four saves at once, then for each N its four loads at once.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "launch_ranks.h"
@@ -9,23 +12,54 @@
 
 namespace {
 
-using shardpoint::testing::launch_ranks;
+using shardpoint::testing::Command;
+using shardpoint::testing::ProcessResult;
+
+struct Job {
+  std::string what;  // for messages
+  int world = 1;
+  std::vector<std::string> args;
+};
+
+// Runs every job's ranks at once, each job on its own master port.
+void run_jobs(const std::vector<Job>& jobs) {
+  std::vector<Command> commands;
+  std::vector<std::string> names;
+  std::set<int> ports;
+  for (const Job& job : jobs) {
+    int port = shardpoint::testing::pick_free_port();
+    while (ports.contains(port)) port = shardpoint::testing::pick_free_port();
+    ports.insert(port);
+    for (int r = 0; r < job.world; ++r) {
+      Command cmd;
+      cmd.argv.push_back(SP_ENGINE_WORKER);
+      cmd.argv.insert(cmd.argv.end(), job.args.begin(), job.args.end());
+      cmd.env = {{"RANK", std::to_string(r)},          {"LOCAL_RANK", std::to_string(r)},
+                 {"WORLD_SIZE", std::to_string(job.world)}, {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", std::to_string(port)}};
+      commands.push_back(std::move(cmd));
+      names.push_back(job.what + ", rank " + std::to_string(r));
+    }
+  }
+  const std::vector<ProcessResult> results = shardpoint::testing::run_processes(commands, std::chrono::seconds(120));
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].exit_code, 0) << names[i] << ": " << results[i].describe();
+  }
+}
 
 TEST(EngineProcessTest, SaveOnNLoadOnMGloo) {
   shardpoint::testing::TempDir dir;
-  shardpoint::testing::LaunchOptions options;
-  options.timeout = std::chrono::seconds(120);
+  auto ckpt = [&](int n) { return dir.file("n" + std::to_string(n)); };
+  std::vector<Job> saves;
+  for (int n = 1; n <= 4; ++n) saves.push_back({"save on " + std::to_string(n), n, {"save", ckpt(n)}});
+  run_jobs(saves);
+  if (::testing::Test::HasFailure()) return;
   for (int n = 1; n <= 4; ++n) {
-    const std::string ckpt = dir.file("n" + std::to_string(n));
-    auto saved = launch_ranks(SP_ENGINE_WORKER, {"save", ckpt}, n, options);
-    for (int r = 0; r < n; ++r) ASSERT_EQ(saved[r].exit_code, 0) << "save n=" << n << " rank " << r << ": " << saved[r].describe();
+    std::vector<Job> loads;
     for (int m = 1; m <= 4; ++m) {
-      auto loaded = launch_ranks(SP_ENGINE_WORKER, {"load", ckpt}, m, options);
-      for (int r = 0; r < m; ++r) {
-        EXPECT_EQ(loaded[r].exit_code, 0) << "save " << n << " -> load " << m << ", rank " << r << ": "
-                                          << loaded[r].describe();
-      }
+      loads.push_back({"save on " + std::to_string(n) + " -> load on " + std::to_string(m), m, {"load", ckpt(n)}});
     }
+    run_jobs(loads);
   }
 }
 
