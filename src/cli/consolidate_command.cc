@@ -1,0 +1,162 @@
+// `shardpoint consolidate CHECKPOINT_FOLDER [--output_file FILE]`: Lightning's
+// consolidate_checkpoint (lightning-behaviour.md §7), streaming with a fixed memory budget
+// (engine/consolidate.h). Validation messages and exit codes are Lightning's: each failure
+// is one stderr line and exit 1, usage errors exit 2; nothing is printed on success.
+// SIGINT/SIGTERM stop the copy between slabs; the temporary output is removed and the exit
+// code is 130/143.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "engine/consolidate.h"
+
+namespace shardpoint::cli {
+
+// "256MiB", "16M", "5GB", "1000" -> bytes. Binary for K/M/G/T, KiB/MiB/GiB/TiB; decimal for
+// KB/MB/GB/TB. Throws UsageError.
+std::uint64_t parse_size(const std::string& text);
+
+namespace {
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
+
+class SignalGuard {
+ public:
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+class ConsolidateCommand : public Command {
+ public:
+  void add_to(CLI::App& app) override {
+    sub_ = app.add_subcommand(
+        "consolidate",
+        "Converts a distributed/sharded checkpoint into a single file that can be loaded with `torch.load()`.");
+    sub_->footer(
+        "Streams: memory stays under --memory-budget whatever the checkpoint's size.\n"
+        "Layouts: trainer (default; Lightning Trainer: model -> state_dict, optimizer_N ->\n"
+        "optimizer_states), fabric (keys as saved), dcp (a plain PyTorch DCP folder without\n"
+        "meta.pt; what torch's dcp_to_torch_save writes).\n"
+        "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
+        "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
+        "Default output: <folder>.consolidated next to the folder.");
+    sub_->add_option("CHECKPOINT_FOLDER", folder_, "path to a folder containing the sharded checkpoint")->required();
+    sub_->add_option("--output_file,--output-file,--output", output_,
+                     "path to the output file (default: <folder>.consolidated)");
+    sub_->add_option("--layout", layout_, "trainer | fabric | dcp")
+        ->check(CLI::IsMember({"trainer", "fabric", "dcp"}));
+    sub_->add_option("--to", to_, "torch | safetensors")->check(CLI::IsMember({"torch", "safetensors"}));
+    sub_->add_option("--max-shard-size", max_shard_, "safetensors: split into files of at most SIZE (e.g. 5GB)");
+    sub_->add_option("--memory-budget", budget_, "memory for the copy (default 256MiB)");
+    sub_->add_flag("--quiet,-q", quiet_, "no progress bar");
+    sub_->add_flag("--no-verify-checksums", no_verify_, "do not check the checksum sidecar while reading");
+  }
+  bool parsed() const override { return sub_->parsed(); }
+
+  int run() override {
+    engine::ConsolidateOptions options;
+    options.checkpoint_folder = folder_;
+    options.output_file = output_;
+    options.layout = layout_ == "fabric" ? engine::ConsolidateLayout::kFabric
+                     : layout_ == "dcp"  ? engine::ConsolidateLayout::kDcp
+                                         : engine::ConsolidateLayout::kTrainer;
+    options.format = to_ == "safetensors" ? engine::ConsolidateFormat::kSafetensors
+                                          : engine::ConsolidateFormat::kTorchSave;
+    if (!max_shard_.empty()) {
+      if (options.format != engine::ConsolidateFormat::kSafetensors) {
+        throw UsageError("--max-shard-size applies to --to safetensors only");
+      }
+      options.max_shard_bytes = parse_size(max_shard_);
+      if (options.max_shard_bytes == 0) throw UsageError("--max-shard-size must be > 0");
+    }
+    options.memory_budget = static_cast<std::size_t>(parse_size(budget_));
+    if (options.memory_budget < (std::size_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
+    options.verify_checksums = !no_verify_;
+    options.cancel = &g_signal;
+
+    SignalGuard guard;
+    ProgressBar bar(!quiet_);
+    try {
+      engine::consolidate(options, [&](const engine::ConsolidateProgress& p) { bar.update(p.bytes_done, p.bytes_total); });
+    } catch (const engine::Cancelled& e) {
+      bar.finish();
+      std::cerr << "shardpoint: " << e.what() << "\n";
+      return 128 + g_signal.load();
+    } catch (const UsageError&) {
+      bar.finish();
+      throw;
+    } catch (const std::exception& e) {
+      bar.finish();
+      if (g_signal.load() != 0) {
+        std::cerr << "shardpoint: interrupted; no output written\n";
+        return 128 + g_signal.load();
+      }
+      throw;
+    }
+    bar.finish();
+    return 0;
+  }
+
+ private:
+  CLI::App* sub_ = nullptr;
+  std::string folder_;
+  std::string output_;
+  std::string layout_ = "trainer";
+  std::string to_ = "torch";
+  std::string max_shard_;
+  std::string budget_ = "256MiB";
+  bool quiet_ = false;
+  bool no_verify_ = false;
+};
+
+}  // namespace
+
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) throw UsageError("not a size: \"" + text + "\" (expected e.g. 256MiB, 16M, 5GB)");
+  double value = 0;
+  try {
+    value = std::stod(text.substr(0, i));
+  } catch (const std::exception&) {
+    throw UsageError("not a size: \"" + text + "\"");
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KIB") mult = 1024.0;
+  else if (unit == "M" || unit == "MIB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "TB") mult = 1e12;
+  else throw UsageError("not a size: \"" + text + "\" (units: B, KiB/K, MiB/M, GiB/G, TiB/T, KB, MB, GB, TB)");
+  return static_cast<std::uint64_t>(value * mult);
+}
+
+std::unique_ptr<Command> make_consolidate_command() { return std::make_unique<ConsolidateCommand>(); }
+
+}  // namespace shardpoint::cli

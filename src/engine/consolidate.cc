@@ -1,0 +1,731 @@
+#include "engine/consolidate.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/buffer_pool.h"
+#include "core/error.h"
+#include "core/unique_fd.h"
+#include "engine/checkpoint_reader.h"
+#include "engine/flatten.h"
+#include "format/checkpoint_path.h"
+#include "format/safetensors_writer.h"
+#include "storage/local_storage.h"
+#include "storage/storage_registry.h"
+#include "torchfile/torch_file.h"
+#include "torchfile/torch_save_writer.h"
+
+namespace shardpoint::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using pickle::Kind;
+using pickle::Value;
+using pickle::ValuePtr;
+
+constexpr const char* kMetaPt = "meta.pt";
+
+// Where the bytes of one output tensor come from.
+struct TensorSource {
+  bool from_meta = false;
+  std::string fqn;                        // DCP tensor
+  torchfile::TensorInfo meta;             // meta.pt tensor
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  std::uint64_t nbytes() const {
+    std::uint64_t n = dtype_itemsize(dtype);
+    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+  }
+};
+
+bool path_exists(const std::string& p, struct stat* st) { return ::stat(p.c_str(), st) == 0; }
+
+std::string parent_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// os.path.splitext(basename)[0]: torch.save's archive folder name for a path.
+std::string archive_name_for(const std::string& output) {
+  std::string base = base_of(output);
+  std::size_t lead = 0;
+  while (lead < base.size() && base[lead] == '.') ++lead;
+  auto dot = base.find_last_of('.');
+  if (dot != std::string::npos && dot >= lead) base = base.substr(0, dot);
+  for (unsigned char c : base) {
+    if (c >= 0x80) return "archive";  // newer torch falls back to a stream for non-ASCII names
+  }
+  return base.empty() ? "archive" : base;
+}
+
+// The fqns of the checkpoint in planner_data order (the order of the saved state), then any
+// others sorted.
+std::vector<std::string> ordered_fqns(const format::Metadata& md) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  if (md.planner_data_raw && md.planner_data_raw->is(Kind::kDict)) {
+    for (const auto& [k, v] : md.planner_data_raw->entries()) {
+      if (!k || !k->is(Kind::kStr)) continue;
+      const std::string& fqn = k->as_string();
+      if (md.state_dict_metadata.count(fqn) && seen.insert(fqn).second) out.push_back(fqn);
+    }
+  }
+  for (const auto& [fqn, _] : md.state_dict_metadata) {
+    if (seen.insert(fqn).second) out.push_back(fqn);
+  }
+  return out;
+}
+
+format::ObjectPath path_of(const format::Metadata& md, const std::string& fqn) {
+  auto it = md.planner_data.find(fqn);
+  if (it != md.planner_data.end() && !it->second.empty()) return it->second;
+  return format::ObjectPath{fqn};
+}
+
+bool holds_persistent_id(const Value& v, std::unordered_set<const Value*>& seen) {
+  if (!seen.insert(&v).second) return false;
+  if (v.is(Kind::kPersistentId)) return true;
+  auto check = [&](const ValuePtr& p) { return p && holds_persistent_id(*p, seen); };
+  switch (v.kind()) {
+    case Kind::kTuple:
+    case Kind::kList:
+    case Kind::kSet:
+    case Kind::kFrozenSet:
+      for (const auto& i : v.items()) {
+        if (check(i)) return true;
+      }
+      return false;
+    case Kind::kDict:
+      for (const auto& [k, x] : v.entries()) {
+        if (check(k) || check(x)) return true;
+      }
+      return false;
+    case Kind::kObject:
+      return check(v.callable()) || check(v.args()) || check(v.kwargs()) || check(v.state());
+    default:
+      return false;
+  }
+}
+
+// Calls fn on every child slot of v (dict keys and values, items; the children of an
+// object's callable/args/kwargs/state containers).
+template <typename Fn>
+void for_each_child_slot(Value& v, Fn&& fn) {
+  switch (v.kind()) {
+    case Kind::kTuple:
+    case Kind::kList:
+    case Kind::kSet:
+    case Kind::kFrozenSet:
+      for (auto& i : v.mutable_items()) fn(i);
+      break;
+    case Kind::kDict:
+      for (auto& [k, x] : v.mutable_entries()) {
+        fn(k);
+        fn(x);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+// Replaces the tensor nodes of meta.pt's tree by placeholders registered in `sources`.
+class MetaTensorReplacer {
+ public:
+  MetaTensorReplacer(const torchfile::TorchFile& file, std::vector<TensorSource>& sources,
+                     std::unordered_map<const Value*, std::size_t>& placeholders)
+      : file_(file), sources_(sources), placeholders_(placeholders) {}
+
+  void replace(ValuePtr& slot) {
+    if (!slot) return;
+    if (const torchfile::TensorInfo* info = file_.tensor_of(*slot)) {
+      auto done = replaced_.find(slot.get());
+      if (done != replaced_.end()) {
+        slot = done->second;
+        return;
+      }
+      TensorSource src;
+      src.from_meta = true;
+      src.meta = *info;
+      src.dtype = info->dtype;
+      src.shape = info->shape;
+      ValuePtr placeholder = Value::tuple({Value::str("meta.pt tensor")});
+      placeholders_.emplace(placeholder.get(), sources_.size());
+      sources_.push_back(std::move(src));
+      keep_.push_back(slot);
+      replaced_.emplace(slot.get(), placeholder);
+      slot = placeholder;
+      return;
+    }
+    if (!visited_.insert(slot.get()).second) return;
+    Value& v = *slot;
+    if (v.is(Kind::kObject)) {
+      for (const ValuePtr* p : {&v.callable(), &v.args(), &v.kwargs(), &v.state()}) {
+        if (*p) for_each_child_slot(**p, [&](ValuePtr& s) { replace(s); });
+      }
+      return;
+    }
+    for_each_child_slot(v, [&](ValuePtr& s) { replace(s); });
+  }
+
+ private:
+  const torchfile::TorchFile& file_;
+  std::vector<TensorSource>& sources_;
+  std::unordered_map<const Value*, std::size_t>& placeholders_;
+  std::unordered_map<const Value*, ValuePtr> replaced_;
+  std::unordered_set<const Value*> visited_;
+  std::vector<ValuePtr> keep_;
+};
+
+// Index of the str key `key` in a dict's entries, or -1.
+std::ptrdiff_t find_key(const pickle::DictEntries& entries, const std::string& key) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const ValuePtr& k = entries[i].first;
+    if (k && k->is(Kind::kStr) && k->as_string() == key) return static_cast<std::ptrdiff_t>(i);
+  }
+  return -1;
+}
+
+// checkpoint[key] = value (in place when present, appended otherwise).
+void assign_key(pickle::DictEntries& entries, const std::string& key, ValuePtr value) {
+  std::ptrdiff_t i = find_key(entries, key);
+  if (i >= 0) {
+    entries[static_cast<std::size_t>(i)].second = std::move(value);
+  } else {
+    entries.emplace_back(Value::str(key), std::move(value));
+  }
+}
+
+ValuePtr pop_key(pickle::DictEntries& entries, const std::string& key) {
+  std::ptrdiff_t i = find_key(entries, key);
+  if (i < 0) return nullptr;
+  ValuePtr v = entries[static_cast<std::size_t>(i)].second;
+  entries.erase(entries.begin() + i);
+  return v;
+}
+
+// re.match("optimizer_[0-9]+", key): a prefix match.
+bool matches_optimizer_prefix(const std::string& key) {
+  constexpr std::string_view kPrefix = "optimizer_";
+  return key.size() > kPrefix.size() && key.compare(0, kPrefix.size(), kPrefix) == 0 &&
+         key[kPrefix.size()] >= '0' && key[kPrefix.size()] <= '9';
+}
+
+// Lightning's _format_checkpoint (lightning-behaviour.md §7.4).
+void apply_trainer_layout(pickle::DictEntries& entries) {
+  ValuePtr model = pop_key(entries, "model");
+  if (!model) {
+    throw PlanError(
+        "the checkpoint has no \"model\" key, which Lightning's Trainer consolidation renames to \"state_dict\" "
+        "(Lightning raises KeyError: 'model'); use --layout fabric to keep the keys as saved");
+  }
+  assign_key(entries, "state_dict", std::move(model));
+  std::size_t n = 0;
+  for (const auto& [k, v] : entries) {
+    if (k && k->is(Kind::kStr) && matches_optimizer_prefix(k->as_string())) ++n;
+  }
+  if (n == 0) return;
+  std::vector<ValuePtr> states;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string key = "optimizer_" + std::to_string(i);
+    ValuePtr v = pop_key(entries, key);
+    if (!v) {
+      throw PlanError("the checkpoint has " + std::to_string(n) + " keys matching optimizer_[0-9]+ but no \"" + key +
+                      "\" (Lightning raises KeyError: '" + key + "')");
+    }
+    states.push_back(std::move(v));
+  }
+  assign_key(entries, "optimizer_states", Value::list(std::move(states)));
+}
+
+// A temporary folder next to the output, removed unless published.
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& output)
+      : output_(output), path_(parent_of(output) + "/." + base_of(output) + ".sp-tmp." + std::to_string(::getpid())) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    if (::mkdir(path_.c_str(), 0777) != 0) throw_os_error("mkdir", path_, errno);
+  }
+  ~TempFolder() {
+    if (!published_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+  // rename + fsync of the parent folder.
+  void publish(bool durable) {
+    if (::rename(path_.c_str(), output_.c_str()) != 0) throw_os_error("rename", path_ + " -> " + output_, errno);
+    published_ = true;
+    if (durable) {
+      int fd = ::open(parent_of(output_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0) {
+        UniqueFd dir(fd, parent_of(output_));
+        ::fsync(fd);
+      }
+    }
+  }
+
+ private:
+  std::string output_;
+  std::string path_;
+  bool published_ = false;
+};
+
+class Consolidator {
+ public:
+  Consolidator(const ConsolidateOptions& options, const std::function<void(const ConsolidateProgress&)>& progress)
+      : options_(options), progress_(progress) {}
+
+  ConsolidateReport run() {
+    auto t0 = std::chrono::steady_clock::now();
+    output_ = validate_consolidate(options_);
+    folder_ = normalize_path(options_.checkpoint_folder);
+    check_output_parent();
+
+    storage::StorageOptions in_options;
+    in_options.max_mmaps = 0;  // pread: mapped shard pages would count in our RSS
+    in_options.default_pool_bytes = 4096;
+    input_ = storage::open_local_storage_at(folder_, in_options);
+    reader_ = std::make_unique<CheckpointReader>(*input_, CheckpointReaderOptions{options_.verify_checksums});
+    check_items();
+
+    slab_bytes_ = std::max<std::size_t>(options_.memory_budget / 4, 64 << 10);
+    slab_.reset(new std::byte[slab_bytes_]);
+    report_.slab_bytes = slab_bytes_;
+
+    if (options_.format == ConsolidateFormat::kSafetensors) {
+      write_safetensors();
+    } else {
+      write_torch_save();
+    }
+    report_.output = output_;
+    report_.bytes_read = reader_->counts().header_bytes + reader_->counts().data_bytes;
+    report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return report_;
+  }
+
+ private:
+  void check_cancel() const {
+    if (options_.cancel != nullptr && options_.cancel->load() != 0) throw Cancelled();
+  }
+
+  void check_output_parent() const {
+    std::string parent = parent_of(output_);
+    struct stat st {};
+    if (!path_exists(parent, &st) || !S_ISDIR(st.st_mode)) {
+      throw StorageError(StorageError::Kind::kNotFound,
+                         "cannot write \"" + output_ + "\": directory \"" + parent + "\" does not exist");
+    }
+  }
+
+  // Every file .metadata refers to is a safe relative path, exists and is long enough,
+  // checked before anything is written so a broken folder fails early with one line.
+  void check_items() {
+    std::map<std::string, std::uint64_t> sizes;
+    for (const auto& [index, info] : reader_->metadata().storage_data) {
+      if (!format::is_safe_relative_path(info.relative_path)) {
+        throw FormatError(input_->describe_key(".metadata") + ": item \"" + index.fqn + "\": relative_path '" +
+                          info.relative_path + "' escapes the checkpoint folder");
+      }
+      format::resolve_item_path(folder_, info.relative_path);
+      auto it = sizes.find(info.relative_path);
+      if (it == sizes.end()) it = sizes.emplace(info.relative_path, input_->stat(info.relative_path)).first;
+      if (info.offset + info.length > it->second) {
+        throw FormatError(input_->describe_key(info.relative_path) + ": item \"" + index.fqn + "\": expected " +
+                          std::to_string(info.offset + info.length) + " bytes (offset " + std::to_string(info.offset) +
+                          " + length " + std::to_string(info.length) + "), found " + std::to_string(it->second) +
+                          " (truncated shard file)");
+      }
+    }
+  }
+
+  ValuePtr placeholder_for(TensorSource src) {
+    ValuePtr p = Value::tuple({Value::str(src.fqn)});
+    placeholders_.emplace(p.get(), sources_.size());
+    sources_.push_back(std::move(src));
+    return p;
+  }
+
+  // The DCP part as a pickle dict, tensors as placeholders (dcp_to_torch_save's tree).
+  ValuePtr build_dcp_tree() {
+    const format::Metadata& md = reader_->metadata();
+    StateNode root{StateDict{}};
+    for (const std::string& fqn : ordered_fqns(md)) {
+      const auto& entry = md.state_dict_metadata.at(fqn);
+      ValuePtr leaf;
+      if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
+        TensorSource src;
+        src.fqn = fqn;
+        src.dtype = t->properties.dtype;
+        src.shape = t->size;
+        leaf = placeholder_for(std::move(src));
+      } else {
+        leaf = reader_->read_object(fqn);
+        std::unordered_set<const Value*> seen;
+        if (leaf && holds_persistent_id(*leaf, seen)) {
+          throw FormatError("item \"" + fqn + "\": an object item that holds tensors is not supported");
+        }
+        ++report_.objects;
+      }
+      set_at_path(root, path_of(md, fqn), StateNode(std::move(leaf)));
+    }
+    return to_pickle_value(root);
+  }
+
+  ValuePtr build_tree() {
+    ValuePtr tree = build_dcp_tree();
+    if (options_.layout == ConsolidateLayout::kDcp) return tree;
+    meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
+    ValuePtr meta_root = meta_->root();
+    if (!meta_root || !meta_root->is(Kind::kDict)) {
+      throw FormatError(folder_ + "/" + kMetaPt + ": expected a dict at the top, found " +
+                        std::string(meta_root ? pickle::kind_name(meta_root->kind()) : "nothing"));
+    }
+    MetaTensorReplacer replacer(*meta_, sources_, placeholders_);
+    replacer.replace(meta_root);
+    auto& entries = tree->mutable_entries();
+    for (const auto& [k, v] : meta_root->entries()) {
+      if (k && k->is(Kind::kStr)) {
+        assign_key(entries, k->as_string(), v);
+      } else {
+        entries.emplace_back(k, v);
+      }
+    }
+    if (options_.layout == ConsolidateLayout::kTrainer) apply_trainer_layout(entries);
+    return tree;
+  }
+
+  // Replaces placeholders by tensor nodes with storage keys "0", "1", ... in the order
+  // the pickle writer meets them; fills order_ (source index per key).
+  void assign_storages(ValuePtr& slot) {
+    if (!slot) return;
+    auto ph = placeholders_.find(slot.get());
+    if (ph != placeholders_.end()) {
+      auto made = made_.find(slot.get());
+      if (made != made_.end()) {
+        slot = made->second;
+        return;
+      }
+      const TensorSource& src = sources_[ph->second];
+      std::string key = std::to_string(order_.size());
+      order_.push_back(ph->second);
+      std::uint64_t numel = 1;
+      for (auto d : src.shape) numel *= static_cast<std::uint64_t>(d);
+      auto strides = torchfile::contiguous_strides(src.shape);
+      bool requires_grad = src.from_meta && src.meta.requires_grad;
+      ValuePtr node = torchfile::make_tensor_node(src.dtype, src.shape, strides, 0, key, numel, "cpu",
+                                                  src.from_meta && !src.meta.is_parameter && requires_grad);
+      if (src.from_meta && src.meta.is_parameter) node = torchfile::make_parameter_node(node, requires_grad);
+      made_.emplace(slot.get(), node);
+      keep_.push_back(slot);
+      slot = node;
+      return;
+    }
+    if (!visited_.insert(slot.get()).second) return;
+    Value& v = *slot;
+    if (v.is(Kind::kObject)) {
+      for (const ValuePtr* p : {&v.callable(), &v.args(), &v.kwargs(), &v.state()}) {
+        if (*p) for_each_child_slot(**p, [&](ValuePtr& s) { assign_storages(s); });
+      }
+      return;
+    }
+    for_each_child_slot(v, [&](ValuePtr& s) { assign_storages(s); });
+  }
+
+  std::shared_ptr<storage::Storage> open_output_storage(const std::string& root) {
+    storage::StorageOptions out_options;
+    BufferPoolOptions pool;
+    pool.buffer_bytes = std::clamp<std::size_t>(options_.memory_budget / 8, 64 << 10, 8 << 20);
+    pool.capacity_bytes = pool.buffer_bytes;
+    pool.huge_pages = false;
+    out_options.buffer_pool = std::make_shared<BufferPool>(pool);
+    return storage::open_local_storage_at(root, out_options);
+  }
+
+  // Streams one tensor's bytes, row-major, into write(span).
+  template <typename Write>
+  void copy_tensor(const TensorSource& src, Write&& write) {
+    if (src.from_meta) {
+      std::vector<std::byte> bytes(src.meta.nbytes());
+      meta_->read_tensor(src.meta, bytes);
+      write(std::span<const std::byte>(bytes));
+      done_ += bytes.size();
+      return;
+    }
+    const std::size_t itemsize = dtype_itemsize(src.dtype);
+    for_each_box(src.shape, itemsize, slab_bytes_, [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
+      check_cancel();
+      std::span<std::byte> buf(slab_.get(), static_cast<std::size_t>(n));
+      reader_->read_box(src.fqn, offsets, sizes, buf);
+      write(std::span<const std::byte>(buf));
+      done_ += n;
+      if (progress_) progress_(ConsolidateProgress{done_, total_});
+    });
+    check_cancel();
+  }
+
+  void write_torch_save() {
+    ValuePtr tree = build_tree();
+    assign_storages(tree);
+    for (std::size_t i : order_) total_ += sources_[i].nbytes();
+    if (progress_) progress_(ConsolidateProgress{0, total_});
+
+    auto out = open_output_storage(parent_of(output_));
+    storage::WriteOptions wo;
+    wo.durable = options_.durable;
+    auto sink = out->open_writer(base_of(output_), wo);
+    torchfile::TorchSaveOptions so;
+    so.archive_name = archive_name_for(output_);
+    torchfile::TorchSaveWriter writer(*sink, so);
+    writer.write_pickle(*tree);
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      const TensorSource& src = sources_[order_[k]];
+      writer.begin_storage(std::to_string(k), src.nbytes());
+      copy_tensor(src, [&](std::span<const std::byte> data) { writer.write(data); });
+      writer.end_storage();
+      ++report_.tensors;
+      report_.tensor_bytes += src.nbytes();
+    }
+    writer.finish();
+    check_cancel();
+    sink->commit();
+  }
+
+  void write_safetensors() {
+    const format::Metadata& md = reader_->metadata();
+    if (options_.layout != ConsolidateLayout::kDcp) {
+      // Only to report Lightning's errors on the layout (meta.pt, "model") the same way.
+      meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
+    }
+    std::vector<std::pair<format::SafetensorsEntry, std::size_t>> tensors;
+    bool has_model = false;
+    for (const std::string& fqn : ordered_fqns(md)) {
+      const auto* t = std::get_if<format::TensorStorageMetadata>(&md.state_dict_metadata.at(fqn));
+      format::ObjectPath path = path_of(md, fqn);
+      if (options_.layout != ConsolidateLayout::kDcp) {
+        const auto* first = std::get_if<std::string>(&path.front());
+        if (first == nullptr || *first != "model") continue;
+        has_model = true;
+        if (t == nullptr) continue;
+        path.erase(path.begin());
+      }
+      if (t == nullptr) continue;
+      format::SafetensorsEntry e;
+      e.name = options_.layout == ConsolidateLayout::kDcp ? fqn : path_to_fqn(path);
+      e.dtype = t->properties.dtype;
+      e.shape = t->size;
+      TensorSource src;
+      src.fqn = fqn;
+      src.dtype = e.dtype;
+      src.shape = e.shape;
+      tensors.emplace_back(std::move(e), sources_.size());
+      sources_.push_back(std::move(src));
+    }
+    if (options_.layout != ConsolidateLayout::kDcp && !has_model) {
+      throw PlanError("the checkpoint has no \"model\" key, so there are no model weights to write as safetensors");
+    }
+    for (const auto& [e, _] : tensors) total_ += e.nbytes();
+    if (progress_) progress_(ConsolidateProgress{0, total_});
+
+    // Group into files.
+    std::vector<std::vector<std::size_t>> files(1);
+    std::uint64_t in_file = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      std::uint64_t n = tensors[i].first.nbytes();
+      if (options_.max_shard_bytes > 0 && in_file > 0 && in_file + n > options_.max_shard_bytes) {
+        files.emplace_back();
+        in_file = 0;
+      }
+      files.back().push_back(i);
+      in_file += n;
+    }
+
+    auto write_file = [&](storage::Storage& out, const std::string& key, const std::vector<std::size_t>& members) {
+      storage::WriteOptions wo;
+      wo.durable = options_.durable;
+      auto sink = out.open_writer(key, wo);
+      std::vector<format::SafetensorsEntry> entries;
+      for (std::size_t i : members) entries.push_back(tensors[i].first);
+      format::SafetensorsWriter writer(*sink, std::move(entries));
+      for (std::size_t i : members) {
+        copy_tensor(sources_[tensors[i].second], [&](std::span<const std::byte> data) { writer.write(data); });
+        ++report_.tensors;
+        report_.tensor_bytes += tensors[i].first.nbytes();
+      }
+      writer.finish();
+      check_cancel();
+      sink->commit();
+    };
+
+    if (options_.max_shard_bytes == 0) {
+      auto out = open_output_storage(parent_of(output_));
+      write_file(*out, base_of(output_), files.front());
+      return;
+    }
+    TempFolder tmp(output_);
+    auto out = open_output_storage(tmp.path());
+    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    char name[64];
+    std::map<std::string, std::string> sorted_map;
+    for (std::size_t f = 0; f < files.size(); ++f) {
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
+      write_file(*out, name, files[f]);
+      for (std::size_t i : files[f]) sorted_map[tensors[i].first.name] = name;
+    }
+    for (const auto& [k, v] : sorted_map) weight_map[k] = v;
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total_}};
+    index["weight_map"] = weight_map;
+    std::string text = index.dump(2) + "\n";
+    storage::WriteOptions wo;
+    wo.durable = options_.durable;
+    out->write_atomic("model.safetensors.index.json", as_bytes(text), wo);
+    check_cancel();
+    tmp.publish(options_.durable);
+  }
+
+  const ConsolidateOptions& options_;
+  const std::function<void(const ConsolidateProgress&)>& progress_;
+  std::string folder_;
+  std::string output_;
+  std::shared_ptr<storage::Storage> input_;
+  std::unique_ptr<CheckpointReader> reader_;
+  std::unique_ptr<torchfile::TorchFile> meta_;
+  std::vector<TensorSource> sources_;
+  std::unordered_map<const Value*, std::size_t> placeholders_;
+  std::unordered_map<const Value*, ValuePtr> made_;
+  std::unordered_set<const Value*> visited_;
+  std::vector<ValuePtr> keep_;
+  std::vector<std::size_t> order_;  // storage key k -> source index
+  std::size_t slab_bytes_ = 0;
+  std::unique_ptr<std::byte[]> slab_;
+  std::uint64_t done_ = 0;
+  std::uint64_t total_ = 0;
+  ConsolidateReport report_;
+};
+
+}  // namespace
+
+std::string normalize_path(const std::string& path) {
+  if (path.empty()) return ".";
+  bool absolute = path.front() == '/';
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i <= path.size()) {
+    std::size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    std::string part = path.substr(i, j - i);
+    if (!part.empty() && part != ".") parts.push_back(part);
+    i = j + 1;
+  }
+  std::string out = absolute ? "/" : "";
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (k) out += '/';
+    out += parts[k];
+  }
+  if (out.empty()) return ".";
+  return out;
+}
+
+void for_each_box(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes,
+                  const std::function<void(const Shape&, const Shape&, std::uint64_t)>& fn) {
+  if (shape.empty()) {
+    fn(Shape{}, Shape{}, static_cast<std::uint64_t>(itemsize));
+    return;
+  }
+  for (auto d : shape) {
+    if (d == 0) return;
+  }
+  const std::size_t rank = shape.size();
+  // tail[k] = bytes of one index of dims [0, k): prod(shape[k:]) * itemsize.
+  std::vector<std::uint64_t> tail(rank + 1);
+  tail[rank] = itemsize;
+  for (std::size_t k = rank; k-- > 0;) tail[k] = tail[k + 1] * static_cast<std::uint64_t>(shape[k]);
+  std::size_t d = 0;
+  while (d + 1 < rank && tail[d + 1] > max_bytes) ++d;
+  const std::uint64_t row = tail[d + 1];
+  const std::int64_t block = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / row));
+  Shape offsets(rank, 0), sizes(shape);
+  for (std::size_t k = 0; k < d; ++k) sizes[k] = 1;
+  while (true) {
+    for (std::int64_t start = 0; start < shape[d]; start += block) {
+      offsets[d] = start;
+      sizes[d] = std::min(block, shape[d] - start);
+      fn(offsets, sizes, row * static_cast<std::uint64_t>(sizes[d]));
+    }
+    offsets[d] = 0;
+    // Odometer over dims [0, d).
+    std::size_t k = d;
+    while (k > 0) {
+      --k;
+      if (++offsets[k] < shape[k]) break;
+      offsets[k] = 0;
+      if (k == 0) return;
+    }
+    if (d == 0) return;
+  }
+}
+
+std::string validate_consolidate(const ConsolidateOptions& options) {
+  const std::string folder = normalize_path(options.checkpoint_folder);
+  struct stat st {};
+  if (!path_exists(folder, &st)) throw PlanError("The provided checkpoint folder does not exist: " + folder);
+  if (!S_ISDIR(st.st_mode)) {
+    throw PlanError("The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder);
+  }
+  if (options.layout != ConsolidateLayout::kDcp) {
+    struct stat meta {};
+    std::string meta_path = folder == "/" ? "/meta.pt" : folder + "/" + kMetaPt;
+    if (!path_exists(meta_path, &meta) || !S_ISREG(meta.st_mode)) {
+      throw PlanError(
+          "Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation. The provided folder "
+          "is not in that format: " +
+          folder);
+    }
+  }
+  std::string output = options.output_file.empty() ? folder + ".consolidated" : normalize_path(options.output_file);
+  struct stat out {};
+  if (path_exists(output, &out)) {
+    throw PlanError(
+        "The path for the converted checkpoint already exists. Choose a different path by providing `--output_file` "
+        "or move/delete the file first: " +
+        output);
+  }
+  return output;
+}
+
+ConsolidateReport consolidate(const ConsolidateOptions& options,
+                              const std::function<void(const ConsolidateProgress&)>& progress) {
+  if (options.memory_budget == 0) throw UsageError("consolidate: memory budget must be > 0");
+  Consolidator c(options, progress);
+  return c.run();
+}
+
+}  // namespace shardpoint::engine

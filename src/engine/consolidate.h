@@ -1,0 +1,121 @@
+// Consolidation: one sharded checkpoint folder (a Lightning FSDP checkpoint, or a plain
+// PyTorch DCP folder) turned into one file that torch.load reads, streaming with a fixed
+// memory budget (spec: lightning-behaviour.md §7, dcp-format.md §6.1).
+//
+// What is written (torch.save output):
+//   kTrainer  Lightning's `python -m lightning.pytorch.utilities.consolidate_checkpoint`:
+//             the DCP state (nesting rebuilt from planner_data), then meta.pt merged on top
+//             (dict.update: a meta key replaces a DCP key in place, new keys are appended),
+//             then "model" moved to the end as "state_dict", then the keys matching the
+//             prefix regex `optimizer_[0-9]+` (N of them) popped as optimizer_0..N-1 into a
+//             list "optimizer_states" at the end. A missing "model" or a gap in the
+//             optimizer indices is a PlanError (Lightning raises KeyError there).
+//   kFabric   the same merge, keys as saved (lightning.fabric's consolidator).
+//   kDcp      a DCP folder without meta.pt: what torch's dcp_to_torch_save writes.
+// Every tensor is written as a contiguous CPU tensor (requires_grad false for DCP tensors;
+// meta.pt tensors keep requires_grad and Parameter-ness). Objects from meta.pt and DCP bytes
+// items are carried through as their pickle values. Dict key order inside the DCP part
+// follows the checkpoint's planner_data order (which is the saved state's order).
+//
+// Safetensors output (kSafetensors): the model weights (the "state_dict"/"model" subtree,
+// or every tensor with kDcp) named by their dotted key inside that subtree; one file, or,
+// with max_shard_bytes, a folder of model-0000i-of-0000n.safetensors files plus
+// model.safetensors.index.json (a tensor larger than the limit gets a file of its own).
+//
+// Streaming: data.pkl is written first from .metadata alone; then each tensor's storage
+// record is filled in row-major order, one box of at most memory_budget/4 bytes at a time
+// (dim-0 slabs; a row larger than that is split along the next dimensions), read with
+// CheckpointReader::read_box (only the needed byte ranges; sidecar checksums verified) into
+// one reused buffer and appended to the output writer (CRC-32 computed on the way). Shard
+// files are read with pread, never mapped, so their pages do not count in our RSS.
+// Memory: one slab + the writer's staging pool (memory_budget/8) + metadata and object
+// trees; independent of the checkpoint's size.
+//
+// Atomic output: a temporary file (or folder) next to the output, fsynced and renamed onto
+// the output path at the end. On any error or cancellation the temporary is removed and
+// nothing appears at the output path.
+//
+// Thread-safety: consolidate() may run concurrently for different outputs.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace shardpoint::engine {
+
+enum class ConsolidateLayout { kTrainer, kFabric, kDcp };
+enum class ConsolidateFormat { kTorchSave, kSafetensors };
+
+struct ConsolidateOptions {
+  // The checkpoint folder (local path).
+  std::string checkpoint_folder;
+  // Output path; empty: "<checkpoint_folder>.consolidated" (trailing slashes stripped).
+  // Its parent directory must exist (it is not created, as Lightning).
+  std::string output_file;
+  ConsolidateLayout layout = ConsolidateLayout::kTrainer;
+  ConsolidateFormat format = ConsolidateFormat::kTorchSave;
+  // Safetensors only: split the weights into files of at most this many data bytes
+  // (0: one file).
+  std::uint64_t max_shard_bytes = 0;
+  // Upper bound for the memory the copy uses (slab buffer + writer staging), and the
+  // target for the process's peak RSS. Lower it on small machines; below ~8 MiB the fixed
+  // cost of the process dominates.
+  std::size_t memory_budget = std::size_t{256} << 20;
+  // Verify the checksum sidecar (when the checkpoint has one) on every byte read.
+  bool verify_checksums = true;
+  // fsync the output before the rename. Turn off only for benchmarks.
+  bool durable = true;
+  // Checked between slabs; when it becomes non-zero, consolidate() throws Cancelled.
+  const std::atomic<int>* cancel = nullptr;
+};
+
+struct ConsolidateProgress {
+  std::uint64_t bytes_done = 0;   // tensor bytes copied so far
+  std::uint64_t bytes_total = 0;  // tensor bytes to copy
+};
+
+struct ConsolidateReport {
+  std::string output;                // the path written
+  std::uint64_t tensors = 0;         // tensor records written
+  std::uint64_t objects = 0;         // DCP bytes items carried through
+  std::uint64_t tensor_bytes = 0;    // tensor data bytes copied
+  std::uint64_t bytes_read = 0;      // from the shard files (headers, widening included)
+  std::size_t slab_bytes = 0;        // size of the one copy buffer
+  double seconds = 0;
+};
+
+// Thrown when ConsolidateOptions::cancel was set; the output was not written.
+class Cancelled : public std::runtime_error {
+ public:
+  Cancelled() : std::runtime_error("interrupted; no output written") {}
+};
+
+// The validation of Lightning's consolidate_checkpoint, in its order, for `folder`
+// (ignoring the meta.pt check for kDcp) and the resolved output path. Throws PlanError with
+// Lightning's exact message. Returns the output path. No side effects.
+std::string validate_consolidate(const ConsolidateOptions& options);
+
+// Pathlib-style normalisation: "a//b/./c/" -> "a/b/c" ("." stays ".", "/" stays "/").
+std::string normalize_path(const std::string& path);
+
+// Visits the boxes (offsets, sizes, bytes) of a row-major tensor of `shape` in row-major
+// order, each at most max_bytes (but at least one element): blocks along the first
+// dimension whose sub-rows fit in max_bytes, single indices on the dimensions before it.
+// A 0-dim tensor is one box with empty offsets/sizes; a tensor with no elements has none.
+void for_each_box(const std::vector<std::int64_t>& shape, std::size_t itemsize, std::uint64_t max_bytes,
+                  const std::function<void(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                                           std::uint64_t)>& fn);
+
+// Runs the whole consolidation. `progress` (may be empty) is called from this thread after
+// each slab. Throws PlanError (validation, Lightning's messages; layout problems),
+// FormatError (bad .metadata, blobs, meta.pt), StorageError (missing or short shard files,
+// full disk, missing output directory), Cancelled. Blocking.
+ConsolidateReport consolidate(const ConsolidateOptions& options,
+                              const std::function<void(const ConsolidateProgress&)>& progress = {});
+
+}  // namespace shardpoint::engine
