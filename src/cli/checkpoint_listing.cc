@@ -11,6 +11,12 @@
 namespace shardpoint::cli {
 
 std::unique_ptr<CheckpointListing> open_listing(const std::string& path) {
+  // An object-store URL (az://, s3://, ...) names a DCP folder: there are no single-file
+  // torch.save checkpoints behind a scheme other than file://.
+  std::size_t scheme_end = path.find("://");
+  if (scheme_end != std::string::npos && scheme_end > 0 && !path.starts_with("file://")) {
+    return open_dcp_listing(path);
+  }
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
   if (S_ISDIR(st.st_mode)) return open_dcp_listing(path);

@@ -1,0 +1,806 @@
+#include "storage/azure/azure_storage.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <ctime>
+#include <deque>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "core/buffer_pool.h"
+#include "core/error.h"
+#include "storage/azure/azure_http.h"
+
+namespace shardpoint::storage::azure {
+namespace {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+using Query = std::vector<std::pair<std::string, std::string>>;
+
+[[noreturn]] void bad_url(std::string_view url, std::string_view why) {
+  throw UsageError("storage URL \"" + std::string(url) + "\": " + std::string(why) +
+                   " (expected az://<container>[/<prefix>] or "
+                   "abfs[s]://<container>@<account>.dfs.core.windows.net[/<prefix>])");
+}
+
+bool valid_container(std::string_view c) {
+  if (c.size() < 3 || c.size() > 63) return false;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    char ch = c[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-';
+    if (!ok) return false;
+    if (ch == '-' && (i == 0 || i + 1 == c.size() || c[i - 1] == '-')) return false;
+  }
+  return true;
+}
+
+bool valid_account(std::string_view a) {
+  if (a.size() < 3 || a.size() > 24) return false;
+  return std::all_of(a.begin(), a.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); });
+}
+
+std::string http_date() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return buf;
+}
+
+std::string xml_unescape(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out += s[i];
+      continue;
+    }
+    std::size_t semi = s.find(';', i);
+    if (semi == std::string_view::npos) {
+      out += s[i];
+      continue;
+    }
+    std::string_view ent = s.substr(i + 1, semi - i - 1);
+    if (ent == "amp") out += '&';
+    else if (ent == "lt") out += '<';
+    else if (ent == "gt") out += '>';
+    else if (ent == "quot") out += '"';
+    else if (ent == "apos") out += '\'';
+    else if (ent.starts_with("#x")) out += static_cast<char>(std::stoi(std::string(ent.substr(2)), nullptr, 16));
+    else if (ent.starts_with("#")) out += static_cast<char>(std::stoi(std::string(ent.substr(1))));
+    else out += std::string(s.substr(i, semi - i + 1));
+    i = semi;
+  }
+  return out;
+}
+
+// The text of the first <tag>...</tag> in [from, to) of xml, or nullopt.
+std::optional<std::string_view> xml_element(std::string_view xml, std::string_view tag, std::size_t from = 0,
+                                            std::size_t to = std::string_view::npos) {
+  std::string open = "<" + std::string(tag) + ">";
+  std::string close = "</" + std::string(tag) + ">";
+  std::string_view window = xml.substr(0, std::min(to, xml.size()));
+  std::size_t a = window.find(open, from);
+  if (a == std::string_view::npos) return std::nullopt;
+  a += open.size();
+  std::size_t b = window.find(close, a);
+  if (b == std::string_view::npos) return std::nullopt;
+  return window.substr(a, b - a);
+}
+
+bool retryable_status(long status) { return status == 408 || status == 429 || status >= 500; }
+
+std::string block_id(const std::string& tag, std::size_t index) {
+  // Every id of one blob must have the same length: 24 raw bytes -> 32 base64 chars, no '='.
+  char raw[25];
+  std::snprintf(raw, sizeof raw, "sp%s%014zu", tag.c_str(), index);
+  return base64_encode(std::string_view(raw, 24));
+}
+
+std::string random_tag() {
+  static std::atomic<std::uint64_t> counter{0};
+  std::random_device rd;
+  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(v ^ (v >> 32)));
+  return buf;
+}
+
+// Waits for every future, then rethrows the first failure (so no task outlives its inputs).
+void wait_all(std::deque<std::future<void>>& futures) {
+  std::exception_ptr first;
+  while (!futures.empty()) {
+    try {
+      futures.front().get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    futures.pop_front();
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// The driver's shared state: configuration, location, connections, buffers. Shared with
+// writers and sources so they outlive the Storage.
+class AzureClient {
+ public:
+  AzureClient(AzureLocation location, AzureConfig config, std::shared_ptr<BufferPool> pool)
+      : location_(std::move(location)), config_(std::move(config)), pool_(std::move(pool)) {
+    std::string endpoint = config_.blob_endpoint;
+    if (endpoint.empty()) endpoint = config_.protocol + "://" + config_.account + ".blob." + config_.endpoint_suffix;
+    std::size_t scheme_end = endpoint.find("://");
+    std::size_t path_start = endpoint.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
+    if (path_start == std::string::npos) {
+      origin_ = endpoint;
+      base_path_ = "";
+    } else {
+      origin_ = endpoint.substr(0, path_start);
+      base_path_ = endpoint.substr(path_start);
+    }
+  }
+
+  const AzureLocation& location() const { return location_; }
+  const AzureConfig& config() const { return config_; }
+  BufferPool& pool() { return *pool_; }
+
+  std::string blob_name(std::string_view key) const {
+    return location_.prefix.empty() ? std::string(key) : location_.prefix + "/" + std::string(key);
+  }
+  std::string describe(std::string_view key) const {
+    return "azure blob \"" + location_.url() + "/" + std::string(key) + "\"";
+  }
+
+  struct Call {
+    std::string op;        // "read", "stat", ...: the start of error messages
+    std::string what;      // `azure blob "..."`
+    std::string method;
+    std::string blob;      // blob name, or empty for a container request
+    Query query;
+    Headers headers;
+    ByteSpan body;
+    std::span<std::byte> into;
+    // Statuses that are answers, not errors (returned to the caller): e.g. 404 for remove.
+    std::vector<long> accepted;
+  };
+
+  struct Result {
+    HttpResponse response;
+    int retries = 0;
+  };
+
+  // Runs a call with signing and retries. Throws StorageError for failures not accepted.
+  Result run(const Call& call, const IoOptions& io) {
+    std::string path = base_path_ + "/" + location_.container;
+    if (!call.blob.empty()) path += "/" + uri_encode(call.blob, true);
+    std::string url = origin_ + path;
+    std::string qs;
+    for (const auto& [k, v] : call.query) qs += (qs.empty() ? "" : "&") + uri_encode(k, false) + "=" + uri_encode(v, false);
+    if (!config_.sas_token.empty() && config_.account_key.empty()) {
+      qs += (qs.empty() ? "" : "&") + config_.sas_token;
+    }
+    if (!qs.empty()) url += "?" + qs;
+
+    Result result;
+    std::string last_error;
+    for (int attempt = 0;; ++attempt) {
+      if (io_expired(io)) check_io(io, call.op + " " + call.what);
+      HttpRequest request;
+      request.method = call.method;
+      request.url = url;
+      request.headers = call.headers;
+      request.headers.emplace_back("x-ms-date", http_date());
+      request.headers.emplace_back("x-ms-version", config_.api_version);
+      if (call.method == "PUT" && std::none_of(call.headers.begin(), call.headers.end(),
+                                               [](const auto& h) { return h.first == "Content-Type"; })) {
+        request.headers.emplace_back("Content-Type", "application/octet-stream");
+      }
+      if (!config_.account_key.empty()) {
+        SignedRequest signed_request{call.method, path, call.query, request.headers, call.body.size()};
+        request.headers.emplace_back("Authorization", shared_key_authorization(config_, signed_request));
+      }
+      request.body = call.body;
+      request.into = call.into;
+      request.connect_timeout = config_.connect_timeout;
+      request.stall_timeout = config_.stall_timeout;
+      request.deadline = io.deadline;
+      request.stop = io.stop;
+      result.response = http_.perform(request);
+      result.retries = attempt;
+      const HttpResponse& r = result.response;
+      if (r.aborted) check_io(io, call.op + " " + call.what);
+      bool ok = r.status >= 200 && r.status < 300 && !r.overflow && r.transport_error.empty();
+      if (ok || std::find(call.accepted.begin(), call.accepted.end(), r.status) != call.accepted.end()) return result;
+      bool retry = r.status == 0 ? !r.overflow : retryable_status(r.status);
+      if (!retry || attempt + 1 >= config_.max_attempts) throw error_for(call, result);
+      sleep_backoff(attempt, io);
+    }
+  }
+
+  StorageError error_for(const Call& call, const Result& result) const {
+    const HttpResponse& r = result.response;
+    std::string msg = call.op + " " + call.what + ": ";
+    StorageError::Kind kind = StorageError::Kind::kOther;
+    if (r.status == 0) {
+      msg += r.overflow ? "the server sent more bytes than requested" : r.transport_error;
+      kind = r.overflow ? StorageError::Kind::kOther : StorageError::Kind::kTransient;
+    } else {
+      std::string code = r.header("x-ms-error-code");
+      if (code.empty()) {
+        if (auto c = xml_element(r.body, "Code")) code = std::string(*c);
+      }
+      msg += "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
+      if (r.status == 404) kind = StorageError::Kind::kNotFound;
+      else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
+      else if (retryable_status(r.status)) kind = StorageError::Kind::kTransient;
+      if (kind == StorageError::Kind::kPermission) {
+        msg += " (authentication or authorization failed with " + config_.describe() +
+               "; check the account key or SAS token and its permissions and expiry)";
+      }
+      std::string id = r.header("x-ms-request-id");
+      if (!id.empty()) msg += " [request id " + id + "]";
+    }
+    msg += " (" + std::to_string(result.retries) + (result.retries == 1 ? " retry" : " retries") + ")";
+    return StorageError(kind, msg);
+  }
+
+  void sleep_backoff(int attempt, const IoOptions& io) {
+    double base = static_cast<double>(config_.backoff_base.count()) * static_cast<double>(1u << std::min(attempt, 20));
+    double capped = std::min(base, static_cast<double>(config_.backoff_max.count()));
+    double jitter;
+    {
+      std::lock_guard lock(rng_mu_);
+      jitter = std::uniform_real_distribution<double>(0.5, 1.0)(rng_);
+    }
+    auto until = Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(capped * jitter * 1000));
+    until = std::min(until, io.deadline);
+    while (Clock::now() < until && !io.stop.stop_requested()) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20)));
+    }
+  }
+
+  // Get Blob Properties: size and ETag, or nullopt for a missing blob.
+  struct Properties {
+    std::uint64_t size = 0;
+    std::string etag;
+  };
+  std::optional<Properties> head(std::string_view key, const IoOptions& io, std::string_view op) {
+    Call call{std::string(op), describe(key), "HEAD", blob_name(key), {}, {}, {}, {}, {404}};
+    Result r = run(call, io);
+    if (r.response.status == 404) return std::nullopt;
+    Properties p;
+    p.size = std::stoull(r.response.header("content-length").empty() ? "0" : r.response.header("content-length"));
+    p.etag = r.response.header("etag");
+    return p;
+  }
+
+  [[noreturn]] void throw_not_found(std::string_view op, std::string_view key) const {
+    throw StorageError(StorageError::Kind::kNotFound, std::string(op) + " " + describe(key) + ": no such object");
+  }
+
+  [[noreturn]] void throw_past_end(std::string_view key, std::uint64_t offset, std::uint64_t length,
+                                   std::uint64_t size) const {
+    throw FormatError("read " + describe(key) + ": bytes [" + std::to_string(offset) + ", " +
+                      std::to_string(offset + length) + ") extend past the end of the object (size " +
+                      std::to_string(size) + ", " + std::to_string(offset + length - std::min(size, offset + length)) +
+                      " bytes short)");
+  }
+
+  // One ranged GET of [offset, offset + out.size()) into out. etag: If-Match (may be empty).
+  void get_range(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const std::string& etag,
+                 const IoOptions& io) {
+    Call call{"read", describe(key), "GET", blob_name(key), {}, {}, {}, out, {404, 412, 416}};
+    call.headers.emplace_back("x-ms-range",
+                              "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
+    if (!etag.empty()) call.headers.emplace_back("If-Match", etag);
+    for (int tries = 0;; ++tries) {
+      Result r = run(call, io);
+      long status = r.response.status;
+      if (status == 404) {
+        if (!etag.empty()) {
+          throw StorageError(StorageError::Kind::kNotFound,
+                             "read " + describe(key) + ": the object was removed after it was opened");
+        }
+        throw_not_found("read", key);
+      }
+      if (status == 412) {
+        throw StorageError(StorageError::Kind::kOther,
+                           "read " + describe(key) + ": the object was replaced after it was opened (ETag " + etag +
+                               " no longer matches)");
+      }
+      if (status == 416 || r.response.received < out.size()) {
+        std::optional<Properties> p = head(key, io, "read");
+        if (!p) throw_not_found("read", key);
+        if (offset + out.size() > p->size) throw_past_end(key, offset, out.size(), p->size);
+        // Short body although the object is long enough: a cut connection. Retry a few times.
+        if (tries + 1 < config_.max_attempts) continue;
+        throw StorageError(StorageError::Kind::kTransient,
+                           "read " + describe(key) + ": short response (" + std::to_string(r.response.received) +
+                               " of " + std::to_string(out.size()) + " bytes)");
+      }
+      return;
+    }
+  }
+
+  // A read split into parallel ranged GETs of read_chunk_bytes.
+  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const std::string& etag,
+            const IoOptions& io) {
+    if (out.empty()) {
+      std::optional<Properties> p = head(key, io, "read");
+      if (!p) throw_not_found("read", key);
+      if (offset > p->size) throw_past_end(key, offset, 0, p->size);
+      return;
+    }
+    const std::size_t chunk = std::max<std::size_t>(config_.read_chunk_bytes, 1 << 16);
+    if (out.size() <= chunk || config_.parallelism <= 1) {
+      get_range(key, offset, out, etag, io);
+      return;
+    }
+    std::deque<std::future<void>> inflight;
+    std::exception_ptr failed;
+    try {
+      for (std::size_t pos = 0; pos < out.size(); pos += chunk) {
+        while (inflight.size() >= config_.parallelism) {
+          std::future<void> oldest = std::move(inflight.front());
+          inflight.pop_front();
+          oldest.get();
+        }
+        std::span<std::byte> part = out.subspan(pos, std::min(chunk, out.size() - pos));
+        std::string k(key);
+        inflight.push_back(std::async(std::launch::async, [this, k, off = offset + pos, part, &etag, &io] {
+          get_range(k, off, part, etag, io);
+        }));
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    try {
+      wait_all(inflight);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+
+  void put_blob(std::string_view key, ByteSpan data, const IoOptions& io) {
+    Call call{"write", describe(key), "PUT", blob_name(key), {}, {{"x-ms-blob-type", "BlockBlob"}}, data, {}, {}};
+    run(call, io);
+  }
+
+  void put_block(std::string_view key, const std::string& id, ByteSpan data, const IoOptions& io) {
+    Call call{"write", describe(key), "PUT", blob_name(key), {{"comp", "block"}, {"blockid", id}}, {}, data, {}, {}};
+    run(call, io);
+  }
+
+  void put_block_list(std::string_view key, const std::vector<std::string>& ids, const IoOptions& io) {
+    std::string xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
+    for (const std::string& id : ids) xml += "<Latest>" + id + "</Latest>";
+    xml += "</BlockList>";
+    Call call{"commit", describe(key), "PUT", blob_name(key), {{"comp", "blocklist"}},
+              {{"Content-Type", "application/xml"}}, as_bytes(xml), {}, {}};
+    run(call, io);
+  }
+
+  void remove(std::string_view key, const IoOptions& io) {
+    Call call{"remove", describe(key), "DELETE", blob_name(key), {}, {{"x-ms-delete-snapshots", "include"}}, {}, {},
+              {404}};
+    run(call, io);
+  }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) {
+    std::string root = location_.prefix.empty() ? std::string() : location_.prefix + "/";
+    std::string full = root + std::string(prefix);
+    std::vector<ObjectInfo> out;
+    std::string marker;
+    // Bounded: a server that keeps returning the same marker cannot loop us forever.
+    for (int page = 0; page < 1000000; ++page) {
+      Call call{"list", "azure container \"" + location_.url() + "\"", "GET", "", {}, {}, {}, {}, {}};
+      call.query = {{"restype", "container"}, {"comp", "list"}, {"maxresults", std::to_string(config_.list_page_size)}};
+      if (!full.empty()) call.query.emplace_back("prefix", full);
+      if (!marker.empty()) call.query.emplace_back("marker", marker);
+      Result r = run(call, io);
+      const std::string& xml = r.response.body;
+      std::size_t pos = 0;
+      while (true) {
+        std::size_t a = xml.find("<Blob>", pos);
+        if (a == std::string::npos) break;
+        std::size_t b = xml.find("</Blob>", a);
+        if (b == std::string::npos) break;
+        auto name = xml_element(xml, "Name", a, b);
+        auto length = xml_element(xml, "Content-Length", a, b);
+        pos = b + 7;
+        if (!name) continue;
+        std::string n = xml_unescape(*name);
+        if (!n.starts_with(root)) continue;
+        std::string key = n.substr(root.size());
+        if (key.find(kTempMarker) != std::string::npos || key.empty()) continue;
+        out.push_back({key, length ? std::stoull(std::string(*length)) : 0});
+      }
+      auto next = xml_element(xml, "NextMarker");
+      std::string next_marker = next ? xml_unescape(*next) : std::string();
+      if (next_marker.empty()) break;
+      if (next_marker == marker) {
+        throw StorageError(StorageError::Kind::kOther, "list " + location_.url() + ": the service repeated marker");
+      }
+      marker = next_marker;
+    }
+    std::sort(out.begin(), out.end(), [](const ObjectInfo& x, const ObjectInfo& y) { return x.key < y.key; });
+    return out;
+  }
+
+  void create_container(const IoOptions& io) {
+    Call call{"create container", "azure container \"" + location_.url() + "\"", "PUT", "",
+              {{"restype", "container"}}, {}, {}, {}, {409}};
+    run(call, io);
+  }
+
+ private:
+  AzureLocation location_;
+  AzureConfig config_;
+  std::shared_ptr<BufferPool> pool_;
+  std::string origin_;     // "http://127.0.0.1:10000"
+  std::string base_path_;  // "/devstoreaccount1" (path-style) or ""
+  HttpConnectionPool http_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+// A whole small blob held in memory.
+class StringSource final : public ByteSource {
+ public:
+  StringSource(std::string bytes, std::string name) : bytes_(std::move(bytes)), source_(as_bytes(bytes_), std::move(name)) {}
+  const std::string& name() const override { return source_.name(); }
+  std::uint64_t size() const override { return source_.size(); }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    source_.read(offset, out, what);
+  }
+  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length, std::string_view what) const override {
+    return source_.view(offset, length, what);
+  }
+
+ private:
+  std::string bytes_;
+  MemorySource source_;
+};
+
+// A large blob read with ranged GETs pinned to its ETag.
+class RangedSource final : public ByteSource {
+ public:
+  RangedSource(std::shared_ptr<AzureClient> client, std::string key, std::uint64_t size, std::string etag)
+      : client_(std::move(client)), key_(std::move(key)), size_(size), etag_(std::move(etag)),
+        name_(client_->describe(key_)) {}
+  const std::string& name() const override { return name_; }
+  std::uint64_t size() const override { return size_; }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    check_range(offset, out.size(), what);
+    if (out.empty()) return;
+    client_->read(key_, offset, out, etag_, {});
+  }
+
+ private:
+  std::shared_ptr<AzureClient> client_;
+  std::string key_;
+  std::uint64_t size_;
+  std::string etag_;
+  std::string name_;
+};
+
+class AzureWriter final : public StorageWriter {
+ public:
+  AzureWriter(std::shared_ptr<AzureClient> client, std::string key)
+      : client_(std::move(client)), key_(std::move(key)), tag_(random_tag()) {}
+
+  ~AzureWriter() override {
+    // Nothing is committed: wait for blocks in flight (their buffers belong to the pool),
+    // and drop their errors. The blocks stay uncommitted and expire on the service.
+    abandoned_.request_stop();
+    try {
+      wait_all(inflight_);
+    } catch (...) {
+    }
+  }
+
+  void append(ByteSpan data, const IoOptions& io) override {
+    if (io_expired(io)) check_io(io, "write " + client_->describe(key_));
+    check_open("append");
+    try {
+      while (!data.empty()) {
+        if (!lease_) {
+          lease_ = client_->pool().acquire(io.deadline, io.stop);
+          fill_ = 0;
+        }
+        std::size_t n = std::min(data.size(), lease_.size() - fill_);
+        std::memcpy(lease_.data() + fill_, data.data(), n);
+        fill_ += n;
+        position_ += n;
+        data = data.subspan(n);
+        if (fill_ == lease_.size()) send_block(io);
+      }
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+  }
+
+  std::uint64_t position() const override { return position_; }
+
+  void commit(const IoOptions& io) override {
+    check_open("commit");
+    committed_ = true;  // single use, even when this commit fails
+    if (io_expired(io)) check_io(io, "commit " + client_->describe(key_));
+    if (block_ids_.empty()) {
+      // 1. Fits in one buffer: one Put Blob publishes it whole.
+      ByteSpan bytes = lease_ ? ByteSpan(lease_.data(), fill_) : ByteSpan();
+      client_->put_blob(key_, bytes, io);
+      lease_.release();
+      return;
+    }
+    // 2. Last block, wait for every block, then the block list (atomic publish).
+    if (lease_ && fill_ > 0) send_block(io);
+    lease_.release();
+    wait_all(inflight_);
+    client_->put_block_list(key_, block_ids_, io);
+  }
+
+  const std::string& key() const override { return key_; }
+
+ private:
+  void check_open(std::string_view op) const {
+    if (committed_) throw UsageError(std::string(op) + " " + client_->describe(key_) + ": writer already committed");
+    if (failed_) {
+      throw UsageError(std::string(op) + " " + client_->describe(key_) + ": an earlier append failed; start a new writer");
+    }
+  }
+
+  void send_block(const IoOptions& io) {
+    while (inflight_.size() >= std::max<std::size_t>(1, client_->config().parallelism)) {
+      std::future<void> oldest = std::move(inflight_.front());
+      inflight_.pop_front();
+      oldest.get();
+    }
+    std::string id = block_id(tag_, block_ids_.size());
+    block_ids_.push_back(id);
+    IoOptions task_io = io;
+    // The task stops retrying when this writer is abandoned, or when the caller stops.
+    std::stop_token caller = io.stop;
+    task_io.stop = abandoned_.get_token();
+    std::size_t n = fill_;
+    inflight_.push_back(std::async(std::launch::async, [client = client_, key = key_, id, lease = std::move(lease_), n,
+                                                        task_io, caller]() mutable {
+      // The buffer goes back to the pool when the block is stored (or failed), not when the
+      // writer collects this future: the writer may be waiting on the pool for its next buffer.
+      BufferPool::Lease buffer = std::move(lease);
+      if (caller.stop_requested()) {
+        throw StorageError(StorageError::Kind::kOther, "write " + client->describe(key) + ": cancelled");
+      }
+      client->put_block(key, id, ByteSpan(buffer.data(), n), task_io);
+    }));
+    lease_ = {};
+    fill_ = 0;
+  }
+
+  std::shared_ptr<AzureClient> client_;
+  std::string key_;
+  std::string tag_;
+  BufferPool::Lease lease_;
+  std::size_t fill_ = 0;
+  std::uint64_t position_ = 0;
+  std::vector<std::string> block_ids_;
+  std::deque<std::future<void>> inflight_;
+  std::stop_source abandoned_;
+  bool committed_ = false;
+  bool failed_ = false;
+};
+
+class AzureStorage final : public Storage {
+ public:
+  explicit AzureStorage(std::shared_ptr<AzureClient> client) : client_(std::move(client)) {}
+
+  StorageFeatures features() const override {
+    StorageFeatures f;
+    f.range_reads = true;
+    f.atomic_publish = true;
+    return f;
+  }
+  std::string url() const override { return client_->location().url(); }
+  std::string describe_key(std::string_view key) const override { return client_->describe(key); }
+
+  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
+    validate_key(key);
+    auto p = client_->head(key, io, "stat");
+    if (!p) client_->throw_not_found("stat", key);
+    return p->size;
+  }
+
+  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
+    validate_key(key);
+    client_->read(key, offset, out, "", io);
+  }
+
+  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
+                                          const IoOptions& io) override {
+    validate_key(key);
+    for (int tries = 0;; ++tries) {
+      auto p = client_->head(key, io, "open");
+      if (!p) client_->throw_not_found("open", key);
+      if (p->size > client_->config().whole_source_bytes) {
+        return std::make_unique<RangedSource>(client_, std::string(key), p->size, p->etag);
+      }
+      std::string bytes(p->size, '\0');
+      try {
+        if (!bytes.empty()) client_->read(key, 0, std::as_writable_bytes(std::span(bytes)), p->etag, io);
+      } catch (const StorageError& e) {
+        // Replaced or removed between HEAD and GET: look again (bounded).
+        if (tries < 3 && e.kind() != StorageError::Kind::kPermission && !e.retryable()) continue;
+        throw;
+      } catch (const FormatError&) {
+        if (tries < 3) continue;
+        throw;
+      }
+      return std::make_unique<StringSource>(std::move(bytes), client_->describe(key));
+    }
+  }
+
+  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
+                                             const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "open " + client_->describe(key));
+    return std::make_unique<AzureWriter>(client_, std::string(key));
+  }
+
+  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "write " + client_->describe(key));
+    if (data.size() <= client_->pool().buffer_bytes()) {
+      client_->put_blob(key, data, io);  // one request: the blob appears whole or not at all
+      return;
+    }
+    AzureWriter writer(client_, std::string(key));
+    writer.append(data, io);
+    writer.commit(io);
+  }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    return client_->list(prefix, io);
+  }
+
+  void remove(std::string_view key, const IoOptions& io) override {
+    validate_key(key);
+    client_->remove(key, io);
+  }
+
+  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::vector<ObjectInfo> objects = client_->list(prefix, io);
+    std::deque<std::future<void>> inflight;
+    std::exception_ptr failed;
+    try {
+      for (const ObjectInfo& o : objects) {
+        while (inflight.size() >= std::max<std::size_t>(1, client_->config().parallelism)) {
+          std::future<void> oldest = std::move(inflight.front());
+          inflight.pop_front();
+          oldest.get();
+        }
+        inflight.push_back(std::async(std::launch::async, [this, key = o.key, &io] { client_->remove(key, io); }));
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    try {
+      wait_all(inflight);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+    if (failed) std::rethrow_exception(failed);
+    return objects.size();
+  }
+
+ private:
+  std::shared_ptr<AzureClient> client_;
+};
+
+std::shared_ptr<AzureClient> make_client(std::string_view url, AzureConfig config, const StorageOptions& options) {
+  AzureLocation location = parse_azure_url(url);
+  if (!location.account.empty()) {
+    if (!config.account.empty() && config.account != location.account) {
+      throw UsageError("storage URL \"" + std::string(url) + "\": account \"" + location.account +
+                       "\" differs from the credentials' account \"" + config.account + "\"");
+    }
+    config.account = location.account;
+  }
+  if (config.account.empty()) {
+    throw UsageError("storage URL \"" + std::string(url) +
+                     "\": no Azure account (set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT with "
+                     "AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN)");
+  }
+  if (config.blob_endpoint.empty() && config.protocol != "https" && config.protocol != "http") {
+    throw UsageError("Azure DefaultEndpointsProtocol \"" + config.protocol + "\": expected https or http");
+  }
+  std::shared_ptr<BufferPool> pool = options.buffer_pool;
+  if (!pool) {
+    BufferPoolOptions pool_options;
+    pool_options.capacity_bytes = options.default_pool_bytes;
+    pool = std::make_shared<BufferPool>(pool_options);
+  }
+  return std::make_shared<AzureClient>(std::move(location), std::move(config), std::move(pool));
+}
+
+}  // namespace
+
+std::string AzureLocation::url() const {
+  std::string out = scheme + "://" + container;
+  if (scheme != "az") out += "@" + account + ".dfs.core.windows.net";
+  if (!prefix.empty()) out += "/" + prefix;
+  return out;
+}
+
+AzureLocation parse_azure_url(std::string_view url) {
+  AzureLocation loc;
+  std::size_t sep = url.find("://");
+  if (sep == std::string_view::npos) bad_url(url, "missing scheme");
+  std::string scheme(url.substr(0, sep));
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
+  if (scheme != "az" && scheme != "abfs" && scheme != "abfss") bad_url(url, "unknown scheme \"" + scheme + "\"");
+  loc.scheme = scheme;
+  std::string_view rest = url.substr(sep + 3);
+  if (rest.find_first_of("?#") != std::string_view::npos) bad_url(url, "a query or fragment is not allowed");
+  std::size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  if (scheme == "az") {
+    if (authority.find('@') != std::string_view::npos) bad_url(url, "az:// URLs take no user or account part");
+    loc.container = std::string(authority);
+  } else {
+    std::size_t at = authority.find('@');
+    if (at == std::string_view::npos) bad_url(url, "abfs URLs need <container>@<account>.dfs.core.windows.net");
+    loc.container = std::string(authority.substr(0, at));
+    std::string_view host = authority.substr(at + 1);
+    std::size_t dot = host.find('.');
+    std::string_view suffix = dot == std::string_view::npos ? std::string_view() : host.substr(dot + 1);
+    if (dot == std::string_view::npos || !(suffix.starts_with("dfs.") || suffix.starts_with("blob."))) {
+      bad_url(url, "host \"" + std::string(host) + "\" is not <account>.dfs.core.windows.net");
+    }
+    loc.account = std::string(host.substr(0, dot));
+    if (!valid_account(loc.account)) bad_url(url, "invalid account name \"" + loc.account + "\"");
+  }
+  if (!valid_container(loc.container)) {
+    bad_url(url, "invalid container name \"" + loc.container +
+                     "\" (3-63 lower-case letters, digits and single hyphens)");
+  }
+  while (path.ends_with("/")) path.remove_suffix(1);
+  if (!path.empty()) {
+    try {
+      validate_key(path);
+    } catch (const UsageError&) {
+      bad_url(url, "invalid prefix \"" + std::string(path) + "\" (empty, \".\" or \"..\" segments)");
+    }
+  }
+  loc.prefix = std::string(path);
+  return loc;
+}
+
+std::unique_ptr<Storage> open_azure_storage_with(std::string_view url, const AzureConfig& config,
+                                                 const StorageOptions& options) {
+  return std::make_unique<AzureStorage>(make_client(url, config, options));
+}
+
+std::unique_ptr<Storage> open_azure_storage(std::string_view url, const StorageOptions& options) {
+  return open_azure_storage_with(url, azure_config_from_env(), options);
+}
+
+void create_azure_container(std::string_view url, const AzureConfig& config) {
+  StorageOptions options;
+  options.default_pool_bytes = std::size_t{8} << 20;
+  make_client(url, config, options)->create_container({});
+}
+
+namespace {
+const StorageRegistration kAzureRegistration{"az", &open_azure_storage};        // az://container/prefix
+const StorageRegistration kAbfsRegistration{"abfs", &open_azure_storage};       // abfs://c@acct.dfs.core.windows.net/p
+const StorageRegistration kAbfssRegistration{"abfss", &open_azure_storage};     // abfss://c@acct.dfs.core.windows.net/p
+}  // namespace
+
+}  // namespace shardpoint::storage::azure

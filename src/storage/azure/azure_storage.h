@@ -1,0 +1,82 @@
+// AzureStorage: the "az" / "abfs" / "abfss" driver. Objects are block blobs in one
+// container under a prefix; key "a/b" is the blob "<prefix>/a/b".
+//
+// URLs (strict: no query, fragment, empty / "." / ".." segments; container names are 3-63
+// lower-case letters, digits and single hyphens):
+//   az://<container>[/<prefix>]                                  account from the credentials
+//   abfs[s]://<container>@<account>.dfs.core.windows.net[/<prefix>]  (blob endpoint of that
+//                                                                account; ".blob." also taken)
+// Credentials and endpoint: azure_auth.h (connection string, account + key, SAS; a custom
+// endpoint such as Azurite's path-style http://127.0.0.1:PORT/devstoreaccount1).
+//
+// Writing protocol:
+//   1. append() copies bytes into a buffer leased from the StorageOptions BufferPool; each
+//      full buffer becomes one Put Block (block ids unique per writer), sent on its own
+//      thread; at most AzureConfig::parallelism blocks are in flight per writer, each
+//      holding its buffer until the block is stored (memory stays bounded by the pool).
+//   2. commit() of an object that fits in one buffer is one Put Blob. Otherwise it sends the
+//      last block, waits for all, then Put Block List: the blob appears atomically, whole.
+//   3. A writer destroyed without commit() (or whose commit failed) waits for its blocks in
+//      flight and commits nothing: its uncommitted blocks are never referenced by a block
+//      list, are invisible to readers and list(), and are garbage-collected by the service
+//      (Azure drops uncommitted blocks after 7 days; Azurite when its GC runs). A previous
+//      blob under the key stays intact.
+//   write_atomic() is one Put Blob (block upload above the block size), so `.metadata` is
+//   published in one step, after the data objects (the engine's order).
+// Reads: ranged GETs (x-ms-range) straight into the caller's buffer; a read larger than
+// read_chunk_bytes is split into parallel ranged GETs. open_source() downloads small blobs
+// whole and reads large ones with ranged GETs pinned to the ETag seen at open (see
+// AzureConfig::whole_source_bytes): a large source whose blob was replaced or removed
+// throws StorageError instead of returning the new bytes.
+// Retries: 5xx, 408, 429, connection failures and timeouts, with exponential backoff and
+// jitter (AzureConfig). Errors name the blob as `azure blob "az://c/p/key"`, the HTTP status,
+// Azure's error code, the request id and the retry count; never the key or SAS.
+// Status mapping: 404 -> kNotFound, 401/403 -> kPermission, retryable -> kTransient,
+// others -> kOther.
+//
+// features(): range_reads, atomic_publish (Put Blob / Put Block List). No parallel_writes
+// (write_at), direct_io, local_path or conditional_put.
+//
+// Cancellation: IoOptions stop / deadline abort a transfer in progress (curl's progress
+// callback) and stop retries; a writer's blocks already in flight are waited for.
+// Thread-safety: all Storage methods are thread-safe; writers are single-threaded.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "storage/azure/azure_auth.h"
+#include "storage/storage.h"
+#include "storage/storage_registry.h"
+
+namespace shardpoint::storage::azure {
+
+struct AzureLocation {
+  std::string scheme;     // "az", "abfs", "abfss"
+  std::string account;    // from the URL (abfs) or empty (az)
+  std::string container;
+  std::string prefix;     // "" or "a/b" (no leading or trailing '/')
+  std::string url() const;  // normalized, round-trips through parse_azure_url
+};
+
+// Throws UsageError naming the URL and what is wrong.
+AzureLocation parse_azure_url(std::string_view url);
+
+// Opens with an explicit configuration (tests, tools). Does no I/O. Throws UsageError for a
+// bad URL, a missing account, or an abfs account that differs from the credentials'.
+std::unique_ptr<Storage> open_azure_storage_with(std::string_view url, const AzureConfig& config,
+                                                 const StorageOptions& options = {});
+
+// Registry entry: the configuration from azure_config_from_env().
+std::unique_ptr<Storage> open_azure_storage(std::string_view url, const StorageOptions& options);
+
+// Creates the URL's container (Create Container); an existing one is fine. Throws
+// StorageError as the driver does.
+void create_azure_container(std::string_view url, const AzureConfig& config);
+
+}  // namespace shardpoint::storage::azure
+
+namespace shardpoint::storage {
+using azure::open_azure_storage;
+}  // namespace shardpoint::storage
