@@ -70,6 +70,7 @@ class ConsolidateCommand : public Command {
     sub_->add_option("--memory-budget", budget_, "memory for the copy (default 256MiB)");
     sub_->add_flag("--quiet,-q", quiet_, "no progress bar");
     sub_->add_flag("--no-verify-checksums", no_verify_, "do not check the checksum sidecar while reading");
+    sub_->add_flag("--stats", stats_, "print one JSON line of measurements on stderr when done");
   }
   bool parsed() const override { return sub_->parsed(); }
 
@@ -97,7 +98,18 @@ class ConsolidateCommand : public Command {
     SignalGuard guard;
     ProgressBar bar(!quiet_);
     try {
-      engine::consolidate(options, [&](const engine::ConsolidateProgress& p) { bar.update(p.bytes_done, p.bytes_total); });
+      engine::ConsolidateReport report = engine::consolidate(
+          options, [&](const engine::ConsolidateProgress& p) { bar.update(p.bytes_done, p.bytes_total); });
+      bar.finish();
+      if (stats_) {
+        std::fprintf(stderr,
+                     "{\"tensors\": %llu, \"tensor_bytes\": %llu, \"bytes_read\": %llu, \"seconds\": %.3f, "
+                     "\"slab_bytes\": %zu, \"base_rss_bytes\": %llu, \"peak_rss_bytes\": %llu}\n",
+                     static_cast<unsigned long long>(report.tensors), static_cast<unsigned long long>(report.tensor_bytes),
+                     static_cast<unsigned long long>(report.bytes_read), report.seconds, report.slab_bytes,
+                     static_cast<unsigned long long>(report.base_rss_bytes),
+                     static_cast<unsigned long long>(report.peak_rss_bytes));
+      }
     } catch (const engine::Cancelled& e) {
       bar.finish();
       std::cerr << "shardpoint: " << e.what() << "\n";
@@ -127,6 +139,7 @@ class ConsolidateCommand : public Command {
   std::string budget_ = "256MiB";
   bool quiet_ = false;
   bool no_verify_ = false;
+  bool stats_ = false;
 };
 
 }  // namespace

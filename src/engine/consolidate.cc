@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -23,6 +25,7 @@
 #include "engine/checkpoint_reader.h"
 #include "engine/flatten.h"
 #include "format/checkpoint_path.h"
+#include "pickle/reader.h"
 #include "format/safetensors_writer.h"
 #include "storage/local_storage.h"
 #include "storage/storage_registry.h"
@@ -53,6 +56,23 @@ struct TensorSource {
   }
 };
 
+// A field of /proc/self/status in bytes ("VmRSS:", "VmHWM:"), 0 when unavailable.
+std::uint64_t proc_status_bytes(const char* field) {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::uint64_t kib = 0;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, field, n) == 0) {
+      kib = std::strtoull(line + n, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
 bool path_exists(const std::string& p, struct stat* st) { return ::stat(p.c_str(), st) == 0; }
 
 std::string parent_of(const std::string& path) {
@@ -80,17 +100,44 @@ std::string archive_name_for(const std::string& output) {
   return base.empty() ? "archive" : base;
 }
 
-// The fqns of the checkpoint in planner_data order (the order of the saved state), then any
-// others sorted.
-std::vector<std::string> ordered_fqns(const format::Metadata& md) {
+// The keys of state_dict_metadata in the order the .metadata pickle lists them: the order in
+// which PyTorch's _EmptyStateDictLoadPlanner builds (and dcp_to_torch_save writes) the state.
+// Empty when the pickle does not have the expected shape (the decoder already accepted it,
+// so this is only about order).
+std::vector<std::string> pickled_key_order(ByteSpan metadata_bytes) {
+  std::vector<std::string> out;
+  try {
+    ValuePtr root = pickle::read_pickle(metadata_bytes, ".metadata");
+    if (!root || !root->is(Kind::kObject) || !root->state()) return out;
+    std::vector<const Value*> dicts;
+    const Value& state = *root->state();
+    if (state.is(Kind::kDict)) dicts.push_back(&state);
+    if (state.is(Kind::kTuple)) {
+      for (const auto& i : state.items()) {
+        if (i && i->is(Kind::kDict)) dicts.push_back(i.get());
+      }
+    }
+    for (const Value* d : dicts) {
+      for (const auto& [k, v] : d->entries()) {
+        if (!k || !k->is(Kind::kStr) || k->as_string() != "state_dict_metadata" || !v || !v->is(Kind::kDict)) continue;
+        for (const auto& [fqn, _] : v->entries()) {
+          if (fqn && fqn->is(Kind::kStr)) out.push_back(fqn->as_string());
+        }
+        return out;
+      }
+    }
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return out;
+}
+
+// The fqns of the checkpoint in `order` (the pickled order), then any others sorted.
+std::vector<std::string> ordered_fqns(const format::Metadata& md, const std::vector<std::string>& order) {
   std::vector<std::string> out;
   std::set<std::string> seen;
-  if (md.planner_data_raw && md.planner_data_raw->is(Kind::kDict)) {
-    for (const auto& [k, v] : md.planner_data_raw->entries()) {
-      if (!k || !k->is(Kind::kStr)) continue;
-      const std::string& fqn = k->as_string();
-      if (md.state_dict_metadata.count(fqn) && seen.insert(fqn).second) out.push_back(fqn);
-    }
+  for (const std::string& fqn : order) {
+    if (md.state_dict_metadata.count(fqn) && seen.insert(fqn).second) out.push_back(fqn);
   }
   for (const auto& [fqn, _] : md.state_dict_metadata) {
     if (seen.insert(fqn).second) out.push_back(fqn);
@@ -314,9 +361,22 @@ class Consolidator {
     in_options.default_pool_bytes = 4096;
     input_ = storage::open_local_storage_at(folder_, in_options);
     reader_ = std::make_unique<CheckpointReader>(*input_, CheckpointReaderOptions{options_.verify_checksums});
+    {
+      std::string bytes(static_cast<std::size_t>(input_->stat(".metadata")), '\0');
+      input_->read(".metadata", 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
+      key_order_ = pickled_key_order(as_bytes(bytes));
+    }
     check_items();
 
-    slab_bytes_ = std::max<std::size_t>(options_.memory_budget / 4, 64 << 10);
+    // Budget: what the process already holds (code, libraries, metadata, object trees),
+    // a reserve for checksum-block scratch and allocator slack, then 2/3 of the rest for the
+    // slab and 1/6 for the writer's staging buffer.
+    report_.base_rss_bytes = proc_status_bytes("VmRSS:");
+    std::uint64_t reserve = report_.base_rss_bytes + (std::uint64_t{3} << 20);
+    std::uint64_t avail = options_.memory_budget > reserve ? options_.memory_budget - reserve : 0;
+    avail = std::min<std::uint64_t>(avail, options_.memory_budget / 2);
+    slab_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(avail * 2 / 3, 256 << 10));
+    pool_bytes_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(avail / 6, 64 << 10, 8 << 20));
     slab_.reset(new std::byte[slab_bytes_]);
     report_.slab_bytes = slab_bytes_;
 
@@ -328,6 +388,7 @@ class Consolidator {
     report_.output = output_;
     report_.bytes_read = reader_->counts().header_bytes + reader_->counts().data_bytes;
     report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    report_.peak_rss_bytes = proc_status_bytes("VmHWM:");
     return report_;
   }
 
@@ -377,7 +438,7 @@ class Consolidator {
   ValuePtr build_dcp_tree() {
     const format::Metadata& md = reader_->metadata();
     StateNode root{StateDict{}};
-    for (const std::string& fqn : ordered_fqns(md)) {
+    for (const std::string& fqn : ordered_fqns(md, key_order_)) {
       const auto& entry = md.state_dict_metadata.at(fqn);
       ValuePtr leaf;
       if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
@@ -462,7 +523,7 @@ class Consolidator {
   std::shared_ptr<storage::Storage> open_output_storage(const std::string& root) {
     storage::StorageOptions out_options;
     BufferPoolOptions pool;
-    pool.buffer_bytes = std::clamp<std::size_t>(options_.memory_budget / 8, 64 << 10, 8 << 20);
+    pool.buffer_bytes = pool_bytes_;
     pool.capacity_bytes = pool.buffer_bytes;
     pool.huge_pages = false;
     out_options.buffer_pool = std::make_shared<BufferPool>(pool);
@@ -526,7 +587,7 @@ class Consolidator {
     }
     std::vector<std::pair<format::SafetensorsEntry, std::size_t>> tensors;
     bool has_model = false;
-    for (const std::string& fqn : ordered_fqns(md)) {
+    for (const std::string& fqn : ordered_fqns(md, key_order_)) {
       const auto* t = std::get_if<format::TensorStorageMetadata>(&md.state_dict_metadata.at(fqn));
       format::ObjectPath path = path_of(md, fqn);
       if (options_.layout != ConsolidateLayout::kDcp) {
@@ -618,6 +679,7 @@ class Consolidator {
   std::shared_ptr<storage::Storage> input_;
   std::unique_ptr<CheckpointReader> reader_;
   std::unique_ptr<torchfile::TorchFile> meta_;
+  std::vector<std::string> key_order_;  // state_dict_metadata keys as pickled
   std::vector<TensorSource> sources_;
   std::unordered_map<const Value*, std::size_t> placeholders_;
   std::unordered_map<const Value*, ValuePtr> made_;
@@ -625,6 +687,7 @@ class Consolidator {
   std::vector<ValuePtr> keep_;
   std::vector<std::size_t> order_;  // storage key k -> source index
   std::size_t slab_bytes_ = 0;
+  std::size_t pool_bytes_ = 0;
   std::unique_ptr<std::byte[]> slab_;
   std::uint64_t done_ = 0;
   std::uint64_t total_ = 0;

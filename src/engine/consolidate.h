@@ -15,7 +15,8 @@
 // Every tensor is written as a contiguous CPU tensor (requires_grad false for DCP tensors;
 // meta.pt tensors keep requires_grad and Parameter-ness). Objects from meta.pt and DCP bytes
 // items are carried through as their pickle values. Dict key order inside the DCP part
-// follows the checkpoint's planner_data order (which is the saved state's order).
+// follows the order of state_dict_metadata in the .metadata pickle, as PyTorch's
+// _EmptyStateDictLoadPlanner does (shardpoint writes that dict sorted by key).
 //
 // Safetensors output (kSafetensors): the model weights (the "state_dict"/"model" subtree,
 // or every tensor with kDcp) named by their dotted key inside that subtree; one file, or,
@@ -23,13 +24,15 @@
 // model.safetensors.index.json (a tensor larger than the limit gets a file of its own).
 //
 // Streaming: data.pkl is written first from .metadata alone; then each tensor's storage
-// record is filled in row-major order, one box of at most memory_budget/4 bytes at a time
+// record is filled in row-major order, one box of at most the slab size at a time
 // (dim-0 slabs; a row larger than that is split along the next dimensions), read with
 // CheckpointReader::read_box (only the needed byte ranges; sidecar checksums verified) into
 // one reused buffer and appended to the output writer (CRC-32 computed on the way). Shard
 // files are read with pread, never mapped, so their pages do not count in our RSS.
-// Memory: one slab + the writer's staging pool (memory_budget/8) + metadata and object
-// trees; independent of the checkpoint's size.
+// Memory: what the process holds when the copy starts (code, libraries, metadata, object
+// trees; VmRSS) + a 3 MiB reserve (checksum-block scratch, allocator slack), and of the rest
+// of memory_budget (at most half the budget) 2/3 for the slab and 1/6 for the writer's
+// staging buffer; independent of the checkpoint's size.
 //
 // Atomic output: a temporary file (or folder) next to the output, fsynced and renamed onto
 // the output path at the end. On any error or cancellation the temporary is removed and
@@ -86,6 +89,8 @@ struct ConsolidateReport {
   std::uint64_t tensor_bytes = 0;    // tensor data bytes copied
   std::uint64_t bytes_read = 0;      // from the shard files (headers, widening included)
   std::size_t slab_bytes = 0;        // size of the one copy buffer
+  std::uint64_t base_rss_bytes = 0;  // VmRSS when the copy was planned
+  std::uint64_t peak_rss_bytes = 0;  // VmHWM at the end (the process's peak so far)
   double seconds = 0;
 };
 
