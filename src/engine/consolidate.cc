@@ -6,6 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -377,7 +382,8 @@ class Consolidator {
     avail = std::min<std::uint64_t>(avail, options_.memory_budget / 2);
     slab_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(avail * 2 / 3, 256 << 10));
     pool_bytes_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(avail / 6, 64 << 10, 8 << 20));
-    slab_.reset(new std::byte[slab_bytes_]);
+    half_slab_ = slab_bytes_ / 2;
+    slab_.reset(new std::byte[2 * half_slab_]);
     report_.slab_bytes = slab_bytes_;
 
     if (options_.format == ConsolidateFormat::kSafetensors) {
@@ -530,26 +536,125 @@ class Consolidator {
     return storage::open_local_storage_at(root, out_options);
   }
 
-  // Streams one tensor's bytes, row-major, into write(span).
-  template <typename Write>
-  void copy_tensor(const TensorSource& src, Write&& write) {
-    if (src.from_meta) {
-      std::vector<std::byte> bytes(src.meta.nbytes());
-      meta_->read_tensor(src.meta, bytes);
-      write(std::span<const std::byte>(bytes));
-      done_ += bytes.size();
-      return;
+  // Streams the bytes of sources_[seq[0]], sources_[seq[1]], ... (each row-major) to the
+  // caller: begin(i) before source seq[i], write(span) for each piece, end(i) after it.
+  // Two slab buffers: a reader thread fills one (read_box) while this thread hands the
+  // other to write() (the output writer: copy to its staging buffer, CRC, pwrite), so
+  // reading and writing overlap. Exceptions of either side end both and propagate here.
+  void stream_sources(const std::vector<std::size_t>& seq, const std::function<void(std::size_t)>& begin,
+                      const std::function<void(std::span<const std::byte>)>& write,
+                      const std::function<void(std::size_t)>& end) {
+    struct Filled {
+      int buf;
+      std::uint64_t n;
+    };
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Filled> ready;
+    std::vector<int> free_bufs{0, 1};
+    bool done = false;
+    bool stop = false;
+    std::exception_ptr error;
+    std::byte* bufs[2] = {slab_.get(), slab_.get() + half_slab_};
+
+    auto acquire = [&]() -> int {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return stop || !free_bufs.empty(); });
+      if (stop) return -1;
+      int b = free_bufs.back();
+      free_bufs.pop_back();
+      return b;
+    };
+    auto publish = [&](int b, std::uint64_t n) {
+      std::lock_guard lock(mu);
+      ready.push_back({b, n});
+      cv.notify_all();
+    };
+    auto produce = [&] {
+      try {
+        for (std::size_t idx : seq) {
+          const TensorSource& src = sources_[idx];
+          if (src.from_meta) {
+            std::vector<std::byte> bytes(src.meta.nbytes());
+            meta_->read_tensor(src.meta, bytes);
+            for (std::uint64_t at = 0; at < bytes.size();) {
+              int b = acquire();
+              if (b < 0) return;
+              std::uint64_t n = std::min<std::uint64_t>(half_slab_, bytes.size() - at);
+              std::memcpy(bufs[b], bytes.data() + at, static_cast<std::size_t>(n));
+              publish(b, n);
+              at += n;
+            }
+            continue;
+          }
+          bool stopped = false;
+          for_each_box(src.shape, dtype_itemsize(src.dtype), half_slab_,
+                       [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
+                         if (stopped) return;
+                         int b = acquire();
+                         if (b < 0) {
+                           stopped = true;
+                           return;
+                         }
+                         reader_->read_box(src.fqn, offsets, sizes, std::span<std::byte>(bufs[b], static_cast<std::size_t>(n)));
+                         publish(b, n);
+                       });
+          if (stopped) return;
+        }
+      } catch (...) {
+        std::lock_guard lock(mu);
+        error = std::current_exception();
+      }
+      std::lock_guard lock(mu);
+      done = true;
+      cv.notify_all();
+    };
+
+    std::thread producer(produce);
+    auto finish = [&] {
+      {
+        std::lock_guard lock(mu);
+        stop = true;
+        cv.notify_all();
+      }
+      producer.join();
+    };
+    try {
+      for (std::size_t i = 0; i < seq.size(); ++i) {
+        const TensorSource& src = sources_[seq[i]];
+        begin(i);
+        std::uint64_t remaining = src.nbytes();
+        while (remaining > 0) {
+          Filled f{};
+          {
+            std::unique_lock lock(mu);
+            cv.wait(lock, [&] { return !ready.empty() || done; });
+            if (ready.empty()) {
+              if (error) std::rethrow_exception(error);
+              throw FormatError("\"" + src.fqn + "\": reader ended early");
+            }
+            f = ready.front();
+            ready.pop_front();
+          }
+          write(std::span<const std::byte>(bufs[f.buf], static_cast<std::size_t>(f.n)));
+          {
+            std::lock_guard lock(mu);
+            free_bufs.push_back(f.buf);
+            cv.notify_all();
+          }
+          remaining -= std::min(remaining, f.n);
+          done_ += f.n;
+          if (progress_) progress_(ConsolidateProgress{done_, total_});
+          check_cancel();
+        }
+        end(i);
+      }
+    } catch (...) {
+      finish();
+      throw;
     }
-    const std::size_t itemsize = dtype_itemsize(src.dtype);
-    for_each_box(src.shape, itemsize, slab_bytes_, [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
-      check_cancel();
-      std::span<std::byte> buf(slab_.get(), static_cast<std::size_t>(n));
-      reader_->read_box(src.fqn, offsets, sizes, buf);
-      write(std::span<const std::byte>(buf));
-      done_ += n;
-      if (progress_) progress_(ConsolidateProgress{done_, total_});
-    });
-    check_cancel();
+    finish();
+    if (error) std::rethrow_exception(error);
   }
 
   void write_torch_save() {
@@ -566,14 +671,14 @@ class Consolidator {
     so.archive_name = archive_name_for(output_);
     torchfile::TorchSaveWriter writer(*sink, so);
     writer.write_pickle(*tree);
-    for (std::size_t k = 0; k < order_.size(); ++k) {
-      const TensorSource& src = sources_[order_[k]];
-      writer.begin_storage(std::to_string(k), src.nbytes());
-      copy_tensor(src, [&](std::span<const std::byte> data) { writer.write(data); });
-      writer.end_storage();
-      ++report_.tensors;
-      report_.tensor_bytes += src.nbytes();
-    }
+    stream_sources(
+        order_, [&](std::size_t k) { writer.begin_storage(std::to_string(k), sources_[order_[k]].nbytes()); },
+        [&](std::span<const std::byte> data) { writer.write(data); },
+        [&](std::size_t k) {
+          writer.end_storage();
+          ++report_.tensors;
+          report_.tensor_bytes += sources_[order_[k]].nbytes();
+        });
     writer.finish();
     check_cancel();
     sink->commit();
@@ -635,11 +740,14 @@ class Consolidator {
       std::vector<format::SafetensorsEntry> entries;
       for (std::size_t i : members) entries.push_back(tensors[i].first);
       format::SafetensorsWriter writer(*sink, std::move(entries));
-      for (std::size_t i : members) {
-        copy_tensor(sources_[tensors[i].second], [&](std::span<const std::byte> data) { writer.write(data); });
-        ++report_.tensors;
-        report_.tensor_bytes += tensors[i].first.nbytes();
-      }
+      std::vector<std::size_t> seq;
+      for (std::size_t i : members) seq.push_back(tensors[i].second);
+      stream_sources(
+          seq, [](std::size_t) {}, [&](std::span<const std::byte> data) { writer.write(data); },
+          [&](std::size_t k) {
+            ++report_.tensors;
+            report_.tensor_bytes += sources_[seq[k]].nbytes();
+          });
       writer.finish();
       check_cancel();
       sink->commit();
@@ -688,6 +796,7 @@ class Consolidator {
   std::vector<std::size_t> order_;  // storage key k -> source index
   std::size_t slab_bytes_ = 0;
   std::size_t pool_bytes_ = 0;
+  std::size_t half_slab_ = 0;  // each of the two buffers
   std::unique_ptr<std::byte[]> slab_;
   std::uint64_t done_ = 0;
   std::uint64_t total_ = 0;
