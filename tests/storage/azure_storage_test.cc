@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "azure_test_util.h"
@@ -175,6 +176,97 @@ TEST(AzureCredentialsTest, SharedKeySignatureIsStable) {
   r.headers[1].second = "Sun, 29 Nov 2026 19:00:01 GMT";
   EXPECT_NE(azure::shared_key_authorization(c, r), a);
   EXPECT_EQ(azure::base64_decode(azure::base64_encode("any bytes\x01"), "t"), "any bytes\x01");
+}
+
+// A scripted HTTP server on 127.0.0.1: answers each connection's first request with the next
+// canned response (then closes it), so retries of 5xx / 429 can be checked without Azurite.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::vector<std::string> responses) : responses_(std::move(responses)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(fd_, 16);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::jthread([this] {
+      for (const std::string& r : responses_) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[8192];
+        std::string req;
+        while (req.find("\r\n\r\n") == std::string::npos) {
+          ssize_t n = ::recv(c, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          req.append(buf, static_cast<std::size_t>(n));
+        }
+        ::send(c, r.data(), r.size(), MSG_NOSIGNAL);
+        ::close(c);
+        served_.fetch_add(1);
+      }
+    });
+  }
+  ~ScriptedServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+  }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int served() const { return served_.load(); }
+
+ private:
+  std::vector<std::string> responses_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> served_{0};
+  std::jthread thread_;
+};
+
+std::string http_status(int code, const std::string& extra = "") {
+  return "HTTP/1.1 " + std::to_string(code) + " X\r\nx-ms-request-id: req-" + std::to_string(code) +
+         "\r\nx-ms-error-code: Code" + std::to_string(code) + "\r\n" + extra +
+         "Content-Length: 0\r\nConnection: close\r\n\r\n";
+}
+
+TEST(AzureRetryTest, RetriesServerErrorsAndThrottlingThenSucceedsOrReportsTheLastError) {
+  {
+    ScriptedServer server({http_status(503), http_status(429), http_status(500),
+                           "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"});
+    azure::AzureConfig config = azurite_config(server.endpoint());
+    config.max_attempts = 4;
+    auto s = azure::open_azure_storage_with("az://ckpt/p", config);
+    EXPECT_EQ(s->stat("k"), 5u);  // HEAD: the body is not sent
+    EXPECT_EQ(server.served(), 4);
+  }
+  {
+    ScriptedServer server({http_status(503), http_status(502), http_status(503)});
+    azure::AzureConfig config = azurite_config(server.endpoint());
+    config.max_attempts = 3;
+    try {
+      azure::open_azure_storage_with("az://ckpt/p", config)->stat("k");
+      FAIL();
+    } catch (const StorageError& e) {
+      std::string m = e.what();
+      EXPECT_TRUE(e.retryable()) << m;
+      EXPECT_NE(m.find("HTTP 503 Code503"), std::string::npos) << m;
+      EXPECT_NE(m.find("request id req-503"), std::string::npos) << m;
+      EXPECT_NE(m.find("2 retries"), std::string::npos) << m;
+      EXPECT_NE(m.find("az://ckpt/p/k"), std::string::npos) << m;
+    }
+  }
+  {
+    ScriptedServer server({http_status(409)});  // not retryable: one request
+    try {
+      azure::open_azure_storage_with("az://ckpt/p", azurite_config(server.endpoint()))->stat("k");
+      FAIL();
+    } catch (const StorageError& e) {
+      EXPECT_EQ(e.kind(), StorageError::Kind::kOther) << e.what();
+      EXPECT_NE(std::string(e.what()).find("0 retries"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(server.served(), 1);
+  }
 }
 
 // --- against Azurite ---
