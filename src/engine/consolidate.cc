@@ -46,6 +46,7 @@ using pickle::Value;
 using pickle::ValuePtr;
 
 constexpr const char* kMetaPt = "meta.pt";
+constexpr std::size_t kPage = 4096;
 
 // Where the bytes of one output tensor come from.
 struct TensorSource {
@@ -381,9 +382,10 @@ class Consolidator {
     std::uint64_t avail = options_.memory_budget > reserve ? options_.memory_budget - reserve : 0;
     avail = std::min<std::uint64_t>(avail, options_.memory_budget / 2);
     slab_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(avail * 2 / 3, 256 << 10));
-    pool_bytes_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(avail / 6, 64 << 10, 8 << 20));
-    half_slab_ = slab_bytes_ / 2;
-    slab_.reset(new std::byte[2 * half_slab_]);
+    pool_bytes_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(avail / 6, 64 << 10, 2 << 20));
+    half_slab_ = std::max<std::size_t>(slab_bytes_ / 2 / kPage * kPage, kPage);
+    slab_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, 2 * half_slab_)));
+    if (!slab_) throw std::bad_alloc();
     report_.slab_bytes = slab_bytes_;
 
     if (options_.format == ConsolidateFormat::kSafetensors) {
@@ -669,6 +671,9 @@ class Consolidator {
     auto sink = out->open_writer(base_of(output_), wo);
     torchfile::TorchSaveOptions so;
     so.archive_name = archive_name_for(output_);
+    // Records start at page multiples (torch.load takes any alignment; torch.save uses 64),
+    // so page-aligned slabs go from our buffer to the O_DIRECT file without a staging copy.
+    so.zip.alignment = kPage;
     torchfile::TorchSaveWriter writer(*sink, so);
     writer.write_pickle(*tree);
     stream_sources(
@@ -797,7 +802,10 @@ class Consolidator {
   std::size_t slab_bytes_ = 0;
   std::size_t pool_bytes_ = 0;
   std::size_t half_slab_ = 0;  // each of the two buffers
-  std::unique_ptr<std::byte[]> slab_;
+  struct FreeDeleter {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, FreeDeleter> slab_;  // two page-aligned halves
   std::uint64_t done_ = 0;
   std::uint64_t total_ = 0;
   ConsolidateReport report_;
