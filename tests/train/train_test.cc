@@ -5,6 +5,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "comm/thread_communicator.h"
 #include "core/error.h"
@@ -135,6 +138,66 @@ TEST(FSDPStrategyTest, ShardedTrainingDoesNotDependOnWorldSize) {
     for (std::size_t i = 0; i < three.size(); ++i) EXPECT_TRUE(at::equal(three[i], again[i])) << opt << " " << i;
     EXPECT_FALSE(at::equal(one[0], init_params([] { auto c = model_config("tiny"); c.vocab_size = TextCorpus::load(SP_TINY_DATA).vocab_size(); return c; }(), 3)[0]));
   }
+}
+
+// Params and Adam state (full tensors, rank 0's view) after Trainer::fit on `world` ranks.
+struct Trained {
+  std::vector<at::Tensor> tensors;
+  std::string checkpoint;
+  std::int64_t start_step = 0;
+};
+
+Trained fit_on(int world, const std::string& type, std::int64_t max_steps, const std::string& root,
+               const std::string& ckpt) {
+  at::set_num_threads(1);
+  const TextCorpus data = TextCorpus::load(SP_TINY_DATA);
+  ModelConfig cfg = model_config("tiny");
+  cfg.vocab_size = data.vocab_size();
+  Trained out;
+  comm::ThreadGroup group(world, comm::CommOptions{std::chrono::seconds(60)});
+  group.run([&](comm::Communicator& comm) {
+    TrainerOptions o;
+    o.max_steps = max_steps;
+    o.default_root_dir = root;
+    o.seed = 11;
+    o.global_batch = 3;
+    o.optimizer = optimizer_config("adam", 1e-3);
+    o.progress = false;
+    Trainer t(o, FSDPStrategy(type));
+    const FitResult r = t.fit(comm, cfg, data, ckpt);
+    std::vector<at::Tensor> all = t.strategy().full_params();
+    for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+      std::vector<at::Tensor> pieces;
+      for (const auto& n : t.strategy().names()) pieces.push_back(t.optimizer().state()[n][key]);
+      for (auto& x : t.strategy().all_gather(pieces)) all.push_back(x);
+    }
+    all.push_back(t.optimizer().state()[t.strategy().names()[0]]["step"]);
+    if (comm.rank() == 0) out = {all, r.checkpoint_path, r.start_step};
+  });
+  return out;
+}
+
+TEST(TrainerTest, AdamResumeIsBitwiseThroughFullAndShardedCheckpoints) {
+  const std::string root = ::testing::TempDir() + "sp_trainer_test_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  const Trained straight = fit_on(2, "full", 4, root, "");
+  for (const std::string first : {"sharded", "full"}) {
+    const Trained half = fit_on(2, first, 2, root, "");
+    EXPECT_EQ(std::filesystem::is_directory(half.checkpoint), first == "sharded") << half.checkpoint;
+    const std::string second = first == "sharded" ? "full" : "sharded";
+    const Trained resumed = fit_on(2, second, 4, root, half.checkpoint);
+    EXPECT_EQ(resumed.start_step, 2);
+    ASSERT_EQ(resumed.tensors.size(), straight.tensors.size());
+    for (std::size_t i = 0; i < straight.tensors.size(); ++i) {
+      EXPECT_TRUE(at::equal(straight.tensors[i], resumed.tensors[i])) << first << " -> " << second << " tensor " << i;
+    }
+  }
+  // The same sharded checkpoint on 3 ranks: it loads (resharded) and training goes on.
+  const Trained half = fit_on(2, "sharded", 2, root, "");
+  const Trained three = fit_on(3, "sharded", 3, root, half.checkpoint);
+  EXPECT_EQ(three.start_step, 2);
+  EXPECT_EQ(three.tensors.back().item<float>(), 3.0f);  // Adam's step
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
