@@ -20,7 +20,9 @@
 // is replicated-looking: every tensor with dimensions is sharded.
 //
 // Memory: every rank holds its boxes until save() returns, so the whole payload is in
-// memory at once (payload / N per rank) for a DCP source. For a torch.save source whose
+// memory at once (payload / N per rank) for a DCP source. Peak RSS is about twice the
+// payload then, because the source files CheckpointReader maps count too (page cache, not
+// copies; measured: 0.73 GB checkpoint 4 -> 3 ranks, max RSS 1.50 GiB). For a torch.save source whose
 // tensors are contiguous and little-endian, boxes alias the mapped file instead (page
 // cache, no copy); other tensors (strided views, big-endian files) are copied. A later
 // version can write items one by one from the source through the planner (TODO(reshard):
