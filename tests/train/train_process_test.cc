@@ -88,6 +88,12 @@ TEST_F(TrainProcessTest, ResumeIsExactOnSameWorldSizeAndCloseOnAnother) {
   ASSERT_TRUE(fs::is_regular_file(fs::path(half) / "meta.pt")) << half;
   EXPECT_EQ(fs::path(half).filename(), "epoch=0-step=3.ckpt");
   const std::string resumed = run("b", 4, "full", 6, half);
+  // A checkpoint whose shapes do not fit the model: an error on every rank, no hang.
+  const auto bad = train({"--devices", "2", "--model-size", "demo", "--max-steps", "4", "--root", (dir_ / "d").string(),
+                          "--ckpt-path", half});
+  EXPECT_EQ(bad.exit_code, 2) << bad.describe();
+  EXPECT_NE(bad.output.find("model.model.embedding.weight\": global shape mismatch"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("rank 1: "), std::string::npos) << bad.output;
   const std::string elastic = run("c", 2, "full", 6, half);
 
   const auto want = tensors_of(straight);
