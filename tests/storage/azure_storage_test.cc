@@ -85,10 +85,13 @@ TEST(AzureUrlTest, ParsesAndRoundTrips) {
   EXPECT_EQ(b.prefix, "checkpoint");
   EXPECT_EQ(b.url(), "abfs://my-container@account1.dfs.core.windows.net/checkpoint");
   EXPECT_EQ(azure::parse_azure_url("abfss://ckpt@acct123.dfs.core.windows.net").prefix, "");
+  EXPECT_EQ(azure::parse_azure_url("abfss://ckpt@acct123.dfs.core.chinacloudapi.cn/x").url(),
+            "abfss://ckpt@acct123.dfs.core.chinacloudapi.cn/x");
+  EXPECT_EQ(azure::parse_azure_url("abfss://ckpt@acct123.blob.core.windows.net/x").endpoint_suffix, "core.windows.net");
   EXPECT_EQ(azure::parse_azure_url("az://abc").url(), "az://abc");
   for (const char* bad : {"az://", "az://My-Container/x", "az://ab/x", "az://a--b/x", "az://-ab/x", "az://abc/x?sv=1",
                           "az://abc/x#f", "az://abc//x", "az://abc/a/../b", "az://abc/./b", "az://user@abc/x",
-                          "abfs://abc/x", "abfs://abc@acct.example.com/x", "abfs://abc@A.dfs.core.windows.net",
+                          "abfs://abc/x", "abfs://abc@acct.example.com/x", "abfs://abc@A.dfs.core.windows.net", "abfs://abc@acct.dfs.",
                           "s3://abc/x", "az://abc/x.sp-tmp.1"}) {
     EXPECT_THROW(azure::parse_azure_url(bad), UsageError) << bad;
   }

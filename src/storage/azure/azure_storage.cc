@@ -709,6 +709,7 @@ std::shared_ptr<AzureClient> make_client(std::string_view url, AzureConfig confi
                        "\" differs from the credentials' account \"" + config.account + "\"");
     }
     config.account = location.account;
+    if (config.blob_endpoint.empty()) config.endpoint_suffix = location.endpoint_suffix;
   }
   if (config.account.empty()) {
     throw UsageError("storage URL \"" + std::string(url) +
@@ -731,7 +732,7 @@ std::shared_ptr<AzureClient> make_client(std::string_view url, AzureConfig confi
 
 std::string AzureLocation::url() const {
   std::string out = scheme + "://" + container;
-  if (scheme != "az") out += "@" + account + ".dfs.core.windows.net";
+  if (scheme != "az") out += "@" + account + ".dfs." + (endpoint_suffix.empty() ? "core.windows.net" : endpoint_suffix);
   if (!prefix.empty()) out += "/" + prefix;
   return out;
 }
@@ -764,6 +765,8 @@ AzureLocation parse_azure_url(std::string_view url) {
       bad_url(url, "host \"" + std::string(host) + "\" is not <account>.dfs.core.windows.net");
     }
     loc.account = std::string(host.substr(0, dot));
+    loc.endpoint_suffix = std::string(suffix.substr(suffix.find('.') + 1));
+    if (loc.endpoint_suffix.empty()) bad_url(url, "host \"" + std::string(host) + "\" has no domain after dfs.");
     if (!valid_account(loc.account)) bad_url(url, "invalid account name \"" + loc.account + "\"");
   }
   if (!valid_container(loc.container)) {
