@@ -361,7 +361,10 @@ class S3Writer final : public StorageWriter {
     check_open("append");
     if (io_expired(io)) check_io(io, "write " + core_->describe(key_));
     while (!data.empty()) {
-      if (!current_) current_ = core_->pool->acquire(io.deadline, io.stop);
+      if (!current_) {
+        reap_finished();  // a failed part fails the writer now, not at commit
+        current_ = core_->pool->acquire(io.deadline, io.stop);
+      }
       std::size_t n = std::min(data.size(), current_.size() - fill_);
       std::memcpy(current_.data() + fill_, data.data(), n);
       fill_ += n;
@@ -420,8 +423,11 @@ class S3Writer final : public StorageWriter {
     current_ = BufferPool::Lease();
     IoOptions task_io = io;
     inflight_.push_back(std::async(std::launch::async, [this, part, lease, size, task_io] {
-      std::string etag = core_->upload_part(key_, upload_id_, part, ByteSpan(lease->data(), size), task_io);
-      lease->release();
+      // The buffer goes back to the pool when the upload ends, failed or not (the future,
+      // which keeps this callable alive, may be waited for much later).
+      BufferPool::Lease buffer = std::move(*lease);
+      std::string etag = core_->upload_part(key_, upload_id_, part, ByteSpan(buffer.data(), size), task_io);
+      buffer.release();
       std::lock_guard lock(etags_mu_);
       etags_[part] = etag;
     }));
@@ -431,6 +437,14 @@ class S3Writer final : public StorageWriter {
     std::future<void> f = std::move(inflight_.front());
     inflight_.pop_front();
     f.get();  // rethrows the part's error
+  }
+
+  // Collects the parts that finished (rethrowing the first error), oldest first.
+  void reap_finished() {
+    while (!inflight_.empty() &&
+           inflight_.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      wait_oldest();
+    }
   }
 
   void wait_all() {
