@@ -50,20 +50,29 @@ void ZipArchive::parse() {
   }
 
   // 1. Find the classic end of central directory record, scanning back over a comment.
-  const std::uint64_t tail_len = std::min<std::uint64_t>(size, zip::kEocdSize + zip::kMaxCommentSize);
-  const std::uint64_t tail_start = size - tail_len;
-  std::string tail = src.read_string(tail_start, tail_len, "zip end records");
-  ByteSpan tail_bytes = as_bytes(tail);
+  // Archives without a comment (torch.save's) have it in the last 22 bytes: read a small
+  // tail first, and the largest possible comment's worth only when that fails, so opening
+  // a blob inside a .distcp file costs a few hundred bytes of reads, not 64 KiB.
+  std::string tail;
+  std::uint64_t tail_len = 0, tail_start = 0;
   std::optional<std::uint64_t> eocd_rel;
-  for (std::uint64_t i = tail_len - zip::kEocdSize + 1; i-- > 0;) {
-    const std::byte* p = tail_bytes.data() + i;
-    if (get_le<std::uint32_t>(p) != zip::kEocdSig) continue;
-    std::uint16_t comment_len = get_le<std::uint16_t>(p + 20);
-    if (i + zip::kEocdSize + comment_len <= tail_len) {
-      eocd_rel = i;
-      break;
+  for (std::uint64_t want : {std::uint64_t{512}, std::uint64_t{zip::kEocdSize + zip::kMaxCommentSize}}) {
+    tail_len = std::min<std::uint64_t>(size, want);
+    tail_start = size - tail_len;
+    tail = src.read_string(tail_start, tail_len, "zip end records");
+    ByteSpan tb = as_bytes(tail);
+    for (std::uint64_t i = tail_len - zip::kEocdSize + 1; i-- > 0;) {
+      const std::byte* p = tb.data() + i;
+      if (get_le<std::uint32_t>(p) != zip::kEocdSig) continue;
+      std::uint16_t comment_len = get_le<std::uint16_t>(p + 20);
+      if (i + zip::kEocdSize + comment_len <= tail_len) {
+        eocd_rel = i;
+        break;
+      }
     }
+    if (eocd_rel || tail_len == size) break;
   }
+  ByteSpan tail_bytes = as_bytes(tail);
   if (!eocd_rel) {
     throw FormatError(sname + ": not a zip archive: no end of central directory record (PK\\5\\6) in the last " +
                       std::to_string(tail_len) + " bytes (last bytes: " +
