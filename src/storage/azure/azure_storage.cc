@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cctype>
 #include <ctime>
+#include <cstring>
 #include <deque>
+#include <mutex>
 #include <future>
 #include <random>
 #include <thread>
@@ -475,15 +477,55 @@ class RangedSource final : public ByteSource {
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
     check_range(offset, out.size(), what);
     if (out.empty()) return;
-    client_->read(key_, offset, out, etag_, {});
+    if (out.size() > kSmallRead) {
+      client_->read(key_, offset, out, etag_, {});
+      return;
+    }
+    // Small reads (zip records, data.pkl, end-record scans) come in bursts at both ends of
+    // each item: serve them from aligned windows so a burst costs one or two GETs, not ten.
+    std::size_t done = 0;
+    while (done < out.size()) {
+      std::uint64_t pos = offset + done;
+      std::uint64_t start = pos / kWindow * kWindow;
+      std::shared_ptr<const std::string> w = window(start);
+      std::size_t n = std::min<std::uint64_t>(out.size() - done, w->size() - (pos - start));
+      std::memcpy(out.data() + done, w->data() + (pos - start), n);
+      done += n;
+    }
   }
 
  private:
+  static constexpr std::size_t kSmallRead = std::size_t{64} << 10;
+  static constexpr std::size_t kWindow = std::size_t{64} << 10;
+  static constexpr std::size_t kWindows = 32;  // cached per source: at most 2 MiB
+
+  std::shared_ptr<const std::string> window(std::uint64_t start) const {
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = windows_.begin(); it != windows_.end(); ++it) {
+        if (it->first == start) {
+          auto bytes = it->second;
+          windows_.erase(it);
+          windows_.emplace_front(start, bytes);
+          return bytes;
+        }
+      }
+    }
+    auto bytes = std::make_shared<std::string>(std::min<std::uint64_t>(kWindow, size_ - start), '\0');
+    client_->read(key_, start, std::as_writable_bytes(std::span(*bytes)), etag_, {});
+    std::lock_guard lock(mu_);
+    windows_.emplace_front(start, bytes);
+    if (windows_.size() > kWindows) windows_.pop_back();
+    return bytes;
+  }
+
   std::shared_ptr<AzureClient> client_;
   std::string key_;
   std::uint64_t size_;
   std::string etag_;
   std::string name_;
+  mutable std::mutex mu_;
+  mutable std::deque<std::pair<std::uint64_t, std::shared_ptr<const std::string>>> windows_;  // GUARDED_BY(mu_), newest first
 };
 
 class AzureWriter final : public StorageWriter {
