@@ -80,9 +80,12 @@ struct S3Config {
   std::size_t read_chunk_bytes = std::size_t{8} << 20;
   int read_threads = 8;
   // open_source() reads objects up to this size whole; larger ones lazily with a cache of
-  // source_cache_windows windows of source_window_bytes (parsers read small headers).
+  // source_cache_windows windows of source_window_bytes: the engine reads each blob's
+  // headers and small items in order, so one window serves many reads. Each GET costs a
+  // round trip (and moto copies the whole object per GET), so windows are large; reads of
+  // a window or more go straight into the caller's buffer. Cost: windows x size per source.
   std::size_t source_whole_bytes = std::size_t{1} << 20;
-  std::size_t source_window_bytes = std::size_t{256} << 10;
+  std::size_t source_window_bytes = std::size_t{4} << 20;
   int source_cache_windows = 4;
 };
 
