@@ -91,7 +91,9 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
   FlatStateDict requested;
   requested.items.emplace(fqn, box);
   requested.planner_data.emplace(fqn, format::ObjectPath{fqn});
-  const LoadPlan plan = make_load_plan(metadata_, requested, LoadPlanOptions{});
+  // Plan against this tensor's entries only: planning against the whole .metadata on every
+  // call would make reading a checkpoint tensor by tensor quadratic in its size.
+  const LoadPlan plan = make_load_plan(tensor_metadata(fqn), requested, LoadPlanOptions{});
   for (const ReadItem& item : plan.items) {
     const format::ChunkStorageMetadata* chunk = nullptr;
     for (const auto& c : meta.chunks) {
@@ -104,6 +106,19 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
     std::lock_guard lock(mu_);
     counts_ += blob.counts();
   }
+}
+
+const format::Metadata& CheckpointReader::tensor_metadata(const std::string& fqn) {
+  std::lock_guard lock(mu_);
+  auto cached = per_tensor_.find(fqn);
+  if (cached != per_tensor_.end()) return *cached->second;
+  auto md = std::make_unique<format::Metadata>();
+  md->state_dict_metadata.emplace(fqn, metadata_.state_dict_metadata.at(fqn));
+  for (auto it = metadata_.storage_data.lower_bound(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
+       it != metadata_.storage_data.end() && it->first.fqn == fqn; ++it) {
+    md->storage_data.insert(*it);
+  }
+  return *per_tensor_.emplace(fqn, std::move(md)).first->second;
 }
 
 pickle::ValuePtr CheckpointReader::read_object(const std::string& fqn) {

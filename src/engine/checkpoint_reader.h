@@ -63,6 +63,8 @@ class CheckpointReader {
   std::shared_ptr<const ByteSource> source(const std::string& relative_path);
   BlobChecksums checksums_for(const format::StorageInfo& info) const;
   const format::StorageInfo& storage_info(const format::MetadataIndex& index) const;
+  // A Metadata holding only fqn's entry and its storage_data (cached; what read_box plans on).
+  const format::Metadata& tensor_metadata(const std::string& fqn);
 
   storage::Storage& storage_;
   CheckpointReaderOptions options_;
@@ -70,6 +72,7 @@ class CheckpointReader {
   std::optional<ChecksumSidecar> sidecar_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
+  std::map<std::string, std::unique_ptr<format::Metadata>> per_tensor_;
   ReadCounts counts_;
 };
 
