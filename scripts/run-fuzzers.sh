@@ -9,7 +9,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$BUILD_DIR/fuzz/artifacts"
 status=0
 for bin in "$BUILD_DIR"/fuzz/*_fuzzer; do
-  [[ -x "$bin" ]] || continue
+  [[ -f "$bin" && -x "$bin" ]] || continue  # skip the corpus-* folders
   name=$(basename "$bin")
   corpus="$BUILD_DIR/fuzz/corpus-$name"
   mkdir -p "$corpus"
