@@ -54,7 +54,11 @@ std::shared_ptr<const ByteSource> CheckpointReader::source(const std::string& re
   std::lock_guard lock(mu_);
   auto it = sources_.find(relative_path);
   if (it != sources_.end()) return it->second;
-  std::shared_ptr<const ByteSource> src = storage_.open_source(relative_path);
+  // pread, not mmap: blob reads copy into the caller's buffer anyway, and mapped pages would
+  // count in the process's RSS (consolidate keeps RSS under a budget).
+  storage::SourceOptions source_options;
+  source_options.prefer_mmap = false;
+  std::shared_ptr<const ByteSource> src = storage_.open_source(relative_path, source_options);
   sources_.emplace(relative_path, src);
   return src;
 }

@@ -400,7 +400,6 @@ class Consolidator {
     }
     report_.output = output_;
     ReadCounts counts = reader_->counts();
-    counts += read_counts_;
     report_.bytes_read = counts.header_bytes + counts.data_bytes;
     report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report_.peak_rss_bytes = proc_status_bytes("VmHWM:");
@@ -568,62 +567,10 @@ class Consolidator {
     }
   }
 
-  // CheckpointReader::read_box for one tensor, planned against a Metadata holding only
-  // that tensor (cached while the same fqn repeats): the reader plans against the whole
-  // .metadata on every call, which is quadratic over thousands of tensors. Same overlap
-  // math, same verified blob reads. Called from the reader thread only.
+  // One box of a DCP tensor, through the shared reader (verified blob reads, per-tensor
+  // planning, pread sources). Called from the reader thread only.
   void read_box(const std::string& fqn, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) {
-    const format::Metadata& md = reader_->metadata();
-    if (sub_fqn_ != fqn) {
-      sub_ = format::Metadata{};
-      const format::TensorStorageMetadata& meta = reader_->tensor(fqn);
-      sub_.state_dict_metadata.emplace(fqn, meta);
-      for (const auto& chunk : meta.chunks) {
-        format::MetadataIndex index{fqn, chunk.offsets, std::nullopt};
-        auto it = md.storage_data.find(index);
-        if (it == md.storage_data.end()) {
-          throw FormatError(input_->describe_key(".metadata") + ": item \"" + fqn + "\" chunk " +
-                            format::describe_chunk(chunk) + ": expected a storage_data entry, found none");
-        }
-        sub_.storage_data.emplace(index, it->second);
-      }
-      sub_fqn_ = fqn;
-    }
-    const auto& meta = std::get<format::TensorStorageMetadata>(sub_.state_dict_metadata.begin()->second);
-    TensorShard box;
-    box.dtype = meta.properties.dtype;
-    box.global_shape = meta.size;
-    box.offsets = offsets;
-    box.sizes = sizes;
-    box.data = dest;
-    FlatStateDict requested;
-    requested.items.emplace(fqn, box);
-    requested.planner_data.emplace(fqn, format::ObjectPath{fqn});
-    const LoadPlan plan = make_load_plan(sub_, requested, LoadPlanOptions{});
-    for (const ReadItem& item : plan.items) {
-      const format::ChunkStorageMetadata* chunk = nullptr;
-      for (const auto& c : meta.chunks) {
-        if (item.storage_index.offset && c.offsets == *item.storage_index.offset) chunk = &c;
-      }
-      if (chunk == nullptr) throw FormatError("\"" + fqn + "\": read plan names a chunk the metadata lacks");
-      const format::StorageInfo& info =
-          sub_.storage_data.at(format::MetadataIndex{fqn, item.storage_index.offset, std::nullopt});
-      auto src = sources_by_path_.find(info.relative_path);
-      if (src == sources_by_path_.end()) {
-        storage::SourceOptions so;
-        so.prefer_mmap = false;  // pread: mapped pages would count in our RSS
-        src = sources_by_path_.emplace(info.relative_path, input_->open_source(info.relative_path, so)).first;
-      }
-      BlobChecksums cs;
-      if (reader_->sidecar()) {
-        cs.algorithm = reader_->sidecar()->algorithm();
-        cs.block_size = reader_->sidecar()->block_size();
-        cs.item = reader_->sidecar()->find(info.relative_path, info.offset);
-      }
-      SavedTensorBlob blob(src->second, info, fqn, *chunk, meta.properties.dtype);
-      blob.read_into(item, dest, sizes, cs);
-      read_counts_ += blob.counts();
-    }
+    reader_->read_box(fqn, offsets, sizes, dest);
   }
 
   // Streams the bytes of sources_[seq[0]], sources_[seq[1]], ... (each row-major) to the
@@ -886,10 +833,6 @@ class Consolidator {
   std::unique_ptr<torchfile::TorchFile> meta_;
   std::vector<std::string> key_order_;  // state_dict_metadata keys as pickled
   std::map<std::string, UniqueFd> advise_fds_;  // advise(): one descriptor per shard file
-  std::string sub_fqn_;                  // read_box(): the tensor sub_ describes
-  format::Metadata sub_;
-  std::map<std::string, std::shared_ptr<const ByteSource>> sources_by_path_;
-  ReadCounts read_counts_;
   std::vector<TensorSource> sources_;
   std::unordered_map<const Value*, std::size_t> placeholders_;
   std::unordered_map<const Value*, ValuePtr> made_;
