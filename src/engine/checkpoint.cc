@@ -25,6 +25,7 @@
 #include "engine/item_writer.h"
 #include "engine/plan_codec.h"
 #include "engine/save_plan.h"
+#include "engine/save_steps.h"
 #include "format/metadata_codec.h"
 
 namespace shardpoint::engine {
@@ -128,30 +129,7 @@ std::string read_metadata_bytes(storage::Storage& st) {
 // ---------------------------------------------------------------------------------------
 // Save, step 3: this rank's files.
 
-// Files this rank has published in this attempt (removed again when the save fails).
-class CommittedFiles {
- public:
-  void add(std::string key) {
-    std::lock_guard lock(mu_);
-    keys_.push_back(std::move(key));
-  }
-  // Best effort: a failure to remove is ignored (the save is failing anyway and
-  // `.metadata` was never written, so the files are invisible to loaders).
-  void remove_all(storage::Storage& st) noexcept {
-    std::lock_guard lock(mu_);
-    for (const auto& key : keys_) {
-      try {
-        st.remove(key);
-      } catch (...) {
-      }
-    }
-    keys_.clear();
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> keys_;
-};
+using save_steps::CommittedFiles;
 
 std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& st,
                                      const SaveOptions& options, CommittedFiles& committed) {
@@ -389,30 +367,49 @@ void load_on_rank(StateNode& state, storage::Storage& st, const std::string& bro
 
 }  // namespace
 
-SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
-                const SaveOptions& options) {
-  SaveReport report;
-  const auto t_plan = Clock::now();
+// ---------------------------------------------------------------------------------------
+// Save steps (save_steps.h), shared by save() and async_save().
+
+namespace save_steps {
+
+void CommittedFiles::add(std::string key) {
+  std::lock_guard lock(mu_);
+  keys_.push_back(std::move(key));
+}
+
+void CommittedFiles::remove_all(storage::Storage& st) noexcept {
+  std::lock_guard lock(mu_);
+  for (const auto& key : keys_) {
+    try {
+      st.remove(key);
+    } catch (...) {
+    }
+  }
+  keys_.clear();
+}
+
+PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                      const SaveOptions& options, const std::function<void(const FlatStateDict&)>& check_local) {
   const int rank = comm.rank();
   const int world = comm.world_size();
+  PlannedSave planned;
 
   // 1. (all ranks) Flatten, local plan.
-  FlatStateDict flat;
   std::string local;
   try {
     if (options.thread_count < 1) {
       throw UsageError("save: thread_count must be >= 1, found " + std::to_string(options.thread_count));
     }
     if (options.checksum_block_bytes == 0) throw UsageError("save: checksum_block_bytes must be > 0");
-    flat = flatten_state_dict(state);
-    local = "P" + encode_save_plan(make_local_save_plan(flat, rank));
+    planned.flat = flatten_state_dict(state);
+    if (check_local) check_local(planned.flat);
+    local = "P" + encode_save_plan(make_local_save_plan(planned.flat, rank));
   } catch (...) {
     local = "E" + encode_current();
   }
 
   // 2. (coordinator) Global plan; scatter each rank's final plan (or the job's failure).
   std::vector<std::string> gathered = comm.gather(std::move(local));
-  GlobalSavePlan global;
   std::vector<std::string> pieces;
   if (comm.is_coordinator()) {
     std::vector<Failure> failures;
@@ -433,12 +430,13 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
         plan_options.thread_count = options.thread_count;
         plan_options.single_file_per_rank = true;
         plan_options.dedup_to_lowest_rank = options.dedup_to_lowest_rank;
-        global = make_global_save_plan(std::move(plans), plan_options);
+        GlobalSavePlan global = make_global_save_plan(std::move(plans), plan_options);
         // Saving over a committed checkpoint un-commits it first: its data files are about
         // to be overwritten, so its `.metadata` must not outlive them.
         checkpoint.remove(kMetadataKey);
         checkpoint.remove(kChecksumSidecar);
         for (const SavePlan& p : global.plans) pieces.push_back("P" + encode_save_plan(p));
+        planned.metadata = std::move(global.metadata);
       } catch (...) {
         failures = {{0, encode_current()}};
       }
@@ -448,27 +446,29 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
   gathered.clear();
   const std::string mine = comm.scatter(std::move(pieces));
   if (mine.empty() || mine[0] != 'P') throw_encoded(mine.empty() ? "error\nsave: empty plan" : mine.substr(1));
-  const SavePlan plan = decode_save_plan(std::string_view(mine).substr(1), "save: final plan");
-  report.files = plan.files;
-  report.plan_seconds = seconds_since(t_plan);
+  planned.plan = decode_save_plan(std::string_view(mine).substr(1), "save: final plan");
+  return planned;
+}
 
-  // 3. (all ranks) Write this rank's files, thread_count in parallel.
-  const auto t_write = Clock::now();
-  CommittedFiles committed;
-  std::string result;
+std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& checkpoint,
+                             const SaveOptions& options, CommittedFiles& committed, std::uint64_t& bytes_written) {
   try {
     std::vector<WrittenItem> written = write_files(plan, flat, checkpoint, options, committed);
-    for (const WrittenItem& w : written) report.bytes_written += w.info.length;
-    result = "R" + encode_written_items(written);
+    for (const WrittenItem& w : written) bytes_written += w.info.length;
+    return "R" + encode_written_items(written);
   } catch (...) {
-    result = "E" + encode_current();
+    return "E" + encode_current();
   }
-  report.write_seconds = seconds_since(t_write);
+}
 
-  const auto t_commit = Clock::now();
+std::string failed_write_result(std::exception_ptr error) { return "E" + comm::encode_error(error); }
+
+void commit_save(std::string write_result, format::Metadata metadata, storage::Storage& checkpoint,
+                 comm::Communicator& comm, const SaveOptions& options, CommittedFiles& committed) {
+  const int world = comm.world_size();
   try {
     // 4-5. Gather the results; the coordinator commits only when every rank succeeded.
-    std::vector<std::string> results = comm.gather(std::move(result));
+    std::vector<std::string> results = comm.gather(std::move(write_result));
     std::string status;
     if (comm.is_coordinator()) {
       std::vector<Failure> failures;
@@ -483,7 +483,7 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
             written.push_back(decode_written_items(std::string_view(results[static_cast<std::size_t>(r)]).substr(1),
                                                    "save: results of rank " + std::to_string(r)));
           }
-          commit_checkpoint(checkpoint, std::move(global.metadata), written, options);
+          commit_checkpoint(checkpoint, std::move(metadata), written, options);
         } catch (...) {
           failures = {{0, encode_current()}};
           try {
@@ -503,6 +503,27 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
     committed.remove_all(checkpoint);
     throw;
   }
+}
+
+}  // namespace save_steps
+
+SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                const SaveOptions& options) {
+  SaveReport report;
+  const auto t_plan = Clock::now();
+  save_steps::PlannedSave planned = save_steps::plan_save(state, checkpoint, comm, options);
+  report.files = planned.plan.files;
+  report.plan_seconds = seconds_since(t_plan);
+
+  // 3. (all ranks) Write this rank's files, thread_count in parallel.
+  const auto t_write = Clock::now();
+  CommittedFiles committed;
+  std::string result =
+      save_steps::write_rank_files(planned.plan, planned.flat, checkpoint, options, committed, report.bytes_written);
+  report.write_seconds = seconds_since(t_write);
+
+  const auto t_commit = Clock::now();
+  save_steps::commit_save(std::move(result), std::move(planned.metadata), checkpoint, comm, options, committed);
   report.commit_seconds = seconds_since(t_commit);
   return report;
 }

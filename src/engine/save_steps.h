@@ -1,0 +1,67 @@
+// The steps of save() (numbered as in checkpoint.h) as separate functions, so that save()
+// and async_save() (async_save.h) run the same code: async_save() runs steps 1-2 on the
+// caller's thread, step 3 on a background thread over staged copies of the tensors, and
+// steps 4-6 in PendingSave::wait(). Internal to the engine; implemented in checkpoint.cc.
+//
+// Thread-safety: plan_save() and commit_save() use the communicator (one call at a time
+// per communicator); write_rank_files() never does and may run on any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/checkpoint.h"
+#include "engine/flatten.h"
+#include "engine/save_plan.h"
+#include "format/metadata.h"
+#include "storage/storage.h"
+
+namespace shardpoint::engine::save_steps {
+
+// The files this rank has published in one save attempt, removed again when it fails.
+class CommittedFiles {
+ public:
+  void add(std::string key);
+  // Best effort: a failure to remove is ignored (the save is failing anyway and
+  // `.metadata` was never written, so the files are invisible to loaders).
+  void remove_all(storage::Storage& st) noexcept;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> keys_;
+};
+
+// What steps 1-2 hand to the later steps.
+struct PlannedSave {
+  FlatStateDict flat;         // this rank's leaves; tensor spans alias the caller's buffers
+  SavePlan plan;              // this rank's final plan (files and items it writes)
+  format::Metadata metadata;  // coordinator only: the global plan's skeleton
+};
+
+// Steps 1-2 (collective). `check_local`, when set, runs on this rank's flattened state in
+// step 1, so an error it throws fails the save on every rank like a planning error.
+// Throws the agreed error on every rank; nothing has been written then.
+PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                      const SaveOptions& options,
+                      const std::function<void(const FlatStateDict&)>& check_local = {});
+
+// Step 3 on this rank (no communicator): writes the files of `plan` from `flat`. Returns
+// the message commit_save() exchanges: 'R' + the written items, or 'E' + this rank's
+// error. Does not throw. Adds the blob bytes written to `bytes_written`.
+std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& checkpoint,
+                             const SaveOptions& options, CommittedFiles& committed, std::uint64_t& bytes_written);
+
+// The message of a rank that failed before or instead of step 3.
+std::string failed_write_result(std::exception_ptr error);
+
+// Steps 4-6 (collective): agree on the results, the coordinator commits (sidecar, then
+// `.metadata`), final broadcast. When any rank failed, throws the combined error on every
+// rank after removing this rank's committed files (and, on the coordinator, the sidecar).
+void commit_save(std::string write_result, format::Metadata metadata, storage::Storage& checkpoint,
+                 comm::Communicator& comm, const SaveOptions& options, CommittedFiles& committed);
+
+}  // namespace shardpoint::engine::save_steps
