@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "storage/gcs/gcs_json_storage.h"
 #include "storage/s3/s3_storage.h"
 
 namespace shardpoint::storage::gcs {
@@ -38,10 +39,16 @@ std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOpt
     throw UsageError("storage URL \"" + std::string(url) + "\": endpoint \"" + endpoint +
                      "\" must start with http:// or https://");
   }
+  s3::apply_tuning_environment(config);  // retry policy (and part size, unused by JSON)
   if (use_json) {
-    throw UsageError("storage URL \"" + std::string(url) +
-                     "\": the GCS JSON API (GOOGLE_OAUTH_ACCESS_TOKEN) is not implemented yet; "
-                     "use HMAC keys (GCS_HMAC_ACCESS_ID, GCS_HMAC_SECRET)");
+    GcsJsonConfig json;
+    json.bucket = config.bucket;
+    json.prefix = config.prefix;
+    json.query = config.query;
+    json.endpoint = endpoint;
+    json.token = token;
+    json.retry = config.retry;
+    return make_gcs_json_storage(std::move(json), options);
   }
   config.service = "GCS";
   config.endpoint = endpoint;
@@ -52,7 +59,6 @@ std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOpt
     config.credentials.secret_access_key = secret;
     config.credentials.source = "environment (GCS_HMAC_ACCESS_ID)";
   }
-  s3::apply_tuning_environment(config);
   return s3::make_s3_storage(std::move(config), options);
 }
 

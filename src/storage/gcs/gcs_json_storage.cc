@@ -1,0 +1,478 @@
+#include "storage/gcs/gcs_json_storage.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <iostream>
+#include <optional>
+
+#include "core/buffer_pool.h"
+#include "core/error.h"
+#include "storage/http/ranged_reads.h"
+
+namespace shardpoint::storage::gcs {
+namespace {
+
+constexpr std::size_t kChunkQuantum = std::size_t{256} << 10;  // GCS: chunks are multiples of 256 KiB
+
+std::string retries_text(int retries) {
+  return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
+}
+
+// What GET .../o/NAME says about an object.
+struct ObjectMeta {
+  std::uint64_t size = 0;
+  std::string generation;
+};
+
+// GCS sends int64 fields (size, generation) as JSON strings.
+std::uint64_t json_u64(const nlohmann::json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end()) return 0;
+  if (it->is_string()) return std::strtoull(it->get<std::string>().c_str(), nullptr, 10);
+  if (it->is_number_unsigned()) return it->get<std::uint64_t>();
+  return 0;
+}
+
+std::string json_string(const nlohmann::json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number()) return it->dump();
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------
+// The shared state of a storage, its writers and sources.
+
+struct GcsCore {
+  GcsJsonConfig config;
+  http::HttpClient client;
+  std::shared_ptr<BufferPool> pool;
+  std::size_t chunk_bytes = 0;
+
+  GcsCore(GcsJsonConfig c, const StorageOptions& options) : config(std::move(c)), client(config.retry) {
+    std::size_t wanted = config.chunk_bytes;
+    std::shared_ptr<BufferPool> given = options.buffer_pool;
+    if (wanted == 0) wanted = given ? given->buffer_bytes() : std::size_t{8} << 20;
+    wanted = std::max(kChunkQuantum, wanted / kChunkQuantum * kChunkQuantum);
+    if (given && given->buffer_bytes() >= wanted) {
+      pool = given;
+    } else {
+      BufferPoolOptions po;
+      po.buffer_bytes = wanted;
+      po.capacity_bytes = std::max(options.default_pool_bytes, 2 * wanted);
+      pool = std::make_shared<BufferPool>(po);
+    }
+    chunk_bytes = wanted;
+  }
+
+  std::string object_name(std::string_view key) const {
+    return config.prefix.empty() ? std::string(key) : config.prefix + "/" + std::string(key);
+  }
+  std::string root_url() const { return "gs://" + config.bucket + (config.prefix.empty() ? "" : "/" + config.prefix); }
+  std::string describe(std::string_view key) const { return "GCS object \"" + root_url() + "/" + std::string(key) + "\""; }
+
+  std::string bucket_path(std::string_view api) const {
+    return config.endpoint + std::string(api) + "/storage/v1/b/" + http::uri_encode(config.bucket, false) + "/o";
+  }
+  std::string metadata_url(std::string_view key) const {
+    return bucket_path("") + "/" + http::uri_encode(object_name(key), /*keep_slash=*/false);
+  }
+  std::string media_url(std::string_view key) const {
+    return bucket_path("/download") + "/" + http::uri_encode(object_name(key), false) + "?alt=media";
+  }
+  std::string upload_url(std::string_view type, std::string_view key) const {
+    return bucket_path("/upload") + "?uploadType=" + std::string(type) +
+           "&name=" + http::uri_encode(object_name(key), false);
+  }
+
+  http::Request request(std::string method, std::string url, ByteSpan body = {}) const {
+    http::Request r;
+    r.method = std::move(method);
+    r.url = std::move(url);
+    r.body = body;
+    if (!config.token.empty()) r.headers.push_back("Authorization: Bearer " + config.token);
+    return r;
+  }
+
+  [[noreturn]] void fail(const std::string& what, const http::Response& r) const {
+    StorageError::Kind kind = StorageError::Kind::kOther;
+    if (r.status == 404) kind = StorageError::Kind::kNotFound;
+    else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
+    else if (http::is_retryable_status(r.status)) kind = StorageError::Kind::kTransient;
+    std::string text = what + ": HTTP " + std::to_string(r.status);
+    auto body = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+      std::string message = json_string(body["error"], "message");
+      if (!message.empty()) text += ": " + message;
+    }
+    if (r.status == 404 && text.find(':', what.size() + 1) == std::string::npos) text += " (no such object)";
+    if (kind == StorageError::Kind::kPermission) {
+      text += config.token.empty()
+                  ? " (no bearer token: set " + config.token_source + ")"
+                  : " (the bearer token from " + config.token_source +
+                        " was refused: expired, or without access to bucket \"" + config.bucket + "\")";
+    }
+    if (!r.request_id.empty()) text += " (request id " + r.request_id + ")";
+    text += " (" + retries_text(r.retries) + ")";
+    throw StorageError(kind, text);
+  }
+
+  // GET .../o/NAME; nullopt for 404.
+  std::optional<ObjectMeta> metadata(std::string_view key, const IoOptions& io, const std::string& op) {
+    std::string what = op + " " + describe(key);
+    http::Response resp = client.execute(request("GET", metadata_url(key)), io, what);
+    if (resp.status == 404) return std::nullopt;
+    if (resp.status != 200) fail(what, resp);
+    auto j = nlohmann::json::parse(resp.body, nullptr, false);
+    if (!j.is_object() || !j.contains("size")) {
+      throw StorageError(StorageError::Kind::kOther, what + ": the object resource has no \"size\"");
+    }
+    return ObjectMeta{json_u64(j, "size"), json_string(j, "generation")};
+  }
+
+  // One ranged GET into out, of the given generation when it is not empty.
+  void get_range(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
+                 const std::string& op, const std::string& generation) {
+    std::string url = media_url(key);
+    if (!generation.empty()) url += "&ifGenerationMatch=" + generation;
+    http::Request r = request("GET", std::move(url));
+    r.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
+    r.body_out = out;
+    r.use_body_out = true;
+    std::string what = op + " " + describe(key);
+    http::Response resp = client.execute(r, io, what);
+    if (resp.status == 416 || ((resp.status == 206 || resp.status == 200) && resp.bytes_received < out.size())) {
+      throw FormatError(what + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
+                        ") extends past the end of the object (got " + std::to_string(resp.bytes_received) +
+                        " of " + std::to_string(out.size()) + " bytes)");
+    }
+    if (resp.status == 412) {
+      throw StorageError(StorageError::Kind::kOther,
+                         what + ": the object changed since it was opened (generation " + generation + ")");
+    }
+    if (resp.status == 200 && offset != 0) {
+      throw StorageError(StorageError::Kind::kOther, what + ": server ignored the Range header");
+    }
+    if (resp.status != 206 && resp.status != 200) fail(what, resp);
+  }
+
+  void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
+                 const std::string& op, const std::string& generation) {
+    http::read_in_parallel(offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
+                           [&](std::uint64_t at, std::span<std::byte> part) {
+                             get_range(key, at, part, io, op, generation);
+                           });
+  }
+
+  // uploadType=media: the whole object in one request, published in one step.
+  void upload_media(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) {
+    std::string what = op + " " + describe(key);
+    http::Request r = request("POST", upload_url("media", key), data);
+    r.headers.push_back("Content-Type: application/octet-stream");
+    http::Response resp = client.execute(r, io, what);
+    if (resp.status != 200 && resp.status != 201) fail(what, resp);
+  }
+
+  // Opens a resumable upload session; returns its URI (secret: it authorizes the upload).
+  std::string start_session(std::string_view key, const IoOptions& io) {
+    std::string what = "start resumable upload of " + describe(key);
+    http::Request r = request("POST", upload_url("resumable", key));
+    r.headers.push_back("X-Upload-Content-Type: application/octet-stream");
+    http::Response resp = client.execute(r, io, what);
+    if (resp.status != 200 && resp.status != 201) fail(what, resp);
+    std::string location = resp.header("location");
+    if (location.empty()) throw StorageError(StorageError::Kind::kOther, what + ": response has no Location");
+    return location;
+  }
+
+  // PUTs data at `offset` of the session; total = the object size for the last chunk
+  // (nullopt: more follow). Resends what a 308 says did not persist.
+  void put_chunk(const std::string& session, std::string_view key, std::uint64_t offset, ByteSpan data,
+                 std::optional<std::uint64_t> total, const IoOptions& io) {
+    const std::uint64_t end = offset + data.size();
+    std::string what = "upload bytes " + std::to_string(offset) + "-" + std::to_string(end) + " of " + describe(key);
+    std::uint64_t at = offset;
+    for (int round = 0; round < 8; ++round) {
+      ByteSpan rest = data.subspan(static_cast<std::size_t>(at - offset));
+      http::Request r = request("PUT", session, rest);
+      std::string size = total ? std::to_string(*total) : "*";
+      r.headers.push_back(rest.empty() ? "Content-Range: bytes */" + size
+                                       : "Content-Range: bytes " + std::to_string(at) + "-" +
+                                             std::to_string(end - 1) + "/" + size);
+      http::Response resp = client.execute(r, io, what);
+      if (resp.status == 200 || resp.status == 201) {
+        if (!total) throw StorageError(StorageError::Kind::kOther, what + ": upload finished before its last chunk");
+        return;
+      }
+      if (resp.status != 308) fail(what, resp);
+      std::uint64_t persisted = 0;  // no Range header: nothing persisted yet
+      std::string range = resp.header("range");
+      if (std::size_t dash = range.find('-'); range.starts_with("bytes=") && dash != std::string::npos) {
+        persisted = std::strtoull(range.c_str() + dash + 1, nullptr, 10) + 1;
+      }
+      if (persisted >= end && !total) return;
+      if (persisted < offset || persisted > end) {
+        throw StorageError(StorageError::Kind::kOther, what + ": server reports " + std::to_string(persisted) +
+                                                           " bytes persisted, expected " + std::to_string(end));
+      }
+      at = persisted;  // resend the rest (or, for the last chunk, ask again to finish)
+    }
+    throw StorageError(StorageError::Kind::kTransient, what + ": the server kept the chunk incomplete");
+  }
+
+  // DELETE of the session: the upload is abandoned and nothing is published (GCS answers 499).
+  void cancel_session(const std::string& session, std::string_view key) {
+    std::string what = "cancel resumable upload of " + describe(key);
+    http::Response resp =
+        client.execute(request("DELETE", session), IoOptions::with_timeout(std::chrono::seconds(60)), what);
+    if (resp.status != 499 && resp.status != 200 && resp.status != 204 && resp.status != 404 && resp.status != 410) {
+      fail(what, resp);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Writer: one buffer filling while the previous chunk uploads (sessions take chunks in order).
+
+class GcsWriter final : public StorageWriter {
+ public:
+  GcsWriter(std::shared_ptr<GcsCore> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
+
+  ~GcsWriter() override {
+    if (committed_) return;
+    abandon();
+  }
+
+  void append(ByteSpan data, const IoOptions& io) override {
+    check_open("append");
+    if (io_expired(io)) check_io(io, "write " + core_->describe(key_));
+    while (!data.empty()) {
+      if (!current_) {
+        reap_if_done();  // a failed chunk fails the writer now, not at commit
+        current_ = core_->pool->acquire(io.deadline, io.stop);
+      }
+      std::size_t n = std::min(data.size(), core_->chunk_bytes - fill_);
+      std::memcpy(current_.data() + fill_, data.data(), n);
+      fill_ += n;
+      position_ += n;
+      data = data.subspan(n);
+      if (fill_ == core_->chunk_bytes && !data.empty()) submit_chunk(io);
+    }
+  }
+
+  std::uint64_t position() const override { return position_; }
+
+  void commit(const IoOptions& io) override {
+    check_open("commit");
+    committed_ = true;  // single use, whatever happens below
+    try {
+      if (io_expired(io)) check_io(io, "commit " + core_->describe(key_));
+      ByteSpan last = current_ ? ByteSpan(current_.data(), fill_) : ByteSpan();
+      if (session_.empty()) {
+        core_->upload_media(key_, last, io, "write");
+      } else {
+        wait_inflight();
+        core_->put_chunk(session_, key_, position_ - fill_, last, position_, io);
+      }
+      current_.release();
+    } catch (...) {
+      abandon();
+      throw;
+    }
+  }
+
+  const std::string& key() const override { return key_; }
+
+ private:
+  void check_open(std::string_view op) const {
+    if (committed_) throw UsageError(std::string(op) + " " + core_->describe(key_) + ": writer already committed");
+  }
+
+  // Hands the full current buffer to an upload task after the previous chunk landed.
+  void submit_chunk(const IoOptions& io) {
+    if (session_.empty()) session_ = core_->start_session(key_, io);
+    wait_inflight();
+    auto lease = std::make_shared<BufferPool::Lease>(std::move(current_));
+    const std::uint64_t offset = position_ - fill_;
+    const std::size_t size = fill_;
+    fill_ = 0;
+    current_ = BufferPool::Lease();
+    IoOptions task_io = io;
+    inflight_ = std::async(std::launch::async, [this, lease, offset, size, task_io] {
+      // The buffer goes back to the pool when the chunk ends, failed or not.
+      BufferPool::Lease buffer = std::move(*lease);
+      core_->put_chunk(session_, key_, offset, ByteSpan(buffer.data(), size), std::nullopt, task_io);
+    });
+  }
+
+  void wait_inflight() {
+    if (inflight_.valid()) inflight_.get();  // rethrows the chunk's error
+  }
+
+  void reap_if_done() {
+    if (inflight_.valid() && inflight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) inflight_.get();
+  }
+
+  // Waits for the chunk in flight, gives the buffer back and cancels the session.
+  void abandon() noexcept {
+    try {
+      wait_inflight();
+    } catch (...) {
+      // The upload is being abandoned; the error that made us abandon it is reported.
+    }
+    current_.release();
+    if (session_.empty()) return;
+    try {
+      core_->cancel_session(session_, key_);
+    } catch (const std::exception& e) {
+      // Destructors cannot report; an unfinished session is never visible and expires.
+      std::cerr << "shardpoint: warning: " << e.what() << "\n";
+    }
+    session_.clear();
+  }
+
+  std::shared_ptr<GcsCore> core_;
+  std::string key_;
+  BufferPool::Lease current_;
+  std::size_t fill_ = 0;
+  std::uint64_t position_ = 0;
+  std::string session_;  // secret: never printed
+  std::future<void> inflight_;
+  bool committed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------
+
+class GcsJsonStorage final : public Storage {
+ public:
+  explicit GcsJsonStorage(std::shared_ptr<GcsCore> core) : core_(std::move(core)) {}
+
+  StorageFeatures features() const override {
+    StorageFeatures f;
+    f.range_reads = true;
+    f.atomic_publish = true;
+    return f;
+  }
+
+  std::string url() const override {
+    return core_->root_url() + (core_->config.query.empty() ? "" : "?" + core_->config.query);
+  }
+  std::string describe_key(std::string_view key) const override { return core_->describe(key); }
+
+  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "stat " + core_->describe(key));
+    auto meta = core_->metadata(key, io, "stat");
+    if (!meta) throw StorageError(StorageError::Kind::kNotFound, "stat " + core_->describe(key) + ": no such object");
+    return meta->size;
+  }
+
+  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "read " + core_->describe(key));
+    if (out.empty()) {
+      std::uint64_t size = stat(key, io);
+      if (offset > size) {
+        throw FormatError("read " + core_->describe(key) + ": offset " + std::to_string(offset) +
+                          " is past the end of the object (" + std::to_string(size) + " bytes)");
+      }
+      return;
+    }
+    core_->read_into(key, offset, out, io, "read", "");
+  }
+
+  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
+                                          const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
+    auto meta = core_->metadata(key, io, "open");
+    if (!meta) throw StorageError(StorageError::Kind::kNotFound, "open " + core_->describe(key) + ": no such object");
+    if (meta->size <= core_->config.source_whole_bytes) {
+      std::string bytes(meta->size, '\0');
+      if (meta->size > 0) {
+        core_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", meta->generation);
+      }
+      return std::make_unique<http::WholeObjectSource>(std::move(bytes), core_->describe(key));
+    }
+    auto fetch = [core = core_, name = std::string(key), generation = meta->generation](
+                     std::uint64_t offset, std::span<std::byte> out) {
+      core->read_into(name, offset, out, {}, "read", generation);
+    };
+    return std::make_unique<http::WindowedSource>(core_->describe(key), meta->size, core_->config.source_window_bytes,
+                                                  core_->config.source_cache_windows, std::move(fetch));
+  }
+
+  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
+                                             const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
+    return std::make_unique<GcsWriter>(core_, std::string(key));
+  }
+
+  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, "write " + core_->describe(key));
+    core_->upload_media(key, data, io, "write");  // one request publishes the whole object
+  }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::string what = "list " + core_->root_url() + "/" + std::string(prefix);
+    if (io_expired(io)) check_io(io, what);
+    const std::string full = core_->object_name(prefix);
+    const std::size_t strip = core_->config.prefix.empty() ? 0 : core_->config.prefix.size() + 1;
+    std::vector<ObjectInfo> out;
+    std::string token;
+    for (int page = 0; page < 1000000; ++page) {
+      std::string url = core_->bucket_path("") + "?maxResults=" + std::to_string(core_->config.list_page_size);
+      if (!full.empty()) url += "&prefix=" + http::uri_encode(full, false);
+      if (!token.empty()) url += "&pageToken=" + http::uri_encode(token, false);
+      http::Response resp = core_->client.execute(core_->request("GET", url), io, what);
+      if (resp.status != 200) core_->fail(what, resp);
+      auto j = nlohmann::json::parse(resp.body, nullptr, false);
+      if (!j.is_object()) throw StorageError(StorageError::Kind::kOther, what + ": the response is not a JSON object");
+      if (auto items = j.find("items"); items != j.end() && items->is_array()) {
+        for (const auto& item : *items) {
+          std::string name = json_string(item, "name");
+          if (name.size() <= strip || name.find(kTempMarker) != std::string::npos) continue;
+          out.push_back({name.substr(strip), json_u64(item, "size")});
+        }
+      }
+      token = json_string(j, "nextPageToken");
+      if (token.empty()) break;
+    }
+    std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  void remove(std::string_view key, const IoOptions& io) override {
+    validate_key(key);
+    std::string what = "remove " + core_->describe(key);
+    if (io_expired(io)) check_io(io, what);
+    http::Response resp = core_->client.execute(core_->request("DELETE", core_->metadata_url(key)), io, what);
+    if (resp.status != 204 && resp.status != 200 && resp.status != 404) core_->fail(what, resp);
+  }
+
+  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::vector<ObjectInfo> objects = list(prefix, io);
+    http::for_each_in_parallel(objects.size(), 8, [&](std::size_t i) { remove(objects[i].key, io); });
+    return objects.size();
+  }
+
+ private:
+  std::shared_ptr<GcsCore> core_;
+};
+
+}  // namespace
+
+std::unique_ptr<Storage> make_gcs_json_storage(GcsJsonConfig config, const StorageOptions& options) {
+  return std::make_unique<GcsJsonStorage>(std::make_shared<GcsCore>(std::move(config), options));
+}
+
+}  // namespace shardpoint::storage::gcs

@@ -1,0 +1,306 @@
+// The gs:// driver on the GCS JSON API (bearer token) against tests/storage/gcs_json_server.py
+// on 127.0.0.1: the storage conformance suite; resumable uploads in several 256 KiB chunks,
+// parallel ranged reads, windowed sources pinned to a generation, list pagination, object
+// names percent-encoded as one segment; a wrong token is one clear permission error without
+// the token; 503s and dropped connections are retried; an aborted or failed upload publishes
+// nothing and leaves no session; engine save on 4 ranks and load on 2 over gs:// (registry).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/thread_communicator.h"
+#include "core/error.h"
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_test_state.h"
+#include "gcs_json_server.h"
+#include "storage/gcs/gcs_json_storage.h"
+#include "storage/storage_registry.h"
+#include "storage_conformance.h"
+
+namespace shardpoint::storage::testing {
+namespace {
+
+constexpr const char* kToken = "ya29.sp-test-SECRET-token-0123456789";
+constexpr std::size_t kChunk = std::size_t{256} << 10;
+
+GcsJsonServer& server() {
+  static std::unique_ptr<GcsJsonServer> s = [] {
+    std::string why;
+    auto started = GcsJsonServer::start(kToken, {"sp-gcs-json"}, /*page_size=*/3, &why);
+    if (!started) {
+      std::cerr << why << "\n";
+      std::abort();
+    }
+    return started;
+  }();
+  return *s;
+}
+
+std::string unique_prefix(const std::string& name) {
+  static int n = 0;
+  return name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+// Small chunks and windows so a few MiB exercise every path; fast retries.
+gcs::GcsJsonConfig config(const std::string& name, const std::string& token = kToken) {
+  gcs::GcsJsonConfig c;
+  c.bucket = "sp-gcs-json";
+  c.prefix = unique_prefix(name);
+  c.endpoint = server().endpoint();
+  c.token = token;
+  c.retry.max_attempts = 4;
+  c.retry.initial_backoff = std::chrono::milliseconds(5);
+  c.chunk_bytes = kChunk;
+  c.parallel_read_bytes = std::size_t{1} << 20;
+  c.read_chunk_bytes = std::size_t{1} << 20;
+  c.source_whole_bytes = 64 << 10;
+  c.source_window_bytes = 128 << 10;
+  return c;
+}
+
+std::shared_ptr<Storage> open_json(const std::string& name) {
+  return gcs::make_gcs_json_storage(config(name));
+}
+
+std::string pattern(std::size_t n, std::uint32_t seed) {
+  std::string s(n, '\0');
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (auto& c : s) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+std::string read_all(Storage& st, const std::string& key) {
+  std::string out(st.stat(key), '\0');
+  st.read(key, 0, std::as_writable_bytes(std::span(out)));
+  return out;
+}
+
+int sessions() { return server().state()["sessions"].get<int>(); }
+int requests() { return server().state()["requests"].get<int>(); }
+
+INSTANTIATE_TEST_SUITE_P(GcsJson, StorageConformanceTest,
+                         ::testing::Values(StorageFactory{"gcs_json", [] {
+                                                            return StorageUnderTest{open_json("conformance"), nullptr};
+                                                          }}),
+                         StorageFactoryName());
+
+TEST(GcsJsonStorageTest, ResumableUploadInChunksPublishesOnCommitOnly) {
+  auto st = open_json("resumable");
+  const std::string data = pattern(5 * kChunk + 12345, 1);
+  auto w = st->open_writer("big.distcp");
+  for (std::size_t at = 0; at < data.size(); at += 100000) {
+    w->append(as_bytes(std::string_view(data).substr(at, 100000)));
+  }
+  EXPECT_EQ(sessions(), 1);             // chunks went to a session...
+  EXPECT_FALSE(st->try_stat("big.distcp"));  // ...and nothing is visible yet
+  w->commit();
+  EXPECT_EQ(sessions(), 0);
+  EXPECT_EQ(read_all(*st, "big.distcp"), data);
+}
+
+TEST(GcsJsonStorageTest, ExactChunkMultiplesAndSmallObjects) {
+  auto st = open_json("sizes");
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk, 3 * kChunk}) {
+    const std::string key = "o" + std::to_string(n);
+    const std::string data = pattern(n, static_cast<std::uint32_t>(n));
+    auto w = st->open_writer(key);
+    w->append(as_bytes(data));
+    w->commit();
+    EXPECT_EQ(read_all(*st, key), data) << n;
+  }
+  EXPECT_EQ(sessions(), 0);
+}
+
+TEST(GcsJsonStorageTest, ParallelRangedReadsAndPastTheEnd) {
+  auto st = open_json("ranges");
+  const std::string data = pattern((5 << 20) + 7, 2);
+  st->write_atomic("x", as_bytes(data));
+  std::string got(data.size() - 100, '\0');  // > parallel_read_bytes: 5 GETs at once
+  st->read("x", 100, std::as_writable_bytes(std::span(got)));
+  EXPECT_EQ(got, data.substr(100));
+  std::string tail(8, '\0');
+  EXPECT_THROW(st->read("x", data.size() - 4, std::as_writable_bytes(std::span(tail))), FormatError);
+  EXPECT_THROW(st->read("x", data.size() + 4, std::as_writable_bytes(std::span(tail))), FormatError);
+}
+
+TEST(GcsJsonStorageTest, SourceReadsWindowsOfTheGenerationItOpened) {
+  auto st = open_json("source");
+  const std::string data = pattern(1 << 20, 3);
+  st->write_atomic("blob", as_bytes(data));
+  auto source = st->open_source("blob");
+  const int before = requests();
+  std::string small(100, '\0');
+  for (std::uint64_t at = 0; at < 100000; at += 1000) {  // all inside the first 128 KiB window
+    source->read(at, std::as_writable_bytes(std::span(small)), "test");
+    ASSERT_EQ(small, data.substr(at, 100));
+  }
+  EXPECT_EQ(requests() - before, 1);
+  st->write_atomic("blob", as_bytes(pattern(1 << 20, 4)));  // replaced: a new generation
+  try {
+    source->read(900000, std::as_writable_bytes(std::span(small)), "test");
+    FAIL() << "read a replaced object";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GcsJsonStorageTest, ListFollowsPageTokensAndNamesAreOneEncodedSegment) {
+  auto st = open_json("list");
+  std::vector<std::string> keys = {"a b/c+d=e", "a b/%41", "step=3/__0_0.distcp", "x/y/z", "\xc3\xa9t\xc3\xa9", "plain"};
+  for (int i = 0; i < 5; ++i) keys.push_back("many/" + std::to_string(i));
+  for (const auto& k : keys) st->write_atomic(k, as_bytes(k));
+  std::sort(keys.begin(), keys.end());
+  const int before = requests();
+  auto listed = st->list("");
+  EXPECT_GE(requests() - before, 4);  // 11 objects in pages of 3
+  ASSERT_EQ(listed.size(), keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(listed[i].key, keys[i]);
+    EXPECT_EQ(listed[i].size, keys[i].size());
+    EXPECT_EQ(read_all(*st, keys[i]), keys[i]);
+  }
+  EXPECT_EQ(st->list("a b/").size(), 2u);
+  EXPECT_EQ(st->remove_prefix("many/"), 5u);
+  EXPECT_EQ(st->list("").size(), keys.size() - 5);
+}
+
+TEST(GcsJsonStorageTest, AWrongTokenIsOnePermissionErrorThatNeverShowsTheToken) {
+  const std::string wrong = "ya29.WRONG-secret-token";
+  auto st = gcs::make_gcs_json_storage(config("auth", wrong));
+  const int before = requests();
+  try {
+    st->write_atomic("k", as_bytes(std::string("x")));
+    FAIL() << "a wrong token was accepted";
+  } catch (const StorageError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.kind(), StorageError::Kind::kPermission) << msg;
+    EXPECT_NE(msg.find("gs://sp-gcs-json/auth-"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("HTTP 401"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("GOOGLE_OAUTH_ACCESS_TOKEN"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find(wrong), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("WRONG-secret"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(requests() - before, 1);  // 401 is not retried
+  EXPECT_THROW(st->stat("k"), StorageError);
+}
+
+TEST(GcsJsonStorageTest, Retries503AndDroppedConnections) {
+  auto st = open_json("retry");
+  const std::string data = pattern(3 * kChunk + 5, 5);
+  server().inject_fault("503", 2, "uploadType=media");
+  st->write_atomic("a", as_bytes(data));
+  server().inject_fault("drop", 2, "upload_id=");  // chunk PUTs of a session
+  auto w = st->open_writer("b");
+  w->append(as_bytes(data));
+  w->commit();
+  server().inject_fault("503", 3, "/download/");
+  EXPECT_EQ(read_all(*st, "a"), data);
+  server().inject_fault("drop", 1, "/download/");
+  EXPECT_EQ(read_all(*st, "b"), data);
+  // More failures than attempts: a transient error naming the object and the retries.
+  server().inject_fault("503", 10, "/download/");
+  try {
+    read_all(*st, "a");
+    FAIL() << "read succeeded through 10 failures";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kTransient) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 retries"), std::string::npos) << e.what();
+  }
+  server().inject_fault("503", 0);  // clear what is left
+}
+
+TEST(GcsJsonStorageTest, AnAbortedUploadLeavesNothing) {
+  auto st = open_json("abort");
+  const std::string data = pattern(4 * kChunk, 6);
+  {
+    auto w = st->open_writer("gone");
+    w->append(as_bytes(data));
+    EXPECT_EQ(sessions(), 1);
+  }  // destroyed without commit: the session is cancelled
+  EXPECT_EQ(sessions(), 0);
+  EXPECT_FALSE(st->try_stat("gone"));
+  // A commit whose chunks keep failing: the error names the object; no session, no object.
+  {
+    auto w = st->open_writer("failed");
+    w->append(as_bytes(data));
+    server().inject_fault("503", 100, "PUT /upload/");
+    try {
+      w->commit();
+      FAIL() << "commit succeeded through failures";
+    } catch (const StorageError& e) {
+      EXPECT_NE(std::string(e.what()).find("gs://sp-gcs-json/abort-"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("upload_id"), std::string::npos) << e.what();
+    }
+    server().inject_fault("503", 0);
+  }
+  EXPECT_EQ(sessions(), 0);
+  EXPECT_FALSE(st->try_stat("failed"));
+  EXPECT_TRUE(st->list("").empty());
+}
+
+// --- engine over gs:// opened through the registry (the bearer-token path of gcs_storage.cc) ---
+
+using engine::testing::compare_with_expected;
+using engine::testing::make_rank_state;
+using engine::testing::RankState;
+
+class GcsJsonEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("GCS_HMAC_ACCESS_ID");
+    ::unsetenv("GCS_HMAC_SECRET");
+    ::setenv("GOOGLE_OAUTH_ACCESS_TOKEN", kToken, 1);
+    ::setenv("GCS_JSON_ENDPOINT_URL", server().endpoint().c_str(), 1);
+    ::setenv("SHARDPOINT_HTTP_MAX_ATTEMPTS", "4", 1);
+    ::setenv("SHARDPOINT_HTTP_BACKOFF_MS", "5", 1);
+  }
+};
+
+comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(60)}; }
+
+TEST_F(GcsJsonEngineTest, SaveOn4LoadOn2) {
+  auto st = open_storage("gs://sp-gcs-json/" + unique_prefix("ckpt"));
+  {
+    std::vector<RankState> states;
+    for (int r = 0; r < 4; ++r) states.push_back(make_rank_state(r, 4, true));
+    comm::ThreadGroup group(4, fast());
+    group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); });
+  }
+  EXPECT_TRUE(st->try_stat(".metadata"));
+  for (int world : {2, 4}) {
+    std::vector<RankState> states;
+    for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
+    comm::ThreadGroup group(world, fast());
+    group.run([&](comm::Communicator& comm) { engine::load(states[comm.rank()].root, *st, comm); });
+    for (int r = 0; r < world; ++r) EXPECT_EQ(compare_with_expected(states[r], r, world), "") << "rank " << r;
+  }
+  EXPECT_EQ(sessions(), 0);
+}
+
+TEST_F(GcsJsonEngineTest, AFailedSaveLeavesNoMetadataAndNoSession) {
+  auto st = open_storage("gs://sp-gcs-json/" + unique_prefix("failed"));
+  std::vector<RankState> states;
+  for (int r = 0; r < 4; ++r) states.push_back(make_rank_state(r, 4, true));
+  server().inject_fault("503", 1000, "uploadType=media&name=" + st->url().substr(std::string("gs://sp-gcs-json/").size()));
+  comm::ThreadGroup group(4, fast());
+  EXPECT_ANY_THROW(group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); }));
+  server().inject_fault("503", 0);
+  EXPECT_FALSE(st->try_stat(".metadata"));
+  EXPECT_EQ(sessions(), 0);
+}
+
+TEST_F(GcsJsonEngineTest, UrlOptionsAndTheTokenStaysOutOfUrl) {
+  auto st = open_storage("gs://sp-gcs-json/" + unique_prefix("url"));
+  EXPECT_TRUE(st->url().starts_with("gs://sp-gcs-json/url-")) << st->url();
+  EXPECT_EQ(st->url().find(kToken), std::string::npos);
+  EXPECT_TRUE(st->features().atomic_publish);
+  EXPECT_TRUE(st->features().range_reads);
+  EXPECT_THROW(open_storage("gs://sp-gcs-json/p?token=x"), UsageError);
+}
+
+}  // namespace
+}  // namespace shardpoint::storage::testing
