@@ -22,6 +22,11 @@ std::uint32_t crc32(std::uint32_t prev, ByteSpan data);
 // crc32c(prev, data): continue a CRC-32C whose value so far is prev (0 to start).
 std::uint32_t crc32c(std::uint32_t prev, ByteSpan data);
 
+// crc32c_combine(crc32c(0, A), crc32c(0, B), B.size()) == crc32c(0, A || B): the CRC of two
+// pieces read by different ranks, joined without the bytes (CRC is linear over GF(2); this
+// multiplies the first CRC by x^(8 * len_b) modulo the polynomial). O(log len_b).
+std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b);
+
 // Streaming XXH3-64 (seed 0).
 class Xxh3 {
  public:

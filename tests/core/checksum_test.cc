@@ -28,5 +28,21 @@ TEST(Checksum, IncrementalEqualsOneShot) {
   EXPECT_EQ(crc32(0, {}), 0u);
 }
 
+// Pieces checksummed apart (by different ranks) combine into the checksum of the whole.
+TEST(Checksum, Crc32cCombineEqualsWhole) {
+  std::string s(300000, 'x');
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>((i * 2654435761u) >> 13);
+  auto all = as_bytes(s);
+  for (std::size_t split : {std::size_t{0}, std::size_t{1}, std::size_t{17}, std::size_t{4096}, std::size_t{131071},
+                            s.size() - 1, s.size()}) {
+    const std::uint32_t a = crc32c(0, all.first(split));
+    const std::uint32_t b = crc32c(0, all.subspan(split));
+    EXPECT_EQ(crc32c_combine(a, b, s.size() - split), crc32c(0, all)) << "split " << split;
+  }
+  // Three pieces, combined left to right.
+  const std::uint32_t ab = crc32c_combine(crc32c(0, all.first(1000)), crc32c(0, all.subspan(1000, 5000)), 5000);
+  EXPECT_EQ(crc32c_combine(ab, crc32c(0, all.subspan(6000)), s.size() - 6000), crc32c(0, all));
+}
+
 }  // namespace
 }  // namespace shardpoint
