@@ -11,6 +11,10 @@
 //                call barrier and must get CommError ("rank R: got CommError after N ms: ...").
 //   slow         the last rank sleeps 4 x timeout before the barrier; the others must get a
 //                CommError naming the timeout; the slow rank then gets one too (peers gone).
+//   die-first    as die, but rank 0 (the coordinator) is the one that exits.
+//   libraries    prints "rank R: libtorch loaded: yes|no" (from /proc/self/maps) after a barrier.
+//   mismatch     after a first barrier the last rank calls gather, the others barrier; every
+//                rank must get a CommError (drivers that detect it: threads, tcp).
 // Exit codes: 0 = behaved as expected, 1 = a check failed, 2 = unexpected exception,
 // 3 = the rank that dies on purpose. Every output line starts with "rank R: ".
 #include <unistd.h>
@@ -18,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -146,7 +151,7 @@ template <typename Fn>
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: comm_worker collectives|die|slow [--timeout-ms N]\n";
+    std::cerr << "usage: comm_worker collectives|die|die-first|slow|mismatch [--timeout-ms N]\n";
     return 2;
   }
   const std::string scenario = argv[1];
@@ -166,6 +171,26 @@ int main(int argc, char** argv) {
       if (comm->rank() == last) {
         say("dying");
         std::_Exit(3);
+      }
+      expect_comm_error([&] { comm->barrier(); });
+    } else if (scenario == "die-first") {
+      comm->barrier();
+      if (comm->rank() == 0) {
+        say("dying");
+        std::_Exit(3);
+      }
+      expect_comm_error([&] { comm->barrier(); });
+    } else if (scenario == "libraries") {
+      comm->barrier();
+      std::ifstream maps("/proc/self/maps");
+      std::string line;
+      bool torch = false;
+      while (std::getline(maps, line)) torch = torch || line.find("libtorch") != std::string::npos;
+      say(std::string("libtorch loaded: ") + (torch ? "yes" : "no") + " (" + std::string(comm->name()) + ")");
+    } else if (scenario == "mismatch") {
+      comm->barrier();
+      if (comm->rank() == last) {
+        expect_comm_error([&] { comm->gather("x", 0); });
       }
       expect_comm_error([&] { comm->barrier(); });
     } else if (scenario == "slow") {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "comm/tcp_communicator.h"
 #include "launch_ranks.h"
 #ifdef SP_HAVE_GLOO
 #include "comm/gloo_communicator.h"
@@ -22,7 +23,8 @@ using ::testing::HasSubstr;
 class CommEnvTest : public ::testing::Test {
  protected:
   static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
-                                           "GLOO_SOCKET_IFNAME", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+                                           "GLOO_SOCKET_IFNAME", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                           "SHARDPOINT_COMM"};
   void SetUp() override {
     for (const char* name : kNames) {
       const char* v = std::getenv(name);
@@ -64,8 +66,69 @@ TEST_F(CommEnvTest, MpirunWinsOverTorchrunVariables) {
   EXPECT_EQ(comm_driver_from_env(), CommDriver::kMpi);
 }
 
+TEST_F(CommEnvTest, SHARDPOINT_COMMPicksTheDriver) {
+  ::setenv("SHARDPOINT_COMM", "tcp", 1);
+  EXPECT_EQ(comm_driver_from_env(), CommDriver::kTcp);
+  ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  EXPECT_EQ(comm_driver_from_env(), CommDriver::kTcp) << "the explicit choice wins over mpirun";
+  ::setenv("SHARDPOINT_COMM", "single", 1);
+  EXPECT_EQ(comm_driver_from_env(), CommDriver::kSingle);
+  ::setenv("SHARDPOINT_COMM", "gloo", 1);
+  EXPECT_EQ(comm_driver_from_env(), CommDriver::kGloo);
+  ::setenv("SHARDPOINT_COMM", "mpi", 1);
+  EXPECT_EQ(comm_driver_from_env(), CommDriver::kMpi);
+  ::setenv("SHARDPOINT_COMM", "Gloo", 1);
+  EXPECT_THAT([] { comm_driver_from_env(); },
+              ::testing::ThrowsMessage<UsageError>(HasSubstr("SHARDPOINT_COMM=\"Gloo\": expected single, tcp")));
+}
+
+TEST_F(CommEnvTest, TcpWorldOfOneInThisProcess) {
+  ::setenv("SHARDPOINT_COMM", "tcp", 1);
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  auto comm = make_communicator_from_env({.timeout = std::chrono::seconds(30)});
+  EXPECT_EQ(comm->name(), "tcp");
+  EXPECT_EQ(comm->world_size(), 1);
+  comm->barrier();
+  EXPECT_EQ(comm->broadcast(std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(comm->gather("g"), std::vector<std::string>{"g"});
+  EXPECT_EQ(comm->all_gather(""), std::vector<std::string>{""});
+  EXPECT_EQ(comm->scatter({"s"}), "s");
+  EXPECT_EQ(comm->all_reduce(std::int64_t{-3}, ReduceOp::kMin), -3);
+  EXPECT_DOUBLE_EQ(comm->all_reduce(1.25, ReduceOp::kSum), 1.25);
+}
+
+TEST_F(CommEnvTest, TcpOptionsFromEnv) {
+  ::setenv("RANK", "2", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("MASTER_ADDR", "10.0.0.7", 1);
+  ::setenv("MASTER_PORT", "23456", 1);
+  TcpOptions o = tcp_options_from_env({.timeout = std::chrono::seconds(9)});
+  EXPECT_EQ(o.rank, 2);
+  EXPECT_EQ(o.world_size, 4);
+  EXPECT_EQ(o.master_addr, "10.0.0.7");
+  EXPECT_EQ(o.master_port, 23456);
+  EXPECT_EQ(o.init_timeout, std::chrono::seconds(9));
+  ::setenv("MASTER_PORT", "0", 1);
+  EXPECT_THAT([] { tcp_options_from_env(); }, ::testing::ThrowsMessage<UsageError>(HasSubstr("MASTER_PORT=\"0\"")));
+  ::unsetenv("RANK");
+  EXPECT_THAT([] { tcp_options_from_env(); }, ::testing::ThrowsMessage<UsageError>(HasSubstr("RANK is not set")));
+}
+
+TEST_F(CommEnvTest, TcpJoinFailureIsACommErrorNamingTheAddress) {
+  TcpOptions o;
+  o.rank = 1;
+  o.world_size = 2;
+  o.master_port = testing::pick_free_port();
+  o.init_timeout = std::chrono::milliseconds(500);
+  EXPECT_THAT([&] { make_tcp_communicator(o); },
+              ::testing::ThrowsMessage<CommError>(HasSubstr("tcp rank 1/2: joining the group at 127.0.0.1:" +
+                                                            std::to_string(o.master_port) + ": rank 0 not reachable")));
+}
+
 TEST_F(CommEnvTest, DriverAvailability) {
   EXPECT_TRUE(comm_driver_available(CommDriver::kSingle));
+  EXPECT_TRUE(comm_driver_available(CommDriver::kTcp));
 #ifdef SP_HAVE_GLOO
   EXPECT_TRUE(comm_driver_available(CommDriver::kGloo));
 #else
