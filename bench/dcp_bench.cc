@@ -1,5 +1,6 @@
 // dcp_bench: one rank of the DCP save/load benchmark (bench/dcp_bench.py launches N of
-// them with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; the communicator is Gloo then).
+// them with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; the communicator is the TCP driver, the
+// only multi-process one this program links, so no rank carries LibTorch).
 //
 //   dcp_bench save DIR [--layers 24] [--threads 1] [--no-checksum]
 //   dcp_bench load DIR [--layers 24] [--threads 4] [--no-verify]

@@ -8,8 +8,9 @@ The state is the peer baseline's (shared/docs/research/peer-baseline.md): GPT-2 
 exp_avg_sq and a 0-dim `step` per parameter (24 layers: 2.126 GB of float32 payload). Every
 tensor is Shard(0) over a 1-D mesh of the world size (PyTorch: DTensor.from_local on a CPU
 mesh; shardpoint: engine/chunking.h shard_box); steps are replicated. Ranks are processes
-(shardpoint: BUILD_DIR/bench/dcp_bench with Gloo env; PyTorch: this file under
-scripts/oracle-python, gloo, torch.set_num_threads(1)).
+(shardpoint: BUILD_DIR/bench/dcp_bench with torchrun's env and SHARDPOINT_COMM=tcp, its
+LibTorch-free communicator; PyTorch: this file under scripts/oracle-python, gloo,
+torch.set_num_threads(1)).
 
 Each round (caches dropped before every write and every cold job; files deleted before
 every write):
@@ -218,7 +219,7 @@ def run_shardpoint(tool, mode, ckpt, ws, layers, extra=(), attempts=3):
         procs = []
         for r in range(ws):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+                       MASTER_PORT=str(port), SHARDPOINT_COMM="tcp")
             procs.append(subprocess.Popen([tool, mode, ckpt, "--layers", str(layers), *extra], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=900) for p in procs]
