@@ -1,5 +1,6 @@
 #include "train/data.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -53,17 +54,21 @@ void TextCorpus::item(std::int64_t i, std::vector<std::int64_t>& inputs, std::ve
   targets.assign(begin + 1, begin + 1 + kBlockSize);
 }
 
-std::vector<std::int64_t> rank_items(std::int64_t step, std::int64_t global_batch, int rank, int world_size,
-                                     std::int64_t dataset_size) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t j = rank; j < global_batch; j += world_size) {
-    out.push_back((step * global_batch + j) % dataset_size);
-  }
-  return out;
+std::int64_t DataSchedule::batches_before(std::int64_t step) const {
+  const std::int64_t steps = steps_per_epoch();
+  return step / steps * batches_per_epoch() + std::min(step % steps * accumulate, batches_per_epoch());
 }
 
-std::int64_t epoch_of_step(std::int64_t step, std::int64_t global_batch, std::int64_t dataset_size) {
-  return step * global_batch / dataset_size;
+std::int64_t DataSchedule::batches_in_step(std::int64_t step) const {
+  return std::min(accumulate, batches_per_epoch() - step % steps_per_epoch() * accumulate);
+}
+
+std::vector<std::int64_t> rank_items(std::int64_t step, std::int64_t global_batch, int rank, int world_size,
+                                     std::int64_t dataset_size) {
+  const DataSchedule schedule{dataset_size, global_batch, 1};
+  std::vector<std::int64_t> out;
+  for (std::int64_t j = rank; j < global_batch; j += world_size) out.push_back(schedule.item(step, j));
+  return out;
 }
 
 }  // namespace shardpoint::train

@@ -4,11 +4,10 @@
 // vocabulary in first-occurrence order; the tokens concatenated; item i is the block
 // tokens[35i, 35i+35) with targets shifted by one; len = n / 35 - 1.
 //
-// Batches (shardpoint's schedule): step s uses the `global_batch` items s*G .. s*G+G-1
-// (wrapping around the dataset; an epoch is one pass), and rank r of W takes every W-th of
-// them (positions r, r+W, ...), like DistributedSampler without shuffling. Because the
-// global batch does not depend on W, a run resumed on another world size sees the same
-// data. Thread-compatible; immutable after load.
+// Batches (shardpoint's schedule, DataSchedule below): a batch is `global_batch` items and
+// rank r of W takes every W-th of them (slots r, r+W, ...), like DistributedSampler without
+// shuffling. Because the global batch does not depend on W, a run resumed on another world
+// size sees the same data. Thread-compatible; immutable after load.
 #pragma once
 
 #include <cstdint>
@@ -42,12 +41,35 @@ class TextCorpus {
   std::vector<std::int64_t> tokens_;
 };
 
-// The global item indices rank `rank` of `world_size` processes at step `step` (0-based)
-// with `global_batch` items per step, wrapping around `dataset_size` items.
+// The order data is consumed in (shardpoint's schedule, Lightning's epoch rules). An epoch is
+// one pass over the dataset in order: ceil(N / G) batches of G items (global_batch), batch b
+// of an epoch holding items (b*G + j) mod N, j < G, so the last batch of an epoch wraps to its
+// first items (as DistributedSampler pads). An optimizer step takes accumulate_grad_batches
+// (k) consecutive batches; the last step of an epoch takes what is left (Lightning steps at
+// the end of an epoch), so every epoch has ceil(ceil(N / G) / k) steps and starts on a step
+// boundary. Everything is a function of global_step: the data position needs no state.
+struct DataSchedule {
+  std::int64_t dataset_size = 1;  // N items
+  std::int64_t global_batch = 1;  // G items per batch, all ranks together
+  std::int64_t accumulate = 1;    // k batches per optimizer step
+
+  std::int64_t batches_per_epoch() const { return (dataset_size + global_batch - 1) / global_batch; }
+  std::int64_t steps_per_epoch() const { return (batches_per_epoch() + accumulate - 1) / accumulate; }
+  // The epoch optimizer step `step` (0-based) belongs to.
+  std::int64_t epoch_of_step(std::int64_t step) const { return step / steps_per_epoch(); }
+  // Batches run before step `step`, counted over the whole run (a batch's position in the run).
+  std::int64_t batches_before(std::int64_t step) const;
+  // How many batches step `step` takes (k, or fewer for an epoch's last step).
+  std::int64_t batches_in_step(std::int64_t step) const;
+  // The dataset item of slot j (< G) of run batch `batch`.
+  std::int64_t item(std::int64_t batch, std::int64_t j) const {
+    return ((batch % batches_per_epoch()) * global_batch + j) % dataset_size;
+  }
+};
+
+// The global item indices rank `rank` of `world_size` processes takes at step `step` (0-based)
+// with `global_batch` items per step and no accumulation (every W-th slot from slot `rank`).
 std::vector<std::int64_t> rank_items(std::int64_t step, std::int64_t global_batch, int rank, int world_size,
                                      std::int64_t dataset_size);
-
-// The epoch step `step` (0-based) belongs to: (step * global_batch) / dataset_size.
-std::int64_t epoch_of_step(std::int64_t step, std::int64_t global_batch, std::int64_t dataset_size);
 
 }  // namespace shardpoint::train

@@ -1,14 +1,11 @@
 // shardpoint-train: trains the demo Transformer language model with FSDPStrategy and writes
-// Lightning-layout checkpoints.
-//
-//   shardpoint-train --devices N --strategy fsdp --state-dict-type full|sharded --max-steps S
-//                    --root DIR [--ckpt-path PATH] [--data DIR] [--optimizer sgd|adam|adamw]
-//                    [--model-size tiny|demo|1b-shape] [--lr X] [--seed N] [--global-batch B]
+// Lightning-layout checkpoints (see --help, printed by kUsage below).
 //
 // With --devices N > 1 and no RANK/WORLD_SIZE in the environment it starts N copies of itself
 // as ranks 0..N-1 (torchrun's variables, MASTER_ADDR 127.0.0.1 and a free port) and waits for
-// them; under a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun) it joins.
-// Rank 0 prints one line per step (step, loss, tokens/s) and the time of each checkpoint.
+// them; under a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun) it joins, and
+// an explicit --devices must then equal the launcher's world size.
+// Rank 0 prints one line per step (step, epoch, loss, tokens/s) and the time of each checkpoint.
 // Exit codes: 0 ok, 2 usage or run error (one "shardpoint-train: " line on stderr per rank).
 #include <netinet/in.h>
 #include <spawn.h>
@@ -40,11 +37,65 @@ namespace {
 #define SP_DEFAULT_DATA_DIR "data/tiny-wikitext"
 #endif
 
+constexpr const char* kUsage = R"(usage: shardpoint-train [options]
+Trains the demo Transformer LM (Lightning's LightningTransformer) with FSDP on CPU ranks and
+writes checkpoints where and as Lightning does:
+  <root>/lightning_logs/version_<k>/checkpoints/epoch=<e>-step=<s>.ckpt
+(a DCP folder + meta.pt when sharded, one torch.save file when full).
+
+run:
+  --devices N              ranks to start (default 1); under torchrun-style variables
+                           (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or mpirun it joins
+                           that launch instead, and N must match its world size
+  --strategy fsdp          the only strategy
+  --state-dict-type T      full (Lightning's default: one file gathered on rank 0) or sharded
+  --root DIR|URL           default_root_dir (default "."); s3://, gs://, az:// URLs work
+  --ckpt-path PATH|URL|last
+                           resume from a checkpoint (either format, any world size); "last":
+                           the newest committed last*.ckpt under <root>/lightning_logs
+                           (needs --save-last in the earlier run; none: starts from scratch)
+  --seed N                 parameter init and dropout seed (default 0)
+  --data DIR               WikiText-2-format folder with train.txt (default: shipped tiny corpus)
+  --model-size S           tiny | demo (Lightning's demo dimensions) | 1b-shape
+
+loop (training stops at whichever limit comes first):
+  --max-steps S            optimizer steps in all (-1: no limit; default 3 unless
+                           --max-epochs is given)
+  --max-epochs E           epochs in all (-1: no limit); an epoch is one pass over the data:
+                           ceil(items / global batch) batches
+  --global-batch B         items (35-token blocks) per batch, all ranks together (default 4)
+  --accumulate-grad-batches K
+                           batches per optimizer step; gradients add up, each batch's loss
+                           is divided by K (Lightning's rule); default 1
+  --gradient-clip-val X    clip the global gradient 2-norm to X before each step (0: off)
+  --optimizer O            sgd (default, lr 0.1) | adam | adamw (lr 1e-3)
+  --lr X, --momentum M     learning rate; SGD momentum
+
+checkpoints (Lightning's ModelCheckpoint):
+  --every-n-train-steps N  save every N optimizer steps (then not at epoch ends)
+  --every-n-epochs N       save at the end of every N-th epoch (default 1, Lightning's
+                           default; a run stopped by --max-steps ends its epoch there)
+  --save-top-k K           keep the K best (-1: all, 0: none); without --monitor only -1, 0,
+                           1 (default 1: each new checkpoint replaces the previous one)
+  --monitor train_loss     rank checkpoints by the step's training loss: the mean token NLL
+                           of the step over all ranks (and accumulated batches)
+  --mode min|max           which scores are better (default min)
+  --save-last              also save last.ckpt at every save point (the previous one goes)
+  Old checkpoints are removed (a whole folder when sharded) only after the new one is
+  committed; checkpoints outside this run's folder are never removed.
+)";
+
 struct Args {
   int devices = 1;
+  bool devices_given = false;
   std::string strategy = "fsdp";
   std::string state_dict_type = "full";
   std::int64_t max_steps = 3;
+  bool max_steps_given = false;
+  std::int64_t max_epochs = -1;
+  std::int64_t accumulate_grad_batches = 1;
+  double gradient_clip_val = 0;
+  ModelCheckpointOptions checkpoint;
   std::string root = ".";
   std::string ckpt_path;
   std::string data = SP_DEFAULT_DATA_DIR;
@@ -74,24 +125,45 @@ Args parse(int argc, char** argv) {
         throw UsageError(fmt::format("{}: \"{}\" is not an integer", k, v));
       }
     };
-    if (k == "--devices") a.devices = static_cast<int>(number(value()));
+    auto real = [&](const std::string& v) -> double {
+      try {
+        std::size_t used = 0;
+        const double x = std::stod(v, &used);
+        if (used != v.size()) throw std::invalid_argument(v);
+        return x;
+      } catch (const std::exception&) {
+        throw UsageError(fmt::format("{}: \"{}\" is not a number", k, v));
+      }
+    };
+    if (k == "--devices") {
+      a.devices = static_cast<int>(number(value()));
+      a.devices_given = true;
+    } else if (k == "--max-steps") {
+      a.max_steps = number(value());
+      a.max_steps_given = true;
+    }
+    else if (k == "--max-epochs") a.max_epochs = number(value());
+    else if (k == "--accumulate-grad-batches") a.accumulate_grad_batches = number(value());
+    else if (k == "--gradient-clip-val") a.gradient_clip_val = real(value());
+    else if (k == "--every-n-train-steps") a.checkpoint.every_n_train_steps = number(value());
+    else if (k == "--every-n-epochs") a.checkpoint.every_n_epochs = number(value());
+    else if (k == "--save-top-k") a.checkpoint.save_top_k = number(value());
+    else if (k == "--save-last") a.checkpoint.save_last = true;
+    else if (k == "--monitor") a.checkpoint.monitor = value();
+    else if (k == "--mode") a.checkpoint.mode = value();
     else if (k == "--strategy") a.strategy = value();
     else if (k == "--state-dict-type") a.state_dict_type = value();
-    else if (k == "--max-steps") a.max_steps = number(value());
     else if (k == "--root") a.root = value();
     else if (k == "--ckpt-path") a.ckpt_path = value();
     else if (k == "--data") a.data = value();
     else if (k == "--optimizer") a.optimizer = value();
     else if (k == "--model-size") a.model_size = value();
-    else if (k == "--lr") a.lr = std::stod(value());
-    else if (k == "--momentum") a.momentum = std::stod(value());
+    else if (k == "--lr") a.lr = real(value());
+    else if (k == "--momentum") a.momentum = real(value());
     else if (k == "--seed") a.seed = static_cast<std::uint64_t>(number(value()));
     else if (k == "--global-batch") a.global_batch = number(value());
     else if (k == "-h" || k == "--help") {
-      std::printf(
-          "usage: shardpoint-train --devices N --strategy fsdp --state-dict-type full|sharded --max-steps S --root DIR\n"
-          "       [--ckpt-path PATH] [--data DIR] [--optimizer sgd|adam|adamw] [--model-size tiny|demo|1b-shape]\n"
-          "       [--lr X] [--momentum M (sgd)] [--seed N] [--global-batch B]\n");
+      std::fputs(kUsage, stdout);
       std::exit(0);
     } else {
       throw UsageError(fmt::format("unknown argument \"{}\"", k));
@@ -99,7 +171,12 @@ Args parse(int argc, char** argv) {
   }
   if (a.strategy != "fsdp") throw UsageError(fmt::format("unknown strategy \"{}\" (expected fsdp)", a.strategy));
   if (a.devices < 1) throw UsageError("--devices must be >= 1");
-  if (a.max_steps < 0) throw UsageError("--max-steps must be >= 0");
+  if (a.max_steps < -1) throw UsageError("--max-steps must be >= 0, or -1 (no limit)");
+  if (a.max_epochs < -1) throw UsageError("--max-epochs must be >= 0, or -1 (no limit)");
+  if (a.max_epochs >= 0 && !a.max_steps_given) a.max_steps = -1;  // Lightning's default
+  if (a.accumulate_grad_batches < 1) throw UsageError("--accumulate-grad-batches must be >= 1");
+  if (a.gradient_clip_val < 0) throw UsageError("--gradient-clip-val must be >= 0");
+  ModelCheckpoint check(a.checkpoint);  // Lightning's configuration errors, before any rank starts
   if (a.global_batch < 1) throw UsageError("--global-batch must be >= 1");
   if (a.momentum != 0 && a.optimizer != "sgd") throw UsageError("--momentum applies to --optimizer sgd only");
   return a;
@@ -161,11 +238,19 @@ int try_main(int argc, char** argv) {
   }
   at::set_num_threads(1);  // ranks share the cores
   auto comm = comm::make_communicator_from_env(comm::CommOptions{std::chrono::seconds(120)});
+  if (a.devices_given && a.devices != comm->world_size()) {
+    throw UsageError(fmt::format("--devices {} does not match the launcher's world size {}", a.devices,
+                                 comm->world_size()));
+  }
   const TextCorpus data = TextCorpus::load(a.data);
   ModelConfig model = model_config(a.model_size);
   model.vocab_size = a.model_size == "tiny" ? data.vocab_size() : std::max<std::int64_t>(model.vocab_size, data.vocab_size());
   TrainerOptions options;
   options.max_steps = a.max_steps;
+  options.max_epochs = a.max_epochs;
+  options.accumulate_grad_batches = a.accumulate_grad_batches;
+  options.gradient_clip_val = a.gradient_clip_val;
+  options.checkpoint = a.checkpoint;
   options.default_root_dir = a.root;
   options.seed = a.seed;
   options.global_batch = a.global_batch;
@@ -182,8 +267,9 @@ int try_main(int argc, char** argv) {
   Trainer trainer(options, std::move(strategy));
   const FitResult r = trainer.fit(*comm, model, data, a.ckpt_path);
   if (comm->rank() == 0) {
-    std::printf("checkpoint %s (%llu bytes from rank 0), save %.3f s\n", r.checkpoint_path.c_str(),
-                static_cast<unsigned long long>(r.checkpoint_bytes), r.save_seconds);
+    if (r.checkpoint_path.empty()) std::printf("no checkpoint saved (no step was run)\n");
+    else std::printf("checkpoint %s (%llu bytes from rank 0), save %.3f s\n", r.checkpoint_path.c_str(),
+                     static_cast<unsigned long long>(r.checkpoint_bytes), r.save_seconds);
   }
   return 0;
 }

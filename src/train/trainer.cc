@@ -4,23 +4,29 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "core/byte_stream.h"
 #include "core/error.h"
 #include "engine/checkpoint.h"
-#include "engine/torch_save.h"
 #include "pickle/value.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
 #include "torch/tensor_adapter.h"
 #include "torchfile/torch_file.h"
+#include "torchfile/torch_save_writer.h"
 
 namespace shardpoint::train {
 namespace {
@@ -40,34 +46,51 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-engine::StateNode obj(ValuePtr v) { return engine::StateNode(std::move(v)); }
-engine::StateNode integer(std::int64_t v) { return obj(Value::integer(v)); }
+ValuePtr s(const char* text) { return Value::str(text); }
 
-// A Lightning progress tracker {"total": {...}, "current": {...}} with all counters n.
-ValuePtr progress(std::int64_t total, std::int64_t current, bool batch) {
-  auto counters = [](std::int64_t n) {
-    return Value::dict({{Value::str("ready"), Value::integer(n)},
-                        {Value::str("started"), Value::integer(n)},
-                        {Value::str("processed"), Value::integer(n)},
-                        {Value::str("completed"), Value::integer(n)}});
-  };
-  pickle::DictEntries e{{Value::str("total"), counters(total)}, {Value::str("current"), counters(current)}};
-  if (batch) e.emplace_back(Value::str("is_last_batch"), Value::boolean(false));
+// A Lightning progress tracker {"total": {...}, "current": {...}}; counters ready, started,
+// processed, completed.
+struct Counters {
+  std::int64_t ready = 0, started = 0, processed = 0, completed = 0;
+  static Counters all(std::int64_t n) { return {n, n, n, n}; }
+};
+ValuePtr counters_value(const Counters& c) {
+  return Value::dict({{s("ready"), Value::integer(c.ready)},
+                      {s("started"), Value::integer(c.started)},
+                      {s("processed"), Value::integer(c.processed)},
+                      {s("completed"), Value::integer(c.completed)}});
+}
+ValuePtr progress(const Counters& total, const Counters& current, std::optional<bool> is_last_batch = std::nullopt) {
+  pickle::DictEntries e{{s("total"), counters_value(total)}, {s("current"), counters_value(current)}};
+  if (is_last_batch) e.emplace_back(s("is_last_batch"), Value::boolean(*is_last_batch));
   return Value::dict(std::move(e));
 }
 
-ValuePtr loops_value(std::int64_t epoch, std::int64_t step) {
-  auto s = [](const char* k) { return Value::str(k); };
+// Where the loops stand when a checkpoint is saved (lightning-behaviour.md §3.3).
+struct LoopState {
+  std::int64_t epoch = 0;            // current_epoch (the epoch of the last step run)
+  std::int64_t global_step = 0;
+  std::int64_t batches_total = 0;    // batches run since the start of training
+  std::int64_t batches_in_epoch = 0;
+  std::int64_t steps_in_epoch = 0;
+  bool is_last_batch = false;        // the epoch's data is exhausted
+  bool epoch_processed = false;      // saved from on_train_epoch_end
+};
+
+ValuePtr loops_value(const LoopState& l) {
+  const Counters steps_total = Counters::all(l.global_step), steps_current = Counters::all(l.steps_in_epoch);
+  const Counters epochs{l.epoch + 1, l.epoch + 1, l.epoch + (l.epoch_processed ? 1 : 0), l.epoch};
   ValuePtr fit = Value::dict({
       {s("state_dict"), Value::dict()},
-      {s("epoch_loop.state_dict"), Value::dict({{s("_batches_that_stepped"), Value::integer(step)}})},
-      {s("epoch_loop.batch_progress"), progress(step, step, true)},
-      {s("epoch_loop.scheduler_progress"), progress(0, 0, false)},
+      {s("epoch_loop.state_dict"), Value::dict({{s("_batches_that_stepped"), Value::integer(l.global_step)}})},
+      {s("epoch_loop.batch_progress"),
+       progress(Counters::all(l.batches_total), Counters::all(l.batches_in_epoch), l.is_last_batch)},
+      {s("epoch_loop.scheduler_progress"), progress({}, {})},
       {s("epoch_loop.automatic_optimization.optim_progress"),
-       Value::dict({{s("optimizer"), Value::dict({{s("step"), progress(step, step, false)},
-                                                  {s("zero_grad"), progress(step, step, false)}})}})},
-      {s("epoch_loop.manual_optimization.optim_step_progress"), progress(0, 0, false)},
-      {s("epoch_progress"), progress(epoch, epoch, false)},
+       Value::dict({{s("optimizer"), Value::dict({{s("step"), progress(steps_total, steps_current)},
+                                                  {s("zero_grad"), progress(steps_total, steps_current)}})}})},
+      {s("epoch_loop.manual_optimization.optim_step_progress"), progress({}, {})},
+      {s("epoch_progress"), progress(epochs, epochs)},
   });
   return Value::dict({{s("fit_loop"), fit},
                       {s("validate_loop"), Value::dict()},
@@ -75,64 +98,122 @@ ValuePtr loops_value(std::int64_t epoch, std::int64_t step) {
                       {s("predict_loop"), Value::dict()}});
 }
 
-constexpr const char* kCheckpointCallbackKey =
-    "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
-    "'train_time_interval': None}";
-
-// Everything but the tensors of model and optimizer: Lightning's meta.pt keys in its order,
-// then shardpoint's own resume data. kth_value must outlive the returned tree.
-engine::StateDict meta_entries(const TrainerOptions& o, std::int64_t epoch, std::int64_t step,
-                               const std::string& path, const std::string& dirpath, const at::Tensor& kth_value,
-                               std::int64_t dataset_size) {
-  engine::StateDict m;
-  m.emplace_back("epoch", integer(epoch));
-  m.emplace_back("global_step", integer(step));
-  m.emplace_back("pytorch-lightning_version", obj(Value::str(kLightningVersion)));
-  m.emplace_back("loops", obj(loops_value(epoch, step)));
-  engine::StateDict ckpt;
-  ckpt.emplace_back("monitor", obj(Value::none()));
-  ckpt.emplace_back("best_model_score", obj(Value::none()));
-  ckpt.emplace_back("best_model_path", obj(Value::str(path)));
-  ckpt.emplace_back("current_score", obj(Value::none()));
-  ckpt.emplace_back("dirpath", obj(Value::str(dirpath)));
-  ckpt.emplace_back("best_k_models", engine::StateNode(engine::StateDict{}));
-  ckpt.emplace_back("kth_best_model_path", obj(Value::str("")));
-  ckpt.emplace_back("kth_value", engine::StateNode(torchx::whole_of(kth_value)));
-  ckpt.emplace_back("last_model_path", obj(Value::str("")));
-  engine::StateDict callbacks;
-  callbacks.emplace_back(kCheckpointCallbackKey, engine::StateNode(std::move(ckpt)));
-  m.emplace_back("callbacks", engine::StateNode(std::move(callbacks)));
-  m.emplace_back("lr_schedulers", engine::StateNode(engine::StateList{}));
-  engine::StateDict sp;
-  sp.emplace_back("seed", integer(static_cast<std::int64_t>(o.seed)));
-  sp.emplace_back("global_batch", integer(o.global_batch));
-  sp.emplace_back("model_size", obj(Value::str(o.model_size)));
-  sp.emplace_back("optimizer", obj(Value::str(o.optimizer.name)));
-  sp.emplace_back("next_item", integer(step * o.global_batch % dataset_size));
-  sp.emplace_back("rng", obj(Value::str("dropout generator seeded per item: splitmix64(seed ^ splitmix64(item position))")));
-  m.emplace_back("shardpoint", engine::StateNode(std::move(sp)));
-  return m;
-}
-
-// Writes root as a torch.save file: tmp + rename, so a reader never sees half a file.
-std::uint64_t write_torch_file(const engine::StateNode& root, const std::string& path) {
-  StringSink sink;
-  engine::write_torch_save(root, sink);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(sink.str().data(), static_cast<std::streamsize>(sink.str().size()));
-    out.flush();
-    if (!out) throw StorageError(StorageError::Kind::kOther, fmt::format("{}: write failed", tmp));
+// Builds a torch.save archive from a pickle tree whose tensor nodes it made (so dict keys
+// may be ints, as a full checkpoint's optimizer state needs). Keeps the tensors alive.
+class TorchFileBuilder {
+ public:
+  ValuePtr tensor(const at::Tensor& t) {
+    tensors_.push_back(t.contiguous());
+    const engine::TensorShard shard = torchx::whole_of(tensors_.back());
+    const std::uint64_t numel = static_cast<std::uint64_t>(tensors_.back().numel());
+    return torchfile::make_tensor_node(shard.dtype, shard.global_shape, torchfile::contiguous_strides(shard.global_shape),
+                                       0, std::to_string(tensors_.size() - 1), numel);
   }
-  fs::rename(tmp, path);
-  return sink.str().size();
+  ValuePtr scalar(float v) { return tensor(at::full({}, v, at::kFloat)); }
+
+  std::string bytes(const Value& root) {
+    StringSink sink;
+    torchfile::TorchSaveWriter writer(sink);
+    writer.write_pickle(root);
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const engine::TensorShard shard = torchx::whole_of(tensors_[i]);
+      writer.write_storage(std::to_string(i), shard.data);
+    }
+    writer.finish();
+    return sink.take();
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+};
+
+// --- paths: local paths and object-store URLs -------------------------------------------
+
+bool is_url(const std::string& p) { return p.find("://") != std::string::npos && p.rfind("file://", 0) != 0; }
+
+std::string strip_trailing_slash(std::string p) {
+  const std::size_t scheme = p.find("://");
+  const std::size_t keep = scheme == std::string::npos ? 1 : scheme + 4;
+  while (p.size() > keep && p.back() == '/') p.pop_back();
+  return p;
 }
 
-std::int64_t meta_int(const Value& root, const char* key) {
+// Absolute and normal for local paths; URLs as given, without a trailing '/'.
+std::string normalize_path(const std::string& p) {
+  if (is_url(p)) return strip_trailing_slash(p);
+  return strip_trailing_slash(fs::absolute(fs::path(strip_trailing_slash(p))).lexically_normal().string());
+}
+
+// (parent, name) of a checkpoint path: the storage that holds it and its key there.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::size_t scheme = path.find("://");
+  if (slash == std::string::npos) return {".", path};
+  if (scheme != std::string::npos && slash < scheme + 3) throw UsageError(fmt::format("{}: not a checkpoint path", path));
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+bool path_exists(const std::string& path) {
+  if (!is_url(path)) return fs::exists(path);
+  const auto [parent, name] = split_path(path);
+  auto st = storage::open_storage(parent);
+  return st->try_stat(name).has_value() || !st->list(name + "/").empty();
+}
+
+void remove_path(const std::string& path) {
+  if (!is_url(path)) {
+    fs::remove_all(path);
+    return;
+  }
+  const auto [parent, name] = split_path(path);
+  auto st = storage::open_storage(parent);
+  st->remove_prefix(name + "/");
+  st->remove(name);
+}
+
+// "sharded" (holds meta.pt), "full" (a file / object), or "" (neither): Lightning's rule.
+std::string checkpoint_kind(const std::string& path) {
+  if (!is_url(path)) {
+    if (fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "meta.pt")) return "sharded";
+    return fs::is_regular_file(path) ? "full" : "";
+  }
+  if (storage::open_storage(path)->try_stat("meta.pt")) return "sharded";
+  const auto [parent, name] = split_path(path);
+  return storage::open_storage(parent)->try_stat(name) ? "full" : "";
+}
+
+bool is_version_dir_name(const std::string& n) {
+  return n.size() > 8 && n.rfind("version_", 0) == 0 && n.find_first_not_of("0123456789", 8) == std::string::npos;
+}
+
+// <root>/lightning_logs/version_<k>/checkpoints with k = 1 + the largest existing version.
+std::string next_checkpoints_dir(const std::string& root) {
+  int version = 0;
+  if (!is_url(root)) {
+    const fs::path logs = fs::path(root) / "lightning_logs";
+    if (fs::is_directory(logs)) {
+      for (const auto& e : fs::directory_iterator(logs)) {
+        const std::string n = e.path().filename().string();
+        if (e.is_directory() && is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
+      }
+    }
+    return normalize_path((logs / fmt::format("version_{}", version) / "checkpoints").string());
+  }
+  for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
+    const std::string n = o.key.substr(15, o.key.find('/', 15) - 15);
+    if (is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
+  }
+  return strip_trailing_slash(root) + fmt::format("/lightning_logs/version_{}/checkpoints", version);
+}
+
+std::int64_t meta_int(const Value& root, const char* key, const std::string& where) {
   ValuePtr v = root.get(key);
-  if (!v) throw FormatError(fmt::format("checkpoint has no \"{}\"", key));
+  if (!v) throw FormatError(fmt::format("{}: checkpoint has no \"{}\"", where, key));
   return v->as_int();
+}
+
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name) {
+  return torchfile::TorchFile::open(storage::open_storage(dir)->open_source(name));
 }
 
 // Copies this rank's dim-0 piece of a full tensor stored in tf into dst.
@@ -150,184 +231,367 @@ void read_piece(const torchfile::TorchFile& tf, const Value& node, const std::st
   dst.copy_(torchx::dim0_slice(full, rank, world));
 }
 
+// Runs fn on rank 0; every rank learns of a failure (no rank waits forever for rank 0).
+template <typename Fn>
+void on_rank0(comm::Communicator& comm, Fn&& fn) {
+  std::exception_ptr error;
+  if (comm.rank() == 0) {
+    try {
+      fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  comm.rethrow_if_any_failed(error);
+}
+
 }  // namespace
 
-double run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const ModelConfig& model, const TextCorpus& data,
-                std::int64_t step, std::int64_t global_batch, std::uint64_t seed) {
+std::string resolve_last_checkpoint(const std::string& root) {
+  // key: (version, -v<n> + 1 (0 for plain "last"))
+  static const std::regex kName(R"(lightning_logs/version_(\d+)/checkpoints/(last(?:-v(\d+))?[^/]*\.ckpt)(/.*)?)");
+  std::map<std::string, std::pair<std::pair<long, long>, std::set<std::string>>> found;  // path -> key, files
+  for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
+    std::smatch m;
+    if (!std::regex_match(o.key, m, kName)) continue;
+    const std::string path = strip_trailing_slash(root) + "/lightning_logs/version_" + m[1].str() + "/checkpoints/" + m[2].str();
+    auto& entry = found[path];
+    entry.first = {std::stol(m[1].str()), m[3].matched ? std::stol(m[3].str()) + 1 : 0};
+    entry.second.insert(m[4].matched ? m[4].str().substr(1) : "");
+  }
+  std::string best;
+  std::pair<long, long> best_key{-1, -1};
+  for (const auto& [path, entry] : found) {
+    const auto& files = entry.second;
+    const bool committed = files.count("") || (files.count("meta.pt") && files.count(".metadata"));
+    if (committed && entry.first > best_key) {
+      best_key = entry.first;
+      best = path;
+    }
+  }
+  return best.empty() ? best : normalize_path(best);
+}
+
+StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const ModelConfig& model,
+                    const TextCorpus& data, const DataSchedule& schedule, std::int64_t step, std::uint64_t seed,
+                    double gradient_clip_val) {
   comm::Communicator& comm = strategy.comm();
   const int rank = comm.rank(), world = comm.world_size();
   std::vector<at::Tensor> full = strategy.all_gather_params();
-  at::Tensor total;
-  std::vector<std::int64_t> in, tg;
-  for (std::int64_t j = rank; j < global_batch; j += world) {
-    const std::int64_t position = step * global_batch + j;  // unique per item of the run
-    data.item(position % data.size(), in, tg);
-    at::Tensor inputs = at::tensor(in, at::kLong).view({1, kBlockSize});
-    at::Tensor targets = at::tensor(tg, at::kLong).view({1, kBlockSize});
-    at::Generator gen = at::detail::createCPUGenerator(mix(seed ^ mix(static_cast<std::uint64_t>(position))));
-    at::Tensor loss = loss_sum(model, full, inputs, targets, true, gen);
-    total = total.defined() ? total + loss : loss;
-  }
+  const std::int64_t first = schedule.batches_before(step), count = schedule.batches_in_step(step);
+  const std::int64_t batch_size = schedule.global_batch;
   double local = 0;
-  if (total.defined()) {
-    local = total.item<double>();
-    total.backward();
+  std::vector<std::int64_t> in, tg;
+  for (std::int64_t batch = first; batch < first + count; ++batch) {
+    at::Tensor total;
+    for (std::int64_t j = rank; j < batch_size; j += world) {
+      const std::int64_t position = batch * batch_size + j;  // unique per item of the run
+      data.item(schedule.item(batch, j), in, tg);
+      at::Tensor inputs = at::tensor(in, at::kLong).view({1, kBlockSize});
+      at::Tensor targets = at::tensor(tg, at::kLong).view({1, kBlockSize});
+      at::Generator gen = at::detail::createCPUGenerator(mix(seed ^ mix(static_cast<std::uint64_t>(position))));
+      at::Tensor loss = loss_sum(model, full, inputs, targets, true, gen);
+      total = total.defined() ? total + loss : loss;
+    }
+    if (total.defined()) {
+      local += total.item<double>();
+      total.backward();  // gradients of the step's batches add up in the full parameters
+    }
   }
-  const double tokens = static_cast<double>(global_batch * kBlockSize);
-  std::vector<at::Tensor> grads = strategy.reduce_scatter_grads(full, 1.0 / tokens);
+  // Lightning divides each batch's loss by accumulate_grad_batches (also for a short last step).
+  const double tokens_per_batch = static_cast<double>(batch_size * kBlockSize);
+  std::vector<at::Tensor> grads =
+      strategy.reduce_scatter_grads(full, 1.0 / (tokens_per_batch * static_cast<double>(schedule.accumulate)));
+  StepResult r;
+  if (gradient_clip_val > 0) {
+    double squares = 0;
+    for (const at::Tensor& g : grads) {
+      if (g.numel() > 0) squares += g.to(at::kDouble).pow(2).sum().item<double>();
+    }
+    r.grad_norm = std::sqrt(comm.all_reduce(squares, comm::ReduceOp::kSum));
+    const double coef = gradient_clip_val / (r.grad_norm + 1e-6);  // torch.nn.utils.clip_grad_norm_
+    if (coef < 1) {
+      for (at::Tensor& g : grads) g.mul_(static_cast<float>(coef));
+    }
+  }
   optimizer.step(strategy.local_params(), grads);
-  return comm.all_reduce(local, comm::ReduceOp::kSum) / tokens;
+  r.loss = comm.all_reduce(local, comm::ReduceOp::kSum) / (tokens_per_batch * static_cast<double>(count));
+  return r;
 }
 
 Trainer::Trainer(TrainerOptions options, FSDPStrategy strategy)
     : options_(std::move(options)), strategy_(std::move(strategy)) {}
 
+std::int64_t Trainer::load_checkpoint(const std::string& path) {
+  comm::Communicator& comm = *comm_;
+  const int rank = comm.rank(), world = comm.world_size();
+  std::string kind;
+  on_rank0(comm, [&] { kind = checkpoint_kind(path); });
+  kind = comm.broadcast(kind);
+  if (kind.empty()) {
+    throw UsageError(fmt::format(
+        "The path '{}' does not point to a valid checkpoint. Make sure the path points to either a directory with "
+        "FSDP checkpoint shards, or a single file with a full checkpoint.",
+        path));
+  }
+  const auto t0 = Clock::now();
+  const auto shapes = strategy_.global_shapes();
+  const std::vector<std::string> names = strategy_.names();
+  std::int64_t step = 0;
+  auto read_loop_settings = [&](const Value& root) {
+    step = meta_int(root, "global_step", path);
+    if (auto sp = root.get("shardpoint")) {
+      options_.global_batch = meta_int(*sp, "global_batch", path);
+      if (sp->get("accumulate_grad_batches")) options_.accumulate_grad_batches = meta_int(*sp, "accumulate_grad_batches", path);
+    }
+  };
+  std::exception_ptr error;
+  if (kind == "sharded") {
+    engine::StateDict root;
+    root.emplace_back("model", strategy_.model_state());
+    root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
+    engine::StateNode state(std::move(root));
+    engine::load(state, *storage::open_storage(path), comm);
+    try {
+      read_loop_settings(*open_torch_file(path, "meta.pt")->root());
+    } catch (...) {
+      error = std::current_exception();
+    }
+  } else {
+    try {
+      const auto [dir, name] = split_path(path);
+      auto tf = open_torch_file(dir, name);
+      const Value& root = *tf->root();
+      ValuePtr sd = root.get("state_dict");
+      if (!sd) throw FormatError(fmt::format("{}: no \"state_dict\"", path));
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        ValuePtr node = sd->get(names[i]);
+        if (!node) throw PlanError(fmt::format("{}: missing key \"{}\" in state_dict", path, names[i]));
+        read_piece(*tf, *node, names[i], shapes[i], strategy_.local_params()[i], rank, world);
+      }
+      ValuePtr opts = root.get("optimizer_states");
+      ValuePtr ostate = opts && !opts->items().empty() ? opts->items()[0]->get("state") : nullptr;
+      for (const auto& [k, per] : ostate ? ostate->entries() : pickle::DictEntries{}) {
+        // Lightning's full files key the state by parameter id (its position in the model),
+        // consolidated ones by FQN: accept both.
+        std::string name;
+        if (k->is(pickle::Kind::kInt)) {
+          const std::int64_t id = k->as_int();
+          if (id < 0 || id >= static_cast<std::int64_t>(names.size())) {
+            throw PlanError(fmt::format("{}: optimizer state of parameter id {}, the model has {} parameters", path, id,
+                                        names.size()));
+          }
+          name = names[static_cast<std::size_t>(id)];
+        } else {
+          name = k->as_string();
+        }
+        const auto at = std::find(names.begin(), names.end(), name);
+        if (at == names.end()) continue;  // not a parameter of this model (ignored, as DCP does)
+        const std::size_t i = static_cast<std::size_t>(at - names.begin());
+        for (auto& [key, t] : optimizer_->state()[name]) {
+          ValuePtr node = per->get(key);
+          if (!node) throw PlanError(fmt::format("{}: optimizer state of \"{}\" has no \"{}\"", path, name, key));
+          if (t.dim() == 0) {
+            const torchfile::TensorInfo* info = tf->tensor_of(*node);
+            if (!info) throw FormatError(fmt::format("{}: {}.{} is not a tensor", path, name, key));
+            tf->read_tensor(*info, std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), 4));
+          } else {
+            read_piece(*tf, *node, name + "." + key, shapes[i], t, rank, world);
+          }
+        }
+      }
+      read_loop_settings(root);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  comm.rethrow_if_any_failed(error);
+  const double seconds = seconds_since(t0);
+  if (options_.progress && rank == 0) {
+    std::printf("loaded %s checkpoint %s (global_step %lld) in %.3f s\n", kind.c_str(), path.c_str(),
+                static_cast<long long>(step), seconds);
+    std::fflush(stdout);
+  }
+  return step;
+}
+
 FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const TextCorpus& data,
                        const std::string& ckpt_path) {
-  const int rank = comm.rank(), world = comm.world_size();
+  comm_ = &comm;
+  data_ = &data;
+  const int rank = comm.rank();
   FitResult result;
-  // 1. parameters
+  // 1. parameters and the checkpoint callback (its options are checked on every rank)
   strategy_.setup(comm, param_specs(model), init_params(model, options_.seed));
   optimizer_ = std::make_unique<ShardedOptimizer>(options_.optimizer, strategy_.names());
   optimizer_->ensure_state(strategy_.local_params());
+  checkpoint_ = std::make_unique<ModelCheckpoint>(options_.checkpoint);
+  if (options_.accumulate_grad_batches < 1) throw UsageError("accumulate_grad_batches must be >= 1");
 
-  // 2. the checkpoints folder (rank 0 decides)
+  // 2. the checkpoints folder (rank 0 decides; created by the first save)
   std::string dirpath;
-  if (rank == 0) {
-    const fs::path logs = fs::path(options_.default_root_dir) / "lightning_logs";
-    int version = 0;
-    if (fs::is_directory(logs)) {
-      for (const auto& e : fs::directory_iterator(logs)) {
-        const std::string n = e.path().filename().string();
-        if (e.is_directory() && n.rfind("version_", 0) == 0 && n.size() > 8 &&
-            n.find_first_not_of("0123456789", 8) == std::string::npos) {
-          version = std::max(version, std::stoi(n.substr(8)) + 1);
-        }
-      }
-    }
-    const fs::path dir = logs / fmt::format("version_{}", version) / "checkpoints";
-    fs::create_directories(dir);
-    dirpath = fs::absolute(dir).lexically_normal().string();
-  }
+  on_rank0(comm, [&] { dirpath = next_checkpoints_dir(options_.default_root_dir); });
   dirpath = comm.broadcast(dirpath);
 
   // 3. resume
   std::int64_t start = 0;
   if (!ckpt_path.empty()) {
-    std::string kind;  // "sharded", "full" or "" (invalid), decided on rank 0
-    if (rank == 0) {
-      const fs::path p(ckpt_path);
-      if (fs::is_directory(p) && fs::is_regular_file(p / "meta.pt")) kind = "sharded";
-      else if (fs::is_regular_file(p)) kind = "full";
-    }
-    kind = comm.broadcast(kind);
-    if (kind.empty()) {
-      throw UsageError(fmt::format(
-          "The path '{}' does not point to a valid checkpoint. Make sure the path points to either a directory with "
-          "FSDP checkpoint shards, or a single file with a full checkpoint.",
-          ckpt_path));
-    }
-    const auto t0 = Clock::now();
-    const auto shapes = strategy_.global_shapes();
-    if (kind == "sharded") {
-      engine::StateDict root;
-      root.emplace_back("model", strategy_.model_state());
-      root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
-      engine::StateNode state(std::move(root));
-      auto st = storage::open_storage(ckpt_path);
-      engine::load(state, *st, comm);
-      auto meta = torchfile::TorchFile::open((fs::path(ckpt_path) / "meta.pt").string());
-      start = meta_int(*meta->root(), "global_step");
-      if (auto sp = meta->root()->get("shardpoint")) options_.global_batch = meta_int(*sp, "global_batch");
-    } else {
-      std::exception_ptr error;
-      try {
-        auto tf = torchfile::TorchFile::open(ckpt_path);
-        const Value& root = *tf->root();
-        ValuePtr sd = root.get("state_dict");
-        if (!sd) throw FormatError(fmt::format("{}: no \"state_dict\"", ckpt_path));
-        for (std::size_t i = 0; i < shapes.size(); ++i) {
-          const std::string& name = strategy_.specs()[i].name;
-          ValuePtr node = sd->get(name);
-          if (!node) throw PlanError(fmt::format("{}: missing key \"{}\" in state_dict", ckpt_path, name));
-          read_piece(*tf, *node, name, shapes[i], strategy_.local_params()[i], rank, world);
-        }
-        ValuePtr opts = root.get("optimizer_states");
-        ValuePtr ostate = opts && !opts->items().empty() ? opts->items()[0]->get("state") : nullptr;
-        if (ostate) {
-          for (std::size_t i = 0; i < shapes.size(); ++i) {
-            const std::string& name = strategy_.specs()[i].name;
-            ValuePtr per = ostate->get(name);
-            if (!per) continue;
-            for (auto& [key, t] : optimizer_->state()[name]) {
-              ValuePtr node = per->get(key);
-              if (!node) throw PlanError(fmt::format("{}: optimizer state of \"{}\" has no \"{}\"", ckpt_path, name, key));
-              if (t.dim() == 0) {
-                const torchfile::TensorInfo* info = tf->tensor_of(*node);
-                if (!info) throw FormatError(fmt::format("{}: {}.{} is not a tensor", ckpt_path, name, key));
-                tf->read_tensor(*info, std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), 4));
-              } else {
-                read_piece(*tf, *node, name + "." + key, shapes[i], t, rank, world);
-              }
-            }
-          }
-        }
-        start = meta_int(root, "global_step");
-        if (auto sp = root.get("shardpoint")) options_.global_batch = meta_int(*sp, "global_batch");
-      } catch (...) {
-        error = std::current_exception();
+    std::string resolved;
+    on_rank0(comm, [&] {
+      resolved = ckpt_path == "last" ? resolve_last_checkpoint(options_.default_root_dir) : normalize_path(ckpt_path);
+    });
+    resolved = comm.broadcast(resolved);
+    if (resolved.empty()) {
+      if (rank == 0) {
+        std::fprintf(stderr,
+                     "warning: .fit(ckpt_path=\"last\") is set, but there is no last checkpoint available under %s. "
+                     "No checkpoint will be loaded. HINT: save one with --save-last.\n",
+                     options_.default_root_dir.c_str());
       }
-      comm.rethrow_if_any_failed(error);
-    }
-    result.load_seconds = seconds_since(t0);
-    if (options_.progress && rank == 0) {
-      std::printf("loaded %s checkpoint %s (global_step %lld) in %.3f s\n", kind.c_str(), ckpt_path.c_str(),
-                  static_cast<long long>(start), result.load_seconds);
-      std::fflush(stdout);
+    } else {
+      const auto t0 = Clock::now();
+      start = load_checkpoint(resolved);
+      result.load_seconds = seconds_since(t0);
+      result.resumed_from = resolved;
     }
   }
   result.start_step = start;
+  schedule_ = DataSchedule{data.size(), options_.global_batch, options_.accumulate_grad_batches};
+  checkpoint_->set_paths(dirpath, result.resumed_from);
 
-  // 4. train
-  for (std::int64_t step = start; step < options_.max_steps; ++step) {
+  // 4. train, with the checkpoint hooks after every step
+  std::int64_t max_epochs = options_.max_epochs;
+  if (options_.max_steps < 0 && max_epochs < 0) max_epochs = 1000;
+  const std::int64_t steps_per_epoch = schedule_.steps_per_epoch();
+  auto done = [&](std::int64_t step) {
+    return (options_.max_steps >= 0 && step >= options_.max_steps) ||
+           (max_epochs >= 0 && schedule_.epoch_of_step(step) >= max_epochs);
+  };
+  std::int64_t last_step = max_epochs >= 0 ? max_epochs * steps_per_epoch : options_.max_steps;
+  if (options_.max_steps >= 0) last_step = std::min(last_step, options_.max_steps);
+  CheckpointActions io;
+  io.exists = [&](const std::string& path) {
+    std::string answer;
+    on_rank0(comm, [&] { answer = path_exists(path) ? "1" : "0"; });
+    return comm.broadcast(answer) == "1";
+  };
+  io.save = [&](const std::string& path) { save_checkpoint(path, result); };
+  io.remove = [&](const std::string& path) {
+    if (rank != 0) return;
+    try {
+      remove_path(path);
+      if (options_.progress) std::printf("removed checkpoint %s\n", path.c_str());
+    } catch (const std::exception& e) {  // a leftover old checkpoint is no reason to stop training
+      std::fprintf(stderr, "warning: could not remove checkpoint %s: %s\n", path.c_str(), e.what());
+    }
+    std::fflush(stdout);
+  };
+  for (std::int64_t step = start; !done(step);) {
+    const std::int64_t epoch = schedule_.epoch_of_step(step);
     const auto t0 = Clock::now();
-    const double loss = run_step(strategy_, *optimizer_, model, data, step, options_.global_batch, options_.seed);
+    const StepResult r = run_step(strategy_, *optimizer_, model, data, schedule_, step, options_.seed,
+                                  options_.gradient_clip_val);
     const double dt = seconds_since(t0);
-    result.losses.push_back(loss);
+    ++step;
+    result.losses.push_back(r.loss);
     if (options_.progress && rank == 0) {
-      std::printf("step %lld/%lld  loss %.4f  %.0f tokens/s\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(options_.max_steps), loss,
-                  static_cast<double>(options_.global_batch * kBlockSize) / dt);
+      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
+                  static_cast<long long>(last_step), static_cast<long long>(epoch), r.loss,
+                  static_cast<double>(schedule_.batches_in_step(step - 1) * options_.global_batch * kBlockSize) / dt);
       std::fflush(stdout);
     }
+    position_ = TrainPosition{epoch, step, r.loss};
+    in_epoch_end_ = false;
+    checkpoint_->on_train_batch_end(position_, io);
+    if (step % steps_per_epoch == 0 || done(step)) {
+      in_epoch_end_ = true;
+      checkpoint_->on_train_epoch_end(position_, io);
+    }
   }
+  result.saved = checkpoint_->saved();
+  result.checkpoint_path = result.saved.empty() ? "" : result.saved.back();
+  result.best_model_path = checkpoint_->best_model_path();
+  return result;
+}
 
-  // 5. checkpoint
-  const std::int64_t step = std::max(start, options_.max_steps);
-  const std::int64_t epoch = step > 0 ? epoch_of_step(step - 1, options_.global_batch, data.size()) : 0;
-  const std::string path = (fs::path(dirpath) / fmt::format("epoch={}-step={}.ckpt", epoch, step)).string();
-  const at::Tensor kth = at::full({}, std::numeric_limits<float>::infinity(), at::kFloat);
+namespace {
+
+// Lightning's checkpoint dict minus state_dict and optimizer_states, as pickle values in its
+// order: epoch, global_step, pytorch-lightning_version, loops, callbacks, lr_schedulers; then
+// shardpoint's own resume data.
+pickle::DictEntries meta_entries(const TrainerOptions& o, const ModelCheckpoint& mc, const LoopState& loops,
+                                 const DataSchedule& schedule, TorchFileBuilder& files) {
+  auto score = [&](const std::optional<float>& v) { return v ? files.scalar(*v) : Value::none(); };
+  pickle::DictEntries best_k;
+  for (const auto& [path, value] : mc.best_k_models()) best_k.emplace_back(Value::str(path), files.scalar(value));
+  ValuePtr state = Value::dict({
+      {s("monitor"), mc.monitor().empty() ? Value::none() : Value::str(mc.monitor())},
+      {s("best_model_score"), score(mc.best_model_score())},
+      {s("best_model_path"), Value::str(mc.best_model_path())},
+      {s("current_score"), score(mc.current_score())},
+      {s("dirpath"), Value::str(mc.dirpath())},
+      {s("best_k_models"), Value::dict(std::move(best_k))},
+      {s("kth_best_model_path"), Value::str(mc.kth_best_model_path())},
+      {s("kth_value"), files.scalar(mc.kth_value())},
+      {s("last_model_path"), Value::str(mc.last_model_path())},
+  });
+  ValuePtr shardpoint = Value::dict({
+      {s("seed"), Value::integer(static_cast<std::int64_t>(o.seed))},
+      {s("global_batch"), Value::integer(o.global_batch)},
+      {s("accumulate_grad_batches"), Value::integer(schedule.accumulate)},
+      {s("model_size"), Value::str(o.model_size)},
+      {s("optimizer"), Value::str(o.optimizer.name)},
+      {s("next_item"), Value::integer(schedule.item(schedule.batches_before(loops.global_step), 0))},
+      {s("rng"), s("dropout generator seeded per item: splitmix64(seed ^ splitmix64(item position))")},
+  });
+  return {{s("epoch"), Value::integer(loops.epoch)},
+          {s("global_step"), Value::integer(loops.global_step)},
+          {s("pytorch-lightning_version"), s(kLightningVersion)},
+          {s("loops"), loops_value(loops)},
+          {s("callbacks"), Value::dict({{Value::str(mc.state_key()), state}})},
+          {s("lr_schedulers"), Value::list()},
+          {s("shardpoint"), shardpoint}};
+}
+
+}  // namespace
+
+void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
+  comm::Communicator& comm = *comm_;
+  const int rank = comm.rank(), world = comm.world_size();
   const auto t0 = Clock::now();
   const auto shapes = strategy_.global_shapes();
+  const std::vector<std::string> names = strategy_.names();
+  const std::int64_t step = position_.global_step;
+  const std::int64_t in_epoch = step - schedule_.epoch_of_step(step - 1) * schedule_.steps_per_epoch();
+  LoopState loops;
+  loops.epoch = position_.epoch;
+  loops.global_step = step;
+  loops.batches_total = schedule_.batches_before(step);
+  loops.batches_in_epoch = loops.batches_total - position_.epoch * schedule_.batches_per_epoch();
+  loops.steps_in_epoch = in_epoch;
+  loops.is_last_batch = in_epoch == schedule_.steps_per_epoch();
+  loops.epoch_processed = in_epoch_end_;
+  const auto [parent, name] = split_path(path);
   if (strategy_.state_dict_type() == "sharded") {
-    if (rank == 0 && fs::is_regular_file(path)) fs::remove(path);
-    comm.barrier();
+    // A file at the path goes; an older checkpoint in the folder loses its commit marker
+    // first, so a save that dies half way never looks committed.
+    on_rank0(comm, [&] {
+      auto dir = storage::open_storage(parent);
+      if (dir->try_stat(name)) dir->remove(name);
+      storage::open_storage(path)->remove("meta.pt");
+    });
     engine::StateDict root;
     root.emplace_back("model", strategy_.model_state());
     root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
     auto st = storage::open_storage(path);
     engine::SaveReport report = engine::save(engine::StateNode(std::move(root)), *st, comm);
     result.checkpoint_bytes = report.bytes_written;
-    std::exception_ptr error;
-    if (rank == 0) {
-      try {
-        engine::StateNode meta(meta_entries(options_, epoch, step, path, dirpath, kth, data.size()));
-        result.checkpoint_bytes += write_torch_file(meta, (fs::path(path) / "meta.pt").string());
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    comm.rethrow_if_any_failed(error);
+    on_rank0(comm, [&] {
+      TorchFileBuilder files;
+      const std::string bytes = files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
+      st->write_atomic("meta.pt", as_bytes(bytes));
+      result.checkpoint_bytes += bytes.size();
+    });
   } else {
     std::vector<at::Tensor> full = strategy_.full_params();
     // Full optimizer state: gather each state tensor (pieces laid out like the params).
@@ -338,67 +602,63 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
     }
     for (const std::string& key : keys) {
       std::vector<at::Tensor> pieces;
-      bool scalar = false;
-      for (const auto& name : strategy_.names()) {
-        at::Tensor t = optimizer_->state()[name][key];
-        scalar = t.dim() == 0;
-        pieces.push_back(t);
-      }
-      if (scalar) {
-        for (std::size_t i = 0; i < pieces.size(); ++i) full_state[strategy_.names()[i]][key] = pieces[i];
-        continue;
-      }
-      std::vector<at::Tensor> gathered = strategy_.all_gather(pieces);
-      for (std::size_t i = 0; i < gathered.size(); ++i) full_state[strategy_.names()[i]][key] = gathered[i];
+      for (const auto& n : names) pieces.push_back(optimizer_->state()[n][key]);
+      std::vector<at::Tensor> gathered =
+          pieces.front().dim() == 0 ? pieces : strategy_.all_gather(pieces);  // "step" is replicated
+      for (std::size_t i = 0; i < gathered.size(); ++i) full_state[names[i]][key] = gathered[i];
     }
-    std::exception_ptr error;
-    if (rank == 0) {
-      try {
-        if (fs::is_directory(path)) {
-          if (!fs::is_regular_file(fs::path(path) / "meta.pt")) {
-            throw UsageError(fmt::format("The checkpoint path exists and is a directory: {}", path));
-          }
-          fs::remove_all(path);
+    on_rank0(comm, [&] {
+      if (!is_url(path) && fs::is_directory(path)) {
+        if (!fs::is_regular_file(fs::path(path) / "meta.pt")) {
+          throw UsageError(fmt::format("The checkpoint path exists and is a directory: {}", path));
         }
-        engine::StateDict meta = meta_entries(options_, epoch, step, path, dirpath, kth, data.size());
-        engine::StateDict root;
-        for (std::size_t i = 0; i < 3; ++i) root.push_back(std::move(meta[i]));
-        engine::StateDict sd;
-        for (std::size_t i = 0; i < full.size(); ++i) sd.emplace_back(strategy_.names()[i], engine::StateNode(torchx::whole_of(full[i])));
-        root.emplace_back("state_dict", engine::StateNode(std::move(sd)));
-        for (std::size_t i = 3; i < meta.size(); ++i) {
-          if (meta[i].first == "lr_schedulers") {
-            engine::StateNode opt = optimizer_->state_dict(shapes, 0, 1);  // param_groups
-            engine::StateDict od;
-            engine::StateDict st;
-            for (auto& [name, per] : full_state) {
-              engine::StateDict pd;
-              for (auto& [key, t] : per) pd.emplace_back(key, engine::StateNode(torchx::whole_of(t)));
-              st.emplace_back(name, engine::StateNode(std::move(pd)));
-            }
-            od.emplace_back("state", engine::StateNode(std::move(st)));
-            od.emplace_back("param_groups", std::move(*opt.find("param_groups")));
-            engine::StateList opts;
-            opts.emplace_back(std::move(od));
-            root.emplace_back("optimizer_states", engine::StateNode(std::move(opts)));
-          }
-          root.push_back(std::move(meta[i]));
-        }
-        result.checkpoint_bytes = write_torch_file(engine::StateNode(std::move(root)), path);
-      } catch (...) {
-        error = std::current_exception();
+        fs::remove_all(path);
+      } else if (is_url(path) && storage::open_storage(path)->try_stat("meta.pt")) {
+        storage::open_storage(parent)->remove_prefix(name + "/");
       }
-    }
-    comm.rethrow_if_any_failed(error);
+      TorchFileBuilder files;
+      pickle::DictEntries meta = meta_entries(options_, *checkpoint_, loops, schedule_, files);
+      pickle::DictEntries root(meta.begin(), meta.begin() + 3);
+      pickle::DictEntries sd;
+      for (std::size_t i = 0; i < full.size(); ++i) sd.emplace_back(Value::str(names[i]), files.tensor(full[i]));
+      root.emplace_back(s("state_dict"), Value::dict(std::move(sd)));
+      for (std::size_t i = 3; i < meta.size(); ++i) {
+        if (meta[i].first->as_string() == "lr_schedulers") {
+          // Lightning's full file: state keyed by parameter id, param_groups listing ids.
+          pickle::DictEntries state;
+          for (std::size_t p = 0; p < names.size(); ++p) {
+            auto it = full_state.find(names[p]);
+            if (it == full_state.end()) continue;
+            pickle::DictEntries per;
+            for (auto& [key, t] : it->second) per.emplace_back(Value::str(key), files.tensor(t));
+            state.emplace_back(Value::integer(static_cast<std::int64_t>(p)), Value::dict(std::move(per)));
+          }
+          engine::StateNode groups = optimizer_->state_dict(shapes, 0, 1);
+          ValuePtr group = Value::dict();
+          for (auto& [k, v] : groups.find("param_groups")->list().front().dict()) {
+            if (k == "params") continue;
+            group->mutable_entries().emplace_back(Value::str(k), v.object());
+          }
+          std::vector<ValuePtr> ids;
+          for (std::size_t p = 0; p < names.size(); ++p) ids.push_back(Value::integer(static_cast<std::int64_t>(p)));
+          group->mutable_entries().emplace_back(s("params"), Value::list(std::move(ids)));
+          ValuePtr optimizer = Value::dict({{s("state"), Value::dict(std::move(state))},
+                                            {s("param_groups"), Value::list({group})}});
+          root.emplace_back(s("optimizer_states"), Value::list({optimizer}));
+        }
+        root.push_back(meta[i]);
+      }
+      const std::string bytes = files.bytes(*Value::dict(std::move(root)));
+      storage::open_storage(parent)->write_atomic(name, as_bytes(bytes));
+      result.checkpoint_bytes = bytes.size();
+    });
   }
   result.save_seconds = seconds_since(t0);
-  result.checkpoint_path = path;
   if (options_.progress && rank == 0) {
     std::printf("saved %s checkpoint %s in %.3f s\n", strategy_.state_dict_type().c_str(), path.c_str(),
                 result.save_seconds);
     std::fflush(stdout);
   }
-  return result;
 }
 
 }  // namespace shardpoint::train

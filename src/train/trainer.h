@@ -5,36 +5,55 @@
 //   1. init the full parameters from the seed (same on every rank), keep this rank's dim-0
 //      pieces (FSDPStrategy::setup);
 //   2. rank 0 picks <root>/lightning_logs/version_<k>/checkpoints (k = 1 + the largest
-//      existing version, or 0) and broadcasts it;
-//   3. with ckpt_path: rank 0 classifies it by Lightning's rule (a folder holding meta.pt is
-//      sharded, a regular file is full, anything else is an error on every rank), then every
+//      existing version, or 0) and broadcasts it. Nothing is created until the first
+//      checkpoint is saved (Lightning creates it lazily), so a run that fails or saves
+//      nothing leaves no folder behind. root may be a local path or an object-store URL
+//      (s3://, gs://, az://; everything goes through storage/);
+//   3. with ckpt_path: rank 0 resolves "last" (see resolve_last_checkpoint) and classifies
+//      the path by Lightning's rule (a folder holding meta.pt is sharded, an object/regular
+//      file is full, anything else is an error on every rank), broadcasts it, then every
 //      rank loads its pieces of "model" and "optimizer_0" (any saved world size, either
-//      format) and the loop position from meta.pt / the file;
-//   4. steps global_step .. max_steps-1 (run_step), rank 0 printing step, loss, tokens/s;
-//   5. saves epoch=<e>-step=<s>.ckpt in the checkpoints folder at the end (Lightning's
-//      ModelCheckpoint defaults with max_steps: one checkpoint when training stops):
+//      format; full-file optimizer state keyed by parameter id or FQN) and the loop position
+//      (global_step; global_batch and accumulate_grad_batches are the checkpoint's);
+//   4. runs optimizer steps (run_step) until max_steps or max_epochs (DataSchedule: epoch
+//      boundaries, accumulation), rank 0 printing step, loss, tokens/s; after each step the
+//      ModelCheckpoint hooks run (on_train_batch_end, and on_train_epoch_end at an epoch's
+//      last step or when max_steps stops the epoch), which save through save_checkpoint()
+//      and remove superseded checkpoints only after the new one is committed;
+//   5. save_checkpoint(path) writes one checkpoint, Lightning's layout and content:
 //      "sharded": a DCP folder with keys "model" and "optimizer_0" (engine::save, all ranks)
-//      then meta.pt written last by rank 0 (tmp + rename) with epoch, global_step,
-//      pytorch-lightning_version, loops, callbacks (ModelCheckpoint state under its Lightning
-//      key), lr_schedulers ([]) and "shardpoint" (seed, global batch, model size, data
-//      position, RNG scheme); "full": rank 0 writes one torch.save file with the same keys
-//      plus state_dict and optimizer_states.
-// Exact resume: the data position is global_step * global_batch items, and dropout draws
-// from a generator seeded by (seed, global item position), so there is no hidden RNG state
-// to carry: a resumed run on the same world size is bitwise equal to an uninterrupted one,
-// and on another world size equal up to the order of the gradient sums.
-// Known gaps: the full file's optimizer "state" is keyed by FQN (Lightning rekeys it to
-// parameter ids); no every_n_train_steps / save_top_k / save_last / "last"; max_epochs,
-// gradient accumulation and clipping are not implemented.
+//      then meta.pt written last by rank 0 (atomic publish: the commit marker) with epoch,
+//      global_step, pytorch-lightning_version, loops, callbacks (ModelCheckpoint state under
+//      its Lightning key), lr_schedulers ([]) and "shardpoint" (seed, global batch,
+//      accumulation, model size, data position, RNG scheme); "full": gathered on rank 0
+//      into one torch.save file with the same keys plus state_dict and optimizer_states,
+//      whose "state" is keyed by integer parameter ids and param_groups "params" lists ints,
+//      as Lightning's full checkpoints are (the sharded one keys by FQN).
+// The monitored metric "train_loss" is the step's mean token NLL over all ranks and all
+// accumulated batches: what `self.log("train_loss", loss, sync_dist=True)` logs without
+// accumulation (with it, Lightning would log the last batch's loss only).
+// Exact resume: the data position is a function of global_step (DataSchedule), and dropout
+// draws from a generator seeded by (seed, position of the item in the run), so there is no
+// hidden RNG state to carry: a resumed run on the same world size is bitwise equal to an
+// uninterrupted one (accumulation and clipping included), and on another world size equal
+// up to the order of the gradient sums.
+// Known gaps: save_last="link", train_time_interval, validation loops and learning-rate
+// schedulers do not exist; ModelCheckpoint state is not restored on resume (Lightning
+// restores only best_model_path when the folder changed, which it always does here);
+// "last" searches every version folder under the root (Lightning looks only in the new
+// run's folder, where nothing is found with the default logger); gradient clipping is by
+// norm only (Lightning's FSDP refuses "value"), the norm computed in double.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
+#include "train/model_checkpoint.h"
 #include "train/model.h"
 #include "train/sharded_optimizer.h"
 
@@ -44,48 +63,90 @@ namespace shardpoint::train {
 inline constexpr const char* kLightningVersion = "2.6.2";
 
 struct TrainerOptions {
+  // Training stops when global_step reaches max_steps or the epoch reaches max_epochs; -1
+  // means no limit. Both -1: max_epochs 1000 (Lightning's default).
   std::int64_t max_steps = 3;
+  std::int64_t max_epochs = -1;
   std::string default_root_dir = ".";
   std::uint64_t seed = 0;
   // Data items (35-token blocks) per optimizer step across all ranks; rank r of W takes
   // every W-th. Fixed for a run (a resume keeps the checkpoint's value).
   std::int64_t global_batch = 4;
+  // Batches per optimizer step (gradients summed; the loss scaled by 1/k as Lightning does,
+  // also for an epoch's shorter last step). Fixed for a run like global_batch.
+  std::int64_t accumulate_grad_batches = 1;
+  // Clip the global gradient norm (2-norm over all parameters, all ranks) to this value
+  // before each optimizer step; 0 = off.
+  double gradient_clip_val = 0;
   std::string model_size = "tiny";  // recorded in meta.pt
   OptimizerConfig optimizer;
+  ModelCheckpointOptions checkpoint;
   bool progress = true;  // rank 0 prints one line per step and per checkpoint
 };
 
 struct FitResult {
   std::vector<double> losses;       // mean token NLL of each step run here
-  std::string checkpoint_path;      // the checkpoint saved at the end
+  std::string checkpoint_path;      // the last checkpoint saved ("" if none)
+  std::vector<std::string> saved;   // every checkpoint saved, in order
+  std::string best_model_path;      // ModelCheckpoint's best_model_path
+  std::string resumed_from;         // the resolved ckpt_path ("" if none)
   std::int64_t start_step = 0;      // global_step after loading ckpt_path
   double load_seconds = 0;
-  double save_seconds = 0;
-  std::uint64_t checkpoint_bytes = 0;  // this rank's bytes ("full": rank 0's file)
+  double save_seconds = 0;             // of the last checkpoint
+  std::uint64_t checkpoint_bytes = 0;  // this rank's bytes of the last one ("full": rank 0's file)
 };
 
-// Mean NLL per token of one step: all-gather, forward/backward over this rank's items,
-// reduce-scatter, optimizer step on the pieces. (all ranks)
-double run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const ModelConfig& model,
-                const TextCorpus& data, std::int64_t step, std::int64_t global_batch, std::uint64_t seed);
+// One optimizer step: all-gather, forward/backward over this rank's items of the step's
+// batches (gradients accumulate), reduce-scatter, optional norm clipping, optimizer step on
+// the pieces. Returns the mean NLL per token over all ranks. (all ranks)
+struct StepResult {
+  double loss = 0;
+  double grad_norm = 0;  // before clipping
+};
+StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const ModelConfig& model,
+                    const TextCorpus& data, const DataSchedule& schedule, std::int64_t step, std::uint64_t seed,
+                    double gradient_clip_val = 0);
+
+// (rank 0's view, no collectives) The checkpoint ckpt_path="last" means under root: the
+// committed checkpoints named last*.ckpt in <root>/lightning_logs/version_*/checkpoints (a
+// folder counts when it holds .metadata and meta.pt, the commit markers; a file when it
+// exists), the newest being the one of the highest version, then the highest -v<n>.
+// "" when there is none.
+std::string resolve_last_checkpoint(const std::string& root);
 
 class Trainer {
  public:
   Trainer(TrainerOptions options, FSDPStrategy strategy);
 
-  // (all ranks) See the top comment. ckpt_path "" starts from scratch. Throws UsageError for
-  // a ckpt_path that is neither a full file nor a sharded folder (on every rank), PlanError
-  // when the checkpoint does not fit the model, what save/load throw otherwise.
+  // (all ranks) See the top comment. ckpt_path "" starts from scratch; "last" resumes from
+  // resolve_last_checkpoint(root), or starts from scratch with a warning when there is none.
+  // Throws UsageError for a ckpt_path that is neither a full file nor a sharded folder (on
+  // every rank), PlanError when the checkpoint does not fit the model, what save/load throw
+  // otherwise.
   FitResult fit(comm::Communicator& comm, const ModelConfig& model, const TextCorpus& data,
                 const std::string& ckpt_path = "");
+
+  // (all ranks) Writes one checkpoint of the current state at path (a local path or URL)
+  // in the strategy's state_dict_type; returns when it is committed on every rank (meta.pt
+  // or the full file published). The one place a checkpoint is written (wrap it to add
+  // asynchronous saving). Updates result's save_seconds and checkpoint_bytes.
+  void save_checkpoint(const std::string& path, FitResult& result);
 
   FSDPStrategy& strategy() { return strategy_; }
   ShardedOptimizer& optimizer() { return *optimizer_; }
 
  private:
+  std::int64_t load_checkpoint(const std::string& path);  // (all ranks) returns global_step
+
   TrainerOptions options_;
   FSDPStrategy strategy_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<ModelCheckpoint> checkpoint_;
+  comm::Communicator* comm_ = nullptr;
+  const TextCorpus* data_ = nullptr;
+  DataSchedule schedule_;
+  TrainPosition position_;      // after the last step run
+  bool in_epoch_end_ = false;   // saving from on_train_epoch_end (loops: epoch processed)
 };
 
 }  // namespace shardpoint::train
