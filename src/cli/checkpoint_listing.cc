@@ -7,20 +7,32 @@
 #include "cli/output.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "engine/reshard.h"
 
 namespace shardpoint::cli {
 
 std::unique_ptr<CheckpointListing> open_listing(const std::string& path) {
-  // An object-store URL (az://, s3://, ...) names a DCP folder: there are no single-file
-  // torch.save checkpoints behind a scheme other than file://.
-  std::size_t scheme_end = path.find("://");
-  if (scheme_end != std::string::npos && scheme_end > 0 && !path.starts_with("file://")) {
-    return open_dcp_listing(path);
+  if (!engine::is_storage_url(path)) {
+    const std::string local = path.starts_with("file://") ? path.substr(7) : path;
+    struct stat st;
+    if (::stat(local.c_str(), &st) != 0) throw_os_error("open", local, errno);
+    if (S_ISDIR(st.st_mode)) return open_dcp_listing(path);
+    return open_torch_listing(local);
   }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
-  if (S_ISDIR(st.st_mode)) return open_dcp_listing(path);
-  return open_torch_listing(path);
+  engine::CheckpointLocation location = engine::locate_checkpoint(path);
+  if (location.is_dcp) return open_dcp_listing(path);
+  return open_torch_listing(path, engine::open_torch_file(location));
+}
+
+const char* storage_url_help() {
+  return "Paths may be storage URLs: s3://BUCKET/PREFIX (credentials AWS_ACCESS_KEY_ID +\n"
+         "AWS_SECRET_ACCESS_KEY [+ AWS_SESSION_TOKEN], or AWS_PROFILE / ~/.aws/credentials;\n"
+         "AWS_REGION; AWS_ENDPOINT_URL for S3-compatible servers), gs://BUCKET/PREFIX\n"
+         "(GCS_HMAC_ACCESS_ID + GCS_HMAC_SECRET, or GOOGLE_OAUTH_ACCESS_TOKEN; GCS_ENDPOINT_URL),\n"
+         "az://CONTAINER/PREFIX or abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX\n"
+         "(AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or\n"
+         "AZURE_STORAGE_SAS_TOKEN; AZURE_STORAGE_BLOB_ENDPOINT), file:///ABS/PATH. Secrets are\n"
+         "never printed; authentication errors name the variable the credentials came from.\n";
 }
 
 std::string tensor_sha256(const CheckpointListing& listing, std::size_t i) {

@@ -14,6 +14,7 @@
 
 #include "core/byte_io.h"
 #include "core/dtype.h"
+#include "torchfile/torch_file.h"
 
 namespace shardpoint::cli {
 
@@ -42,15 +43,24 @@ class CheckpointListing {
   virtual std::string layout_text() const { return {}; }
 };
 
-// Opens a torch.save file or a DCP folder. Throws FormatError / StorageError naming path.
+// Opens a torch.save file or a DCP folder, by local path or storage URL
+// (engine::locate_checkpoint: a URL with `.metadata` under it is DCP, else an object at the
+// URL is a torch.save file). Throws FormatError / StorageError naming the path or URL.
 std::unique_ptr<CheckpointListing> open_listing(const std::string& path);
 
 // Implementations, one per format.
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path);
+// A torch.save file already opened (e.g. an object behind a URL), named `name`.
+std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
+                                                      std::unique_ptr<torchfile::TorchFile> file);
 std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path);
 
 // SHA-256 hex of entry i's elements.
 std::string tensor_sha256(const CheckpointListing& listing, std::size_t i);
+
+// Help text for commands that take paths: which URLs are accepted and where each driver
+// finds its credentials (one paragraph, ends with a newline).
+const char* storage_url_help();
 
 // The `inspect --json` object (ordered keys).
 nlohmann::ordered_json listing_to_json(const CheckpointListing& listing, bool with_hash);

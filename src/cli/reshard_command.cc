@@ -1,6 +1,6 @@
 // `shardpoint reshard SRC DST --ranks N`: rewrite a checkpoint as a DCP folder saved by N
-// ranks with dim-0 sharding (engine/reshard.h). Errors are one line, exit 1 (a DST that
-// exists and is not empty included); bad arguments exit 2.
+// ranks with dim-0 sharding (engine/reshard.h). SRC and DST may be storage URLs. Errors are
+// one line, exit 1 (a DST that exists and is not empty included); bad arguments exit 2.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/checkpoint_listing.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "core/error.h"
@@ -15,6 +16,10 @@
 #include "storage/storage_registry.h"
 
 namespace shardpoint::cli {
+
+// consolidate_command.cc: "256MiB", "16M", "5GB" -> bytes; throws UsageError.
+std::uint64_t parse_size(const std::string& text);
+
 namespace {
 
 class ReshardCommand : public Command {
@@ -32,23 +37,32 @@ class ReshardCommand : public Command {
         "DCP. Keys and values are unchanged: `shardpoint inspect --json --hash` shows the same\n"
         "tensors before and after.\n"
         "\n"
-        "Commit: .metadata is written last (atomically), so an interrupted reshard leaves no\n"
-        "checkpoint that a loader would accept; delete DST and run it again.\n"
+        "SRC and DST may be storage URLs (DST: an empty prefix). A SRC URL is a DCP checkpoint\n"
+        "when <SRC>/.metadata exists, else a torch.save file when its last segment is an\n"
+        "object; otherwise it is refused as not a committed checkpoint.\n" +
+        std::string(storage_url_help()) +
         "\n"
-        "Memory: the N ranks run as threads of this process and each holds its own boxes until\n"
-        "its save finishes, so a DCP SRC needs about the checkpoint's payload in RAM (peak RSS\n"
-        "about twice that: the mapped source pages count too). A torch.save\n"
-        "SRC with contiguous little-endian tensors is read in place through a memory map (page\n"
-        "cache, not copies); strided or big-endian tensors are copied.\n"
+        "Commit: the data files first, then the checksum sidecar, then .metadata in one atomic\n"
+        "write (on object stores one PUT), so an interrupted reshard leaves no checkpoint that\n"
+        "a loader would accept; delete DST and run it again.\n"
         "\n"
-        "Exit status: 0 done, 1 failure (unreadable SRC, I/O error), 2 usage error.");
-    sub_->add_option("SRC", src_, "checkpoint to read: DCP folder or torch.save file")->required();
-    sub_->add_option("DST", dst_, "new DCP folder to write")->required();
+        "Memory: streams, whatever the checkpoint's size. Each file being written (--parallel,\n"
+        "default 4) reads its items from SRC in slabs of --memory-budget / --parallel bytes and\n"
+        "appends them as they arrive; SRC is read with pread or ranged GETs, never mapped. Peak\n"
+        "RSS is about the budget plus the output driver's staging buffers (64 MiB; object\n"
+        "stores: their multipart part buffers) plus the objects and the .metadata.\n"
+        "\n"
+        "Exit status: 0 done, 1 failure (unreadable SRC, I/O or authentication error), 2 usage\n"
+        "error.");
+    sub_->add_option("SRC", src_, "checkpoint to read: DCP folder or torch.save file (path or URL)")->required();
+    sub_->add_option("DST", dst_, "new DCP folder to write (path or URL)")->required();
     sub_->add_option("--ranks", ranks_, "number of ranks to write as (files __0_0 .. __{N-1}_0)")
         ->required()
         ->check(CLI::Range(1, 65536));
     sub_->add_option("--threads", threads_, "files written in parallel per rank (DCP's thread_count)")
         ->check(CLI::Range(1, 64));
+    sub_->add_option("--memory-budget", budget_, "tensor bytes held at once while copying (default 256MiB)");
+    sub_->add_option("--parallel", parallel_, "files written at once (default 4)")->check(CLI::Range(1, 256));
     sub_->add_flag("--no-verify", no_verify_, "do not verify the source's checksums while reading");
     sub_->add_flag("--no-direct-io", no_direct_, "write through the page cache instead of O_DIRECT");
     sub_->add_flag("--quiet,-q", quiet_, "print nothing on success");
@@ -56,14 +70,22 @@ class ReshardCommand : public Command {
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    std::error_code ec;
-    if (std::filesystem::exists(dst_, ec)) {
-      if (!std::filesystem::is_directory(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not a folder");
-      if (!std::filesystem::is_empty(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not empty");
-    }
-    if (std::filesystem::equivalent(src_, dst_, ec)) throw Error("reshard: SRC and DST are the same path");
-    auto destination = storage::open_storage(dst_);
     engine::ReshardOptions options;
+    options.memory_budget_bytes = parse_size(budget_);
+    if (options.memory_budget_bytes < (std::uint64_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
+    options.parallel_files = parallel_;
+    if (!engine::is_storage_url(dst_)) {
+      std::error_code ec;
+      if (std::filesystem::exists(dst_, ec)) {
+        if (!std::filesystem::is_directory(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not a folder");
+        if (!std::filesystem::is_empty(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not empty");
+      }
+      if (!engine::is_storage_url(src_) && std::filesystem::equivalent(src_, dst_, ec)) {
+        throw Error("reshard: SRC and DST are the same path");
+      }
+    }
+    if (src_ == dst_) throw Error("reshard: SRC and DST are the same location");
+    auto destination = storage::open_storage(dst_);
     options.ranks = ranks_;
     options.verify_checksums = !no_verify_;
     options.save.thread_count = threads_;
@@ -82,6 +104,8 @@ class ReshardCommand : public Command {
   std::string src_, dst_;
   int ranks_ = 1;
   int threads_ = 1;
+  int parallel_ = 0;
+  std::string budget_ = "256MiB";
   bool no_verify_ = false;
   bool no_direct_ = false;
   bool quiet_ = false;

@@ -29,7 +29,9 @@ std::string key_text(const Value& key) {
 
 class TorchListing final : public CheckpointListing {
  public:
-  explicit TorchListing(const std::string& path) : path_(path), file_(torchfile::TorchFile::open(path)) {
+  explicit TorchListing(const std::string& path) : TorchListing(path, torchfile::TorchFile::open(path)) {}
+  TorchListing(const std::string& name, std::unique_ptr<torchfile::TorchFile> file)
+      : path_(name), file_(std::move(file)) {
     walk(*file_->root(), "", 0);
   }
 
@@ -123,6 +125,11 @@ class TorchListing final : public CheckpointListing {
 };
 
 }  // namespace
+
+std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
+                                                      std::unique_ptr<torchfile::TorchFile> file) {
+  return std::make_unique<TorchListing>(name, std::move(file));
+}
 
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path) {
   try {

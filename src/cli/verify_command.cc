@@ -1,5 +1,5 @@
 // `shardpoint verify PATH`: checks a checkpoint end to end, reading every byte once with
-// bounded memory.
+// bounded memory. PATH is a local path or a storage URL (engine::locate_checkpoint).
 //   DCP folder: .metadata decodes; its consistency (check_metadata: chunks tile each tensor
 //   exactly, every item has a storage entry, safe relative paths, no overlapping byte
 //   ranges); every referenced file present and long enough; every tensor chunk and object
@@ -17,11 +17,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/checkpoint_listing.h"
 #include "cli/commands.h"
 #include "core/checksum.h"
 #include "core/error.h"
 #include "engine/checkpoint_reader.h"
 #include "engine/consolidate.h"
+#include "engine/reshard.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
 #include "storage/local_storage.h"
@@ -40,10 +42,10 @@ struct Verification {
   std::uint64_t bytes = 0;
 };
 
-void verify_torch_file(const std::string& path, const std::string& label, Verification& v) {
+void verify_torch_file(const engine::CheckpointLocation& location, const std::string& label, Verification& v) {
   std::unique_ptr<torchfile::TorchFile> file;
   try {
-    file = torchfile::TorchFile::open(path);
+    file = engine::open_torch_file(location);
   } catch (const std::exception& e) {
     v.problems.push_back(label + ": " + e.what());
     return;
@@ -75,10 +77,10 @@ void verify_torch_file(const std::string& path, const std::string& label, Verifi
   v.tensors += file->tensors().size();
 }
 
-void verify_dcp(const std::string& folder, Verification& v) {
-  storage::StorageOptions so;
-  so.max_mmaps = 0;
-  std::shared_ptr<storage::Storage> st = storage::open_local_storage_at(folder, so);
+// `local_folder`: the folder's path when it is on the local filesystem (symlinks are then
+// checked not to leave it).
+void verify_dcp(storage::Storage& storage, const std::optional<std::string>& local_folder, Verification& v) {
+  storage::Storage* st = &storage;
   std::unique_ptr<engine::CheckpointReader> reader;
   try {
     reader = std::make_unique<engine::CheckpointReader>(*st);
@@ -98,7 +100,7 @@ void verify_dcp(const std::string& folder, Verification& v) {
       continue;  // check_metadata reported it
     }
     try {
-      format::resolve_item_path(folder, info.relative_path);
+      if (local_folder) format::resolve_item_path(*local_folder, info.relative_path);
     } catch (const std::exception& e) {
       v.problems.push_back(e.what());
       bad_items.insert(index.fqn);
@@ -147,11 +149,17 @@ void verify_dcp(const std::string& folder, Verification& v) {
     }
   }
 
-  struct stat meta {};
-  std::string meta_path = folder + "/meta.pt";
-  if (::stat(meta_path.c_str(), &meta) == 0) {
+  if (st->try_stat("meta.pt")) {
+    engine::CheckpointLocation meta;
+    meta.name = st->describe_key("meta.pt");
+    if (local_folder) {
+      meta.local_file = *local_folder + "/meta.pt";
+    } else {
+      meta.storage = std::shared_ptr<storage::Storage>(st, [](storage::Storage*) {});  // not owned
+      meta.key = "meta.pt";
+    }
     Verification mv;
-    verify_torch_file(meta_path, meta_path, mv);
+    verify_torch_file(meta, local_folder ? meta.local_file : meta.name, mv);
     v.problems.insert(v.problems.end(), mv.problems.begin(), mv.problems.end());
     v.objects += 1;
     v.bytes += mv.bytes;
@@ -163,22 +171,35 @@ class VerifyCommand : public Command {
   void add_to(CLI::App& app) override {
     sub_ = app.add_subcommand("verify", "Check that a checkpoint is complete and intact (reads all data)");
     sub_->footer(
-        "PATH is a DCP checkpoint folder or a torch.save file. Exit 0 when clean; otherwise\n"
-        "one line per problem and exit 1.");
-    sub_->add_option("PATH", path_, "checkpoint folder or file")->required();
+        "PATH is a DCP checkpoint folder or a torch.save file, or a storage URL of either: a\n"
+        "URL is a DCP checkpoint when <PATH>/.metadata exists, else a torch.save file when its\n"
+        "last segment is an object; a prefix with neither is refused (\"not a committed\n"
+        "checkpoint\", exit 1). Every byte is read once (ranged reads on object stores) and\n"
+        "checked against the checksum sidecar where there is one.\n" +
+        std::string(storage_url_help()) +
+        "\n"
+        "Exit 0 when clean; otherwise one line per problem and exit 1 (also when PATH cannot\n"
+        "be read, e.g. an authentication error).");
+    sub_->add_option("PATH", path_, "checkpoint folder or file (path or URL)")->required();
   }
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    struct stat st {};
-    if (::stat(path_.c_str(), &st) != 0) {
-      throw StorageError(StorageError::Kind::kNotFound, "\"" + path_ + "\": no such file or folder");
+    if (!engine::is_storage_url(path_)) {
+      const std::string local = path_.starts_with("file://") ? path_.substr(7) : path_;
+      struct stat st {};
+      if (::stat(local.c_str(), &st) != 0) {
+        throw StorageError(StorageError::Kind::kNotFound, "\"" + path_ + "\": no such file or folder");
+      }
     }
+    engine::CheckpointLocation location = engine::locate_checkpoint(path_);
     Verification v;
-    if (S_ISDIR(st.st_mode)) {
-      verify_dcp(path_, v);
+    if (location.is_dcp) {
+      std::optional<std::string> local_folder;
+      if (!engine::is_storage_url(path_)) local_folder = path_.starts_with("file://") ? path_.substr(7) : path_;
+      verify_dcp(*location.storage, local_folder, v);
     } else {
-      verify_torch_file(path_, path_, v);
+      verify_torch_file(location, path_, v);
     }
     if (!v.problems.empty()) {
       std::string out;

@@ -91,4 +91,47 @@ WrittenItem write_item(ByteSink& file, const std::string& file_name, const Write
   return out;
 }
 
+WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, const WriteItem& item,
+                              const TensorBytesProducer& produce, const ItemWriteOptions& options) {
+  if (item.type != WriteItemType::kTensor) mismatch(item, "planned as an object, written as a tensor");
+  WrittenItem out;
+  out.index = item.index;
+  out.info.relative_path = file_name;
+  out.info.offset = file.position();
+
+  BlockChecksummer sum(options.checksum, options.block_size);
+  ChecksummingSink sink(file, sum);
+  torchfile::TorchSaveWriter writer(sink);
+  // The same header as write_tensor().
+  const std::size_t itemsize = dtype_itemsize(item.dtype);
+  const std::uint64_t numel = itemsize == 0 ? 0 : item.nbytes / itemsize;
+  const std::vector<std::int64_t> strides = torchfile::contiguous_strides(item.chunk.sizes);
+  pickle::ValuePtr root = torchfile::make_tensor_node(item.dtype, item.chunk.sizes, strides, 0, "0", numel, "cpu",
+                                                      /*requires_grad=*/false);
+  writer.write_pickle(*root);
+  writer.begin_storage("0", item.nbytes);
+  const std::size_t slice_bytes = std::max<std::size_t>(options.slice_bytes, 1);
+  std::uint64_t produced = 0;
+  produce([&](ByteSpan data) {
+    produced += data.size();
+    if (produced > item.nbytes) {
+      mismatch(item, "expected " + std::to_string(item.nbytes) + " bytes of tensor data, the producer gave more");
+    }
+    while (!data.empty()) {
+      const std::size_t n = std::min(slice_bytes, data.size());
+      writer.write(data.first(n));
+      data = data.subspan(n);
+    }
+  });
+  if (produced != item.nbytes) {
+    mismatch(item, "expected " + std::to_string(item.nbytes) + " bytes of tensor data, found " + std::to_string(produced));
+  }
+  writer.end_storage();
+  writer.finish();
+  out.info.length = sum.length();
+  out.checksum = sum.finish_item();
+  out.blocks = sum.take_blocks();
+  return out;
+}
+
 }  // namespace shardpoint::engine

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,17 @@ struct ItemWriteOptions {
 // box, or a tensor without data of the planned size); StorageError from the sink.
 WrittenItem write_item(ByteSink& file, const std::string& file_name, const WriteItem& item, const FlatValue& value,
                        const ItemWriteOptions& options = {});
+
+// Streams a tensor item's data: calls `write` with consecutive pieces of the chunk's
+// row-major little-endian bytes, item.nbytes in all.
+using TensorBytesProducer = std::function<void(const std::function<void(ByteSpan)>& write)>;
+
+// write_item() for a kTensor item whose data is not in memory as one span: `produce`
+// streams it piece by piece (reshard reads each box from its source in slabs), and the blob
+// is byte for byte what write_item() writes for the same data. Throws UsageError naming the
+// fqn when the item is not a tensor or produce() writes a different number of bytes;
+// whatever produce() or the sink throws.
+WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, const WriteItem& item,
+                              const TensorBytesProducer& produce, const ItemWriteOptions& options = {});
 
 }  // namespace shardpoint::engine

@@ -3,28 +3,37 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
+#include <thread>
 #include <vector>
 
-#include "comm/thread_communicator.h"
 #include "core/error.h"
 #include "engine/checkpoint_reader.h"
+#include "engine/checksum_sidecar.h"
 #include "engine/chunking.h"
+#include "engine/consolidate.h"
 #include "engine/flatten.h"
+#include "engine/item_writer.h"
+#include "engine/save_plan.h"
+#include "format/metadata_codec.h"
 #include "pickle/repr.h"
 #include "storage/storage_registry.h"
-#include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {
 namespace {
 
 using pickle::Kind;
 using pickle::Value;
+
+constexpr const char* kMetadataKey = ".metadata";
+constexpr std::uint64_t kMinSlabBytes = std::uint64_t{64} << 10;
 
 // One leaf of the source in DCP flattening order.
 struct SourceLeaf {
@@ -46,19 +55,16 @@ std::uint64_t element_count(const Shape& shape) {
 
 std::uint64_t leaf_bytes(const SourceLeaf& leaf) { return element_count(leaf.shape) * dtype_itemsize(leaf.dtype); }
 
-// A checkpoint read box by box. Implementations are thread-safe for read_rows().
+// A checkpoint read box by box. read_box() is thread-safe.
 class ReshardSource {
  public:
   virtual ~ReshardSource() = default;
   virtual std::string format() const = 0;
   const std::vector<SourceLeaf>& leaves() const { return leaves_; }
-  // Zero-copy bytes of rows [row, row + rows) of tensor leaf i (all of a 0-dim tensor),
-  // when the source is mapped and the rows are stored contiguously as little-endian.
-  virtual std::optional<ByteSpan> view_rows(std::size_t i, std::int64_t row, std::int64_t rows) const {
-    return std::nullopt;
-  }
-  // Copies rows [row, row + rows) of tensor leaf i (all of a 0-dim tensor) into dest.
-  virtual void read_rows(std::size_t i, std::int64_t row, std::int64_t rows, std::span<std::byte> dest) = 0;
+  // Copies the box [offsets, offsets + sizes) of tensor leaf i into dest (row-major).
+  // REQUIRES the box is contiguous in the tensor's row-major order (a run of whole rows, or
+  // part of one row on the dimensions for_each_box splits): every box reshard reads is.
+  virtual void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) = 0;
 
  protected:
   std::vector<SourceLeaf> leaves_;
@@ -66,8 +72,8 @@ class ReshardSource {
 
 class DcpSource final : public ReshardSource {
  public:
-  DcpSource(const std::string& path, bool verify)
-      : storage_(storage::open_storage(path)), reader_(*storage_, CheckpointReaderOptions{.verify_checksums = verify}) {
+  DcpSource(std::shared_ptr<storage::Storage> storage, bool verify)
+      : storage_(std::move(storage)), reader_(*storage_, CheckpointReaderOptions{.verify_checksums = verify}) {
     const format::Metadata& md = reader_.metadata();
     bool sharded = false;
     for (const auto& [fqn, entry] : md.state_dict_metadata) {
@@ -96,29 +102,24 @@ class DcpSource final : public ReshardSource {
 
   std::string format() const override { return "dcp"; }
 
-  void read_rows(std::size_t i, std::int64_t row, std::int64_t rows, std::span<std::byte> dest) override {
-    const SourceLeaf& leaf = leaves_[i];
-    Shape offsets(leaf.shape.size(), 0), sizes = leaf.shape;
-    if (!sizes.empty()) {
-      offsets[0] = row;
-      sizes[0] = rows;
-    }
-    reader_.read_box(leaf.fqn, offsets, sizes, dest);
+  void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) override {
+    reader_.read_box(leaves_[i].fqn, offsets, sizes, dest);
   }
 
  private:
-  std::unique_ptr<storage::Storage> storage_;
+  std::shared_ptr<storage::Storage> storage_;
   CheckpointReader reader_;
 };
 
 // A torch.save file walked as `inspect` walks it (DCP >= 2.4 flattening; tuples holding
-// tensors are descended like lists).
+// tensors are descended like lists), read with pread / ranged reads.
 class TorchSource final : public ReshardSource {
  public:
-  explicit TorchSource(const std::string& path) : path_(path), file_(torchfile::TorchFile::open(path)) {
+  explicit TorchSource(const CheckpointLocation& location)
+      : name_(location.name), file_(open_torch_file(location)) {
     const Value& root = *file_->root();
     if (!is_mapping(root)) {
-      throw FormatError(path + ": the root object is " + pickle::repr(root).substr(0, 60) +
+      throw FormatError(name_ + ": the root object is " + pickle::repr(root).substr(0, 60) +
                         ", not a mapping; a DCP checkpoint needs a state dict");
     }
     walk(file_->root(), {}, 0);
@@ -126,24 +127,40 @@ class TorchSource final : public ReshardSource {
 
   std::string format() const override { return "torch"; }
 
-  std::optional<ByteSpan> view_rows(std::size_t i, std::int64_t row, std::int64_t rows) const override {
-    auto range = contiguous_range(i, row, rows);
-    if (!range) return std::nullopt;
-    return file_->source().view(range->first, range->second, "tensor data");
-  }
-
-  void read_rows(std::size_t i, std::int64_t row, std::int64_t rows, std::span<std::byte> dest) override {
-    if (auto range = contiguous_range(i, row, rows)) {
-      file_->source().read(range->first, dest, "tensor data");
+  void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) override {
+    const torchfile::TensorInfo& info = *infos_[i];
+    const std::uint64_t itemsize = dtype_itemsize(info.dtype);
+    // The box as a run of elements of the row-major tensor.
+    std::uint64_t first = 0, stride = 1;
+    for (std::size_t d = info.shape.size(); d-- > 0;) {
+      first += static_cast<std::uint64_t>(offsets[d]) * stride;
+      stride *= static_cast<std::uint64_t>(info.shape[d]);
+    }
+    const std::uint64_t count = element_count(sizes);
+    const std::string what = "tensor \"" + leaves_[i].fqn + "\"";
+    if (!info.big_endian && info.is_contiguous()) {
+      const std::uint64_t at = static_cast<std::uint64_t>(info.storage_offset) + first;
+      file_->source().read(info.storage.offset + at * itemsize, dest.first(count * itemsize), what);
       return;
     }
-    // Strided or big-endian: read the whole tensor row-major, keep the rows asked for.
-    const torchfile::TensorInfo& info = *infos_[i];
-    std::vector<std::byte> whole(info.nbytes());
-    file_->read_tensor(info, whole);
-    std::uint64_t row_bytes = info.shape.empty() ? whole.size() : element_count({info.shape.begin() + 1, info.shape.end()}) * dtype_itemsize(info.dtype);
-    std::uint64_t begin = info.shape.empty() ? 0 : static_cast<std::uint64_t>(row) * row_bytes;
-    std::memcpy(dest.data(), whole.data() + begin, dest.size());
+    // Strided or big-endian: the tensor's byte runs in row-major order, the part of
+    // [first, first + count) of each copied.
+    const std::uint64_t begin = first * itemsize, end = (first + count) * itemsize;
+    std::uint64_t pos = 0;  // row-major byte position of the run
+    torchfile::for_each_run(info, [&](std::uint64_t offset, std::uint64_t n) {
+      const std::uint64_t lo = std::max(pos, begin), hi = std::min(pos + n, end);
+      if (lo < hi) file_->source().read(offset + (lo - pos), dest.subspan(lo - begin, hi - lo), what);
+      pos += n;
+    });
+    if (info.big_endian) {
+      std::size_t width = itemsize;
+      if (info.dtype == DType::kComplex32 || info.dtype == DType::kComplex64 || info.dtype == DType::kComplex128) {
+        width /= 2;
+      }
+      for (std::size_t k = 0; width > 1 && k + width <= end - begin; k += width) {
+        std::reverse(dest.begin() + k, dest.begin() + k + width);
+      }
+    }
   }
 
  private:
@@ -167,7 +184,7 @@ class TorchSource final : public ReshardSource {
 
   void walk(const pickle::ValuePtr& node, const ObjectPath& path, int depth) {
     const Value& v = *node;
-    if (depth > kMaxDepth) throw FormatError(path_ + ": nesting deeper than " + std::to_string(kMaxDepth));
+    if (depth > kMaxDepth) throw FormatError(name_ + ": nesting deeper than " + std::to_string(kMaxDepth));
     if (const torchfile::TensorInfo* t = file_->tensor_of(v)) {
       SourceLeaf leaf;
       leaf.fqn = path_to_fqn(path);
@@ -200,135 +217,304 @@ class TorchSource final : public ReshardSource {
     SourceLeaf leaf;
     leaf.fqn = path_to_fqn(path);
     leaf.path = path;
-    // Shares the node of the file's tree; the TorchFile outlives the save.
+    // Shares the node of the file's tree; the TorchFile outlives the writes.
     leaf.object = node;
     infos_.push_back(nullptr);
     leaves_.push_back(std::move(leaf));
   }
 
-  // (source offset, bytes) of rows [row, row + rows) when stored contiguously, little-endian.
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> contiguous_range(std::size_t i, std::int64_t row,
-                                                                          std::int64_t rows) const {
-    const torchfile::TensorInfo& info = *infos_[i];
-    if (info.big_endian || !info.is_contiguous()) return std::nullopt;
-    std::uint64_t itemsize = dtype_itemsize(info.dtype);
-    std::uint64_t row_elems = info.shape.empty() ? 1 : element_count({info.shape.begin() + 1, info.shape.end()});
-    std::uint64_t first = static_cast<std::uint64_t>(info.storage_offset) + static_cast<std::uint64_t>(row) * row_elems;
-    std::uint64_t count = info.shape.empty() ? 1 : static_cast<std::uint64_t>(rows) * row_elems;
-    return std::make_pair(info.storage.offset + first * itemsize, count * itemsize);
-  }
-
-  std::string path_;
+  std::string name_;
   std::unique_ptr<torchfile::TorchFile> file_;
   std::vector<const torchfile::TensorInfo*> infos_;  // per leaf; nullptr for objects
 };
 
-std::unique_ptr<ReshardSource> open_source(const std::string& path, bool verify) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
-  if (S_ISDIR(st.st_mode)) return std::make_unique<DcpSource>(path, verify);
-  return std::make_unique<TorchSource>(path);
+std::unique_ptr<ReshardSource> open_source(const std::string& name, bool verify) {
+  CheckpointLocation location = locate_checkpoint(name);
+  if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, verify);
+  return std::make_unique<TorchSource>(location);
 }
 
-// A rank's boxes: the tree handed to save() and the buffers its tensors point into.
-struct RankState {
+// Step 2: one rank's leaves as save() flattens them (tensor shards without data: planning
+// never reads data).
+FlatStateDict rank_leaves(const std::vector<SourceLeaf>& leaves, int rank, int ranks) {
   FlatStateDict flat;
-  std::vector<std::vector<std::byte>> buffers;
-  std::uint64_t copied = 0;
+  for (const SourceLeaf& leaf : leaves) {
+    flat.planner_data[leaf.fqn] = leaf.path;
+    if (!leaf.is_tensor) {
+      flat.items[leaf.fqn] = leaf.object;
+      continue;
+    }
+    TensorShard shard;
+    shard.dtype = leaf.dtype;
+    shard.global_shape = leaf.shape;
+    shard.requires_grad = leaf.requires_grad;
+    if (leaf.replicated) {
+      shard.offsets.assign(leaf.shape.size(), 0);
+      shard.sizes = leaf.shape;
+    } else {
+      Box box = shard_box(leaf.shape, {ranks}, {Placement::shard(0)}, {rank});
+      shard.offsets = box.offsets;
+      shard.sizes = box.sizes;
+    }
+    flat.items[leaf.fqn] = std::move(shard);
+  }
+  // The round trip save() makes of its state tree, so keys and paths are what it plans on.
+  return flatten_state_dict(unflatten_state_dict(flat));
+}
+
+// One file of one rank, with its items in write order.
+struct FileTask {
+  int rank = 0;
+  std::string file;
+  std::vector<const WriteItem*> items;
 };
 
-// save() reads TensorShard::data and never writes it, so a read-only view of the mapped
-// source may stand in for a buffer.
-std::span<std::byte> as_writable(ByteSpan s) {
-  return {const_cast<std::byte*>(s.data()), s.size()};
+std::vector<FileTask> file_tasks(const GlobalSavePlan& global) {
+  std::vector<FileTask> tasks;
+  for (const SavePlan& plan : global.plans) {
+    std::map<std::string, std::size_t> by_file;
+    for (const std::string& file : plan.files) {
+      by_file[file] = tasks.size();
+      tasks.push_back(FileTask{plan.rank, file, {}});
+    }
+    for (const WriteItem& item : plan.items) {
+      auto it = by_file.find(item.file);
+      if (it == by_file.end()) {
+        throw Error("reshard: item \"" + item.index.fqn + "\" is planned into \"" + item.file +
+                    "\", not a file of rank " + std::to_string(plan.rank) + " (internal error)");
+      }
+      tasks[it->second].items.push_back(&item);
+    }
+  }
+  for (FileTask& task : tasks) {
+    std::sort(task.items.begin(), task.items.end(),
+              [](const WriteItem* a, const WriteItem* b) { return a->index_in_file < b->index_in_file; });
+  }
+  return tasks;
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads; after a failure no new index starts, and
+// the first failure (by index) is rethrown once all threads joined.
+void parallel_for(std::size_t n, std::size_t threads, const std::function<void(std::size_t)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (;;) {
+      if (failed.load()) return;
+      const std::size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed.store(true);
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (std::size_t t = 1; t < std::min(n, threads); ++t) pool.emplace_back(worker);
+    worker();
+  }
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// Step 4, as save()'s coordinator commits: the sidecar, then `.metadata` (atomic).
+void commit(storage::Storage& st, format::Metadata metadata, const std::vector<WrittenItem>& written,
+            const SaveOptions& options) {
+  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
+  for (const WrittenItem& w : written) {
+    metadata.storage_data.emplace(w.index, w.info);
+    if (options.checksum != ChecksumAlgorithm::kNone) {
+      sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
+                                w.checksum, w.blocks});
+    }
+  }
+  storage::WriteOptions wo;
+  wo.durable = options.durable;
+  wo.direct_io = false;
+  if (options.checksum != ChecksumAlgorithm::kNone) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
+  st.write_atomic(kMetadataKey, as_bytes(format::encode_metadata(metadata)), wo);
 }
 
 }  // namespace
 
-ReshardReport reshard(const std::string& source_path, storage::Storage& destination, const ReshardOptions& options) {
+bool is_storage_url(const std::string& s) {
+  const std::size_t scheme_end = s.find("://");
+  return scheme_end != std::string::npos && scheme_end > 0 && !s.starts_with("file://");
+}
+
+CheckpointLocation locate_checkpoint(const std::string& name) {
+  CheckpointLocation location;
+  location.name = name;
+  if (!is_storage_url(name)) {
+    const std::string path = name.starts_with("file://") ? name.substr(7) : name;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
+    if (S_ISDIR(st.st_mode)) {
+      location.is_dcp = true;
+      location.storage = storage::open_storage(path);
+    } else {
+      location.local_file = path;
+    }
+    return location;
+  }
+  std::shared_ptr<storage::Storage> folder = storage::open_storage(name);
+  if (folder->try_stat(kMetadataKey)) {
+    location.is_dcp = true;
+    location.storage = std::move(folder);
+    return location;
+  }
+  // A torch.save object: the URL's last segment (before any query) is its key.
+  const std::size_t query = name.find('?');
+  const std::string base = name.substr(0, query);
+  const std::size_t authority = base.find("://") + 3;
+  const std::size_t slash = base.rfind('/');
+  if (slash != std::string::npos && slash > authority && slash + 1 < base.size()) {
+    const std::string parent = base.substr(0, slash) + (query == std::string::npos ? "" : name.substr(query));
+    const std::string key = base.substr(slash + 1);
+    std::shared_ptr<storage::Storage> holder = storage::open_storage(parent);
+    std::optional<std::uint64_t> size;
+    try {
+      size = holder->try_stat(key);
+    } catch (const UsageError&) {
+      // Not a valid key (e.g. "..."): not an object either.
+    }
+    if (size) {
+      location.storage = std::move(holder);
+      location.key = key;
+      return location;
+    }
+  }
+  throw StorageError(StorageError::Kind::kNotFound,
+                     folder->describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+}
+
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location) {
+  if (location.is_dcp) throw UsageError(location.name + ": a DCP checkpoint, not a torch.save file");
+  if (!location.local_file.empty()) return torchfile::TorchFile::open(FileSource::open(location.local_file));
+  storage::SourceOptions options;
+  options.prefer_mmap = false;
+  return torchfile::TorchFile::open(location.storage->open_source(location.key, options));
+}
+
+ReshardReport reshard(const std::string& source_name, storage::Storage& destination, const ReshardOptions& options) {
   auto start = std::chrono::steady_clock::now();
   if (options.ranks < 1) throw UsageError("reshard: --ranks must be at least 1, got " + std::to_string(options.ranks));
+  if (options.memory_budget_bytes == 0) throw UsageError("reshard: the memory budget must be more than 0 bytes");
+  if (options.save.thread_count < 1) {
+    throw UsageError("reshard: thread_count must be >= 1, found " + std::to_string(options.save.thread_count));
+  }
+  if (options.save.checksum_block_bytes == 0) throw UsageError("reshard: checksum_block_bytes must be > 0");
   if (!destination.list("").empty()) {
     throw UsageError("reshard: destination " + destination.url() + " is not empty");
   }
 
   // 1. Open the source and list its leaves.
-  std::unique_ptr<ReshardSource> source = open_source(source_path, options.verify_checksums);
+  std::unique_ptr<ReshardSource> source = open_source(source_name, options.verify_checksums);
   const std::vector<SourceLeaf>& leaves = source->leaves();
   ReshardReport report;
   report.source_format = source->format();
-
-  // 2. Replicated tensors once, shared by every rank.
-  std::map<std::size_t, std::vector<std::byte>> replicated;
-  std::map<std::size_t, ByteSpan> replicated_view;
+  std::map<ObjectPath, std::size_t> leaf_of_path;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
-    const SourceLeaf& leaf = leaves[i];
-    if (!leaf.is_tensor) {
+    leaf_of_path[leaves[i].path] = i;
+    if (!leaves[i].is_tensor) {
       ++report.objects;
       continue;
     }
     ++report.tensors;
-    report.payload_bytes += leaf_bytes(leaf);
-    if (!leaf.replicated) continue;
-    std::int64_t rows = leaf.shape.empty() ? 1 : leaf.shape[0];
-    if (auto view = source->view_rows(i, 0, rows)) {
-      replicated_view[i] = *view;
-    } else {
-      auto& buffer = replicated[i];
-      buffer.resize(leaf_bytes(leaf));
-      source->read_rows(i, 0, rows, buffer);
-      report.copied_bytes += buffer.size();
-    }
+    report.payload_bytes += leaf_bytes(leaves[i]);
   }
 
-  // 3. Each rank fills its boxes and saves.
-  std::vector<RankState> ranks(static_cast<std::size_t>(options.ranks));
-  std::vector<std::uint64_t> written(ranks.size(), 0);
-  comm::ThreadGroup group(options.ranks);
-  group.run([&](comm::Communicator& comm) {
-    RankState& mine = ranks[static_cast<std::size_t>(comm.rank())];
-    for (std::size_t i = 0; i < leaves.size(); ++i) {
-      const SourceLeaf& leaf = leaves[i];
-      mine.flat.planner_data[leaf.fqn] = leaf.path;
-      if (!leaf.is_tensor) {
-        mine.flat.items[leaf.fqn] = leaf.object;
-        continue;
-      }
-      TensorShard shard;
-      shard.dtype = leaf.dtype;
-      shard.global_shape = leaf.shape;
-      shard.requires_grad = leaf.requires_grad;
-      if (leaf.replicated) {
-        shard.offsets.assign(leaf.shape.size(), 0);
-        shard.sizes = leaf.shape;
-        auto view = replicated_view.find(i);
-        shard.data = view != replicated_view.end() ? as_writable(view->second) : std::span<std::byte>(replicated.at(i));
-      } else {
-        Box box = shard_box(leaf.shape, {options.ranks}, {Placement::shard(0)}, {comm.rank()});
-        shard.offsets = box.offsets;
-        shard.sizes = box.sizes;
-        std::uint64_t nbytes = element_count(box.sizes) * dtype_itemsize(leaf.dtype);
-        if (nbytes > 0) {
-          if (auto view = source->view_rows(i, box.offsets[0], box.sizes[0])) {
-            shard.data = as_writable(*view);
-          } else {
-            mine.buffers.emplace_back(nbytes);
-            source->read_rows(i, box.offsets[0], box.sizes[0], mine.buffers.back());
-            shard.data = mine.buffers.back();
-            mine.copied += nbytes;
-          }
-        }
-      }
-      mine.flat.items[leaf.fqn] = std::move(shard);
-    }
-    StateNode state = unflatten_state_dict(mine.flat);
-    SaveReport saved = save(state, destination, comm, options.save);
-    written[static_cast<std::size_t>(comm.rank())] = saved.bytes_written;
-  });
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    report.copied_bytes += ranks[r].copied;
-    report.bytes_written += written[r];
+  // 2. Plan as save() does.
+  std::vector<FlatStateDict> flats;
+  std::vector<SavePlan> local_plans;
+  for (int r = 0; r < options.ranks; ++r) {
+    flats.push_back(rank_leaves(leaves, r, options.ranks));
+    local_plans.push_back(make_local_save_plan(flats.back(), r));
   }
+  SavePlanOptions plan_options;
+  plan_options.thread_count = options.save.thread_count;
+  plan_options.single_file_per_rank = true;
+  plan_options.dedup_to_lowest_rank = options.save.dedup_to_lowest_rank;
+  GlobalSavePlan global = make_global_save_plan(std::move(local_plans), plan_options);
+  const std::vector<FileTask> tasks = file_tasks(global);
+
+  // 3. Write the files, streaming each item from the source.
+  std::size_t workers = options.parallel_files > 0 ? static_cast<std::size_t>(options.parallel_files) : 4;
+  workers = std::max<std::size_t>(1, std::min(workers, tasks.size()));
+  const std::uint64_t slab_bytes = std::max(kMinSlabBytes, options.memory_budget_bytes / workers);
+  report.slab_bytes = slab_bytes;
+  ItemWriteOptions item_options;
+  item_options.checksum = options.save.checksum;
+  item_options.block_size = options.save.checksum_block_bytes;
+  storage::WriteOptions write_options;
+  write_options.durable = options.save.durable;
+  write_options.direct_io = options.save.direct_io;
+
+  std::vector<std::vector<WrittenItem>> written(tasks.size());
+  std::vector<char> committed(tasks.size(), 0);
+  std::atomic<std::uint64_t> copied{0};
+  try {
+    parallel_for(tasks.size(), workers, [&](std::size_t t) {
+      const FileTask& task = tasks[t];
+      const FlatStateDict& flat = flats[static_cast<std::size_t>(task.rank)];
+      std::vector<std::byte> slab;
+      std::unique_ptr<storage::StorageWriter> writer = destination.open_writer(task.file, write_options);
+      for (const WriteItem* item : task.items) {
+        const FlatValue& value = flat.items.at(item->index.fqn);
+        if (item->type == WriteItemType::kBytes) {
+          written[t].push_back(write_item(*writer, task.file, *item, value, item_options));
+          continue;
+        }
+        const std::size_t leaf = leaf_of_path.at(flat.planner_data.at(item->index.fqn));
+        const format::ChunkStorageMetadata& chunk = item->chunk;
+        auto produce = [&](const std::function<void(ByteSpan)>& write) {
+          for_each_box(chunk.sizes, dtype_itemsize(item->dtype), slab_bytes,
+                       [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
+                         Shape global_offsets(offsets);
+                         for (std::size_t d = 0; d < global_offsets.size(); ++d) global_offsets[d] += chunk.offsets[d];
+                         if (slab.size() < n) slab.resize(static_cast<std::size_t>(n));
+                         std::span<std::byte> piece(slab.data(), static_cast<std::size_t>(n));
+                         source->read_box(leaf, global_offsets, sizes, piece);
+                         copied += n;
+                         write(piece);
+                       });
+        };
+        written[t].push_back(write_tensor_item(*writer, task.file, *item, produce, item_options));
+      }
+      writer->commit();
+      committed[t] = 1;
+    });
+
+    // 4. Commit.
+    std::vector<WrittenItem> all;
+    for (auto& items : written) {
+      for (WrittenItem& w : items) {
+        report.bytes_written += w.info.length;
+        all.push_back(std::move(w));
+      }
+    }
+    commit(destination, std::move(global.metadata), all, options.save);
+  } catch (...) {
+    // Best effort: without `.metadata` the files are not a checkpoint anyway.
+    for (std::size_t t = 0; t < tasks.size(); ++t) {
+      if (!committed[t]) continue;
+      try {
+        destination.remove(tasks[t].file);
+      } catch (...) {
+      }
+    }
+    try {
+      destination.remove(kChecksumSidecar);
+    } catch (...) {
+    }
+    throw;
+  }
+  report.copied_bytes = copied.load();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -5,37 +5,48 @@
 // tensors are written whole once, objects are kept. With ranks = 1 and a torch.save
 // source it is the torch.save -> DCP conversion.
 //
-// How (steps run in this process; the N ranks are threads of a comm::ThreadGroup):
+// Sources: a local DCP folder or torch.save file, or a storage URL (s3://, gs://, az://,
+// abfs://, file://, memory://; storage_registry.h). A URL names a DCP checkpoint when
+// `<url>/.metadata` exists; otherwise, when its last segment names an object, that object
+// is read as a torch.save file (ranged reads: only its headers, data.pkl and tensor bytes
+// are fetched); otherwise it is "not a committed checkpoint" (locate_checkpoint()).
+//
+// How (one process, no communicator; the output is byte for byte what N ranks calling
+// engine::save() on the same boxes would write, see tests/cli/reshard_test.cc):
 //   1. Open the source and list its leaves in DCP flattening order (engine/flatten.h,
 //      PyTorch >= 2.4 rule) with their planner_data paths. A DCP source keeps its paths.
-//   2. Read every object (small) and every replicated-looking tensor once; all ranks
-//      share those buffers.
-//   3. (each rank thread) Fill its own boxes from the source, then engine::save() the
-//      tree into the destination. save() publishes `.metadata` last (commit marker), so
-//      a failed reshard leaves no checkpoint behind.
+//      Objects are read now (small); tensor data is not.
+//   2. Plan as save() does: each rank's flattened leaves (tensor shards without data) ->
+//      make_local_save_plan -> make_global_save_plan (dedup, files __{r}_{n}.distcp).
+//   3. Write every rank's files, `parallel_files` at a time. Each item is streamed into its
+//      file through write_tensor_item(): its box is read from the source in slabs of at
+//      most memory_budget_bytes / parallel_files (CheckpointReader::read_box for DCP,
+//      pread / ranged reads for torch.save) and appended as it is read.
+//   4. Commit as save() does: the checksum sidecar, then `.metadata` in one atomic write
+//      (the commit marker), so a failed reshard leaves no checkpoint behind; files already
+//      written are removed (best effort).
 //
 // Replicated-looking: in a DCP source whose tensors were sharded (some tensor has more than
 // one saved chunk), a tensor with dimensions stored as exactly one chunk covering it
 // whole: what DCP writes for a plain (replicated) tensor. In a torch.save source nothing
 // is replicated-looking: every tensor with dimensions is sharded.
 //
-// Memory: every rank holds its boxes until save() returns, so the whole payload is in
-// memory at once (payload / N per rank) for a DCP source. Peak RSS is about twice the
-// payload then, because the source files CheckpointReader maps count too (page cache, not
-// copies; measured: 0.73 GB checkpoint 4 -> 3 ranks, max RSS 1.50 GiB). For a torch.save source whose
-// tensors are contiguous and little-endian, boxes alias the mapped file instead (page
-// cache, no copy); other tensors (strided views, big-endian files) are copied. A later
-// version can write items one by one from the source through the planner (TODO(reshard):
-// stream through save_plan + item_writer to bound memory by the buffer pool).
+// Memory: bounded by the options, whatever the checkpoint size: memory_budget_bytes of
+// slabs, plus the destination driver's staging buffers (StorageOptions: 64 MiB by default;
+// object stores also hold their multipart part buffers), plus the objects and the
+// metadata. Sources are read with pread / ranged GETs, never mapped, so source pages do
+// not count in the RSS (measured in bench/README.md "reshard").
 //
 // Thread-safety: reshard() calls may run concurrently on different destinations.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "engine/checkpoint.h"
 #include "storage/storage.h"
+#include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {
 
@@ -44,8 +55,13 @@ struct ReshardOptions {
   int ranks = 1;
   // Verify the source's sidecar checksums while reading (DCP sources that have one).
   bool verify_checksums = true;
-  // Passed to every rank's save() (checksums, durability, O_DIRECT, threads per rank).
+  // As for save(): checksums, durability, O_DIRECT, dedup; thread_count = files per rank.
   SaveOptions save;
+  // Bytes of tensor data read from the source and held at once (the slabs of the files
+  // being written). Smaller budgets mean more, smaller reads. REQUIRES > 0.
+  std::uint64_t memory_budget_bytes = std::uint64_t{256} << 20;
+  // Files written at once; 0: min(4, all files). Each holds one slab.
+  int parallel_files = 0;
 };
 
 struct ReshardReport {
@@ -53,17 +69,40 @@ struct ReshardReport {
   std::uint64_t tensors = 0;       // tensor leaves written
   std::uint64_t objects = 0;       // object leaves written
   std::uint64_t payload_bytes = 0; // tensor bytes (each tensor once)
-  std::uint64_t copied_bytes = 0;  // bytes copied into memory for the ranks' boxes
+  std::uint64_t copied_bytes = 0;  // tensor bytes read from the source (slabs)
+  std::uint64_t slab_bytes = 0;    // largest slab of one file writer
   std::uint64_t bytes_written = 0; // all ranks, blobs with headers
   double seconds = 0;              // the whole call
 };
 
-// Rewrites the checkpoint at `source` (a path: a folder is read as DCP, a file as
-// torch.save) into `destination`, which must be empty. Blocks until the checkpoint is
-// committed. Throws UsageError for ranks < 1 or a non-empty destination; FormatError /
+// Where a checkpoint named by a local path or a storage URL lives (see the top of this
+// file). Local paths: a folder is a DCP checkpoint, a file a torch.save file (an absent
+// path throws StorageError kNotFound naming it). URLs: `.metadata` under the URL makes a
+// DCP checkpoint; otherwise an object at the URL's last segment is a torch.save file;
+// otherwise StorageError kNotFound "<url>/.metadata: not a committed checkpoint (no
+// .metadata)". Authentication and network errors propagate (StorageError naming the URL).
+struct CheckpointLocation {
+  bool is_dcp = false;
+  std::string name;                           // the path or URL as given
+  std::shared_ptr<storage::Storage> storage;  // DCP: the checkpoint; torch.save: its parent
+  std::string key;                            // torch.save behind a URL: the object's key
+  std::string local_file;                     // torch.save on the local filesystem
+};
+CheckpointLocation locate_checkpoint(const std::string& path_or_url);
+
+// Opens the torch.save file of a location (REQUIRES !is_dcp) for pread / ranged reads
+// (never mapped). Throws StorageError / FormatError naming it.
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location);
+
+// True when `s` has a "scheme://" other than file:// (an object-store or memory URL).
+bool is_storage_url(const std::string& s);
+
+// Rewrites the checkpoint at `source` (a path or URL, see locate_checkpoint()) into
+// `destination`, which must be empty. Blocks until the checkpoint is committed. Throws
+// UsageError for ranks < 1, a zero budget or a non-empty destination; FormatError /
 // StorageError / PlanError from reading the source (naming file and fqn), or when a
-// torch.save source's root is not a mapping; whatever save() throws. On failure nothing
-// is committed (no `.metadata`).
+// torch.save source's root is not a mapping; StorageError from writing. On failure nothing
+// is committed (no `.metadata`) and the files written are removed (best effort).
 ReshardReport reshard(const std::string& source, storage::Storage& destination, const ReshardOptions& options);
 
 }  // namespace shardpoint::engine
