@@ -52,9 +52,12 @@ std::map<std::string, std::vector<float>> tensors_of(const std::string& path) {
     out[name] = std::move(v);
   };
   for (const auto& [k, v] : tf->root()->get("state_dict")->entries()) read("model/" + k->as_string(), *v);
+  // Lightning's full files key the optimizer state by parameter id.
   auto state = tf->root()->get("optimizer_states")->items().at(0)->get("state");
   for (const auto& [k, per] : state->entries()) {
-    for (const auto& [key, t] : per->entries()) read("optim/" + k->as_string() + "/" + key->as_string(), *t);
+    EXPECT_TRUE(k->is(pickle::Kind::kInt)) << path;
+    const std::string id = k->is(pickle::Kind::kInt) ? std::to_string(k->as_int()) : k->as_string();
+    for (const auto& [key, t] : per->entries()) read("optim/" + id + "/" + key->as_string(), *t);
   }
   return out;
 }

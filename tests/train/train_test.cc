@@ -84,6 +84,27 @@ TEST(DataTest, WikiTextRules) {
   EXPECT_EQ(rank_items(2, 4, 1, 2, 100), (std::vector<std::int64_t>{9, 11}));
   EXPECT_EQ(rank_items(0, 4, 2, 3, 100), (std::vector<std::int64_t>{2}));
   EXPECT_EQ(rank_items(30, 4, 0, 1, 100), (std::vector<std::int64_t>{20, 21, 22, 23}));
+  EXPECT_EQ(rank_items(3, 3, 0, 1, 10), (std::vector<std::int64_t>{9, 0, 1}));  // an epoch's last batch wraps
+  EXPECT_EQ(rank_items(4, 3, 0, 1, 10), (std::vector<std::int64_t>{0, 1, 2}));  // the next epoch starts over
+}
+
+TEST(DataTest, ScheduleEpochsAndAccumulation) {
+  // 10 items, batches of 3: 4 batches an epoch; 3 batches a step: steps of 3 and 1 batches.
+  const DataSchedule s{10, 3, 3};
+  EXPECT_EQ(s.batches_per_epoch(), 4);
+  EXPECT_EQ(s.steps_per_epoch(), 2);
+  EXPECT_EQ(s.epoch_of_step(1), 0);
+  EXPECT_EQ(s.epoch_of_step(2), 1);
+  EXPECT_EQ(s.batches_before(1), 3);
+  EXPECT_EQ(s.batches_before(2), 4);
+  EXPECT_EQ(s.batches_before(3), 7);
+  EXPECT_EQ(s.batches_in_step(0), 3);
+  EXPECT_EQ(s.batches_in_step(1), 1);  // the epoch's remainder (Lightning steps at epoch end)
+  EXPECT_EQ(s.item(3, 1), 0);
+  EXPECT_EQ(s.item(4, 0), 0);
+  const DataSchedule one{10, 4, 1};
+  EXPECT_EQ(one.steps_per_epoch(), 3);
+  EXPECT_EQ(one.batches_before(5), 5);
 }
 
 TEST(FSDPStrategyTest, StateDictTypeIsFullOrSharded) {
@@ -111,7 +132,7 @@ std::vector<at::Tensor> train_on(int world, const std::string& opt, int steps) {
     OptimizerConfig oc = optimizer_config(opt, opt == "sgd" ? 0.1 : 1e-3);
     if (opt == "sgd") oc.momentum = 0.9;
     ShardedOptimizer o(oc, s.names());
-    for (int i = 0; i < steps; ++i) run_step(s, o, cfg, data, i, 3, 7);
+    for (int i = 0; i < steps; ++i) run_step(s, o, cfg, data, DataSchedule{data.size(), 3, 1}, i, 7);
     auto full = s.full_params();
     if (comm.rank() == 0) out = full;
   });
