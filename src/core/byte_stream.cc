@@ -43,6 +43,12 @@ void FileSource::read(std::uint64_t offset, std::span<std::byte> out, std::strin
   fd_->pread_exact(out, base_ + offset, what);
 }
 
+void FileSource::will_need(std::uint64_t offset, std::uint64_t length) const {
+  if (offset >= length_) return;
+  length = std::min(length, length_ - offset);
+  ::posix_fadvise(fd_->get(), static_cast<off_t>(base_ + offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
+}
+
 std::unique_ptr<FileSource> FileSource::window(std::uint64_t offset, std::uint64_t length,
                                                std::string name) const {
   check_range(offset, length, "window");

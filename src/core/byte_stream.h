@@ -37,6 +37,10 @@ class ByteSource {
                                        std::string_view what) const {
     return std::nullopt;
   }
+  // Hint: [offset, offset+length) will be read soon, so a driver may start fetching it
+  // (a file: posix_fadvise WILLNEED, which queues the reads without waiting). Ranges
+  // outside the source are clipped; never throws; the default does nothing.
+  virtual void will_need(std::uint64_t offset, std::uint64_t length) const {}
   // Convenience: read into a new buffer (size checked against size() before allocating).
   std::string read_string(std::uint64_t offset, std::uint64_t length, std::string_view what) const;
 
@@ -70,6 +74,7 @@ class FileSource final : public ByteSource {
   const std::string& name() const override { return name_; }
   std::uint64_t size() const override { return length_; }
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override;
+  void will_need(std::uint64_t offset, std::uint64_t length) const override;
   // A sub-window of this source, sharing the descriptor.
   std::unique_ptr<FileSource> window(std::uint64_t offset, std::uint64_t length, std::string name) const;
 

@@ -219,7 +219,7 @@ void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
 }
 
 // ---------------------------------------------------------------------------------------
-// Load, steps 2-3 on one rank.
+// Load, steps 2-4 on one rank.
 
 class FileSources {
  public:
@@ -267,16 +267,68 @@ const format::StorageInfo& find_storage(const format::Metadata& metadata, const 
   return it->second;
 }
 
-void load_on_rank(StateNode& state, storage::Storage& st, const std::string& broadcast, const LoadOptions& options,
-                  LoadReport& report) {
-  const std::vector<std::string> parts = unpack_parts(broadcast, "load: metadata broadcast");
-  if (parts.size() != 3) throw FormatError("load: metadata broadcast: expected 3 parts");
-  const std::string metadata_name = st.describe_key(kMetadataKey);
-  const format::Metadata metadata = format::decode_metadata(as_bytes(parts[0]), metadata_name);
-  std::optional<ChecksumSidecar> sidecar;
-  if (options.verify_checksums && parts[1] == "1") {
-    sidecar = ChecksumSidecar::decode(parts[2], st.describe_key(kChecksumSidecar));
+// Announces (ByteSource::will_need) the byte ranges the reader threads will read, in the
+// order they take their tasks, up to kReadAheadBytes ahead of the task being started: the
+// device gets a deep queue of large reads whatever the thread count, and the readers'
+// preads, headers included, find their pages in the cache or in flight.
+class ReadAhead {
+ public:
+  struct Range {
+    std::shared_ptr<const ByteSource> file;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+  };
+  static constexpr std::uint64_t kReadAheadBytes = std::uint64_t{64} << 20;
+  // Largest single hint, so the window advances smoothly.
+  static constexpr std::uint64_t kHintBytes = std::uint64_t{8} << 20;
+
+  // ranges_of_task[i]: what task i reads (file order within a task).
+  explicit ReadAhead(std::vector<std::vector<Range>> ranges_of_task) {
+    std::uint64_t total = 0;
+    for (std::size_t t = 0; t < ranges_of_task.size(); ++t) {
+      task_start_.push_back(total);
+      for (Range& r : ranges_of_task[t]) {
+        // Split large ranges so the window's leading edge moves in kHintBytes steps.
+        for (std::uint64_t done = 0; done < r.length; done += kHintBytes) {
+          const std::uint64_t n = std::min(kHintBytes, r.length - done);
+          hints_.push_back({r.file, r.offset + done, n});
+          hint_end_.push_back(total += n);
+        }
+      }
+    }
   }
+
+  // Called by a reader as it starts task `task` (tasks start in increasing order).
+  void starting(std::size_t task) {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // another reader is advancing the window
+    const std::uint64_t limit = (task < task_start_.size() ? task_start_[task] : 0) + kReadAheadBytes;
+    while (next_ < hints_.size() && (next_ == 0 || hint_end_[next_ - 1] < limit)) {
+      const Range& h = hints_[next_++];
+      h.file->will_need(h.offset, h.length);
+    }
+  }
+
+ private:
+  std::vector<std::uint64_t> task_start_;  // bytes announced before task i's ranges
+  std::vector<Range> hints_;
+  std::vector<std::uint64_t> hint_end_;    // cumulative bytes through hint i
+  std::mutex mu_;
+  std::size_t next_ = 0;
+};
+
+// What the read phase leaves for the collective verification of partial blocks.
+struct PendingChecks {
+  std::optional<ChecksumSidecar> sidecar;
+  std::vector<BlockPiece> pieces;
+};
+
+void load_on_rank(StateNode& state, const std::vector<std::string>& parts, const std::string& metadata_name,
+                  const std::string& sidecar_name, FileSources& sources, const LoadOptions& options,
+                  LoadReport& report, PendingChecks& pending) {
+  const format::Metadata metadata = format::decode_metadata(as_bytes(parts[0]), metadata_name);
+  std::optional<ChecksumSidecar>& sidecar = pending.sidecar;
+  if (options.verify_checksums && parts[1] == "1") sidecar = ChecksumSidecar::decode(parts[2], sidecar_name);
 
   // Tensor leaves are boxes with buffers, object leaves placeholders. 2.3-era keys: the
   // ≤2.3 flattening is used when it explains keys the 2.4 rule misses (DCP 2.5).
@@ -297,8 +349,23 @@ void load_on_rank(StateNode& state, storage::Storage& st, const std::string& bro
       object_items.push_back(&item);
     }
   }
-  std::vector<const std::vector<const ReadItem*>*> groups;
-  for (const auto& [key, items] : tensor_groups) groups.push_back(&items);
+  // Blobs in file order (file, offset): the readers then move through each file front to
+  // back, which is what read-ahead and the device do best with.
+  struct Group {
+    const std::vector<const ReadItem*>* items;
+    const format::TensorStorageMetadata* tensor;
+    const format::ChunkStorageMetadata* chunk;
+    const format::StorageInfo* info;
+  };
+  std::vector<Group> groups;
+  for (const auto& [key, items] : tensor_groups) {
+    const auto& tensor = std::get<format::TensorStorageMetadata>(metadata.state_dict_metadata.at(key.fqn));
+    groups.push_back({&items, &tensor, &find_chunk(tensor, items.front()->storage_index),
+                      &find_storage(metadata, key, metadata_name)});
+  }
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    return std::tie(a.info->relative_path, a.info->offset) < std::tie(b.info->relative_path, b.info->offset);
+  });
 
   auto checksums_for = [&](const format::StorageInfo& info) {
     BlobChecksums cs;
@@ -310,24 +377,33 @@ void load_on_rank(StateNode& state, storage::Storage& st, const std::string& bro
     return cs;
   };
 
-  FileSources sources(st);
   const std::size_t tasks = groups.size() + object_items.size();
+  std::vector<std::vector<ReadAhead::Range>> ranges(tasks);
+  for (std::size_t t = 0; t < groups.size(); ++t) {
+    const Group& g = groups[t];
+    std::shared_ptr<const ByteSource> file = sources.get(g.info->relative_path);
+    for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(
+             *g.items, g.chunk->sizes, dtype_itemsize(g.tensor->properties.dtype), g.info->length)) {
+      ranges[t].push_back({file, g.info->offset + r.offset, r.length});
+    }
+  }
+  ReadAhead read_ahead(std::move(ranges));
+
   std::vector<ReadCounts> counts(tasks);
+  std::vector<std::vector<BlockPiece>> pieces(tasks);
   std::vector<pickle::ValuePtr> objects(object_items.size());
   std::atomic<std::uint64_t> needed{0};
 
   parallel_for(tasks, options.thread_count, [&](std::size_t task) {
+    read_ahead.starting(task);
     if (task < groups.size()) {
-      const std::vector<const ReadItem*>& items = *groups[task];
-      const format::MetadataIndex& key = items.front()->storage_index;
-      const auto& entry = metadata.state_dict_metadata.at(key.fqn);
-      const auto& tensor = std::get<format::TensorStorageMetadata>(entry);
-      const format::ChunkStorageMetadata& chunk = find_chunk(tensor, key);
-      const format::StorageInfo& info = find_storage(metadata, key, metadata_name);
-      SavedTensorBlob blob(sources.get(info.relative_path), info, key.fqn, chunk, tensor.properties.dtype);
-      const BlobChecksums cs = checksums_for(info);
-      const std::size_t itemsize = dtype_itemsize(tensor.properties.dtype);
-      for (const ReadItem* item : items) {
+      const Group& g = groups[task];
+      const format::MetadataIndex& key = g.items->front()->storage_index;
+      SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk,
+                           g.tensor->properties.dtype);
+      const BlobChecksums cs = checksums_for(*g.info);
+      const std::size_t itemsize = dtype_itemsize(g.tensor->properties.dtype);
+      for (const ReadItem* item : *g.items) {
         const auto& dest = std::get<TensorShard>(flat.items.at(item->dest_index.fqn));
         const std::uint64_t box_bytes = static_cast<std::uint64_t>(volume(dest.sizes)) * itemsize;
         if (dest.data.size() != box_bytes || (box_bytes > 0 && dest.data.data() == nullptr)) {
@@ -335,7 +411,7 @@ void load_on_rank(StateNode& state, storage::Storage& st, const std::string& bro
                            box_to_string(dest.offsets, dest.sizes) + ": expected a buffer of " +
                            std::to_string(box_bytes) + " bytes, found " + std::to_string(dest.data.size()));
         }
-        blob.read_into(*item, dest.data, dest.sizes, cs);
+        blob.read_into(*item, dest.data, dest.sizes, cs, &pieces[task]);
         needed += static_cast<std::uint64_t>(volume(item->lengths)) * itemsize;
       }
       counts[task] = blob.counts();
@@ -357,12 +433,40 @@ void load_on_rank(StateNode& state, storage::Storage& st, const std::string& bro
     set_at_path(state, path != flat.planner_data.end() ? path->second : format::ObjectPath{fqn},
                 StateNode(objects[k]));
   }
+  for (auto& p : pieces) std::move(p.begin(), p.end(), std::back_inserter(pending.pieces));
 
   ReadCounts total;
   for (const ReadCounts& c : counts) total += c;
   report.bytes_needed = needed.load();
   report.data_bytes_read = total.data_bytes;
   report.bytes_read = total.data_bytes + total.header_bytes;
+}
+
+// (all ranks, when the broadcast carried a sidecar) Step 4: the ranks exchange the pieces
+// of checksum blocks they read only part of, and each checks its blocks by combining the
+// pieces of all ranks (item_reader.h). Returns this rank's error, if any.
+std::exception_ptr verify_pieces_together(comm::Communicator& comm, std::exception_ptr read_error,
+                                          PendingChecks& pending, FileSources& sources, LoadReport& report) {
+  std::vector<std::string> all =
+      comm.all_gather(read_error ? std::string("E") : "P" + encode_block_pieces(pending.pieces));
+  if (read_error) return read_error;
+  if (!pending.sidecar || pending.pieces.empty()) return nullptr;
+  try {
+    std::vector<BlockPiece> everyone;
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r].empty() || all[r][0] != 'P') return nullptr;  // that rank failed; step 5 says so
+      decode_block_pieces(std::string_view(all[r]).substr(1), "load: checksum pieces of rank " + std::to_string(r),
+                          everyone);
+    }
+    ReadCounts counts;
+    verify_block_pieces(pending.pieces, everyone, *pending.sidecar,
+                        [&](const std::string& file) { return sources.get(file); }, counts);
+    report.data_bytes_read += counts.data_bytes;
+    report.bytes_read += counts.data_bytes;
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -552,12 +656,21 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
 
   // 2-3. (all ranks) Plan and read.
   std::exception_ptr error;
+  FileSources sources(checkpoint);
+  PendingChecks pending;
+  bool sidecar_sent = false;
   try {
-    load_on_rank(state, checkpoint, message.substr(1), options, report);
+    const std::vector<std::string> parts = unpack_parts(std::string_view(message).substr(1), "load: metadata broadcast");
+    if (parts.size() != 3) throw FormatError("load: metadata broadcast: expected 3 parts");
+    sidecar_sent = parts[1] == "1";
+    load_on_rank(state, parts, checkpoint.describe_key(kMetadataKey), checkpoint.describe_key(kChecksumSidecar),
+                 sources, options, report, pending);
   } catch (...) {
     error = std::current_exception();
   }
-  // 4. (all ranks) Agree.
+  // 4. (all ranks) Blocks read in pieces by several ranks, verified together.
+  if (sidecar_sent) error = verify_pieces_together(comm, error, pending, sources, report);
+  // 5. (all ranks) Agree.
   agree_or_throw(comm, error, "load");
   report.seconds = seconds_since(t0);
   return report;

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
@@ -29,6 +33,9 @@ class CountedWindow final : public ByteSource {
     if (v) counts_.header_bytes += length;
     return v;
   }
+  void will_need(std::uint64_t offset, std::uint64_t length) const override {
+    if (offset < length_) parent_->will_need(base_ + offset, std::min(length, length_ - offset));
+  }
   void read_data(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const {
     check_range(offset, out.size(), what);
     parent_->read(base_ + offset, out, what);
@@ -46,16 +53,8 @@ class CountedWindow final : public ByteSource {
 
 namespace {
 
-// One copy: `length` bytes at `src` (relative to the chunk's data start) go to `dst`
-// (relative to the destination box's start).
-struct Segment {
-  std::uint64_t src = 0;
-  std::uint64_t dst = 0;
-  std::uint64_t length = 0;
-};
+using Segment = SavedTensorBlob::Segment;
 
-// Walks the saved runs and the destination runs (same bytes, same order, different
-// splits) together.
 std::vector<Segment> pair_runs(const std::vector<ByteRange>& saved, const std::vector<ByteRange>& dest) {
   std::vector<Segment> out;
   std::size_t i = 0, j = 0;
@@ -130,7 +129,7 @@ bool SavedTensorBlob::direct() const { return tensor_->is_contiguous() && !tenso
 ReadCounts SavedTensorBlob::counts() const { return window_->counts(); }
 
 void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest, const format::Shape& dest_box_sizes,
-                                const BlobChecksums& checksums) {
+                                const BlobChecksums& checksums, std::vector<BlockPiece>* pieces) {
   const std::size_t itemsize = dtype_itemsize(dtype_);
   const std::vector<Segment> segments = pair_runs(saved_chunk_byte_ranges(item, chunk_.sizes, itemsize),
                                                   dest_byte_ranges(item, dest_box_sizes, itemsize));
@@ -179,47 +178,274 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
     return;
   }
 
-  // Verified: read each touched block whole, check it, copy the needed parts out.
+  read_verified(segments, data_start, dest, checksums, pieces, what);
+}
+
+namespace {
+
+// One checksum, fed in pieces (crc32c chains; xxh3 streams).
+class Hasher {
+ public:
+  explicit Hasher(ChecksumAlgorithm algorithm) : algorithm_(algorithm) {
+    if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_ = std::make_unique<Xxh3>();
+  }
+  void update(ByteSpan data) {
+    if (algorithm_ == ChecksumAlgorithm::kCrc32c) crc_ = crc32c(crc_, data);
+    if (xxh3_) xxh3_->update(data);
+  }
+  std::uint64_t value() const { return xxh3_ ? xxh3_->digest() : crc_; }
+
+ private:
+  ChecksumAlgorithm algorithm_;
+  std::uint32_t crc_ = 0;
+  std::unique_ptr<Xxh3> xxh3_;
+};
+
+// Whole blocks are read this many bytes per pread at most (several small blocks at once).
+constexpr std::uint64_t kMaxBlockRun = std::uint64_t{4} << 20;
+
+std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block, std::uint64_t begin,
+                     std::uint64_t end, std::uint64_t expected, std::uint64_t found) {
+  return where + ": checksum mismatch in block " + std::to_string(block) + " (blob bytes [" + std::to_string(begin) +
+         ", " + std::to_string(end) + ")): expected " + std::string(checksum_algorithm_name(algorithm)) + " " +
+         hex(algorithm, expected) + ", found " + hex(algorithm, found);
+}
+
+}  // namespace
+
+void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::uint64_t data_start,
+                                    std::span<std::byte> dest, const BlobChecksums& checksums,
+                                    std::vector<BlockPiece>* pieces, const std::string& what) {
   const std::uint64_t block = checksums.block_size;
   const ItemChecksums& entry = *checksums.item;
   if (entry.length != info_.length) {
     throw FormatError(describe() + ": checksum sidecar says the blob has " + std::to_string(entry.length) +
                       " bytes, .metadata says " + std::to_string(info_.length));
   }
+  if (block == 0) throw FormatError(describe() + ": checksum sidecar has block size 0");
+  const bool combine_later = pieces != nullptr && checksums.algorithm == ChecksumAlgorithm::kCrc32c;
+  auto check_block_index = [&](std::uint64_t b) {
+    if (b >= entry.blocks.size()) {
+      throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
+                        " blocks, block " + std::to_string(b) + " needed");
+    }
+  };
+
+  // The parts of one block read so far (blob offsets, and where the bytes now are).
+  struct Part {
+    std::uint64_t begin, end;
+    const std::byte* data;
+  };
+  std::vector<Part> parts;
+  std::uint64_t parts_block = 0;
   std::vector<std::byte> scratch;
-  std::size_t first = 0;  // first segment that may still overlap the current block
-  std::int64_t last_block = -1;
-  for (std::size_t si = 0; si < segments.size(); ++si) {
-    const std::uint64_t seg_begin = data_start + segments[si].src;
-    const std::uint64_t seg_end = seg_begin + segments[si].length;
-    for (std::uint64_t b = seg_begin / block; b * block < seg_end; ++b) {
-      if (static_cast<std::int64_t>(b) <= last_block) continue;
-      last_block = static_cast<std::int64_t>(b);
+  auto finish_partial_block = [&] {
+    if (parts.empty()) return;
+    if (combine_later) {
+      for (const Part& p : parts) {
+        const ByteSpan bytes(p.data, static_cast<std::size_t>(p.end - p.begin));
+        if (!pieces->empty() && pieces->back().file == info_.relative_path &&
+            pieces->back().blob_offset == info_.offset && pieces->back().end == p.begin &&
+            p.begin % block != 0) {
+          pieces->back().crc = crc32c(pieces->back().crc, bytes);  // continues the same block
+          pieces->back().end = p.end;
+        } else {
+          pieces->push_back(BlockPiece{info_.relative_path, info_.offset, p.begin, p.end, crc32c(0, bytes)});
+        }
+      }
+    } else {
+      // Alone: read what this item does not need of the block, hash the parts in order.
+      const std::uint64_t b_begin = parts_block * block;
+      const std::uint64_t b_end = std::min(b_begin + block, info_.length);
+      std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
+      Hasher h(checksums.algorithm);
+      std::uint64_t pos = b_begin;
+      auto gap = [&](std::uint64_t until) {
+        if (until <= pos) return;
+        scratch.resize(static_cast<std::size_t>(until - pos));
+        window_->read_data(pos, scratch, what);
+        h.update(scratch);
+        pos = until;
+      };
+      for (const Part& p : parts) {
+        gap(p.begin);
+        if (p.end <= pos) continue;
+        const std::uint64_t from = std::max(p.begin, pos);
+        h.update(ByteSpan(p.data + (from - p.begin), static_cast<std::size_t>(p.end - from)));
+        pos = p.end;
+      }
+      gap(b_end);
+      if (h.value() != entry.blocks[parts_block]) {
+        throw FormatError(mismatch(describe(), checksums.algorithm, parts_block, b_begin, b_end,
+                                   entry.blocks[parts_block], h.value()));
+      }
+    }
+    parts.clear();
+  };
+
+  for (const Segment& s : segments) {
+    std::uint64_t pos = data_start + s.src;
+    const std::uint64_t end = pos + s.length;
+    std::byte* out = dest.data() + s.dst;
+    while (pos < end) {
+      const std::uint64_t b = pos / block;
+      check_block_index(b);
       const std::uint64_t b_begin = b * block;
       const std::uint64_t b_end = std::min(b_begin + block, info_.length);
-      if (b >= entry.blocks.size()) {
-        throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
-                          " blocks, block " + std::to_string(b) + " needed");
+      if (pos == b_begin && end >= b_end) {
+        // A run of whole blocks: straight into the destination, each checked in place.
+        std::uint64_t run_end = b_end;
+        while (run_end < end && run_end - pos < kMaxBlockRun && std::min(run_end + block, info_.length) <= end) {
+          run_end = std::min(run_end + block, info_.length);
+        }
+        window_->read_data(pos, std::span<std::byte>(out, static_cast<std::size_t>(run_end - pos)), what);
+        for (std::uint64_t at = pos; at < run_end;) {
+          const std::uint64_t k = at / block;
+          check_block_index(k);
+          const std::uint64_t k_end = std::min(at + block, info_.length);
+          const std::uint64_t found =
+              checksum_of(checksums.algorithm, ByteSpan(out + (at - pos), static_cast<std::size_t>(k_end - at)));
+          if (found != entry.blocks[k]) {
+            throw FormatError(mismatch(describe(), checksums.algorithm, k, at, k_end, entry.blocks[k], found));
+          }
+          at = k_end;
+        }
+        out += run_end - pos;
+        pos = run_end;
+        continue;
       }
-      scratch.resize(static_cast<std::size_t>(b_end - b_begin));
-      window_->read_data(b_begin, scratch, what);
-      const std::uint64_t found = checksum_of(checksums.algorithm, scratch);
-      if (found != entry.blocks[b]) {
-        throw FormatError(describe() + ": checksum mismatch in block " + std::to_string(b) + " (blob bytes [" +
-                          std::to_string(b_begin) + ", " + std::to_string(b_end) + ")): expected " +
-                          std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
-                          hex(checksums.algorithm, entry.blocks[b]) + ", found " + hex(checksums.algorithm, found));
+      // Part of a block: read what is needed, verify when the block is done.
+      const std::uint64_t piece_end = std::min(end, b_end);
+      window_->read_data(pos, std::span<std::byte>(out, static_cast<std::size_t>(piece_end - pos)), what);
+      if (!parts.empty() && parts_block != b) finish_partial_block();
+      parts_block = b;
+      parts.push_back(Part{pos, piece_end, out});
+      out += piece_end - pos;
+      pos = piece_end;
+    }
+  }
+  finish_partial_block();
+}
+
+std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<const ReadItem*>& items,
+                                                          const format::Shape& chunk_sizes, std::size_t itemsize,
+                                                          std::uint64_t blob_length) {
+  std::vector<ByteRange> ranges;
+  auto add = [&](std::uint64_t begin, std::uint64_t end) {
+    end = std::min(end, blob_length);
+    if (begin < end) ranges.push_back({begin, end - begin});
+  };
+  add(0, kHeaderAllowance);
+  add(blob_length > kHeaderAllowance ? blob_length - kHeaderAllowance : 0, blob_length);
+  for (const ReadItem* item : items) {
+    std::vector<ByteRange> runs;
+    try {
+      runs = saved_chunk_byte_ranges(*item, chunk_sizes, itemsize);
+    } catch (const Error&) {
+      continue;  // read_into reports it
+    }
+    if (runs.empty()) continue;
+    const std::uint64_t lo = runs.front().offset;
+    const std::uint64_t hi = runs.back().offset + runs.back().length;
+    add(lo, hi + kHeaderAllowance);
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> merged;
+  for (const ByteRange& r : ranges) {
+    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
+      merged.back().length = std::max(merged.back().offset + merged.back().length, r.offset + r.length) -
+                             merged.back().offset;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+std::string encode_block_pieces(const std::vector<BlockPiece>& pieces) {
+  std::string out;
+  put_le<std::uint64_t>(out, pieces.size());
+  for (const BlockPiece& p : pieces) {
+    put_le<std::uint32_t>(out, static_cast<std::uint32_t>(p.file.size()));
+    out += p.file;
+    put_le<std::uint64_t>(out, p.blob_offset);
+    put_le<std::uint64_t>(out, p.begin);
+    put_le<std::uint64_t>(out, p.end);
+    put_le<std::uint32_t>(out, p.crc);
+  }
+  return out;
+}
+
+void decode_block_pieces(std::string_view bytes, std::string_view what, std::vector<BlockPiece>& out) {
+  ByteCursor c(as_bytes(bytes));
+  const std::uint64_t n = c.read_le<std::uint64_t>(what);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    BlockPiece p;
+    const std::uint32_t len = c.read_le<std::uint32_t>(what);
+    p.file = std::string(as_chars(c.read_bytes(len, what)));
+    p.blob_offset = c.read_le<std::uint64_t>(what);
+    p.begin = c.read_le<std::uint64_t>(what);
+    p.end = c.read_le<std::uint64_t>(what);
+    p.crc = c.read_le<std::uint32_t>(what);
+    out.push_back(std::move(p));
+  }
+  if (!c.at_end()) throw FormatError(std::string(what) + ": " + std::to_string(c.remaining()) + " bytes after the pieces");
+}
+
+void verify_block_pieces(const std::vector<BlockPiece>& mine, const std::vector<BlockPiece>& everyone,
+                         const ChecksumSidecar& sidecar,
+                         const std::function<std::shared_ptr<const ByteSource>(const std::string&)>& source,
+                         ReadCounts& counts) {
+  const std::uint64_t block = sidecar.block_size();
+  if (mine.empty() || block == 0) return;
+  using BlockKey = std::tuple<std::string, std::uint64_t, std::uint64_t>;  // file, blob offset, block
+  std::map<BlockKey, std::vector<const BlockPiece*>> by_block;
+  for (const BlockPiece& p : everyone) by_block[{p.file, p.blob_offset, p.begin / block}].push_back(&p);
+  for (const BlockPiece& p : mine) by_block[{p.file, p.blob_offset, p.begin / block}].push_back(&p);
+
+  std::set<BlockKey> checked;
+  std::vector<std::byte> scratch;
+  for (const BlockPiece& m : mine) {
+    const BlockKey key{m.file, m.blob_offset, m.begin / block};
+    if (!checked.insert(key).second) continue;
+    const ItemChecksums* entry = sidecar.find(m.file, m.blob_offset);
+    const std::uint64_t b = std::get<2>(key);
+    if (entry == nullptr || b >= entry->blocks.size()) {
+      throw FormatError(m.file + ": blob at offset " + std::to_string(m.blob_offset) +
+                        ": checksum sidecar has no block " + std::to_string(b));
+    }
+    const std::uint64_t b_begin = b * block;
+    const std::uint64_t b_end = std::min(b_begin + block, entry->length);
+    const std::vector<const BlockPiece*>& candidates = by_block[key];
+    // Cover the block left to right: the longest piece that starts where the cover ends;
+    // where none does, read the bytes up to the next piece.
+    std::uint32_t crc = 0;
+    for (std::uint64_t pos = b_begin; pos < b_end;) {
+      const BlockPiece* best = nullptr;
+      std::uint64_t next = b_end;
+      for (const BlockPiece* q : candidates) {
+        if (q->end > b_end || q->begin >= q->end) continue;
+        if (q->begin == pos) {
+          if (best == nullptr || q->end > best->end) best = q;
+        } else if (q->begin > pos) {
+          next = std::min(next, q->begin);
+        }
       }
-      while (first < segments.size() && data_start + segments[first].src + segments[first].length <= b_begin) ++first;
-      for (std::size_t k = first; k < segments.size(); ++k) {
-        const std::uint64_t begin = data_start + segments[k].src;
-        if (begin >= b_end) break;
-        const std::uint64_t lo = std::max(begin, b_begin);
-        const std::uint64_t hi = std::min(begin + segments[k].length, b_end);
-        if (lo >= hi) continue;
-        std::memcpy(dest.data() + segments[k].dst + (lo - begin), scratch.data() + (lo - b_begin),
-                    static_cast<std::size_t>(hi - lo));
+      if (best != nullptr) {
+        crc = crc32c_combine(crc, best->crc, best->end - best->begin);
+        pos = best->end;
+        continue;
       }
+      scratch.resize(static_cast<std::size_t>(next - pos));
+      source(m.file)->read(m.blob_offset + pos, scratch, m.file + ": item \"" + entry->fqn + "\" checksum block");
+      counts.data_bytes += scratch.size();
+      crc = crc32c(crc, scratch);
+      pos = next;
+    }
+    if (crc != entry->blocks[b]) {
+      std::string where = m.file + ": item \"" + entry->fqn + "\"";
+      if (entry->chunk_offsets) where += " chunk at " + shape_to_string(*entry->chunk_offsets);
+      throw FormatError(mismatch(where, ChecksumAlgorithm::kCrc32c, b, b_begin, b_end, entry->blocks[b], crc));
     }
   }
 }

@@ -8,19 +8,34 @@
 // shardpoint and DCP write); any other saved layout (permuted strides, big-endian files)
 // takes a slower path through a temporary copy of the chunk.
 //
-// Verification (a sidecar entry given): every data read is widened to the checksum blocks
-// it touches, each block is read whole into a scratch buffer, checked, and the needed
-// parts are copied out. A bytes item is read whole and checked against the item checksum.
-// Mismatches throw FormatError naming the file, the fqn, the block and expected vs found.
+// Verification (a sidecar entry given): data is read straight into the destination and
+// each checksum block is checked there, right after its read (while it is in cache). A
+// block the item needs only part of (a reshard boundary) is handled one of two ways:
+//  - alone (read_into without `pieces`, CheckpointReader): the missing parts of the block
+//    are read into a scratch buffer and the checksum runs over the parts in order, so the
+//    read is widened to whole blocks;
+//  - together (crc32c, `pieces` given, load()): the needed part's crc32c is recorded as a
+//    BlockPiece; after every rank read, the ranks exchange pieces and each block is checked
+//    by combining the pieces (crc32c_combine) - a resharding load reads each needed byte
+//    once, 1.00x, with full verification. verify_block_pieces reads only the parts no rank
+//    read (a partial load). Why not smaller blocks: a reshard boundary falls anywhere
+//    (rows of ceil(n / world) for any world), so any fixed block size widens every
+//    boundary by up to a block, and the sidecar grows as blocks shrink; combining costs
+//    one all_gather of a few bytes per boundary and no bytes read.
+// A bytes item is read whole and checked against the item checksum. Mismatches throw
+// FormatError naming the file, the fqn, the block and expected vs found.
 //
 // Thread-safety: a SavedItem is used by one thread at a time; different SavedItems over the
 // same file source may be used from different threads.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/byte_stream.h"
 #include "engine/checkpoint.h"
@@ -50,6 +65,31 @@ struct BlobChecksums {
   const ItemChecksums* item = nullptr;
 };
 
+// The part [begin, end) of checksum block begin / block_size of the blob at blob_offset of
+// `file` that one rank read, and its crc32c. Blob-relative offsets, as the sidecar's blocks.
+struct BlockPiece {
+  std::string file;
+  std::uint64_t blob_offset = 0;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint32_t crc = 0;
+  bool operator==(const BlockPiece&) const = default;
+};
+
+// Binary form of a rank's pieces for the exchange (little-endian, no padding).
+std::string encode_block_pieces(const std::vector<BlockPiece>& pieces);
+// Appends the decoded pieces to out; throws FormatError naming `what` on malformed input.
+void decode_block_pieces(std::string_view bytes, std::string_view what, std::vector<BlockPiece>& out);
+
+// Checks every block that `mine` touch against `sidecar` (crc32c), combining the pieces of
+// all ranks (`everyone`, `mine` included) over each block in order; parts of a block that
+// no piece covers are read through source(file) and counted in counts.data_bytes. Throws
+// FormatError ("<file>: item \"fqn\" ...: checksum mismatch in block b ...") on a mismatch.
+void verify_block_pieces(const std::vector<BlockPiece>& mine, const std::vector<BlockPiece>& everyone,
+                         const ChecksumSidecar& sidecar,
+                         const std::function<std::shared_ptr<const ByteSource>(const std::string&)>& source,
+                         ReadCounts& counts);
+
 class CountedWindow;
 
 class SavedTensorBlob {
@@ -70,15 +110,40 @@ class SavedTensorBlob {
 
   // Copies the part of this chunk that `item` names into `dest` (the rank's box, row-major,
   // sizes `dest_box_sizes`). REQUIRES item.storage_index is this chunk. With
-  // checksums.item set, verifies as described at the top. Throws FormatError / StorageError
-  // naming the file and fqn.
+  // checksums.item set, verifies as described at the top: whole blocks here; partial
+  // blocks here too when `pieces` is null or the algorithm is not crc32c, else appended to
+  // *pieces for verify_block_pieces. Throws FormatError / StorageError naming the file
+  // and fqn.
   void read_into(const ReadItem& item, std::span<std::byte> dest, const format::Shape& dest_box_sizes,
-                 const BlobChecksums& checksums);
+                 const BlobChecksums& checksums, std::vector<BlockPiece>* pieces = nullptr);
+
+  // The blob bytes [begin, end) that read_into(item) will read, for read-ahead: from the
+  // tensor data start, or (before the blob is opened) the blob's start plus
+  // kHeaderAllowance bytes, so headers are covered. Unverified reads need exactly this;
+  // verified ones may widen to blocks.
+  // One copy: `length` bytes at `src` (relative to the chunk's data start) go to `dst`
+  // (relative to the destination box's start).
+  struct Segment {
+    std::uint64_t src = 0;
+    std::uint64_t dst = 0;
+    std::uint64_t length = 0;
+  };
+
+  // The blob bytes read_into will read for `items` (blob-relative, sorted, merged), for
+  // read-ahead before the blob is opened: the head and the tail (zip records, data.pkl:
+  // kHeaderAllowance each) and the needed data, whose start inside the blob is not known
+  // yet (at most kHeaderAllowance past the blob start in what shardpoint and DCP write).
+  static constexpr std::uint64_t kHeaderAllowance = 4096;
+  static std::vector<ByteRange> needed_blob_ranges(const std::vector<const ReadItem*>& items,
+                                                   const format::Shape& chunk_sizes, std::size_t itemsize,
+                                                   std::uint64_t blob_length);
 
   ReadCounts counts() const;
 
  private:
   std::string describe() const;
+  void read_verified(const std::vector<Segment>& segments, std::uint64_t data_start, std::span<std::byte> dest,
+                     const BlobChecksums& checksums, std::vector<BlockPiece>* pieces, const std::string& what);
 
   std::string fqn_;
   format::StorageInfo info_;
