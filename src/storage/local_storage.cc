@@ -9,9 +9,13 @@
 #include <cctype>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <thread>
 
 #include "core/buffer_pool.h"
 #include "core/byte_stream.h"
@@ -27,6 +31,10 @@ namespace {
 constexpr std::uint64_t kAlign = 4096;
 // Largest single pwrite from caller memory, so cancellation is checked between chunks.
 constexpr std::size_t kMaxChunk = std::size_t{64} << 20;
+// Full append() buffers queued or being written per file while the caller fills the next:
+// two keep the device busy through the caller's copy and checksum (one more costs 8 MiB per
+// writer and gained nothing measurable).
+constexpr std::size_t kBuffersInFlight = 2;
 
 std::uint64_t round_down(std::uint64_t n) { return n / kAlign * kAlign; }
 std::uint64_t round_up(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -109,6 +117,95 @@ struct Shared {
   }
 };
 
+// Writes filled staging buffers on a thread of its own, so the caller copies and checksums
+// the next buffer while the device writes the last one. With synchronous pwrite a writer's
+// device queue sat empty during every copy: 4 ranks saving together kept the disk at ~70 % of
+// fio's 4-job ceiling. At most `max_in_flight` buffers wait or are being written (the
+// caller's own buffer comes on top), so a writer holds at most max_in_flight + 1 pool buffers.
+class BackgroundWrites {
+ public:
+  using WriteFn = std::function<void(const std::byte* data, std::size_t size, std::uint64_t offset)>;
+
+  BackgroundWrites(WriteFn write, std::size_t max_in_flight)
+      : write_(std::move(write)), max_in_flight_(std::max<std::size_t>(max_in_flight, 1)), thread_([this] { run(); }) {}
+
+  // Abandons the writes not started yet (an uncommitted file is deleted anyway), waits for
+  // the one under way, and returns every buffer to the pool.
+  ~BackgroundWrites() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      queue_.clear();
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+
+  BackgroundWrites(const BackgroundWrites&) = delete;
+  BackgroundWrites& operator=(const BackgroundWrites&) = delete;
+
+  // Queues the write of lease[0, size) at offset; waits while max_in_flight are pending.
+  // Rethrows the failure of an earlier write (and then drops this one).
+  void submit(BufferPool::Lease lease, std::size_t size, std::uint64_t offset) {
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [&] { return error_ || pending_locked() < max_in_flight_; });
+    if (error_) std::rethrow_exception(error_);
+    queue_.push_back(Job{std::move(lease), size, offset});
+    lock.unlock();
+    changed_.notify_all();
+  }
+
+  // Waits until every queued write is done; rethrows the first failure.
+  void drain() {
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [&] { return error_ || pending_locked() == 0; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  struct Job {
+    BufferPool::Lease lease;
+    std::size_t size = 0;
+    std::uint64_t offset = 0;
+  };
+
+  std::size_t pending_locked() const { return queue_.size() + (busy_ ? 1 : 0); }
+
+  void run() {
+    std::unique_lock lock(mu_);
+    while (true) {
+      changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      std::exception_ptr failed;
+      try {
+        write_(job.lease.data(), job.size, job.offset);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      job.lease.release();
+      lock.lock();
+      busy_ = false;
+      if (failed && !error_) error_ = failed;
+      if (error_) queue_.clear();  // nothing after a failed write is worth writing
+      changed_.notify_all();
+    }
+  }
+
+  const WriteFn write_;
+  const std::size_t max_in_flight_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Job> queue_;        // GUARDED_BY(mu_)
+  bool busy_ = false;            // GUARDED_BY(mu_): the thread is writing a job
+  bool stop_ = false;            // GUARDED_BY(mu_)
+  std::exception_ptr error_;     // GUARDED_BY(mu_): the first failed write
+  std::thread thread_;           // last: starts after the members it uses
+};
+
 class LocalWriter final : public StorageWriter {
  public:
   LocalWriter(std::shared_ptr<Shared> shared, std::string key, const WriteOptions& options)
@@ -138,6 +235,7 @@ class LocalWriter final : public StorageWriter {
   }
 
   ~LocalWriter() override {
+    background_.reset();  // joins its thread; its buffers go back to the pool
     if (committed_) return;
     // Uncommitted: the partial object must not survive. Errors cannot be reported here and
     // change nothing (a leftover temporary file is ignored by list()).
@@ -170,12 +268,12 @@ class LocalWriter final : public StorageWriter {
       fill_ += n;
       data = data.subspan(n);
       if (fill_ == lease_.size()) {
-        write_block(lease_.data(), fill_, appended_);
+        // The full buffer goes to the background thread, which returns it to the pool once
+        // written: idle open writers hold no buffer, and the next append takes a fresh one
+        // (one uncontended lock per buffer).
+        background().submit(std::move(lease_), fill_, appended_);
         appended_ += fill_;
         fill_ = 0;
-        // Hold a buffer only while it has unwritten bytes, so idle open writers do not
-        // starve the others (reacquiring costs one uncontended lock per buffer).
-        lease_.release();
       }
     }
   }
@@ -239,6 +337,7 @@ class LocalWriter final : public StorageWriter {
     if (mode_.load() == kModeRandom) {
       size = max_end_.load();
     } else {
+      if (background_) background_->drain();  // every full buffer is in the file
       size = appended_ + fill_;
       if (fill_ > 0) {
         // The last partial block: O_DIRECT can only write whole blocks, so pad it with
@@ -274,6 +373,15 @@ class LocalWriter final : public StorageWriter {
   enum { kModeNone, kModeAppend, kModeRandom };
 
   BufferPool& pool() const { return *shared_->pool; }
+
+  BackgroundWrites& background() {
+    if (!background_) {
+      background_ = std::make_unique<BackgroundWrites>(
+          [this](const std::byte* data, std::size_t size, std::uint64_t offset) { write_block(data, size, offset); },
+          kBuffersInFlight);
+    }
+    return *background_;
+  }
 
   void check_open(std::string_view op) const {
     if (committed_) throw UsageError(std::string(op) + " " + description_ + ": writer already committed");
@@ -333,7 +441,10 @@ class LocalWriter final : public StorageWriter {
   // append() state (single-threaded).
   BufferPool::Lease lease_;
   std::size_t fill_ = 0;
-  std::uint64_t appended_ = 0;  // bytes written to the file by append()
+  std::uint64_t appended_ = 0;  // bytes handed to the file by append() (written, or queued)
+  // Writes the full append() buffers; created at the first one. Declared after everything
+  // its writes use, so it is destroyed (its thread joined) first.
+  std::unique_ptr<BackgroundWrites> background_;
   // write_at() state.
   std::atomic<std::uint64_t> max_end_{0};
 };

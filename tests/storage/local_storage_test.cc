@@ -4,9 +4,11 @@
 
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -353,6 +355,58 @@ TEST(LocalStorageTest, WritersWaitForPoolBuffers) {
   d->commit();
   c->commit();
   EXPECT_TRUE(read_text(dir.file("c")) == pattern(1 << 20, 3));
+}
+
+TEST(LocalStorageTest, FullBuffersAreWrittenInTheBackgroundAndCommitWaitsForThem) {
+  TempDir dir;
+  StorageOptions options;
+  BufferPoolOptions pool_options;
+  pool_options.buffer_bytes = 64 << 10;
+  pool_options.capacity_bytes = 16 << 20;
+  options.buffer_pool = std::make_shared<BufferPool>(pool_options);
+  auto storage = open_local_storage_at(dir.path().string(), options);
+  const std::string data = pattern((5 << 20) + 12345, 11);
+  auto w = storage->open_writer("bg");
+  for (std::size_t pos = 0; pos < data.size();) {
+    const std::size_t n = std::min<std::size_t>(data.size() - pos, 100003);
+    w->append(as_bytes(std::string_view(data).substr(pos, n)));
+    pos += n;
+  }
+  w->commit();
+  EXPECT_TRUE(read_text(dir.file("bg")) == data);
+  // Two full buffers queued or being written, plus the one being filled.
+  EXPECT_LE(options.buffer_pool->allocated_buffers(), 3u);
+  EXPECT_EQ(options.buffer_pool->leased_buffers(), 0u);
+}
+
+TEST(LocalStorageTest, FailedBackgroundWriteFailsTheWriterNamingTheFile) {
+  TempDir dir;
+  StorageOptions options;
+  BufferPoolOptions pool_options;
+  pool_options.buffer_bytes = 64 << 10;
+  options.buffer_pool = std::make_shared<BufferPool>(pool_options);
+  auto storage = open_local_storage_at(dir.path().string(), options);
+  // Files of this process may not grow past 256 KiB: the background pwrite gets EFBIG.
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = 256 << 10;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    auto w = storage->open_writer("big");
+    const std::string piece = pattern(100000, 5);
+    for (int i = 0; i < 40; ++i) w->append(as_bytes(piece));
+    w->commit();
+  } catch (const StorageError& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(error.find("write local file \"" + dir.file("big") + "\""), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(dir.file("big")));
+  EXPECT_EQ(options.buffer_pool->leased_buffers(), 0u);
 }
 
 TEST(LocalStorageTest, RejectsBadFileUrls) {
