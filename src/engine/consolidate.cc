@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -37,6 +39,7 @@
 #include "format/safetensors_writer.h"
 #include "storage/local_storage.h"
 #include "storage/storage_registry.h"
+#include "storage/storage_wrapper.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"
 
@@ -49,9 +52,16 @@ using pickle::Value;
 using pickle::ValuePtr;
 
 constexpr const char* kMetaPt = "meta.pt";
+constexpr const char* kSafetensorsIndex = "model.safetensors.index.json";
 constexpr std::size_t kPage = 4096;
 // Tensors whose blobs are announced to the kernel (WILLNEED) ahead of the one being read.
 constexpr std::size_t kReadAheadTensors = 16;
+// The slab is split into this many buffers, filled by kReaderThreads threads while this
+// thread writes the filled ones in order: reads overlap writes and each other (more
+// requests in flight on a cold disk or an object store).
+constexpr std::size_t kSlabBuffers = 4;
+// (One when the budget is small: each reader holds checksum-block scratch.)
+constexpr std::size_t kReaderThreads = 2;
 
 // Where the bytes of one output tensor come from.
 struct TensorSource {
@@ -110,6 +120,199 @@ std::string archive_name_for(const std::string& output) {
   }
   return base.empty() ? "archive" : base;
 }
+
+// ---------------------------------------------------------------------------------------
+// Locations: a local path, or an object-store URL (s3://, gs://, az://, abfs://, memory://;
+// anything storage::open_storage() knows). "file://" URLs are local paths.
+
+// The scheme of "scheme://rest" when the part before "://" is one (as the storage
+// registry decides), lower-cased; "" for a local path.
+std::string scheme_of(const std::string& location) {
+  std::size_t pos = location.find("://");
+  if (pos == std::string::npos || pos == 0) return "";
+  std::string scheme = location.substr(0, pos);
+  if (!std::isalpha(static_cast<unsigned char>(scheme[0]))) return "";
+  for (char& c : scheme) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') return "";
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return scheme;
+}
+
+bool is_remote(const std::string& location) {
+  std::string scheme = scheme_of(location);
+  return !scheme.empty() && scheme != "file";
+}
+
+// A URL split as "<scheme>://<authority>" / "<path>" / "?<query>"; path has no empty or
+// "." segments and no leading or trailing '/'.
+struct UrlParts {
+  std::string head;
+  std::string path;
+  std::string query;
+  std::string join() const { return head + (path.empty() ? "" : "/" + path) + query; }
+};
+
+UrlParts split_url(const std::string& url) {
+  UrlParts parts;
+  std::string rest = url;
+  if (auto q = rest.find('?'); q != std::string::npos) {
+    parts.query = rest.substr(q);
+    rest.resize(q);
+  }
+  std::size_t authority = rest.find("://") + 3;
+  std::size_t slash = rest.find('/', authority);
+  parts.head = rest.substr(0, slash);
+  if (slash != std::string::npos) {
+    std::string path = normalize_path("/" + rest.substr(slash + 1));
+    parts.path = path == "/" ? "" : path.substr(1);
+  }
+  return parts;
+}
+
+// A local path in pathlib's form (file:// stripped), or a URL with a normalized path.
+std::string normalize_location(const std::string& location) {
+  if (is_remote(location)) return split_url(location).join();
+  if (scheme_of(location) == "file") return normalize_path(location.substr(location.find("://") + 3));
+  return normalize_path(location);
+}
+
+// "s3://b/p/out.pt?x=y" -> {"s3://b/p?x=y", "out.pt"}. Throws UsageError for a bucket root.
+std::pair<std::string, std::string> split_parent_url(const std::string& url, const char* what) {
+  UrlParts parts = split_url(url);
+  if (parts.path.empty()) {
+    throw UsageError(std::string(what) + " \"" + url + "\" names a bucket or container, not an object under it");
+  }
+  auto slash = parts.path.find_last_of('/');
+  std::string base = slash == std::string::npos ? parts.path : parts.path.substr(slash + 1);
+  parts.path = slash == std::string::npos ? "" : parts.path.substr(0, slash);
+  return {parts.join(), base};
+}
+
+// "<location>.consolidated" (Lightning's default output), the suffix on the URL's path.
+std::string default_output_for(const std::string& folder) {
+  if (!is_remote(folder)) return folder + ".consolidated";
+  UrlParts parts = split_url(folder);
+  if (parts.path.empty()) {
+    throw UsageError("the checkpoint \"" + folder + "\" is a bucket root: give --output_file");
+  }
+  parts.path += ".consolidated";
+  return parts.join();
+}
+
+// ---------------------------------------------------------------------------------------
+// Windowed sources: the zip and pickle parsers read each blob's headers with bursts of
+// small reads at both of its ends (~15 per blob). Served from a few shared windows, they
+// cost one read per window instead of one system call or HTTP request each, and memory
+// does not grow with the number of shard files (the remote drivers' own sources keep a
+// cache per file). Reads of at least half a window go straight to the storage, into the
+// caller's buffer.
+
+class WindowCache {
+ public:
+  static constexpr std::size_t kWindowBytes = std::size_t{128} << 10;
+  static constexpr std::size_t kWindows = 8;
+  static constexpr std::size_t kBytes = kWindowBytes * kWindows;
+
+  // Fills out from the window of object `key` (read through `inner`) that holds [offset,
+  // offset + out.size()), reading the window when it is not cached. Returns false when the
+  // range crosses a window boundary.
+  bool read(const ByteSource& inner, const std::string& key, std::uint64_t offset, std::span<std::byte> out,
+            std::string_view what) {
+    const std::uint64_t start = offset / kWindowBytes * kWindowBytes;
+    if (offset + out.size() > start + kWindowBytes) return false;
+    std::lock_guard lock(mu_);
+    Window* w = nullptr;
+    for (Window& c : windows_) {
+      if (c.start == start && c.key == key) w = &c;
+    }
+    if (w == nullptr) {
+      if (windows_.size() < kWindows) windows_.emplace_back();
+      w = &windows_[next_++ % windows_.size()];
+      w->key.clear();  // stays invalid if the read throws
+      w->bytes.resize(static_cast<std::size_t>(std::min<std::uint64_t>(kWindowBytes, inner.size() - start)));
+      inner.read(start, w->bytes, what);
+      w->key = key;
+      w->start = start;
+    }
+    std::memcpy(out.data(), w->bytes.data() + (offset - start), out.size());
+    return true;
+  }
+
+ private:
+  struct Window {
+    std::string key;
+    std::uint64_t start = 0;
+    std::vector<std::byte> bytes;
+  };
+  std::mutex mu_;
+  std::vector<Window> windows_;
+  std::size_t next_ = 0;
+};
+
+// A whole object read with ranged Storage::read calls (remote drivers: one GET each, into
+// the caller's buffer).
+class RangedReadSource final : public ByteSource {
+ public:
+  RangedReadSource(std::shared_ptr<storage::Storage> st, std::string key, std::uint64_t size)
+      : st_(std::move(st)), key_(std::move(key)), name_(st_->describe_key(key_)), size_(size) {}
+  const std::string& name() const override { return name_; }
+  std::uint64_t size() const override { return size_; }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    check_range(offset, out.size(), what);
+    if (!out.empty()) st_->read(key_, offset, out);
+  }
+
+ private:
+  std::shared_ptr<storage::Storage> st_;
+  std::string key_;
+  std::string name_;
+  std::uint64_t size_;
+};
+
+class WindowedSource final : public ByteSource {
+ public:
+  WindowedSource(std::shared_ptr<const ByteSource> inner, std::string key, std::shared_ptr<WindowCache> cache)
+      : inner_(std::move(inner)), key_(std::move(key)), cache_(std::move(cache)) {}
+  const std::string& name() const override { return inner_->name(); }
+  std::uint64_t size() const override { return inner_->size(); }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    check_range(offset, out.size(), what);
+    if (out.empty()) return;
+    if (out.size() < WindowCache::kWindowBytes / 2 && cache_->read(*inner_, key_, offset, out, what)) return;
+    inner_->read(offset, out, what);
+  }
+
+ private:
+  std::shared_ptr<const ByteSource> inner_;
+  std::string key_;
+  std::shared_ptr<WindowCache> cache_;
+};
+
+// The input storage as CheckpointReader sees it: every source is a WindowedSource, over a
+// pread source (local files, never mapped: mapped pages would count in our RSS) or over
+// ranged reads (object stores).
+class WindowedInputStorage final : public storage::StorageWrapper {
+ public:
+  explicit WindowedInputStorage(std::shared_ptr<storage::Storage> target)
+      : StorageWrapper(target), target_(std::move(target)), cache_(std::make_shared<WindowCache>()) {}
+  std::unique_ptr<ByteSource> open_source(std::string_view key, const storage::SourceOptions&,
+                                          const storage::IoOptions& io) override {
+    std::shared_ptr<const ByteSource> inner;
+    if (target_->features().local_path) {
+      storage::SourceOptions pread;
+      pread.prefer_mmap = false;
+      inner = target_->open_source(key, pread, io);
+    } else {
+      inner = std::make_shared<RangedReadSource>(target_, std::string(key), target_->stat(key, io));
+    }
+    return std::make_unique<WindowedSource>(std::move(inner), std::string(key), cache_);
+  }
+
+ private:
+  std::shared_ptr<storage::Storage> target_;
+  std::shared_ptr<WindowCache> cache_;
+};
 
 // The keys of state_dict_metadata in the order the .metadata pickle lists them: the order in
 // which PyTorch's _EmptyStateDictLoadPlanner builds (and dcp_to_torch_save writes) the state.
@@ -364,13 +567,23 @@ class Consolidator {
   ConsolidateReport run() {
     auto t0 = std::chrono::steady_clock::now();
     output_ = validate_consolidate(options_);
-    folder_ = normalize_path(options_.checkpoint_folder);
-    check_output_parent();
+    folder_ = normalize_location(options_.checkpoint_folder);
+    remote_in_ = is_remote(folder_);
+    remote_out_ = is_remote(output_);
+    if (!remote_out_) check_output_parent();
 
-    storage::StorageOptions in_options;
-    in_options.max_mmaps = 0;  // pread: mapped shard pages would count in our RSS
-    in_options.default_pool_bytes = 4096;
-    input_ = storage::open_local_storage_at(folder_, in_options);
+    std::shared_ptr<storage::Storage> target;
+    if (remote_in_) {
+      storage::StorageOptions in_options;
+      in_options.default_pool_bytes = 4096;  // never writes
+      target = storage::open_storage(folder_, in_options);
+    } else {
+      storage::StorageOptions in_options;
+      in_options.max_mmaps = 0;  // pread: mapped shard pages would count in our RSS
+      in_options.default_pool_bytes = 4096;
+      target = storage::open_local_storage_at(folder_, in_options);
+    }
+    input_ = std::make_shared<WindowedInputStorage>(target);
     reader_ = std::make_unique<CheckpointReader>(*input_, CheckpointReaderOptions{options_.verify_checksums});
     {
       std::string bytes(static_cast<std::size_t>(input_->stat(".metadata")), '\0');
@@ -378,20 +591,7 @@ class Consolidator {
       key_order_ = pickled_key_order(as_bytes(bytes));
     }
     check_items();
-
-    // Budget: what the process already holds (code, libraries, metadata, object trees),
-    // a reserve for checksum-block scratch and allocator slack, then 2/3 of the rest for the
-    // slab and 1/6 for the writer's staging buffer.
-    report_.base_rss_bytes = proc_status_bytes("VmRSS:");
-    std::uint64_t reserve = report_.base_rss_bytes + (std::uint64_t{3} << 20);
-    std::uint64_t avail = options_.memory_budget > reserve ? options_.memory_budget - reserve : 0;
-    avail = std::min<std::uint64_t>(avail, options_.memory_budget / 2);
-    slab_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(avail * 2 / 3, 256 << 10));
-    pool_bytes_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(avail / 6, 64 << 10, 2 << 20));
-    half_slab_ = std::max<std::size_t>(slab_bytes_ / 2 / kPage * kPage, kPage);
-    slab_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, 2 * half_slab_)));
-    if (!slab_) throw std::bad_alloc();
-    report_.slab_bytes = slab_bytes_;
+    plan_memory();
 
     if (options_.format == ConsolidateFormat::kSafetensors) {
       write_safetensors();
@@ -407,6 +607,39 @@ class Consolidator {
   }
 
  private:
+  // Budget: what the process already holds (code, libraries, metadata, object trees), a
+  // reserve (checksum-block scratch, allocator slack, the shared header windows; for object
+  // stores the HTTP clients' buffers), then of the rest (at most half the budget) the
+  // writer's staging (local: 1/6, at most 2 MiB; object store: 1-4 upload parts) and 2/3 of
+  // what remains for the slab buffers.
+  void plan_memory() {
+    report_.base_rss_bytes = proc_status_bytes("VmRSS:");
+    std::uint64_t reserve = report_.base_rss_bytes + (std::uint64_t{3} << 20) + WindowCache::kBytes;
+    if (remote_in_ || remote_out_) reserve += std::uint64_t{8} << 20;
+    std::uint64_t avail = options_.memory_budget > reserve ? options_.memory_budget - reserve : 0;
+    avail = std::min<std::uint64_t>(avail, options_.memory_budget / 2);
+    // A second reader costs its own scratch and allocator arena: worth it with room to spare.
+    constexpr std::uint64_t kReaderCost = std::uint64_t{4} << 20;
+    readers_ = avail >= 8 * kReaderCost ? kReaderThreads : 1;
+    avail -= (readers_ - 1) * kReaderCost;
+    std::uint64_t for_slab = avail;
+    if (remote_out_) {
+      // Upload parts: S3 needs >= 5 MiB; 8 MiB when at least two fit in a third of `avail`.
+      part_bytes_ = avail / 3 >= (std::uint64_t{16} << 20) ? std::size_t{8} << 20 : std::size_t{5} << 20;
+      std::uint64_t parts = std::clamp<std::uint64_t>(avail / 3 / part_bytes_, 1, 4);
+      pool_bytes_ = static_cast<std::size_t>(parts * part_bytes_);
+      for_slab = avail > pool_bytes_ ? avail - pool_bytes_ : 0;
+    } else {
+      pool_bytes_ = static_cast<std::size_t>(std::clamp<std::uint64_t>(avail / 6, 64 << 10, 2 << 20));
+      part_bytes_ = pool_bytes_;
+    }
+    slab_bytes_ = static_cast<std::size_t>(std::max<std::uint64_t>(for_slab * 2 / 3, 256 << 10));
+    buffer_bytes_ = std::max<std::size_t>(slab_bytes_ / kSlabBuffers / kPage * kPage, kPage);
+    slab_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, kSlabBuffers * buffer_bytes_)));
+    if (!slab_) throw std::bad_alloc();
+    report_.slab_bytes = slab_bytes_;
+  }
+
   void check_cancel() const {
     if (options_.cancel != nullptr && options_.cancel->load() != 0) throw Cancelled();
   }
@@ -429,9 +662,12 @@ class Consolidator {
         throw FormatError(input_->describe_key(".metadata") + ": item \"" + index.fqn + "\": relative_path '" +
                           info.relative_path + "' escapes the checkpoint folder");
       }
-      format::resolve_item_path(folder_, info.relative_path);
       auto it = sizes.find(info.relative_path);
-      if (it == sizes.end()) it = sizes.emplace(info.relative_path, input_->stat(info.relative_path)).first;
+      if (it == sizes.end()) {
+        // Symlinks inside a local folder must not lead out of it (once per file).
+        if (!remote_in_) format::resolve_item_path(folder_, info.relative_path);
+        it = sizes.emplace(info.relative_path, input_->stat(info.relative_path)).first;
+      }
       if (info.offset + info.length > it->second) {
         throw FormatError(input_->describe_key(info.relative_path) + ": item \"" + index.fqn + "\": expected " +
                           std::to_string(info.offset + info.length) + " bytes (offset " + std::to_string(info.offset) +
@@ -474,13 +710,21 @@ class Consolidator {
     return to_pickle_value(root);
   }
 
+  void open_meta() {
+    if (remote_in_) {
+      meta_ = torchfile::TorchFile::open(input_->open_source(kMetaPt));
+    } else {
+      meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
+    }
+  }
+
   ValuePtr build_tree() {
     ValuePtr tree = build_dcp_tree();
     if (options_.layout == ConsolidateLayout::kDcp) return tree;
-    meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
+    open_meta();
     ValuePtr meta_root = meta_->root();
     if (!meta_root || !meta_root->is(Kind::kDict)) {
-      throw FormatError(folder_ + "/" + kMetaPt + ": expected a dict at the top, found " +
+      throw FormatError(meta_->source().name() + ": expected a dict at the top, found " +
                         std::string(meta_root ? pickle::kind_name(meta_root->kind()) : "nothing"));
     }
     MetaTensorReplacer replacer(*meta_, sources_, placeholders_);
@@ -534,168 +778,257 @@ class Consolidator {
     for_each_child_slot(v, [&](ValuePtr& s) { assign_storages(s); });
   }
 
+  // The storage the output goes to, rooted at `root` (a local folder or a URL prefix). Its
+  // writers stage bytes in one pool sized by plan_memory() (object stores: upload parts).
   std::shared_ptr<storage::Storage> open_output_storage(const std::string& root) {
     storage::StorageOptions out_options;
     BufferPoolOptions pool;
-    pool.buffer_bytes = pool_bytes_;
-    pool.capacity_bytes = pool.buffer_bytes;
+    pool.buffer_bytes = part_bytes_;
+    pool.capacity_bytes = pool_bytes_;
     pool.huge_pages = false;
     out_options.buffer_pool = std::make_shared<BufferPool>(pool);
+    if (remote_out_) return storage::open_storage(root, out_options);
     return storage::open_local_storage_at(root, out_options);
   }
 
-  // posix_fadvise(WILLNEED) over the saved blobs of a DCP tensor; best effort.
-  void advise(const TensorSource& src) {
-    if (src.from_meta) return;
+  // posix_fadvise(WILLNEED) over the saved blobs of sources_[seq[from..to)] (local input);
+  // best effort. Adjacent blobs of a file are merged into one call.
+  void advise(const std::vector<std::size_t>& seq, std::size_t from, std::size_t to) {
+    if (remote_in_ || from >= to) return;
     const format::Metadata& md = reader_->metadata();
-    auto it = md.state_dict_metadata.find(src.fqn);
-    if (it == md.state_dict_metadata.end()) return;
-    const auto* t = std::get_if<format::TensorStorageMetadata>(&it->second);
-    if (t == nullptr) return;
-    for (const auto& chunk : t->chunks) {
-      auto info = md.storage_data.find(format::MetadataIndex{src.fqn, chunk.offsets, std::nullopt});
-      if (info == md.storage_data.end()) continue;
-      auto fd = advise_fds_.find(info->second.relative_path);
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> pending;  // file -> [start, end)
+    std::lock_guard lock(advise_mu_);
+    auto flush = [&](const std::string& file, std::uint64_t start, std::uint64_t end) {
+      auto fd = advise_fds_.find(file);
       if (fd == advise_fds_.end()) {
-        int raw = ::open((folder_ + "/" + info->second.relative_path).c_str(), O_RDONLY | O_CLOEXEC);
-        fd = advise_fds_.emplace(info->second.relative_path, UniqueFd(raw, info->second.relative_path)).first;
+        int raw = ::open((folder_ + "/" + file).c_str(), O_RDONLY | O_CLOEXEC);
+        fd = advise_fds_.emplace(file, UniqueFd(raw, file)).first;
       }
       if (fd->second.valid()) {
-        ::posix_fadvise(fd->second.get(), static_cast<off_t>(info->second.offset),
-                        static_cast<off_t>(info->second.length), POSIX_FADV_WILLNEED);
+        ::posix_fadvise(fd->second.get(), static_cast<off_t>(start), static_cast<off_t>(end - start),
+                        POSIX_FADV_WILLNEED);
+      }
+    };
+    for (std::size_t i = from; i < to; ++i) {
+      const TensorSource& src = sources_[seq[i]];
+      if (src.from_meta) continue;
+      auto it = md.state_dict_metadata.find(src.fqn);
+      if (it == md.state_dict_metadata.end()) continue;
+      const auto* t = std::get_if<format::TensorStorageMetadata>(&it->second);
+      if (t == nullptr) continue;
+      for (const auto& chunk : t->chunks) {
+        auto info = md.storage_data.find(format::MetadataIndex{src.fqn, chunk.offsets, std::nullopt});
+        if (info == md.storage_data.end()) continue;
+        const format::StorageInfo& si = info->second;
+        auto [range, fresh] = pending.try_emplace(si.relative_path, si.offset, si.offset + si.length);
+        if (fresh) continue;
+        auto& [start, end] = range->second;
+        if (si.offset + si.length >= start && si.offset <= end + (std::uint64_t{1} << 20)) {
+          start = std::min(start, si.offset);
+          end = std::max(end, si.offset + si.length);
+        } else {
+          flush(si.relative_path, start, end);
+          range->second = {si.offset, si.offset + si.length};
+        }
       }
     }
+    for (const auto& [file, range] : pending) flush(file, range.first, range.second);
   }
 
-  // One box of a DCP tensor, through the shared reader (verified blob reads, per-tensor
-  // planning, pread sources). Called from the reader thread only.
-  void read_box(const std::string& fqn, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) {
-    reader_->read_box(fqn, offsets, sizes, dest);
+  // A run of bytes of the output stream: [at, at + n) (row-major) of sources_[seq[k]], the
+  // box (offsets, sizes) of a DCP tensor. `first` / `last`: the tensor starts / ends here.
+  struct Piece {
+    std::size_t k = 0;
+    Shape offsets;
+    Shape sizes;
+    std::uint64_t at = 0;
+    std::uint64_t n = 0;
+    std::size_t buffer_offset = 0;  // page-aligned, so O_DIRECT writes need no staging copy
+    bool first = false;
+    bool last = false;
+  };
+
+  // Cuts the sources of seq into batches of pieces that fit one slab buffer, in output
+  // order, one tensor's boxes at a time (memory stays independent of the checkpoint size).
+  class BatchPlanner {
+   public:
+    BatchPlanner(const Consolidator& c, const std::vector<std::size_t>& seq) : c_(c), seq_(seq) {}
+    bool exhausted() const { return k_ >= seq_.size(); }
+
+    std::vector<Piece> next() {
+      std::vector<Piece> batch;
+      std::size_t used = 0;
+      while (k_ < seq_.size()) {
+        if (boxes_.empty() && box_ == 0) cut(seq_[k_]);
+        Piece p = boxes_[box_];
+        std::size_t padded = (used + kPage - 1) / kPage * kPage;
+        if (!batch.empty() && padded + p.n > c_.buffer_bytes_) break;
+        p.k = k_;
+        p.buffer_offset = padded;
+        p.first = box_ == 0;
+        p.last = box_ + 1 == boxes_.size();
+        used = padded + static_cast<std::size_t>(p.n);
+        batch.push_back(std::move(p));
+        if (++box_ == boxes_.size()) {
+          boxes_.clear();
+          box_ = 0;
+          ++k_;
+        }
+      }
+      return batch;
+    }
+
+   private:
+    // The boxes of one source, each at most a buffer; a tensor without elements is one
+    // empty piece (its record is still written).
+    void cut(std::size_t index) {
+      const TensorSource& src = c_.sources_[index];
+      if (src.from_meta) {
+        const std::uint64_t total = src.nbytes();
+        for (std::uint64_t at = 0; at < total; at += c_.buffer_bytes_) {
+          Piece p;
+          p.at = at;
+          p.n = std::min<std::uint64_t>(c_.buffer_bytes_, total - at);
+          boxes_.push_back(std::move(p));
+        }
+      } else {
+        std::uint64_t at = 0;
+        for_each_box(src.shape, dtype_itemsize(src.dtype), c_.buffer_bytes_,
+                     [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
+                       boxes_.push_back(Piece{0, offsets, sizes, at, n, 0, false, false});
+                       at += n;
+                     });
+      }
+      if (boxes_.empty()) boxes_.emplace_back();
+    }
+
+    const Consolidator& c_;
+    const std::vector<std::size_t>& seq_;
+    std::size_t k_ = 0;
+    std::vector<Piece> boxes_;
+    std::size_t box_ = 0;
+  };
+
+  // Reads one piece into dest. Called from reader threads.
+  void read_piece(const TensorSource& src, const Piece& p, std::span<std::byte> dest) {
+    if (p.n == 0) return;
+    if (!src.from_meta) {
+      reader_->read_box(src.fqn, p.offsets, p.sizes, dest);
+      return;
+    }
+    // meta.pt tensors are small (trainer state); read whole, keep the piece's bytes.
+    std::vector<std::byte> bytes(src.meta.nbytes());
+    std::lock_guard lock(meta_mu_);
+    meta_->read_tensor(src.meta, bytes);
+    std::memcpy(dest.data(), bytes.data() + p.at, static_cast<std::size_t>(p.n));
   }
 
   // Streams the bytes of sources_[seq[0]], sources_[seq[1]], ... (each row-major) to the
-  // caller: begin(i) before source seq[i], write(span) for each piece, end(i) after it.
-  // Two slab buffers: a reader thread fills one (read_box) while this thread hands the
-  // other to write() (the output writer: copy to its staging buffer, CRC, pwrite), so
-  // reading and writing overlap. Exceptions of either side end both and propagate here.
+  // caller: begin(k) before source seq[k], write(span) for each piece, end(k) after it.
+  // The slab is kSlabBuffers buffers; kReaderThreads threads each take a free buffer and
+  // the next batch (BatchPlanner) and fill it, while this thread hands the filled buffers
+  // to write() in batch order (the output writer: CRC, O_DIRECT pwrite or upload parts).
+  // Reads overlap each other and the writes. Exceptions of either side stop both and
+  // propagate here.
   void stream_sources(const std::vector<std::size_t>& seq, const std::function<void(std::size_t)>& begin,
                       const std::function<void(std::span<const std::byte>)>& write,
                       const std::function<void(std::size_t)>& end) {
     struct Filled {
-      int buf;
-      std::uint64_t n;
+      std::size_t buf;
+      std::vector<Piece> pieces;
     };
+    BatchPlanner planner(*this, seq);
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<Filled> ready;
-    std::vector<int> free_bufs{0, 1};
-    bool done = false;
+    std::map<std::size_t, Filled> ready;  // by batch number
+    std::vector<std::size_t> free_bufs;
+    for (std::size_t b = 0; b < kSlabBuffers; ++b) free_bufs.push_back(b);
+    std::size_t claimed = 0;              // batches handed to readers
+    std::size_t advised = 0;              // sources announced to the kernel
     bool stop = false;
     std::exception_ptr error;
-    std::byte* bufs[2] = {slab_.get(), slab_.get() + half_slab_};
+    auto buffer = [&](std::size_t b) { return slab_.get() + b * buffer_bytes_; };
 
-    auto acquire = [&]() -> int {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return stop || !free_bufs.empty(); });
-      if (stop) return -1;
-      int b = free_bufs.back();
-      free_bufs.pop_back();
-      return b;
-    };
-    auto publish = [&](int b, std::uint64_t n) {
-      std::lock_guard lock(mu);
-      ready.push_back({b, n});
-      cv.notify_all();
-    };
     auto produce = [&] {
       try {
-        std::size_t advised = 0;
-        for (std::size_t pos = 0; pos < seq.size(); ++pos) {
-          // Ask the kernel to read the next tensors' blobs ahead (cold caches: thousands of
-          // small header reads would otherwise each wait for the disk).
-          while (advised < seq.size() && advised < pos + kReadAheadTensors) advise(sources_[seq[advised++]]);
-          const TensorSource& src = sources_[seq[pos]];
-          if (src.from_meta) {
-            std::vector<std::byte> bytes(src.meta.nbytes());
-            meta_->read_tensor(src.meta, bytes);
-            for (std::uint64_t at = 0; at < bytes.size();) {
-              int b = acquire();
-              if (b < 0) return;
-              std::uint64_t n = std::min<std::uint64_t>(half_slab_, bytes.size() - at);
-              std::memcpy(bufs[b], bytes.data() + at, static_cast<std::size_t>(n));
-              publish(b, n);
-              at += n;
-            }
-            continue;
+        while (true) {
+          std::size_t buf = 0, batch = 0;
+          std::vector<Piece> pieces;
+          std::size_t advise_from = 0, advise_to = 0;
+          {
+            std::unique_lock lock(mu);
+            cv.wait(lock, [&] { return stop || planner.exhausted() || !free_bufs.empty(); });
+            if (stop || planner.exhausted()) return;
+            buf = free_bufs.back();
+            free_bufs.pop_back();
+            batch = claimed++;
+            pieces = planner.next();
+            // Ask the kernel to read the next tensors' blobs ahead (cold caches: thousands
+            // of small header reads would otherwise each wait for the disk).
+            advise_from = advised;
+            advised = std::max(advised, std::min(seq.size(), pieces.back().k + kReadAheadTensors));
+            advise_to = advised;
           }
-          bool stopped = false;
-          for_each_box(src.shape, dtype_itemsize(src.dtype), half_slab_,
-                       [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
-                         if (stopped) return;
-                         int b = acquire();
-                         if (b < 0) {
-                           stopped = true;
-                           return;
-                         }
-                         read_box(src.fqn, offsets, sizes, std::span<std::byte>(bufs[b], static_cast<std::size_t>(n)));
-                         publish(b, n);
-                       });
-          if (stopped) return;
+          advise(seq, advise_from, advise_to);
+          for (const Piece& p : pieces) {
+            read_piece(sources_[seq[p.k]], p,
+                       std::span<std::byte>(buffer(buf) + p.buffer_offset, static_cast<std::size_t>(p.n)));
+          }
+          std::lock_guard lock(mu);
+          ready.emplace(batch, Filled{buf, std::move(pieces)});
+          cv.notify_all();
         }
       } catch (...) {
         std::lock_guard lock(mu);
-        error = std::current_exception();
+        if (!error) error = std::current_exception();
+        stop = true;
+        cv.notify_all();
       }
-      std::lock_guard lock(mu);
-      done = true;
-      cv.notify_all();
     };
 
-    std::thread producer(produce);
+    std::vector<std::thread> readers;
     auto finish = [&] {
       {
         std::lock_guard lock(mu);
         stop = true;
         cv.notify_all();
       }
-      producer.join();
+      for (auto& t : readers) t.join();
     };
     try {
-      for (std::size_t i = 0; i < seq.size(); ++i) {
-        const TensorSource& src = sources_[seq[i]];
-        begin(i);
-        std::uint64_t remaining = src.nbytes();
-        while (remaining > 0) {
-          Filled f{};
-          {
-            std::unique_lock lock(mu);
-            cv.wait(lock, [&] { return !ready.empty() || done; });
-            if (ready.empty()) {
-              if (error) std::rethrow_exception(error);
-              throw FormatError("\"" + src.fqn + "\": reader ended early");
-            }
-            f = ready.front();
-            ready.pop_front();
-          }
-          write(std::span<const std::byte>(bufs[f.buf], static_cast<std::size_t>(f.n)));
-          {
-            std::lock_guard lock(mu);
-            free_bufs.push_back(f.buf);
-            cv.notify_all();
-          }
-          remaining -= std::min(remaining, f.n);
-          done_ += f.n;
-          if (progress_) progress_(ConsolidateProgress{done_, total_});
-          check_cancel();
+      for (std::size_t i = 0; i < readers_; ++i) readers.emplace_back(produce);
+      for (std::size_t batch = 0;; ++batch) {
+        Filled f;
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return ready.count(batch) || error || (planner.exhausted() && batch >= claimed); });
+          if (error) std::rethrow_exception(error);
+          auto it = ready.find(batch);
+          if (it == ready.end()) break;  // every batch written
+          f = std::move(it->second);
+          ready.erase(it);
         }
-        end(i);
+        for (const Piece& p : f.pieces) {
+          if (p.first) begin(p.k);
+          if (p.n > 0) {
+            write(std::span<const std::byte>(buffer(f.buf) + p.buffer_offset, static_cast<std::size_t>(p.n)));
+          }
+          if (p.last) end(p.k);
+          done_ += p.n;
+        }
+        {
+          std::lock_guard lock(mu);
+          free_bufs.push_back(f.buf);
+          cv.notify_all();
+        }
+        if (progress_) progress_(ConsolidateProgress{done_, total_});
+        check_cancel();
       }
     } catch (...) {
       finish();
       throw;
     }
     finish();
-    if (error) std::rethrow_exception(error);
   }
 
   void write_torch_save() {
@@ -704,12 +1037,13 @@ class Consolidator {
     for (std::size_t i : order_) total_ += sources_[i].nbytes();
     if (progress_) progress_(ConsolidateProgress{0, total_});
 
-    auto out = open_output_storage(parent_of(output_));
+    auto [root, key] = output_root_and_key();
+    auto out = open_output_storage(root);
     storage::WriteOptions wo;
     wo.durable = options_.durable;
-    auto sink = out->open_writer(base_of(output_), wo);
+    auto sink = out->open_writer(key, wo);
     torchfile::TorchSaveOptions so;
-    so.archive_name = archive_name_for(output_);
+    so.archive_name = archive_name_for(key);
     // Records start at page multiples (torch.load takes any alignment; torch.save uses 64),
     // so page-aligned slabs go from our buffer to the O_DIRECT file without a staging copy.
     so.zip.alignment = kPage;
@@ -732,7 +1066,7 @@ class Consolidator {
     const format::Metadata& md = reader_->metadata();
     if (options_.layout != ConsolidateLayout::kDcp) {
       // Only to report Lightning's errors on the layout (meta.pt, "model") the same way.
-      meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
+      open_meta();
     }
     std::vector<std::pair<format::SafetensorsEntry, std::size_t>> tensors;
     bool has_model = false;
@@ -798,30 +1132,58 @@ class Consolidator {
     };
 
     if (options_.max_shard_bytes == 0) {
-      auto out = open_output_storage(parent_of(output_));
-      write_file(*out, base_of(output_), files.front());
+      auto [root, key] = output_root_and_key();
+      auto out = open_output_storage(root);
+      write_file(*out, key, files.front());
       return;
     }
-    TempFolder tmp(output_);
-    auto out = open_output_storage(tmp.path());
-    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-    char name[64];
-    std::map<std::string, std::string> sorted_map;
-    for (std::size_t f = 0; f < files.size(); ++f) {
-      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
-      write_file(*out, name, files[f]);
-      for (std::size_t i : files[f]) sorted_map[tensors[i].first.name] = name;
+    // A folder of shards + index. Local: built in a temporary folder renamed at the end.
+    // Object store: shard objects first, the index last (a reader that finds the index
+    // finds every shard); on failure the shards already committed are removed.
+    std::optional<TempFolder> tmp;
+    if (!remote_out_) tmp.emplace(output_);
+    auto out = open_output_storage(remote_out_ ? output_ : tmp->path());
+    std::vector<std::string> written;
+    try {
+      nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+      char name[64];
+      std::map<std::string, std::string> sorted_map;
+      for (std::size_t f = 0; f < files.size(); ++f) {
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
+        write_file(*out, name, files[f]);
+        written.push_back(name);
+        for (std::size_t i : files[f]) sorted_map[tensors[i].first.name] = name;
+      }
+      for (const auto& [k, v] : sorted_map) weight_map[k] = v;
+      nlohmann::ordered_json index;
+      index["metadata"] = {{"total_size", total_}};
+      index["weight_map"] = weight_map;
+      std::string text = index.dump(2) + "\n";
+      storage::WriteOptions wo;
+      wo.durable = options_.durable;
+      check_cancel();
+      out->write_atomic(kSafetensorsIndex, as_bytes(text), wo);
+    } catch (...) {
+      if (remote_out_) remove_quietly(*out, written);
+      throw;
     }
-    for (const auto& [k, v] : sorted_map) weight_map[k] = v;
-    nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total_}};
-    index["weight_map"] = weight_map;
-    std::string text = index.dump(2) + "\n";
-    storage::WriteOptions wo;
-    wo.durable = options_.durable;
-    out->write_atomic("model.safetensors.index.json", as_bytes(text), wo);
-    check_cancel();
-    tmp.publish(options_.durable);
+    if (tmp) tmp->publish(options_.durable);
+  }
+
+  // Best effort: the original error is what the caller needs to see.
+  static void remove_quietly(storage::Storage& st, const std::vector<std::string>& keys) {
+    for (const std::string& key : keys) {
+      try {
+        st.remove(key);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+
+  // Where the single output object goes: (parent folder or URL prefix, name in it).
+  std::pair<std::string, std::string> output_root_and_key() const {
+    if (remote_out_) return split_parent_url(output_, "output");
+    return {parent_of(output_), base_of(output_)};
   }
 
   const ConsolidateOptions& options_;
@@ -832,7 +1194,11 @@ class Consolidator {
   std::unique_ptr<CheckpointReader> reader_;
   std::unique_ptr<torchfile::TorchFile> meta_;
   std::vector<std::string> key_order_;  // state_dict_metadata keys as pickled
+  bool remote_in_ = false;   // the checkpoint is an object-store URL
+  bool remote_out_ = false;  // the output is an object-store URL
+  std::mutex advise_mu_;
   std::map<std::string, UniqueFd> advise_fds_;  // advise(): one descriptor per shard file
+  std::mutex meta_mu_;
   std::vector<TensorSource> sources_;
   std::unordered_map<const Value*, std::size_t> placeholders_;
   std::unordered_map<const Value*, ValuePtr> made_;
@@ -840,12 +1206,14 @@ class Consolidator {
   std::vector<ValuePtr> keep_;
   std::vector<std::size_t> order_;  // storage key k -> source index
   std::size_t slab_bytes_ = 0;
-  std::size_t pool_bytes_ = 0;
-  std::size_t half_slab_ = 0;  // each of the two buffers
+  std::size_t pool_bytes_ = 0;    // the output writer's staging pool
+  std::size_t part_bytes_ = 0;    // one buffer of that pool (an upload part)
+  std::size_t buffer_bytes_ = 0;  // each of the kSlabBuffers slab buffers
+  std::size_t readers_ = 1;       // reader threads
   struct FreeDeleter {
     void operator()(std::byte* p) const { std::free(p); }
   };
-  std::unique_ptr<std::byte, FreeDeleter> slab_;  // two page-aligned halves
+  std::unique_ptr<std::byte, FreeDeleter> slab_;  // kSlabBuffers page-aligned buffers
   std::uint64_t done_ = 0;
   std::uint64_t total_ = 0;
   ConsolidateReport report_;
@@ -913,8 +1281,9 @@ void for_each_box(const Shape& shape, std::size_t itemsize, std::uint64_t max_by
   }
 }
 
-std::string validate_consolidate(const ConsolidateOptions& options) {
-  const std::string folder = normalize_path(options.checkpoint_folder);
+namespace {
+
+void validate_local_folder(const ConsolidateOptions& options, const std::string& folder) {
   struct stat st {};
   if (!path_exists(folder, &st)) throw PlanError("The provided checkpoint folder does not exist: " + folder);
   if (!S_ISDIR(st.st_mode)) {
@@ -930,7 +1299,64 @@ std::string validate_consolidate(const ConsolidateOptions& options) {
           folder);
     }
   }
-  std::string output = options.output_file.empty() ? folder + ".consolidated" : normalize_path(options.output_file);
+}
+
+}  // namespace
+
+namespace {
+
+// The output checks for an object-store URL: no object under the key, none under it as a
+// prefix (a folder of safetensors shards).
+void validate_remote_output(const std::string& output) {
+  auto [parent, key] = split_parent_url(output, "output");
+  bool exists = storage::open_storage(parent)->try_stat(key).has_value();
+  if (!exists) exists = !storage::open_storage(output)->list("").empty();
+  if (exists) {
+    throw PlanError(
+        "The path for the converted checkpoint already exists. Choose a different path by providing `--output_file` "
+        "or move/delete the object first: " +
+        output);
+  }
+}
+
+// Lightning's checks worded for a URL prefix: objects under it, meta.pt among them.
+void validate_remote_folder(const ConsolidateOptions& options, const std::string& folder) {
+  auto input = storage::open_storage(folder);
+  bool has_objects = input->try_stat(".metadata").has_value() || !input->list("").empty();
+  if (!has_objects) {
+    UrlParts parts = split_url(folder);
+    if (!parts.path.empty()) {
+      auto [parent, key] = split_parent_url(folder, "checkpoint");
+      if (storage::open_storage(parent)->try_stat(key)) {
+        throw PlanError(
+            "The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder +
+            " is an object, not a prefix with objects under it");
+      }
+    }
+    throw PlanError("The provided checkpoint folder does not exist: there are no objects under " + folder);
+  }
+  if (options.layout != ConsolidateLayout::kDcp && !input->try_stat(kMetaPt)) {
+    throw PlanError(
+        "Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation. The provided folder "
+        "is not in that format (no meta.pt under it): " +
+        folder);
+  }
+}
+
+}  // namespace
+
+std::string validate_consolidate(const ConsolidateOptions& options) {
+  const std::string folder = normalize_location(options.checkpoint_folder);
+  if (is_remote(folder)) {
+    validate_remote_folder(options, folder);
+  } else {
+    validate_local_folder(options, folder);
+  }
+  std::string output = options.output_file.empty() ? default_output_for(folder) : normalize_location(options.output_file);
+  if (is_remote(output)) {
+    validate_remote_output(output);
+    return output;
+  }
   struct stat out {};
   if (path_exists(output, &out)) {
     throw PlanError(
