@@ -252,8 +252,8 @@ TEST(AsyncSaveTest, StagingBoundFailsEveryRankBeforeWriting) {
   std::vector<RankState> states = filled_states(2);
   std::vector<std::unique_ptr<StagingPool>> pools;
   // Rank 1's bound is too small for its bytes; rank 0's is not.
-  pools.push_back(std::make_unique<StagingPool>(StagingPoolOptions{1 << 20, true}));
-  pools.push_back(std::make_unique<StagingPool>(StagingPoolOptions{16, true}));
+  pools.push_back(std::make_unique<StagingPool>(StagingPoolOptions{1 << 20, false}));
+  pools.push_back(std::make_unique<StagingPool>(StagingPoolOptions{16, false}));
   comm::ThreadGroup group(2, fast());
   auto errors = group.run_all([&](comm::Communicator& comm) {
     AsyncSaveOptions options;
