@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "storage/s3/http_client.h"
+#include "storage/http/http_client.h"
 
 namespace shardpoint::storage::testing {
 

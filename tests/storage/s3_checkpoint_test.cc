@@ -18,7 +18,7 @@
 #include "s3_moto.h"
 #include "storage/fault_injection_storage.h"
 #include "storage/local_storage.h"
-#include "storage/s3/http_client.h"
+#include "storage/http/http_client.h"
 #include "storage/s3/s3_storage.h"
 #include "storage/storage_registry.h"
 #include "test_util.h"

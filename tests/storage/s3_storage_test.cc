@@ -13,7 +13,7 @@
 #include "storage/gcs/gcs_storage.h"
 #include "storage/memory_storage.h"
 #include "storage/s3/aws_credentials.h"
-#include "storage/s3/http_client.h"
+#include "storage/http/http_client.h"
 #include "storage/storage_registry.h"
 #include "storage_conformance.h"
 #include "test_util.h"

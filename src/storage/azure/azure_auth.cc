@@ -82,23 +82,6 @@ std::string base64_decode(std::string_view text, std::string_view what) {
   return out;
 }
 
-std::string uri_encode(std::string_view s, bool keep_slash) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out += ch;
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
 std::string uri_decode(std::string_view s, bool plus_is_space) {
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {

@@ -33,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "storage/http/http_client.h"
+
 namespace shardpoint::storage::azure {
 
 struct AzureConfig {
@@ -88,8 +90,8 @@ AzureConfig azure_config_from_env();
 std::string base64_encode(std::string_view bytes);
 // Throws UsageError ("invalid base64 in <what>") on bad input.
 std::string base64_decode(std::string_view text, std::string_view what);
-// Percent-encodes all but A-Z a-z 0-9 - _ . ~ (and '/' when keep_slash).
-std::string uri_encode(std::string_view s, bool keep_slash);
+// Percent-encodes all but A-Z a-z 0-9 - _ . ~ (and '/' when keep_slash): the shared one.
+using http::uri_encode;
 // Decodes %XX (and '+' as a space only when plus_is_space).
 std::string uri_decode(std::string_view s, bool plus_is_space = false);
 

@@ -13,7 +13,7 @@
 
 #include "core/buffer_pool.h"
 #include "core/error.h"
-#include "storage/azure/azure_http.h"
+#include "storage/http/http_client.h"
 
 namespace shardpoint::storage::azure {
 namespace {
@@ -92,8 +92,6 @@ std::optional<std::string_view> xml_element(std::string_view xml, std::string_vi
   return window.substr(a, b - a);
 }
 
-bool retryable_status(long status) { return status == 408 || status == 429 || status >= 500; }
-
 std::string block_id(const std::string& tag, std::size_t index) {
   // Every id of one blob must have the same length: 24 raw bytes -> 32 base64 chars, no '='.
   char raw[25];
@@ -129,7 +127,8 @@ void wait_all(std::deque<std::future<void>>& futures) {
 class AzureClient {
  public:
   AzureClient(AzureLocation location, AzureConfig config, std::shared_ptr<BufferPool> pool)
-      : location_(std::move(location)), config_(std::move(config)), pool_(std::move(pool)) {
+      : location_(std::move(location)), config_(std::move(config)), pool_(std::move(pool)),
+        client_(retry_policy(config_)) {
     std::string endpoint = config_.blob_endpoint;
     if (endpoint.empty()) endpoint = config_.protocol + "://" + config_.account + ".blob." + config_.endpoint_suffix;
     std::size_t scheme_end = endpoint.find("://");
@@ -168,11 +167,12 @@ class AzureClient {
   };
 
   struct Result {
-    HttpResponse response;
+    http::Response response;
     int retries = 0;
   };
 
-  // Runs a call with signing and retries. Throws StorageError for failures not accepted.
+  // Runs a call, signed afresh for every attempt, with the client's retries. Throws
+  // StorageError for failures not accepted.
   Result run(const Call& call, const IoOptions& io) {
     std::string path = base_path_ + "/" + location_.container;
     if (!call.blob.empty()) path += "/" + uri_encode(call.blob, true);
@@ -184,82 +184,74 @@ class AzureClient {
     }
     if (!qs.empty()) url += "?" + qs;
 
+    http::Request request;
+    request.method = call.method;
+    request.url = std::move(url);
+    request.head = call.method == "HEAD";
+    request.body = call.body;
+    request.body_out = call.into;
+    request.use_body_out = !call.into.empty();
+    request.sign = [&](std::vector<std::string>& out) { out = signed_headers(call, path); };
     Result result;
-    std::string last_error;
-    for (int attempt = 0;; ++attempt) {
-      if (io_expired(io)) check_io(io, call.op + " " + call.what);
-      HttpRequest request;
-      request.method = call.method;
-      request.url = url;
-      request.headers = call.headers;
-      request.headers.emplace_back("x-ms-date", http_date());
-      request.headers.emplace_back("x-ms-version", config_.api_version);
-      if (call.method == "PUT" && std::none_of(call.headers.begin(), call.headers.end(),
-                                               [](const auto& h) { return h.first == "Content-Type"; })) {
-        request.headers.emplace_back("Content-Type", "application/octet-stream");
-      }
-      if (!config_.account_key.empty()) {
-        SignedRequest signed_request{call.method, path, call.query, request.headers, call.body.size()};
-        request.headers.emplace_back("Authorization", shared_key_authorization(config_, signed_request));
-      }
-      request.body = call.body;
-      request.into = call.into;
-      request.connect_timeout = config_.connect_timeout;
-      request.stall_timeout = config_.stall_timeout;
-      request.deadline = io.deadline;
-      request.stop = io.stop;
-      result.response = http_.perform(request);
-      result.retries = attempt;
-      const HttpResponse& r = result.response;
-      if (r.aborted) check_io(io, call.op + " " + call.what);
-      bool ok = r.status >= 200 && r.status < 300 && !r.overflow && r.transport_error.empty();
-      if (ok || std::find(call.accepted.begin(), call.accepted.end(), r.status) != call.accepted.end()) return result;
-      bool retry = r.status == 0 ? !r.overflow : retryable_status(r.status);
-      if (!retry || attempt + 1 >= config_.max_attempts) throw error_for(call, result);
-      sleep_backoff(attempt, io);
+    result.response = client_.execute(request, io, call.op + " " + call.what);
+    result.retries = result.response.retries;
+    const http::Response& r = result.response;
+    bool ok = r.status >= 200 && r.status < 300;
+    if (ok || std::find(call.accepted.begin(), call.accepted.end(), r.status) != call.accepted.end()) return result;
+    throw error_for(call, result);
+  }
+
+  // The headers of one attempt: the call's, a fresh x-ms-date, and SharedKey over them.
+  std::vector<std::string> signed_headers(const Call& call, const std::string& path) const {
+    Headers headers = call.headers;
+    headers.emplace_back("x-ms-date", http_date());
+    headers.emplace_back("x-ms-version", config_.api_version);
+    if (call.method == "PUT" && std::none_of(call.headers.begin(), call.headers.end(),
+                                             [](const auto& h) { return h.first == "Content-Type"; })) {
+      headers.emplace_back("Content-Type", "application/octet-stream");
     }
+    if (!config_.account_key.empty()) {
+      SignedRequest signed_request{call.method, path, call.query, headers, call.body.size()};
+      headers.emplace_back("Authorization", shared_key_authorization(config_, signed_request));
+    }
+    std::vector<std::string> out;
+    out.reserve(headers.size());
+    for (const auto& [k, v] : headers) out.push_back(k + ": " + v);
+    return out;
   }
 
   StorageError error_for(const Call& call, const Result& result) const {
-    const HttpResponse& r = result.response;
+    const http::Response& r = result.response;
     std::string msg = call.op + " " + call.what + ": ";
     StorageError::Kind kind = StorageError::Kind::kOther;
-    if (r.status == 0) {
-      msg += r.overflow ? "the server sent more bytes than requested" : r.transport_error;
-      kind = r.overflow ? StorageError::Kind::kOther : StorageError::Kind::kTransient;
-    } else {
-      std::string code = r.header("x-ms-error-code");
-      if (code.empty()) {
-        if (auto c = xml_element(r.body, "Code")) code = std::string(*c);
-      }
-      msg += "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
-      if (r.status == 404) kind = StorageError::Kind::kNotFound;
-      else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
-      else if (retryable_status(r.status)) kind = StorageError::Kind::kTransient;
-      if (kind == StorageError::Kind::kPermission) {
-        msg += " (authentication or authorization failed with " + config_.describe() +
-               "; check the account key or SAS token and its permissions and expiry)";
-      }
-      std::string id = r.header("x-ms-request-id");
-      if (!id.empty()) msg += " [request id " + id + "]";
+    std::string code = r.header("x-ms-error-code");
+    if (code.empty()) {
+      if (auto c = xml_element(r.body, "Code")) code = std::string(*c);
     }
+    msg += "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
+    if (r.status == 404) kind = StorageError::Kind::kNotFound;
+    else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
+    else if (http::is_retryable_status(r.status)) kind = StorageError::Kind::kTransient;
+    if (kind == StorageError::Kind::kPermission) {
+      msg += " (authentication or authorization failed with " + config_.describe() +
+             "; check the account key or SAS token and its permissions and expiry)";
+    }
+    std::string id = r.header("x-ms-request-id");
+    if (!id.empty()) msg += " [request id " + id + "]";
     msg += " (" + std::to_string(result.retries) + (result.retries == 1 ? " retry" : " retries") + ")";
     return StorageError(kind, msg);
   }
 
-  void sleep_backoff(int attempt, const IoOptions& io) {
-    double base = static_cast<double>(config_.backoff_base.count()) * static_cast<double>(1u << std::min(attempt, 20));
-    double capped = std::min(base, static_cast<double>(config_.backoff_max.count()));
-    double jitter;
-    {
-      std::lock_guard lock(rng_mu_);
-      jitter = std::uniform_real_distribution<double>(0.5, 1.0)(rng_);
-    }
-    auto until = Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(capped * jitter * 1000));
-    until = std::min(until, io.deadline);
-    while (Clock::now() < until && !io.stop.stop_requested()) {
-      std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20)));
-    }
+  // The shared retry policy with this driver's settings (see AzureConfig).
+  static http::RetryPolicy retry_policy(const AzureConfig& config) {
+    http::RetryPolicy p;
+    p.max_attempts = config.max_attempts;
+    p.initial_backoff = config.backoff_base;
+    p.max_backoff = config.backoff_max;
+    p.jitter_floor = 0.5;
+    p.connect_timeout = config.connect_timeout;
+    p.low_speed_time = std::chrono::duration_cast<std::chrono::seconds>(config.stall_timeout);
+    return p;
   }
 
   // Get Blob Properties: size and ETag, or nullopt for a missing blob.
@@ -311,14 +303,14 @@ class AzureClient {
                            "read " + describe(key) + ": the object was replaced after it was opened (ETag " + etag +
                                " no longer matches)");
       }
-      if (status == 416 || r.response.received < out.size()) {
+      if (status == 416 || r.response.bytes_received < out.size()) {
         std::optional<Properties> p = head(key, io, "read");
         if (!p) throw_not_found("read", key);
         if (offset + out.size() > p->size) throw_past_end(key, offset, out.size(), p->size);
         // Short body although the object is long enough: a cut connection. Retry a few times.
         if (tries + 1 < config_.max_attempts) continue;
         throw StorageError(StorageError::Kind::kTransient,
-                           "read " + describe(key) + ": short response (" + std::to_string(r.response.received) +
+                           "read " + describe(key) + ": short response (" + std::to_string(r.response.bytes_received) +
                                " of " + std::to_string(out.size()) + " bytes)");
       }
       return;
@@ -443,9 +435,7 @@ class AzureClient {
   std::shared_ptr<BufferPool> pool_;
   std::string origin_;     // "http://127.0.0.1:10000"
   std::string base_path_;  // "/devstoreaccount1" (path-style) or ""
-  HttpConnectionPool http_;
-  std::mutex rng_mu_;
-  std::mt19937_64 rng_{std::random_device{}()};
+  http::HttpClient client_;
 };
 
 // A whole small blob held in memory.

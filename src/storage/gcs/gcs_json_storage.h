@@ -40,7 +40,7 @@
 #include <memory>
 #include <string>
 
-#include "storage/s3/http_client.h"
+#include "storage/http/http_client.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
 

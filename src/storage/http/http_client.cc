@@ -1,4 +1,4 @@
-#include "storage/s3/http_client.h"
+#include "storage/http/http_client.h"
 
 #include <curl/curl.h>
 
@@ -14,6 +14,9 @@
 namespace shardpoint::storage::http {
 namespace {
 
+constexpr std::size_t kMaxBody = std::size_t{64} << 20;  // error documents, listings
+constexpr std::size_t kMaxIdle = 64;
+
 void global_init() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -23,7 +26,8 @@ struct Transfer {
   const Request* request = nullptr;
   Response* response = nullptr;
   std::uint64_t sent = 0;
-  bool overflow = false;
+  bool overflow = false;     // a 2xx body larger than body_out
+  bool body_cap = false;     // another body larger than kMaxBody
   const IoOptions* io = nullptr;
   CURL* curl = nullptr;
 };
@@ -42,6 +46,10 @@ std::size_t on_write(char* data, std::size_t size, std::size_t n, void* user) {
     }
     std::memcpy(out.data() + t->response->bytes_received, data, bytes);
   } else {
+    if (t->response->body.size() + bytes > kMaxBody) {
+      t->body_cap = true;
+      return 0;
+    }
     t->response->body.append(data, bytes);
   }
   t->response->bytes_received += bytes;
@@ -127,7 +135,9 @@ std::chrono::milliseconds jittered_backoff(const RetryPolicy& policy, int retry)
   for (int i = 1; i < retry && cap < policy.max_backoff.count(); ++i) cap *= 2;
   cap = std::min<long long>(cap, policy.max_backoff.count());
   if (cap <= 0) return std::chrono::milliseconds(0);
-  return std::chrono::milliseconds(std::uniform_int_distribution<long long>(0, cap)(rng));
+  const double floor = std::clamp(policy.jitter_floor, 0.0, 1.0);
+  const auto low = static_cast<long long>(floor * static_cast<double>(cap));
+  return std::chrono::milliseconds(std::uniform_int_distribution<long long>(low, cap)(rng));
 }
 
 }  // namespace
@@ -140,7 +150,7 @@ struct HttpClient::Handle {
   ~Handle() { curl_easy_cleanup(curl); }
 };
 
-bool is_retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
+bool is_retryable_status(long status) { return status == 408 || status == 429 || (status >= 500 && status <= 599); }
 
 std::string uri_encode(std::string_view s, bool keep_slash) {
   static const char* kHex = "0123456789ABCDEF";
@@ -182,7 +192,7 @@ std::unique_ptr<HttpClient::Handle> HttpClient::take_handle() {
 
 void HttpClient::give_back(std::unique_ptr<Handle> handle) {
   std::lock_guard lock(mu_);
-  idle_.push_back(std::move(handle));
+  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(handle));
 }
 
 Response HttpClient::execute(const Request& request, const IoOptions& io, const std::string& what) {
@@ -192,6 +202,7 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     Response response;
     response.retries = attempt;
     Transfer t;
+    char error[CURL_ERROR_SIZE] = {0};
     t.request = &request;
     t.response = &response;
     t.io = &io;
@@ -211,7 +222,14 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(policy_.connect_timeout.count()));
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, policy_.low_speed_bytes);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(policy_.low_speed_time.count()));
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(policy_.low_speed_time.count())));
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    // Larger buffers than curl's 16 KiB / 64 KiB defaults: fewer callbacks and syscalls for
+    // the multi-MiB parts, blocks and ranges the drivers move.
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     if (io.deadline != Clock::time_point::max()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(io.deadline - Clock::now()).count();
       curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<long long>(left, 1)));
@@ -242,8 +260,15 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
       curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m.c_str());
     }
 
+    std::vector<std::string> attempt_headers;
+    if (request.sign) {
+      attempt_headers = request.headers;
+      request.sign(attempt_headers);
+    }
     curl_slist* headers = nullptr;
-    for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+    for (const std::string& h : request.sign ? attempt_headers : request.headers) {
+      headers = curl_slist_append(headers, h.c_str());
+    }
     // Large bodies go with "Expect: 100-continue"; do not wait for the 100 (some servers never
     // send one). Removing the header ("Expect:") would break libcurl 7.88's SigV4, which
     // signs the emptied header.
@@ -252,8 +277,11 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
 
     CURLcode code = curl_easy_perform(c);
     curl_slist_free_all(headers);
-    if (code == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
-    give_back(std::move(handle));
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
+    if (code == CURLE_OK) {
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+      give_back(std::move(handle));
+    }  // else the handle is dropped: its connection may be in a bad state
 
     for (const char* id : {"x-amz-request-id", "x-ms-request-id", "x-guploader-uploadid"}) {
       if (response.request_id.empty()) response.request_id = response.header(id);
@@ -265,10 +293,14 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     }
     if (code != CURLE_OK) {
       if (t.overflow) {
-        throw StorageError(StorageError::Kind::kOther,
-                           what + ": server sent more bytes than requested (" + strip_query(request.url) + ")");
+        throw StorageError(StorageError::Kind::kOther, what + ": the server sent more bytes than requested");
+      }
+      if (t.body_cap) {
+        throw StorageError(StorageError::Kind::kOther, what + ": response body larger than " +
+                                                           std::to_string(kMaxBody >> 20) + " MiB");
       }
       last_error = curl_easy_strerror(code);
+      if (error[0] != '\0') last_error += std::string(": ") + error;
       if (code == CURLE_OPERATION_TIMEDOUT && io.deadline != Clock::time_point::max() && Clock::now() >= io.deadline) {
         check_io(io, what);
       }

@@ -1,34 +1,39 @@
-// HttpClient: blocking HTTP requests over libcurl, with retries, for the object-store
-// drivers (S3, GCS; the Azure driver can reuse it with its own Authorization header).
+// HttpClient: the one HTTP layer of the object-store drivers (S3, GCS XML and JSON, Azure):
+// blocking requests over libcurl, pooled connections, and the retry policy in one place.
 //
-// A request names a method, a full URL (already percent-encoded by the caller: the
-// signature covers the bytes sent), headers, an optional body (a span the caller keeps
-// alive for the call) and where the response body goes (a string, or a caller buffer for
-// ranged GETs that land in place). Signing is per request: `aws_sigv4` hands SigV4 to libcurl
-// (CURLOPT_AWS_SIGV4 with CURLOPT_USERPWD); other schemes put their own header in.
+// A request names a method, a full URL (already percent-encoded by the caller: signatures
+// cover the bytes sent), headers, an optional body (a span the caller keeps alive for the
+// call) and where the response body goes (a string, or a caller buffer for ranged GETs that
+// land in place; error bodies always go to the string, capped at 64 MiB).
 //
-// Retries (RetryPolicy): a response 5xx or 429, or a transport failure (refused or reset
-// connection, timeout, partial transfer) is retried with exponential backoff and full
-// jitter, up to max_attempts. Other statuses come back to the caller (they decide what 404
-// means). The result says how many retries were made, and the server's request id.
+// Signing is per request, three ways: `aws_sigv4` hands SigV4 to libcurl (CURLOPT_AWS_SIGV4
+// with CURLOPT_USERPWD: S3, GCS XML); fixed headers (GCS JSON's bearer token); or the `sign`
+// hook, called before every attempt, for schemes that sign a timestamp (Azure SharedKey).
 //
-// Secrets: credentials live only in the Request's `userpwd` / headers the caller supplies and
-// in libcurl's handle; nothing here prints them (no CURLOPT_VERBOSE, errors name the method,
-// the URL without its query, the status and curl's message only).
+// Retries (RetryPolicy): a response 5xx, 408 or 429, or a transport failure (refused or reset
+// connection, timeout, partial transfer, nothing received) is retried with exponential
+// backoff and jitter, up to max_attempts. Other statuses come back to the caller (they
+// decide what 404 means); so does the last retryable status when attempts run out, with
+// Response::retries saying how many were made.
+//
+// Secrets: credentials live only in the Request's `userpwd` / headers / hook and in libcurl's
+// handle; nothing here prints them (no CURLOPT_VERBOSE; errors name the caller's `what`,
+// curl's message and the retry count, never the URL's query or a header).
 //
 // Cancellation: IoOptions is checked before each attempt and by a progress callback during
 // transfers (stop token, deadline). A request in backoff sleeps in small steps and checks too.
 //
-// Thread-safety: execute() may be called from any number of threads at once; handles are
-// pooled per client, so connections are reused.
+// Thread-safety: execute() may be called from any number of threads at once; handles (and
+// their keep-alive connections) are pooled per client. A handle whose transfer failed is
+// dropped, not reused.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,10 +46,12 @@ namespace shardpoint::storage::http {
 struct RetryPolicy {
   // Attempts in all (1 = no retries). Raise it for flaky links; each retry waits longer.
   int max_attempts = 6;
-  // The first backoff; each retry doubles it up to max_backoff. The wait is uniform in
-  // [0, backoff] (full jitter), so ranks that failed together do not retry together.
+  // Retry n waits a random time in [jitter_floor * cap, cap] with
+  // cap = min(max_backoff, initial_backoff * 2^(n-1)). jitter_floor 0 is full jitter, so
+  // ranks that failed together do not retry together.
   std::chrono::milliseconds initial_backoff{100};
   std::chrono::milliseconds max_backoff{5000};
+  double jitter_floor = 0.0;
   // Per-attempt limits. connect_timeout bounds a dead host; low_speed aborts a transfer that
   // moved less than low_speed_bytes per second for low_speed_time (a hung server).
   std::chrono::milliseconds connect_timeout{10000};
@@ -57,19 +64,22 @@ struct Request {
   std::string url;                   // full, percent-encoded
   std::vector<std::string> headers;  // "Name: value"
   ByteSpan body;                     // sent as the request body (PUT/POST); caller-owned
-  // Response body into this buffer instead of Response::body (ranged GET). More bytes than
-  // fit is a transport error; fewer is reported by Response::bytes_received.
+  // A 2xx response body goes into this buffer instead of Response::body (ranged GET). More
+  // bytes than fit is an error; fewer is reported by Response::bytes_received.
   std::span<std::byte> body_out;
   bool use_body_out = false;
   bool head = false;                 // no response body (HEAD)
   // "aws:amz:<region>:s3" to sign with SigV4 (then userpwd = "<access key>:<secret>").
   std::string aws_sigv4;
   std::string userpwd;  // secret; never printed
+  // Called before each attempt with a copy of `headers`, to add the headers of this attempt
+  // (a date and a signature over it). Optional.
+  std::function<void(std::vector<std::string>& headers)> sign;
 };
 
 struct Response {
   long status = 0;
-  std::string body;  // unless Request::use_body_out
+  std::string body;  // unless the 2xx body went to Request::body_out
   std::uint64_t bytes_received = 0;
   std::map<std::string, std::string> headers;  // names lowercased; last value wins
   int retries = 0;
@@ -90,8 +100,10 @@ class HttpClient {
 
   // Performs the request, retrying as RetryPolicy says. Returns the last response (any
   // status). Throws StorageError kTransient ("<what>: <curl error> (N retries)") when every
-  // attempt failed in transport or with a retryable status is returned as a Response.
-  // `what` names the operation and object for messages ("PUT S3 object \"s3://b/k\"").
+  // attempt failed in transport, kOther for a transport error not worth retrying (a bad URL,
+  // a TLS certificate problem) or a response larger than body_out, and what check_io throws
+  // when cancelled or past the deadline. `what` names the operation and object for
+  // messages ("PUT S3 object \"s3://b/k\"").
   Response execute(const Request& request, const IoOptions& io, const std::string& what);
 
   const RetryPolicy& policy() const { return policy_; }
@@ -106,10 +118,11 @@ class HttpClient {
   std::vector<std::unique_ptr<Handle>> idle_;  // GUARDED_BY(mu_)
 };
 
-// True for statuses the client retries (5xx, 429).
+// True for statuses the client retries (5xx, 408, 429).
 bool is_retryable_status(long status);
 
-// Percent-encodes s as AWS SigV4 wants (RFC 3986 unreserved kept; '/' kept when keep_slash).
+// Percent-encodes s (RFC 3986 unreserved characters kept; '/' kept when keep_slash), as
+// SigV4, SharedKey and GCS object names want.
 std::string uri_encode(std::string_view s, bool keep_slash);
 
 // The URL without its query string, for messages (queries may carry upload ids, tokens).

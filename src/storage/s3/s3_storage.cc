@@ -7,14 +7,13 @@
 #include <deque>
 #include <future>
 #include <iostream>
-#include <list>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "storage/http/ranged_reads.h"
 
 namespace shardpoint::storage::s3 {
 namespace {
@@ -253,34 +252,10 @@ struct S3Core {
                                                            etag + ", now " + got + ")");
       }
     };
-    if (out.size() < config.parallel_read_bytes || config.read_threads <= 1) {
-      check_etag(get_range(key, offset, out, io, op));
-      return;
-    }
-    const std::size_t chunk = std::max<std::size_t>(config.read_chunk_bytes, 1 << 20);
-    const std::size_t chunks = (out.size() + chunk - 1) / chunk;
-    std::atomic<std::size_t> next{0};
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(config.read_threads));
-    {
-      std::vector<std::jthread> threads;
-      for (int t = 0; t < config.read_threads && static_cast<std::size_t>(t) < chunks; ++t) {
-        threads.emplace_back([&, t] {
-          try {
-            for (std::size_t i = next++; i < chunks; i = next++) {
-              std::size_t begin = i * chunk;
-              std::size_t n = std::min(chunk, out.size() - begin);
-              check_etag(get_range(key, offset + begin, out.subspan(begin, n), io, op));
-            }
-          } catch (...) {
-            errors[static_cast<std::size_t>(t)] = std::current_exception();
-            next = chunks;  // the others stop at their next chunk
-          }
-        });
-      }
-    }
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    http::read_in_parallel(offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
+                           [&](std::uint64_t at, std::span<std::byte> part) {
+                             check_etag(get_range(key, at, part, io, op));
+                           });
   }
 
   void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) {
@@ -478,76 +453,6 @@ class S3Writer final : public StorageWriter {
 // ---------------------------------------------------------------------------------------
 // Sources.
 
-// A small object read whole at open.
-class WholeSource final : public ByteSource {
- public:
-  WholeSource(std::string bytes, std::string name) : bytes_(std::move(bytes)), source_(as_bytes(bytes_), std::move(name)) {}
-  const std::string& name() const override { return source_.name(); }
-  std::uint64_t size() const override { return source_.size(); }
-  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
-    source_.read(offset, out, what);
-  }
-  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length, std::string_view what) const override {
-    return source_.view(offset, length, what);
-  }
-
- private:
-  std::string bytes_;
-  MemorySource source_;
-};
-
-// Ranged GETs with a small LRU cache of read-ahead windows for header-sized reads.
-class RangedSource final : public ByteSource {
- public:
-  RangedSource(std::shared_ptr<S3Core> core, std::string key, std::uint64_t size, std::string etag)
-      : core_(std::move(core)), key_(std::move(key)), size_(size), etag_(std::move(etag)),
-        name_(core_->describe(key_)) {}
-  const std::string& name() const override { return name_; }
-  std::uint64_t size() const override { return size_; }
-
-  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
-    check_range(offset, out.size(), what);
-    if (out.empty()) return;
-    const std::size_t window = core_->config.source_window_bytes;
-    if (out.size() >= window) {
-      core_->read_into(key_, offset, out, {}, "read", etag_);
-      return;
-    }
-    std::uint64_t start = offset / window * window;
-    if (offset + out.size() > start + window) start = offset;  // straddles: a window from offset
-    std::uint64_t length = std::min<std::uint64_t>(window, size_ - start);
-    std::shared_ptr<const std::string> block = cached(start, length);
-    std::memcpy(out.data(), block->data() + (offset - start), out.size());
-  }
-
- private:
-  std::shared_ptr<const std::string> cached(std::uint64_t start, std::uint64_t length) const {
-    {
-      std::lock_guard lock(mu_);
-      for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-        if (it->first == start && it->second->size() == length) {
-          cache_.splice(cache_.begin(), cache_, it);
-          return cache_.front().second;
-        }
-      }
-    }
-    auto block = std::make_shared<std::string>(length, '\0');
-    core_->read_into(key_, start, std::as_writable_bytes(std::span(*block)), {}, "read", etag_);
-    std::lock_guard lock(mu_);
-    cache_.emplace_front(start, block);
-    while (static_cast<int>(cache_.size()) > std::max(1, core_->config.source_cache_windows)) cache_.pop_back();
-    return block;
-  }
-
-  std::shared_ptr<S3Core> core_;
-  std::string key_;
-  std::uint64_t size_;
-  std::string etag_;
-  std::string name_;
-  mutable std::mutex mu_;
-  mutable std::list<std::pair<std::uint64_t, std::shared_ptr<const std::string>>> cache_;  // GUARDED_BY(mu_)
-};
-
 // ---------------------------------------------------------------------------------------
 
 class S3Storage final : public Storage {
@@ -598,9 +503,14 @@ class S3Storage final : public Storage {
     if (size <= core_->config.source_whole_bytes) {
       std::string bytes(size, '\0');
       if (size > 0) core_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", etag);
-      return std::make_unique<WholeSource>(std::move(bytes), core_->describe(key));
+      return std::make_unique<http::WholeObjectSource>(std::move(bytes), core_->describe(key));
     }
-    return std::make_unique<RangedSource>(core_, std::string(key), size, etag);
+    // Ranged GETs through a small LRU cache of read-ahead windows, pinned to the ETag.
+    auto fetch = [core = core_, name = std::string(key), etag](std::uint64_t offset, std::span<std::byte> out) {
+      core->read_into(name, offset, out, {}, "read", etag);
+    };
+    return std::make_unique<http::WindowedSource>(core_->describe(key), size, core_->config.source_window_bytes,
+                                                  core_->config.source_cache_windows, std::move(fetch));
   }
 
   std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
@@ -656,25 +566,7 @@ class S3Storage final : public Storage {
   std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
     validate_prefix(prefix);
     std::vector<ObjectInfo> objects = list(prefix, io);
-    std::atomic<std::size_t> next{0};
-    const int threads = std::max(1, std::min<int>(8, static_cast<int>(objects.size())));
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
-    {
-      std::vector<std::jthread> pool;
-      for (int t = 0; t < threads && !objects.empty(); ++t) {
-        pool.emplace_back([&, t] {
-          try {
-            for (std::size_t i = next++; i < objects.size(); i = next++) remove(objects[i].key, io);
-          } catch (...) {
-            errors[static_cast<std::size_t>(t)] = std::current_exception();
-            next = objects.size();
-          }
-        });
-      }
-    }
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    http::for_each_in_parallel(objects.size(), 8, [&](std::size_t i) { remove(objects[i].key, io); });
     abort_uploads(prefix, io);
     return objects.size();
   }

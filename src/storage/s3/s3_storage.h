@@ -49,7 +49,7 @@
 #include <string_view>
 
 #include "storage/s3/aws_credentials.h"
-#include "storage/s3/http_client.h"
+#include "storage/http/http_client.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
 
