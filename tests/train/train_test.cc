@@ -7,13 +7,22 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <limits>
+#include <functional>
+#include <set>
 
 #include "comm/thread_communicator.h"
 #include "core/error.h"
+#include "storage/s3_moto.h"
+#include "storage/storage.h"
+#include "storage/storage_registry.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
 #include "train/model.h"
+#include "train/model_checkpoint.h"
 #include "train/sharded_optimizer.h"
 #include "train/trainer.h"
 
@@ -166,12 +175,16 @@ struct Trained {
   std::vector<at::Tensor> tensors;
   std::string checkpoint;
   std::int64_t start_step = 0;
+  FitResult result;
 };
 
+using Tweak = std::function<void(TrainerOptions&)>;
+
 Trained fit_on(int world, const std::string& type, std::int64_t max_steps, const std::string& root,
-               const std::string& ckpt) {
+               const std::string& ckpt, const Tweak& tweak = {}, const TextCorpus* corpus = nullptr) {
   at::set_num_threads(1);
-  const TextCorpus data = TextCorpus::load(SP_TINY_DATA);
+  static const TextCorpus tiny = TextCorpus::load(SP_TINY_DATA);
+  const TextCorpus& data = corpus ? *corpus : tiny;
   ModelConfig cfg = model_config("tiny");
   cfg.vocab_size = data.vocab_size();
   Trained out;
@@ -184,6 +197,7 @@ Trained fit_on(int world, const std::string& type, std::int64_t max_steps, const
     o.global_batch = 3;
     o.optimizer = optimizer_config("adam", 1e-3);
     o.progress = false;
+    if (tweak) tweak(o);
     Trainer t(o, FSDPStrategy(type));
     const FitResult r = t.fit(comm, cfg, data, ckpt);
     std::vector<at::Tensor> all = t.strategy().full_params();
@@ -193,9 +207,16 @@ Trained fit_on(int world, const std::string& type, std::int64_t max_steps, const
       for (auto& x : t.strategy().all_gather(pieces)) all.push_back(x);
     }
     all.push_back(t.optimizer().state()[t.strategy().names()[0]]["step"]);
-    if (comm.rank() == 0) out = {all, r.checkpoint_path, r.start_step};
+    if (comm.rank() == 0) out = {all, r.checkpoint_path, r.start_step, r};
   });
   return out;
+}
+
+void expect_equal(const Trained& want, const Trained& got, const std::string& what) {
+  ASSERT_EQ(got.tensors.size(), want.tensors.size()) << what;
+  for (std::size_t i = 0; i < want.tensors.size(); ++i) {
+    EXPECT_TRUE(at::equal(want.tensors[i], got.tensors[i])) << what << " tensor " << i;
+  }
 }
 
 TEST(TrainerTest, AdamResumeIsBitwiseThroughFullAndShardedCheckpoints) {
@@ -208,10 +229,7 @@ TEST(TrainerTest, AdamResumeIsBitwiseThroughFullAndShardedCheckpoints) {
     const std::string second = first == "sharded" ? "full" : "sharded";
     const Trained resumed = fit_on(2, second, 4, root, half.checkpoint);
     EXPECT_EQ(resumed.start_step, 2);
-    ASSERT_EQ(resumed.tensors.size(), straight.tensors.size());
-    for (std::size_t i = 0; i < straight.tensors.size(); ++i) {
-      EXPECT_TRUE(at::equal(straight.tensors[i], resumed.tensors[i])) << first << " -> " << second << " tensor " << i;
-    }
+    expect_equal(straight, resumed, first + " -> " + second);
   }
   // The same sharded checkpoint on 3 ranks: it loads (resharded) and training goes on.
   const Trained half = fit_on(2, "sharded", 2, root, "");
@@ -219,6 +237,227 @@ TEST(TrainerTest, AdamResumeIsBitwiseThroughFullAndShardedCheckpoints) {
   EXPECT_EQ(three.start_step, 2);
   EXPECT_EQ(three.tensors.back().item<float>(), 3.0f);  // Adam's step
   std::filesystem::remove_all(root);
+}
+
+
+TEST(TrainerTest, AccumulationAndClippingKeepResumeBitwise) {
+  // 2 batches of 3 items per step, gradient norm clipped to 0.05 (the tiny model's norm is
+  // larger, so clipping acts): 4 straight steps equal 2 + 2 through either checkpoint format.
+  const std::string root = ::testing::TempDir() + "sp_trainer_accum_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  const Tweak tweak = [](TrainerOptions& o) {
+    o.accumulate_grad_batches = 2;
+    o.gradient_clip_val = 0.05;
+  };
+  const Trained straight = fit_on(2, "full", 4, root, "", tweak);
+  const Trained unclipped = fit_on(2, "full", 4, root, "", [](TrainerOptions& o) { o.accumulate_grad_batches = 2; });
+  EXPECT_FALSE(at::equal(straight.tensors[0], unclipped.tensors[0]));  // clipping changed the update
+  for (const std::string type : {"sharded", "full"}) {
+    const Trained half = fit_on(2, type, 2, root, "", tweak);
+    // The checkpoint records accumulation; the resumed run takes it from there.
+    const Trained resumed = fit_on(2, type == "sharded" ? "full" : "sharded", 4, root, half.checkpoint,
+                                   [](TrainerOptions& o) { o.gradient_clip_val = 0.05; });
+    EXPECT_EQ(resumed.start_step, 2);
+    expect_equal(straight, resumed, type);
+  }
+  std::filesystem::remove_all(root);
+}
+
+// 13 items of 35 tokens: batches of 3 -> 5 batches an epoch; 2 batches a step -> 3 steps
+// an epoch (2, 2, 1 batches).
+TextCorpus thirteen_items() {
+  std::string text;  // one line: 489 words + "<eos>" = 490 tokens = 14 blocks
+  for (int i = 0; i < 14 * 35 - 1; ++i) text += "w" + std::to_string(i % 17) + " ";
+  return TextCorpus::from_text(text);
+}
+
+TEST(TrainerTest, MaxEpochsEndsAtEpochBoundariesAndResumesAcrossThem) {
+  const TextCorpus data = thirteen_items();
+  ASSERT_EQ(DataSchedule({data.size(), 3, 2}).steps_per_epoch(), 3) << data.size();
+  const std::string root = ::testing::TempDir() + "sp_trainer_epochs_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  auto epochs = [](std::int64_t n) {
+    return [n](TrainerOptions& o) {
+      o.max_steps = -1;
+      o.max_epochs = n;
+      o.accumulate_grad_batches = 2;
+    };
+  };
+  const Trained straight = fit_on(2, "sharded", -1, root, "", epochs(2), &data);
+  // One checkpoint per epoch end; save_top_k 1 keeps the newest.
+  const std::string dir = std::filesystem::path(straight.checkpoint).parent_path().string();
+  ASSERT_EQ(straight.result.saved.size(), 2u);
+  EXPECT_EQ(straight.result.saved[0], dir + "/epoch=0-step=3.ckpt");
+  EXPECT_EQ(straight.result.saved[1], dir + "/epoch=1-step=6.ckpt");
+  EXPECT_FALSE(std::filesystem::exists(straight.result.saved[0]));
+  EXPECT_EQ(straight.result.losses.size(), 6u);
+  const Trained first = fit_on(2, "sharded", -1, root, "", epochs(1), &data);
+  EXPECT_EQ(std::filesystem::path(first.checkpoint).filename(), "epoch=0-step=3.ckpt");
+  const Trained second = fit_on(2, "sharded", -1, root, first.checkpoint, epochs(2), &data);
+  EXPECT_EQ(second.start_step, 3);
+  EXPECT_EQ(std::filesystem::path(second.checkpoint).filename(), "epoch=1-step=6.ckpt");
+  expect_equal(straight, second, "epoch 1 resumed");
+  // max_steps stops inside an epoch; the epoch-end hook still saves (Lightning's max_steps rule).
+  const Trained stopped = fit_on(1, "full", 4, root, "", [&](TrainerOptions& o) {
+    epochs(5)(o);
+    o.max_steps = 4;
+  }, &data);
+  EXPECT_EQ(std::filesystem::path(stopped.checkpoint).filename(), "epoch=1-step=4.ckpt");
+  std::filesystem::remove_all(root);
+}
+
+TEST(TrainerTest, ObjectStoreRootAndResumeFromLast) {
+  // s3:// on moto (signatures checked): the object-store code path of s3://, gs://, az://.
+  SP_REQUIRE_MOTO(moto);
+  const std::string root = "s3://sp-test/trainer-last-" + std::to_string(::getpid());
+  const Tweak last = [](TrainerOptions& o) {
+    o.checkpoint.save_last = true;
+    o.checkpoint.every_n_train_steps = 1;
+  };
+  const Trained straight = fit_on(2, "sharded", 4, root, "", last);
+  const Trained half = fit_on(2, "sharded", 2, root, "", last);
+  EXPECT_EQ(half.checkpoint, root + "/lightning_logs/version_1/checkpoints/last.ckpt");
+  auto st = storage::open_storage(root);
+  // every_n_train_steps 1, top-k 1: only the newest step checkpoint and last.ckpt remain.
+  std::set<std::string> folders;
+  for (const auto& o : st->list("lightning_logs/version_1/")) folders.insert(o.key.substr(0, o.key.rfind('/')));
+  EXPECT_EQ(folders, (std::set<std::string>{"lightning_logs/version_1/checkpoints/epoch=0-step=2.ckpt",
+                                            "lightning_logs/version_1/checkpoints/last.ckpt"}));
+  // A newer version whose last.ckpt never got its commit marker is not "last".
+  const std::string metadata = "lightning_logs/version_1/checkpoints/last.ckpt/.metadata";
+  std::vector<std::byte> bytes(st->stat(metadata));
+  st->read(metadata, 0, bytes);
+  st->write_atomic("lightning_logs/version_7/checkpoints/last.ckpt/.metadata", bytes);
+  EXPECT_EQ(resolve_last_checkpoint(root), half.checkpoint);
+  const Trained resumed = fit_on(2, "full", 4, root, "last", last);
+  EXPECT_EQ(resumed.result.resumed_from, half.checkpoint);
+  EXPECT_EQ(resumed.start_step, 2);
+  expect_equal(straight, resumed, "last");
+  EXPECT_EQ(resumed.checkpoint, root + "/lightning_logs/version_8/checkpoints/last.ckpt");
+  EXPECT_TRUE(st->try_stat("lightning_logs/version_8/checkpoints/last.ckpt"));  // full: one object
+  st->remove_all();
+  // Nothing to resume: a warning, training from scratch.
+  const Trained fresh = fit_on(1, "full", 1, root, "last");
+  EXPECT_EQ(fresh.start_step, 0);
+  EXPECT_EQ(fresh.result.resumed_from, "");
+  st->remove_all();
+}
+
+// ModelCheckpoint's decisions with recorded I/O.
+struct FakeIO {
+  std::set<std::string> present;
+  std::vector<std::string> log;
+  CheckpointActions actions() {
+    CheckpointActions io;
+    io.exists = [this](const std::string& p) { return present.count(p) > 0; };
+    io.save = [this](const std::string& p) {
+      present.insert(p);
+      log.push_back("save " + p.substr(p.rfind('/') + 1));
+    };
+    io.remove = [this](const std::string& p) {
+      present.erase(p);
+      log.push_back("remove " + p.substr(p.rfind('/') + 1));
+    };
+    return io;
+  }
+};
+
+TEST(ModelCheckpointTest, DefaultsSaveAtEpochEndAndReplaceThePrevious) {
+  ModelCheckpoint mc(ModelCheckpointOptions{});
+  EXPECT_EQ(mc.state_key(),
+            "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
+            "'train_time_interval': None}");
+  mc.set_paths("/r/checkpoints", "");
+  FakeIO fake;
+  const auto io = fake.actions();
+  mc.on_train_batch_end({0, 1, 5.0}, io);
+  mc.on_train_epoch_end({0, 3, 4.0}, io);
+  mc.on_train_epoch_end({0, 3, 4.0}, io);  // the same step twice: saved once
+  mc.on_train_epoch_end({1, 6, 3.0}, io);
+  EXPECT_EQ(fake.log, (std::vector<std::string>{"save epoch=0-step=3.ckpt", "save epoch=1-step=6.ckpt",
+                                                "remove epoch=0-step=3.ckpt"}));
+  EXPECT_EQ(mc.best_model_path(), "/r/checkpoints/epoch=1-step=6.ckpt");
+  EXPECT_EQ(mc.kth_value(), std::numeric_limits<float>::infinity());
+}
+
+TEST(ModelCheckpointTest, EveryNTrainStepsWithSaveLast) {
+  ModelCheckpoint mc({.every_n_train_steps = 2, .save_last = true});
+  EXPECT_NE(mc.state_key().find("'every_n_train_steps': 2, 'every_n_epochs': 0"), std::string::npos);
+  mc.set_paths("/r/c", "");
+  FakeIO fake;
+  const auto io = fake.actions();
+  for (std::int64_t step = 1; step <= 5; ++step) {
+    mc.on_train_batch_end({0, step, 1.0}, io);
+    if (step == 5) mc.on_train_epoch_end({0, step, 1.0}, io);  // max_steps: only last.ckpt
+  }
+  EXPECT_EQ(fake.log, (std::vector<std::string>{"save epoch=0-step=2.ckpt", "save last.ckpt",
+                                                "save epoch=0-step=4.ckpt", "remove epoch=0-step=2.ckpt",
+                                                "save last.ckpt", "save last.ckpt"}));
+  EXPECT_EQ(mc.last_model_path(), "/r/c/last.ckpt");
+}
+
+TEST(ModelCheckpointTest, TopKOnTrainLoss) {
+  ModelCheckpoint mc({.every_n_train_steps = 1, .save_top_k = 2, .monitor = "train_loss"});
+  EXPECT_NE(mc.state_key().find("{'monitor': 'train_loss', 'mode': 'min'"), std::string::npos);
+  mc.set_paths("/r/c", "/r/c/epoch=0-step=1.ckpt");  // resumed from step 1's: never removed
+  FakeIO fake;
+  fake.present.insert("/r/c/epoch=0-step=2.ckpt");  // taken: the new one gets -v1
+  const auto io = fake.actions();
+  const double losses[] = {5, 4, 6, 3, std::nan(""), 2};
+  for (std::int64_t step = 1; step <= 6; ++step) mc.on_train_batch_end({0, step, losses[step - 1]}, io);
+  EXPECT_EQ(fake.log, (std::vector<std::string>{"save epoch=0-step=1.ckpt", "save epoch=0-step=2-v1.ckpt",
+                                                "save epoch=0-step=4.ckpt", "save epoch=0-step=6.ckpt",
+                                                "remove epoch=0-step=2-v1.ckpt"}));
+  EXPECT_EQ(mc.best_model_path(), "/r/c/epoch=0-step=6.ckpt");
+  EXPECT_EQ(*mc.best_model_score(), 2.0f);
+  EXPECT_EQ(mc.kth_best_model_path(), "/r/c/epoch=0-step=4.ckpt");
+  EXPECT_EQ(mc.kth_value(), 3.0f);
+  ASSERT_EQ(mc.best_k_models().size(), 2u);
+  // -1 keeps everything; a path outside dirpath is never removed.
+  ModelCheckpoint all({.save_top_k = -1, .monitor = "train_loss", .mode = "max"});
+  all.set_paths("/r/c", "");
+  FakeIO kept;
+  for (std::int64_t e = 0; e < 3; ++e) all.on_train_epoch_end({e, e + 1, 1.0 * e}, kept.actions());
+  EXPECT_EQ(kept.log.size(), 3u);
+  EXPECT_EQ(all.best_model_path(), "/r/c/epoch=2-step=3.ckpt");
+}
+
+TEST(ModelCheckpointTest, InvalidConfigurationsAreUsageErrors) {
+  auto message = [](ModelCheckpointOptions o) -> std::string {
+    try {
+      ModelCheckpoint mc(o);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message({.save_top_k = 2}).find("monitor=None) is not a valid configuration"), std::string::npos);
+  EXPECT_NE(message({.every_n_train_steps = 2, .every_n_epochs = 1}).find("mutually exclusive"), std::string::npos);
+  EXPECT_NE(message({.monitor = "val_loss"}).find("could not find the monitored key"), std::string::npos);
+  EXPECT_NE(message({.save_top_k = -2}).find("save_top_k=-2"), std::string::npos);
+  EXPECT_NE(message({.mode = "avg"}).find("mode"), std::string::npos);
+}
+
+TEST(ResolveLastTest, LocalFoldersNeedTheirCommitMarkers) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / ("sp_resolve_last_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  EXPECT_EQ(resolve_last_checkpoint(root.string()), "");
+  auto touch = [](const fs::path& p) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << "x";
+  };
+  touch(root / "lightning_logs/version_0/checkpoints/last.ckpt");                 // full file
+  touch(root / "lightning_logs/version_1/checkpoints/last.ckpt/.metadata");       // sharded, committed
+  touch(root / "lightning_logs/version_1/checkpoints/last.ckpt/meta.pt");
+  touch(root / "lightning_logs/version_1/checkpoints/last-v1.ckpt/.metadata");    // no meta.pt
+  touch(root / "lightning_logs/version_2/checkpoints/epoch=0-step=3.ckpt");       // not a last
+  touch(root / "lightning_logs/version_3/checkpoints/last.ckpt/meta.pt");         // no .metadata
+  EXPECT_EQ(resolve_last_checkpoint(root.string()), (root / "lightning_logs/version_1/checkpoints/last.ckpt").string());
+  touch(root / "lightning_logs/version_1/checkpoints/last-v1.ckpt/meta.pt");
+  EXPECT_EQ(resolve_last_checkpoint(root.string() + "/"),
+            (root / "lightning_logs/version_1/checkpoints/last-v1.ckpt").string());
+  fs::remove_all(root);
 }
 
 }  // namespace
