@@ -1,0 +1,357 @@
+// `shardpoint consolidate` from and to object stores, end to end (the built binary) against
+// real servers on 127.0.0.1: moto (s3://, signature checking on) and Azurite (az://).
+//   - s3:// -> local, local -> s3://, s3:// -> s3:// give the bytes of local -> local (the
+//     local result loads in PyTorch 1.13); sharded safetensors to s3:// equal the local
+//     folder object by object, index last;
+//   - az:// -> local and local -> az:// equal local -> local;
+//   - Lightning's checks worded for a prefix (no objects, an object instead of a prefix, no
+//     meta.pt, output object exists): one line, exit 1;
+//   - an upload that fails after its first parts (a corrupt blob later in the checkpoint)
+//     leaves no object at the output key and no multipart upload;
+//   - a wrong secret: one error line without the secret, exit 1;
+//   - peak RSS of s3:// -> s3:// under --memory-budget.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "azure_test_util.h"
+#include "comm/thread_communicator.h"
+#include "core/byte_stream.h"
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_test_state.h"
+#include "engine/chunking.h"
+#include "engine/torch_save.h"
+#include "s3_moto.h"
+#include "format/metadata.h"
+#include "storage/local_storage.h"
+#include "storage/storage_registry.h"
+#include "test_util.h"
+
+namespace shardpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using shardpoint::testing::run_command;
+using shardpoint::testing::TempDir;
+using storage::testing::MotoServer;
+
+const std::string kTool = SP_SHARDPOINT;
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+std::string unique_prefix(const std::string& name) {
+  static int n = 0;
+  return "s3://sp-test/consolidate-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+struct ToolRun {
+  int code = -1;
+  std::string out;  // stdout + stderr
+};
+
+ToolRun tool(const std::string& args, const std::string& env = "") {
+  auto r = run_command(env + " " + q(kTool) + " " + args + " 2>&1");
+  return ToolRun{r.exit_code, r.output};
+}
+
+std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+void write_meta_pt(storage::Storage& st) {
+  using pickle::Value;
+  engine::StateNode root{engine::StateDict{}};
+  root.set("epoch", engine::StateNode(Value::integer(1)));
+  root.set("global_step", engine::StateNode(Value::integer(3)));
+  root.set("pytorch-lightning_version", engine::StateNode(Value::str("2.6.0")));
+  StringSink sink;
+  engine::write_torch_save(root, sink, engine::TorchSaveFileOptions{"meta"});
+  st.write_atomic("meta.pt", as_bytes(sink.str()));
+}
+
+// The engine test state on 2 ranks ("optim" renamed "optimizer_0") + meta.pt, in st.
+void save_small(storage::Storage& st) {
+  std::vector<engine::testing::RankState> states;
+  for (int r = 0; r < 2; ++r) {
+    states.push_back(engine::testing::make_rank_state(r, 2, true));
+    for (auto& [k, v] : states.back().root.dict()) {
+      if (k == "optim") k = "optimizer_0";
+    }
+  }
+  comm::ThreadGroup group(2);
+  group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, st, comm); });
+  write_meta_pt(st);
+}
+
+// model.a: `mib` MiB of float32 [rows, 1024] sharded along dim 1 over 4 ranks; model.b:
+// 256 KiB after it in key order. + meta.pt.
+void save_large(storage::Storage& st, int mib) {
+  const std::int64_t rows = std::int64_t{mib} * 256;
+  const int world = 4;
+  std::vector<std::vector<float>> a(world), b(world);
+  std::vector<engine::StateNode> roots(world);
+  for (int r = 0; r < world; ++r) {
+    engine::Box box = engine::shard_box({rows, 1024}, {world}, {engine::Placement::shard(1)}, {r});
+    a[r].resize(static_cast<std::size_t>(engine::volume(box.sizes)));
+    for (std::size_t i = 0; i < a[r].size(); ++i) a[r][i] = static_cast<float>(i % 1000) + static_cast<float>(r);
+    engine::Box small = engine::shard_box({64, 1024}, {world}, {engine::Placement::shard(1)}, {r});
+    b[r].assign(static_cast<std::size_t>(engine::volume(small.sizes)), 2.5f);
+    engine::StateDict model;
+    model.emplace_back("a", engine::StateNode(engine::TensorShard{DType::kFloat32, {rows, 1024}, box.offsets, box.sizes,
+                                                                  std::as_writable_bytes(std::span<float>(a[r]))}));
+    model.emplace_back("b", engine::StateNode(engine::TensorShard{DType::kFloat32, {64, 1024}, small.offsets,
+                                                                  small.sizes,
+                                                                  std::as_writable_bytes(std::span<float>(b[r]))}));
+    roots[r] = engine::StateNode(engine::StateDict{});
+    roots[r].set("model", engine::StateNode(std::move(model)));
+  }
+  comm::ThreadGroup group(world);
+  group.run([&](comm::Communicator& comm) { engine::save(roots[comm.rank()], st, comm); });
+  write_meta_pt(st);
+}
+
+// Every object of `from` written under the same key in `to`.
+void copy_objects(storage::Storage& from, storage::Storage& to) {
+  for (const storage::ObjectInfo& o : from.list("")) {
+    std::string bytes(o.size, '\0');
+    from.read(o.key, 0, std::as_writable_bytes(std::span(bytes)));
+    to.write_atomic(o.key, as_bytes(bytes));
+  }
+}
+
+std::string read_object(storage::Storage& st, const std::string& key) {
+  std::string bytes(st.stat(key), '\0');
+  st.read(key, 0, std::as_writable_bytes(std::span(bytes)));
+  return bytes;
+}
+
+std::string read_object(const std::string& url) {
+  auto slash = url.find_last_of('/');
+  return read_object(*storage::open_storage(url.substr(0, slash)), url.substr(slash + 1));
+}
+
+// Multipart uploads in progress in bucket (boto3, which moto needs anyway); -1 on failure.
+int open_uploads(const MotoServer& moto, const std::string& bucket) {
+  auto r = run_command(
+      "python3 -c \"import sys, boto3; c = boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2], "
+      "aws_secret_access_key=sys.argv[3], region_name='us-east-1'); "
+      "print(len(c.list_multipart_uploads(Bucket=sys.argv[4]).get('Uploads', [])))\" " +
+      q(moto.endpoint()) + " " + q(moto.access_key()) + " " + q(moto.secret_key()) + " " + q(bucket) + " 2>/dev/null");
+  if (r.exit_code != 0 || r.output.empty()) return -1;
+  return std::stoi(r.output);
+}
+
+TEST(RemoteConsolidateTest, S3BothWaysEqualsLocalToLocal) {
+  SP_REQUIRE_MOTO(moto);
+  TempDir dir;
+  const std::string local = dir.file("ckpt");
+  save_small(*storage::open_local_storage_at(local));
+  const std::string prefix = unique_prefix("both");
+  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(prefix + "/ckpt"));
+
+  fs::create_directories(dir.file("a"));
+  fs::create_directories(dir.file("b"));
+  ToolRun r = tool("consolidate " + q(local) + " --output_file " + q(dir.file("a/out.pt")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(dir.file("b/out.pt")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "");
+  r = tool("consolidate " + q(local) + " --output_file " + q(prefix + "/c/out.pt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(prefix + "/d/out.pt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Default output: "<prefix>.consolidated" next to the prefix.
+  r = tool("consolidate " + q(prefix + "/ckpt/"));
+  ASSERT_EQ(r.code, 0) << r.out;
+
+  const std::string want = testing::read_text(dir.file("a/out.pt"));
+  ASSERT_GT(want.size(), 1000u);
+  EXPECT_TRUE(testing::read_text(dir.file("b/out.pt")) == want) << "s3 -> local differs from local -> local";
+  EXPECT_TRUE(read_object(prefix + "/c/out.pt") == want) << "local -> s3 differs from local -> local";
+  EXPECT_TRUE(read_object(prefix + "/d/out.pt") == want) << "s3 -> s3 differs from local -> local";
+  EXPECT_GT(storage::open_storage(prefix)->stat("ckpt.consolidated"), 1000u);
+  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+
+  // The s3 -> local result loads in PyTorch 1.13, with Lightning's layout.
+  if (run_command("/usr/bin/python3 -c 'import torch' 2>/dev/null").exit_code == 0) {
+    auto load = run_command(
+        "/usr/bin/python3 -c \"import sys, torch; c = torch.load(sys.argv[1]); "
+        "print(sorted(c), sorted(c['state_dict'])[:1], len(c['optimizer_states']))\" " +
+        q(dir.file("b/out.pt")) + " 2>&1");
+    EXPECT_EQ(load.exit_code, 0) << load.output;
+    EXPECT_NE(load.output.find("'state_dict'"), std::string::npos) << load.output;
+    EXPECT_NE(load.output.find("'optimizer_states'"), std::string::npos) << load.output;
+    EXPECT_NE(load.output.find("'global_step'"), std::string::npos) << load.output;
+  } else if (testing::oracles_required()) {
+    ADD_FAILURE() << "oracle missing: /usr/bin/python3 with torch (python3-torch)";
+  }
+}
+
+TEST(RemoteConsolidateTest, ShardedSafetensorsToS3EqualLocalFolder) {
+  SP_REQUIRE_MOTO(moto);
+  TempDir dir;
+  const std::string local = dir.file("ckpt");
+  save_small(*storage::open_local_storage_at(local));
+  const std::string prefix = unique_prefix("st");
+  ToolRun r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " +
+                   q(dir.file("hf")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " + q(prefix + "/hf"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto remote = storage::open_storage(prefix + "/hf");
+  std::vector<std::string> local_names, remote_names;
+  for (const auto& e : fs::directory_iterator(dir.file("hf"))) local_names.push_back(e.path().filename().string());
+  std::sort(local_names.begin(), local_names.end());
+  for (const auto& o : remote->list("")) remote_names.push_back(o.key);
+  EXPECT_EQ(remote_names, local_names);
+  EXPECT_GT(remote_names.size(), 2u);
+  for (const std::string& name : local_names) {
+    EXPECT_TRUE(read_object(*remote, name) == testing::read_text(dir.file("hf/" + name))) << name;
+  }
+  // A second run finds the output prefix taken.
+  r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " + q(prefix + "/hf"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("already exists"), std::string::npos) << r.out;
+}
+
+TEST(RemoteConsolidateTest, LightningChecksWordedForAPrefix) {
+  SP_REQUIRE_MOTO(moto);
+  const std::string prefix = unique_prefix("checks");
+  ToolRun r = tool("consolidate " + q(prefix + "/missing"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "shardpoint: The provided checkpoint folder does not exist: there are no objects under " + prefix +
+                       "/missing\n");
+
+  storage::open_storage(prefix)->write_atomic("object", as_bytes(std::string("x")));
+  r = tool("consolidate " + q(prefix + "/object"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "shardpoint: The provided checkpoint path must be a folder, containing the checkpoint shards: " +
+                       prefix + "/object is an object, not a prefix with objects under it\n");
+
+  auto ckpt = storage::open_storage(prefix + "/ckpt");
+  save_small(*ckpt);
+  ckpt->remove("meta.pt");
+  r = tool("consolidate " + q(prefix + "/ckpt"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out,
+            "shardpoint: Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation. The "
+            "provided folder is not in that format (no meta.pt under it): " +
+                prefix + "/ckpt\n");
+
+  // --layout dcp needs no meta.pt; the output object then exists.
+  r = tool("consolidate " + q(prefix + "/ckpt") + " --layout dcp --output_file " + q(prefix + "/object"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out,
+            "shardpoint: The path for the converted checkpoint already exists. Choose a different path by providing "
+            "`--output_file` or move/delete the object first: " +
+                prefix + "/object\n");
+  r = tool("consolidate " + q(prefix + "/ckpt") + " --layout dcp --output_file s3://sp-test");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  r = tool("consolidate " + q(prefix + "/ckpt") + " --layout dcp --output_file " + q(prefix + "/out.pt"));
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+TEST(RemoteConsolidateTest, FailedUploadLeavesNoObjectAndNoUpload) {
+  SP_REQUIRE_MOTO(moto);
+  const std::string prefix = unique_prefix("failed");
+  auto ckpt = storage::open_storage(prefix + "/ckpt");
+  save_large(*ckpt, 32);
+  // Corrupt model.b (read after model.a's 32 MiB were uploaded in parts): a byte in the
+  // middle of one of its blobs, which the checksum sidecar catches.
+  format::Metadata md = engine::read_metadata(*ckpt);
+  const format::StorageInfo* victim = nullptr;
+  for (const auto& [index, info] : md.storage_data) {
+    if (index.fqn == "model.b") victim = &info;
+  }
+  ASSERT_NE(victim, nullptr);
+  std::string file = read_object(*ckpt, victim->relative_path);
+  file[victim->offset + victim->length / 2] ^= 0x5a;
+  ckpt->write_atomic(victim->relative_path, as_bytes(file));
+
+  // A small budget: one reader, small buffers, so model.a is being uploaded when model.b fails.
+  ToolRun r = tool("consolidate " + q(prefix + "/ckpt") + " --layout fabric --memory-budget 40MiB --output_file " +
+                   q(prefix + "/out.pt"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  EXPECT_NE(r.out.find("model.b"), std::string::npos) << r.out;
+  EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
+  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+}
+
+TEST(RemoteConsolidateTest, WrongSecretIsOneLineWithoutTheSecret) {
+  SP_REQUIRE_MOTO(moto);
+  TempDir dir;
+  const std::string prefix = unique_prefix("secret");
+  save_small(*storage::open_storage(prefix + "/ckpt"));
+  const std::string secret = "Wr0ngS3cretWr0ngS3cretWr0ngS3cret0000000";
+  const std::string env = "AWS_SECRET_ACCESS_KEY=" + secret;
+  ToolRun r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(dir.file("out.pt")), env);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  EXPECT_EQ(r.out.rfind("shardpoint: ", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find(secret), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir.file("out.pt")));
+
+  save_small(*storage::open_local_storage_at(dir.file("local")));
+  r = tool("consolidate " + q(dir.file("local")) + " --output_file " + q(prefix + "/out.pt"), env);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  EXPECT_EQ(r.out.find(secret), std::string::npos) << r.out;
+  EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
+}
+
+// Peak RSS of the whole process (wait4's ru_maxrss) for s3:// -> s3:// of a 48 MiB
+// checkpoint with --memory-budget 64MiB.
+TEST(RemoteConsolidateTest, PeakRssUnderBudgetS3ToS3) {
+  SP_REQUIRE_MOTO(moto);
+  const std::string prefix = unique_prefix("rss");
+  save_large(*storage::open_storage(prefix + "/ckpt"), 48);
+  const std::string in = prefix + "/ckpt", out = prefix + "/out.pt";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", in.c_str(), "--output_file", out.c_str(), "--memory-budget",
+            "64MiB", "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  ASSERT_EQ(::wait4(pid, &status, 0, &ru), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_GT(storage::open_storage(prefix)->stat("out.pt"), std::uint64_t{48} << 20);
+  std::printf("consolidate s3 -> s3, 48 MiB, --memory-budget 64MiB: peak RSS %.1f MiB\n", ru.ru_maxrss / 1024.0);
+  EXPECT_LT(ru.ru_maxrss, 64 * 1024);
+}
+
+TEST(RemoteConsolidateTest, AzureBothWaysEqualsLocalToLocal) {
+  SP_REQUIRE_AZURITE(endpoint);
+  auto config = storage::testing::azurite_config(endpoint);
+  const std::string container = storage::testing::fresh_container(config);
+  ::setenv("AZURE_STORAGE_CONNECTION_STRING", storage::testing::azurite_connection_string(endpoint).c_str(), 1);
+  ::setenv("SHARDPOINT_AZURE_BACKOFF_MS", "10", 1);
+  TempDir dir;
+  const std::string local = dir.file("ckpt");
+  save_small(*storage::open_local_storage_at(local));
+  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(container + "/ckpt"));
+  fs::create_directories(dir.file("a"));
+  fs::create_directories(dir.file("b"));
+  ToolRun r = tool("consolidate " + q(local) + " --output_file " + q(dir.file("a/out.pt")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = tool("consolidate " + q(container + "/ckpt") + " --output_file " + q(dir.file("b/out.pt")));
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = tool("consolidate " + q(local) + " --output_file " + q(container + "/c/out.pt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string want = testing::read_text(dir.file("a/out.pt"));
+  EXPECT_TRUE(testing::read_text(dir.file("b/out.pt")) == want) << "az -> local differs from local -> local";
+  EXPECT_TRUE(read_object(container + "/c/out.pt") == want) << "local -> az differs from local -> local";
+  ::unsetenv("AZURE_STORAGE_CONNECTION_STRING");
+  ::unsetenv("SHARDPOINT_AZURE_BACKOFF_MS");
+}
+
+}  // namespace
+}  // namespace shardpoint
