@@ -11,6 +11,7 @@
 
 #include "core/buffer_pool.h"
 #include "core/error.h"
+#include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
 
 namespace shardpoint::storage::gcs {
@@ -21,12 +22,6 @@ constexpr std::size_t kChunkQuantum = std::size_t{256} << 10;  // GCS: chunks ar
 std::string retries_text(int retries) {
   return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
 }
-
-// What GET .../o/NAME says about an object.
-struct ObjectMeta {
-  std::uint64_t size = 0;
-  std::string generation;
-};
 
 // GCS sends int64 fields (size, generation) as JSON strings.
 std::uint64_t json_u64(const nlohmann::json& j, const char* field) {
@@ -48,7 +43,7 @@ std::string json_string(const nlohmann::json& j, const char* field) {
 // ---------------------------------------------------------------------------------------
 // The shared state of a storage, its writers and sources.
 
-struct GcsCore {
+struct GcsCore final : http::ObjectClient {
   GcsJsonConfig config;
   http::HttpClient client;
   std::shared_ptr<BufferPool> pool;
@@ -73,8 +68,15 @@ struct GcsCore {
   std::string object_name(std::string_view key) const {
     return config.prefix.empty() ? std::string(key) : config.prefix + "/" + std::string(key);
   }
-  std::string root_url() const { return "gs://" + config.bucket + (config.prefix.empty() ? "" : "/" + config.prefix); }
-  std::string describe(std::string_view key) const { return "GCS object \"" + root_url() + "/" + std::string(key) + "\""; }
+  std::string root_url() const override {
+    return "gs://" + config.bucket + (config.prefix.empty() ? "" : "/" + config.prefix);
+  }
+  std::string describe(std::string_view key) const override {
+    return "GCS object \"" + root_url() + "/" + std::string(key) + "\"";
+  }
+  http::SourceLimits source_limits() const override {
+    return {config.source_whole_bytes, config.source_window_bytes, config.source_cache_windows};
+  }
 
   std::string bucket_path(std::string_view api) const {
     return config.endpoint + std::string(api) + "/storage/v1/b/" + http::uri_encode(config.bucket, false) + "/o";
@@ -122,8 +124,8 @@ struct GcsCore {
     throw StorageError(kind, text);
   }
 
-  // GET .../o/NAME; nullopt for 404.
-  std::optional<ObjectMeta> metadata(std::string_view key, const IoOptions& io, const std::string& op) {
+  // GET .../o/NAME: size and generation; nullopt for 404.
+  std::optional<Version> head(std::string_view key, const IoOptions& io, const std::string& op) override {
     std::string what = op + " " + describe(key);
     http::Response resp = client.execute(request("GET", metadata_url(key)), io, what);
     if (resp.status == 404) return std::nullopt;
@@ -132,7 +134,7 @@ struct GcsCore {
     if (!j.is_object() || !j.contains("size")) {
       throw StorageError(StorageError::Kind::kOther, what + ": the object resource has no \"size\"");
     }
-    return ObjectMeta{json_u64(j, "size"), json_string(j, "generation")};
+    return Version{json_u64(j, "size"), json_string(j, "generation")};
   }
 
   // One ranged GET into out, of the given generation when it is not empty.
@@ -162,7 +164,7 @@ struct GcsCore {
   }
 
   void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
-                 const std::string& op, const std::string& generation) {
+                 const std::string& op, const std::string& generation) override {
     http::read_in_parallel(offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
                            [&](std::uint64_t at, std::span<std::byte> part) {
                              get_range(key, at, part, io, op, generation);
@@ -170,7 +172,7 @@ struct GcsCore {
   }
 
   // uploadType=media: the whole object in one request, published in one step.
-  void upload_media(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) {
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
     std::string what = op + " " + describe(key);
     http::Request r = request("POST", upload_url("media", key), data);
     r.headers.push_back("Content-Type: application/octet-stream");
@@ -234,6 +236,39 @@ struct GcsCore {
       fail(what, resp);
     }
   }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io, const std::string& what) override {
+    const std::string full = object_name(prefix);
+    const std::size_t strip = config.prefix.empty() ? 0 : config.prefix.size() + 1;
+    std::vector<ObjectInfo> out;
+    std::string token;
+    for (int page = 0; page < 1000000; ++page) {
+      std::string url = bucket_path("") + "?maxResults=" + std::to_string(config.list_page_size);
+      if (!full.empty()) url += "&prefix=" + http::uri_encode(full, false);
+      if (!token.empty()) url += "&pageToken=" + http::uri_encode(token, false);
+      http::Response resp = client.execute(request("GET", url), io, what);
+      if (resp.status != 200) fail(what, resp);
+      auto j = nlohmann::json::parse(resp.body, nullptr, false);
+      if (!j.is_object()) throw StorageError(StorageError::Kind::kOther, what + ": the response is not a JSON object");
+      if (auto items = j.find("items"); items != j.end() && items->is_array()) {
+        for (const auto& item : *items) {
+          std::string name = json_string(item, "name");
+          if (name.size() <= strip || name.find(kTempMarker) != std::string::npos) continue;
+          out.push_back({name.substr(strip), json_u64(item, "size")});
+        }
+      }
+      token = json_string(j, "nextPageToken");
+      if (token.empty()) break;
+    }
+    return out;
+  }
+
+  void remove(std::string_view key, const IoOptions& io, const std::string& what) override {
+    http::Response resp = client.execute(request("DELETE", metadata_url(key)), io, what);
+    if (resp.status != 204 && resp.status != 200 && resp.status != 404) fail(what, resp);
+  }
+
+  std::unique_ptr<StorageWriter> open_writer(const std::string& key) override;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -274,7 +309,7 @@ class GcsWriter final : public StorageWriter {
       if (io_expired(io)) check_io(io, "commit " + core_->describe(key_));
       ByteSpan last = current_ ? ByteSpan(current_.data(), fill_) : ByteSpan();
       if (session_.empty()) {
-        core_->upload_media(key_, last, io, "write");
+        core_->put(key_, last, io, "write");
       } else {
         wait_inflight();
         core_->put_chunk(session_, key_, position_ - fill_, last, position_, io);
@@ -346,133 +381,15 @@ class GcsWriter final : public StorageWriter {
   bool committed_ = false;
 };
 
-// ---------------------------------------------------------------------------------------
-
-class GcsJsonStorage final : public Storage {
- public:
-  explicit GcsJsonStorage(std::shared_ptr<GcsCore> core) : core_(std::move(core)) {}
-
-  StorageFeatures features() const override {
-    StorageFeatures f;
-    f.range_reads = true;
-    f.atomic_publish = true;
-    return f;
-  }
-
-  std::string url() const override {
-    return core_->root_url() + (core_->config.query.empty() ? "" : "?" + core_->config.query);
-  }
-  std::string describe_key(std::string_view key) const override { return core_->describe(key); }
-
-  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "stat " + core_->describe(key));
-    auto meta = core_->metadata(key, io, "stat");
-    if (!meta) throw StorageError(StorageError::Kind::kNotFound, "stat " + core_->describe(key) + ": no such object");
-    return meta->size;
-  }
-
-  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "read " + core_->describe(key));
-    if (out.empty()) {
-      std::uint64_t size = stat(key, io);
-      if (offset > size) {
-        throw FormatError("read " + core_->describe(key) + ": offset " + std::to_string(offset) +
-                          " is past the end of the object (" + std::to_string(size) + " bytes)");
-      }
-      return;
-    }
-    core_->read_into(key, offset, out, io, "read", "");
-  }
-
-  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
-                                          const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
-    auto meta = core_->metadata(key, io, "open");
-    if (!meta) throw StorageError(StorageError::Kind::kNotFound, "open " + core_->describe(key) + ": no such object");
-    if (meta->size <= core_->config.source_whole_bytes) {
-      std::string bytes(meta->size, '\0');
-      if (meta->size > 0) {
-        core_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", meta->generation);
-      }
-      return std::make_unique<http::WholeObjectSource>(std::move(bytes), core_->describe(key));
-    }
-    auto fetch = [core = core_, name = std::string(key), generation = meta->generation](
-                     std::uint64_t offset, std::span<std::byte> out) {
-      core->read_into(name, offset, out, {}, "read", generation);
-    };
-    return std::make_unique<http::WindowedSource>(core_->describe(key), meta->size, core_->config.source_window_bytes,
-                                                  core_->config.source_cache_windows, std::move(fetch));
-  }
-
-  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
-                                             const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
-    return std::make_unique<GcsWriter>(core_, std::string(key));
-  }
-
-  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "write " + core_->describe(key));
-    core_->upload_media(key, data, io, "write");  // one request publishes the whole object
-  }
-
-  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
-    validate_prefix(prefix);
-    std::string what = "list " + core_->root_url() + "/" + std::string(prefix);
-    if (io_expired(io)) check_io(io, what);
-    const std::string full = core_->object_name(prefix);
-    const std::size_t strip = core_->config.prefix.empty() ? 0 : core_->config.prefix.size() + 1;
-    std::vector<ObjectInfo> out;
-    std::string token;
-    for (int page = 0; page < 1000000; ++page) {
-      std::string url = core_->bucket_path("") + "?maxResults=" + std::to_string(core_->config.list_page_size);
-      if (!full.empty()) url += "&prefix=" + http::uri_encode(full, false);
-      if (!token.empty()) url += "&pageToken=" + http::uri_encode(token, false);
-      http::Response resp = core_->client.execute(core_->request("GET", url), io, what);
-      if (resp.status != 200) core_->fail(what, resp);
-      auto j = nlohmann::json::parse(resp.body, nullptr, false);
-      if (!j.is_object()) throw StorageError(StorageError::Kind::kOther, what + ": the response is not a JSON object");
-      if (auto items = j.find("items"); items != j.end() && items->is_array()) {
-        for (const auto& item : *items) {
-          std::string name = json_string(item, "name");
-          if (name.size() <= strip || name.find(kTempMarker) != std::string::npos) continue;
-          out.push_back({name.substr(strip), json_u64(item, "size")});
-        }
-      }
-      token = json_string(j, "nextPageToken");
-      if (token.empty()) break;
-    }
-    std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
-    return out;
-  }
-
-  void remove(std::string_view key, const IoOptions& io) override {
-    validate_key(key);
-    std::string what = "remove " + core_->describe(key);
-    if (io_expired(io)) check_io(io, what);
-    http::Response resp = core_->client.execute(core_->request("DELETE", core_->metadata_url(key)), io, what);
-    if (resp.status != 204 && resp.status != 200 && resp.status != 404) core_->fail(what, resp);
-  }
-
-  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
-    validate_prefix(prefix);
-    std::vector<ObjectInfo> objects = list(prefix, io);
-    http::for_each_in_parallel(objects.size(), 8, [&](std::size_t i) { remove(objects[i].key, io); });
-    return objects.size();
-  }
-
- private:
-  std::shared_ptr<GcsCore> core_;
-};
+std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key) {
+  return std::make_unique<GcsWriter>(std::static_pointer_cast<GcsCore>(shared_from_this()), key);
+}
 
 }  // namespace
 
 std::unique_ptr<Storage> make_gcs_json_storage(GcsJsonConfig config, const StorageOptions& options) {
-  return std::make_unique<GcsJsonStorage>(std::make_shared<GcsCore>(std::move(config), options));
+  std::string query = config.query;
+  return http::make_object_store_storage(std::make_shared<GcsCore>(std::move(config), options), std::move(query));
 }
 
 }  // namespace shardpoint::storage::gcs

@@ -13,6 +13,7 @@
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
 
 namespace shardpoint::storage::s3 {
@@ -120,7 +121,7 @@ std::string retries_text(int retries) {
 // ---------------------------------------------------------------------------------------
 // The shared state of a storage, its writers and sources.
 
-struct S3Core {
+struct S3Core final : http::ObjectClient {
   S3Config config;
   http::HttpClient client;
   std::shared_ptr<BufferPool> pool;
@@ -145,11 +146,14 @@ struct S3Core {
   std::string object_name(std::string_view key) const {
     return config.prefix.empty() ? std::string(key) : config.prefix + "/" + std::string(key);
   }
-  std::string root_url() const {
+  std::string root_url() const override {
     return config.scheme + "://" + config.bucket + (config.prefix.empty() ? "" : "/" + config.prefix);
   }
-  std::string describe(std::string_view key) const {
+  std::string describe(std::string_view key) const override {
     return config.service + " object \"" + root_url() + "/" + std::string(key) + "\"";
+  }
+  http::SourceLimits source_limits() const override {
+    return {config.source_whole_bytes, config.source_window_bytes, config.source_cache_windows};
   }
 
   // https://host/bucket (path style) or https://bucket.host (virtual host).
@@ -207,8 +211,7 @@ struct S3Core {
   }
 
   // HEAD: size and ETag; nullopt for 404.
-  std::optional<std::pair<std::uint64_t, std::string>> head(std::string_view key, const IoOptions& io,
-                                                            const std::string& op) {
+  std::optional<Version> head(std::string_view key, const IoOptions& io, const std::string& op) override {
     http::Request r = request("HEAD", object_url(key));
     r.head = true;
     std::string what = op + " " + describe(key);
@@ -216,8 +219,7 @@ struct S3Core {
     if (resp.status == 404) return std::nullopt;
     if (resp.status != 200) fail(what, resp);
     std::string length = resp.header("content-length");
-    return std::make_pair(static_cast<std::uint64_t>(std::strtoull(length.c_str(), nullptr, 10)),
-                          resp.header("etag"));
+    return Version{static_cast<std::uint64_t>(std::strtoull(length.c_str(), nullptr, 10)), resp.header("etag")};
   }
 
   // One ranged GET into out. Returns the response's ETag. Past-the-end ranges are FormatError.
@@ -244,7 +246,7 @@ struct S3Core {
   // Ranged GETs of out in parallel chunks when it is large. All ETags must agree with
   // `etag` when it is not empty.
   void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
-                 const std::string& op, const std::string& etag) {
+                 const std::string& op, const std::string& etag) override {
     auto check_etag = [&](const std::string& got) {
       if (!etag.empty() && !got.empty() && got != etag) {
         throw StorageError(StorageError::Kind::kOther, op + " " + describe(key) +
@@ -258,7 +260,7 @@ struct S3Core {
                            });
   }
 
-  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) {
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
     std::string what = op + " " + describe(key);
     http::Response resp = execute(request("PUT", object_url(key), data), io, what);
     if (resp.status != 200) fail(what, resp);
@@ -309,6 +311,53 @@ struct S3Core {
                        config.bucket + "/" + object + "\"";
     http::Response resp = execute(request("DELETE", url), io, what);
     if (resp.status != 204 && resp.status != 200 && resp.status != 404) fail(what, resp);
+  }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io, const std::string& what) override {
+    const std::string full = object_name(prefix);
+    const std::size_t strip = config.prefix.empty() ? 0 : config.prefix.size() + 1;
+    std::vector<ObjectInfo> out;
+    std::string token;
+    for (int page = 0; page < 1000000; ++page) {
+      // Query parameters sorted by name: libcurl 7.88 signs the query as given.
+      std::string query;
+      if (!token.empty()) query += "continuation-token=" + http::uri_encode(token, false) + "&";
+      query += "list-type=2";
+      if (!full.empty()) query += "&prefix=" + http::uri_encode(full, false);
+      http::Response resp = execute(request("GET", bucket_url() + "?" + query), io, what);
+      if (resp.status != 200) fail(what, resp);
+      for (std::string_view contents : xml_blocks(resp.body, "Contents")) {
+        std::string key = xml_value(contents, "Key");
+        if (key.size() <= strip || key.find(kTempMarker) != std::string::npos) continue;
+        out.push_back({key.substr(strip), std::strtoull(xml_value(contents, "Size").c_str(), nullptr, 10)});
+      }
+      if (xml_value(resp.body, "IsTruncated") != "true") break;
+      token = xml_value(resp.body, "NextContinuationToken");
+      if (token.empty()) break;
+    }
+    return out;
+  }
+
+  void remove(std::string_view key, const IoOptions& io, const std::string& what) override {
+    http::Response resp = execute(request("DELETE", object_url(key)), io, what);
+    if (resp.status != 204 && resp.status != 200 && resp.status != 404) fail(what, resp);
+  }
+
+  std::unique_ptr<StorageWriter> open_writer(const std::string& key) override;
+
+  // The leftovers of writers that died: unfinished multipart uploads under prefix.
+  void remove_leftovers(std::string_view prefix, const IoOptions& io) override {
+    const std::string full = object_name(prefix);
+    std::string what = "list multipart uploads under " + root_url() + "/" + std::string(prefix);
+    std::string query = full.empty() ? "uploads=" : "prefix=" + http::uri_encode(full, false) + "&uploads=";
+    http::Response resp = execute(request("GET", bucket_url() + "?" + query), io, what);
+    if (resp.status != 200) fail(what, resp);
+    for (std::string_view upload : xml_blocks(resp.body, "Upload")) {
+      std::string key = xml_value(upload, "Key");
+      std::string id = xml_value(upload, "UploadId");
+      if (!key.starts_with(full) || id.empty()) continue;
+      abort_multipart(key, id, io);
+    }
   }
 };
 
@@ -450,145 +499,9 @@ class S3Writer final : public StorageWriter {
   bool committed_ = false;
 };
 
-// ---------------------------------------------------------------------------------------
-// Sources.
-
-// ---------------------------------------------------------------------------------------
-
-class S3Storage final : public Storage {
- public:
-  explicit S3Storage(std::shared_ptr<S3Core> core) : core_(std::move(core)) {}
-
-  StorageFeatures features() const override {
-    StorageFeatures f;
-    f.range_reads = true;
-    f.atomic_publish = true;
-    return f;
-  }
-
-  std::string url() const override {
-    return core_->root_url() + (core_->config.query.empty() ? "" : "?" + core_->config.query);
-  }
-  std::string describe_key(std::string_view key) const override { return core_->describe(key); }
-
-  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "stat " + core_->describe(key));
-    auto info = core_->head(key, io, "stat");
-    if (!info) throw StorageError(StorageError::Kind::kNotFound, "stat " + core_->describe(key) + ": no such object");
-    return info->first;
-  }
-
-  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "read " + core_->describe(key));
-    if (out.empty()) {
-      std::uint64_t size = stat(key, io);
-      if (offset > size) {
-        throw FormatError("read " + core_->describe(key) + ": offset " + std::to_string(offset) +
-                          " is past the end of the object (" + std::to_string(size) + " bytes)");
-      }
-      return;
-    }
-    core_->read_into(key, offset, out, io, "read", "");
-  }
-
-  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
-                                          const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
-    auto info = core_->head(key, io, "open");
-    if (!info) throw StorageError(StorageError::Kind::kNotFound, "open " + core_->describe(key) + ": no such object");
-    auto [size, etag] = *info;
-    if (size <= core_->config.source_whole_bytes) {
-      std::string bytes(size, '\0');
-      if (size > 0) core_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", etag);
-      return std::make_unique<http::WholeObjectSource>(std::move(bytes), core_->describe(key));
-    }
-    // Ranged GETs through a small LRU cache of read-ahead windows, pinned to the ETag.
-    auto fetch = [core = core_, name = std::string(key), etag](std::uint64_t offset, std::span<std::byte> out) {
-      core->read_into(name, offset, out, {}, "read", etag);
-    };
-    return std::make_unique<http::WindowedSource>(core_->describe(key), size, core_->config.source_window_bytes,
-                                                  core_->config.source_cache_windows, std::move(fetch));
-  }
-
-  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
-                                             const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "open " + core_->describe(key));
-    return std::make_unique<S3Writer>(core_, std::string(key));
-  }
-
-  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "write " + core_->describe(key));
-    core_->put(key, data, io, "write");  // one PUT publishes the whole object
-  }
-
-  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
-    validate_prefix(prefix);
-    std::string what = "list " + core_->root_url() + "/" + std::string(prefix);
-    if (io_expired(io)) check_io(io, what);
-    const std::string full = core_->object_name(prefix);
-    const std::size_t strip = core_->config.prefix.empty() ? 0 : core_->config.prefix.size() + 1;
-    std::vector<ObjectInfo> out;
-    std::string token;
-    for (int page = 0; page < 1000000; ++page) {
-      // Query parameters sorted by name: libcurl 7.88 signs the query as given.
-      std::string query;
-      if (!token.empty()) query += "continuation-token=" + http::uri_encode(token, false) + "&";
-      query += "list-type=2";
-      if (!full.empty()) query += "&prefix=" + http::uri_encode(full, false);
-      http::Response resp = core_->execute(core_->request("GET", core_->bucket_url() + "?" + query), io, what);
-      if (resp.status != 200) core_->fail(what, resp);
-      for (std::string_view contents : xml_blocks(resp.body, "Contents")) {
-        std::string key = xml_value(contents, "Key");
-        if (key.size() <= strip || key.find(kTempMarker) != std::string::npos) continue;
-        out.push_back({key.substr(strip), std::strtoull(xml_value(contents, "Size").c_str(), nullptr, 10)});
-      }
-      if (xml_value(resp.body, "IsTruncated") != "true") break;
-      token = xml_value(resp.body, "NextContinuationToken");
-      if (token.empty()) break;
-    }
-    std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
-    return out;
-  }
-
-  void remove(std::string_view key, const IoOptions& io) override {
-    validate_key(key);
-    std::string what = "remove " + core_->describe(key);
-    if (io_expired(io)) check_io(io, what);
-    http::Response resp = core_->execute(core_->request("DELETE", core_->object_url(key)), io, what);
-    if (resp.status != 204 && resp.status != 200 && resp.status != 404) core_->fail(what, resp);
-  }
-
-  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
-    validate_prefix(prefix);
-    std::vector<ObjectInfo> objects = list(prefix, io);
-    http::for_each_in_parallel(objects.size(), 8, [&](std::size_t i) { remove(objects[i].key, io); });
-    abort_uploads(prefix, io);
-    return objects.size();
-  }
-
- private:
-  // The leftovers of writers that died: unfinished multipart uploads under prefix.
-  void abort_uploads(std::string_view prefix, const IoOptions& io) {
-    const std::string full = core_->object_name(prefix);
-    std::string what = "list multipart uploads under " + core_->root_url() + "/" + std::string(prefix);
-    std::string query = full.empty() ? "uploads=" : "prefix=" + http::uri_encode(full, false) + "&uploads=";
-    http::Response resp = core_->execute(core_->request("GET", core_->bucket_url() + "?" + query), io, what);
-    if (resp.status != 200) core_->fail(what, resp);
-    for (std::string_view upload : xml_blocks(resp.body, "Upload")) {
-      std::string key = xml_value(upload, "Key");
-      std::string id = xml_value(upload, "UploadId");
-      if (!key.starts_with(full) || id.empty()) continue;
-      core_->abort_multipart(key, id, io);
-    }
-  }
-
-  std::shared_ptr<S3Core> core_;
-};
+std::unique_ptr<StorageWriter> S3Core::open_writer(const std::string& key) {
+  return std::make_unique<S3Writer>(std::static_pointer_cast<S3Core>(shared_from_this()), key);
+}
 
 long env_long(const char* name, long fallback) {
   const char* v = std::getenv(name);
@@ -725,7 +638,8 @@ S3Config parse_s3_url(std::string_view url) {
 }
 
 std::unique_ptr<Storage> make_s3_storage(S3Config config, const StorageOptions& options) {
-  return std::make_unique<S3Storage>(std::make_shared<S3Core>(std::move(config), options));
+  std::string query = config.query;
+  return http::make_object_store_storage(std::make_shared<S3Core>(std::move(config), options), std::move(query));
 }
 
 std::unique_ptr<Storage> open_s3_storage(std::string_view url, const StorageOptions& options) {

@@ -1,0 +1,120 @@
+#include "storage/http/object_store.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "storage/http/ranged_reads.h"
+
+namespace shardpoint::storage::http {
+namespace {
+
+class ObjectStoreStorage final : public Storage {
+ public:
+  ObjectStoreStorage(std::shared_ptr<ObjectClient> client, std::string query)
+      : client_(std::move(client)), query_(std::move(query)) {}
+
+  StorageFeatures features() const override {
+    StorageFeatures f;
+    f.range_reads = true;
+    f.atomic_publish = true;
+    return f;
+  }
+
+  std::string url() const override { return client_->root_url() + (query_.empty() ? "" : "?" + query_); }
+  std::string describe_key(std::string_view key) const override { return client_->describe(key); }
+
+  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
+    start("stat", key, io);
+    return existing(key, io, "stat").size;
+  }
+
+  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
+    start("read", key, io);
+    if (out.empty()) {
+      std::uint64_t size = existing(key, io, "read").size;
+      if (offset > size) {
+        throw FormatError("read " + client_->describe(key) + ": offset " + std::to_string(offset) +
+                          " is past the end of the object (" + std::to_string(size) + " bytes)");
+      }
+      return;
+    }
+    client_->read_into(key, offset, out, io, "read", "");
+  }
+
+  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
+                                          const IoOptions& io) override {
+    start("open", key, io);
+    ObjectClient::Version version = existing(key, io, "open");
+    const SourceLimits limits = client_->source_limits();
+    if (version.size <= limits.whole_bytes) {
+      std::string bytes(version.size, '\0');
+      if (version.size > 0) {
+        client_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", version.tag);
+      }
+      return std::make_unique<WholeObjectSource>(std::move(bytes), client_->describe(key));
+    }
+    // The source outlives this Storage (storage.h): the fetch keeps the client alive.
+    auto fetch = [client = client_, name = std::string(key), tag = version.tag](std::uint64_t offset,
+                                                                                std::span<std::byte> out) {
+      client->read_into(name, offset, out, {}, "read", tag);
+    };
+    return std::make_unique<WindowedSource>(client_->describe(key), version.size, limits.window_bytes,
+                                            limits.windows, std::move(fetch));
+  }
+
+  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
+                                             const IoOptions& io) override {
+    start("open", key, io);
+    return client_->open_writer(std::string(key));
+  }
+
+  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
+    start("write", key, io);
+    client_->put(key, data, io, "write");  // one request publishes the whole object
+  }
+
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::string what = "list " + client_->root_url() + "/" + std::string(prefix);
+    if (io_expired(io)) check_io(io, what);
+    std::vector<ObjectInfo> out = client_->list(prefix, io, what);
+    std::sort(out.begin(), out.end(), [](const ObjectInfo& a, const ObjectInfo& b) { return a.key < b.key; });
+    return out;
+  }
+
+  void remove(std::string_view key, const IoOptions& io) override {
+    start("remove", key, io);
+    client_->remove(key, io, "remove " + client_->describe(key));
+  }
+
+  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
+    validate_prefix(prefix);
+    std::vector<ObjectInfo> objects = list(prefix, io);
+    for_each_in_parallel(objects.size(), 8, [&](std::size_t i) { remove(objects[i].key, io); });
+    client_->remove_leftovers(prefix, io);
+    return objects.size();
+  }
+
+ private:
+  void start(std::string_view op, std::string_view key, const IoOptions& io) const {
+    validate_key(key);
+    if (io_expired(io)) check_io(io, std::string(op) + " " + client_->describe(key));
+  }
+
+  ObjectClient::Version existing(std::string_view key, const IoOptions& io, const std::string& op) {
+    std::optional<ObjectClient::Version> version = client_->head(key, io, op);
+    if (!version) throw StorageError(StorageError::Kind::kNotFound, op + " " + client_->describe(key) + ": no such object");
+    return *version;
+  }
+
+  std::shared_ptr<ObjectClient> client_;
+  std::string query_;
+};
+
+}  // namespace
+
+std::unique_ptr<Storage> make_object_store_storage(std::shared_ptr<ObjectClient> client, std::string query) {
+  return std::make_unique<ObjectStoreStorage>(std::move(client), std::move(query));
+}
+
+}  // namespace shardpoint::storage::http

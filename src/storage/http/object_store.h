@@ -1,0 +1,70 @@
+// ObjectStoreStorage: the Storage interface over an object store's protocol, shared by the
+// S3 (XML API, also GCS with HMAC keys) and GCS JSON drivers. The driver implements
+// ObjectClient (the requests: HEAD-like metadata, ranged GETs, whole PUTs, writers, list,
+// delete); this class adds what every object store does the same way: key validation,
+// IoOptions checks, not-found and past-the-end errors, sources (small objects fetched whole,
+// larger ones through read-ahead windows pinned to the version seen at open), sorted
+// listings and parallel deletes for remove_prefix().
+//
+// Features: range_reads and atomic_publish (an object store publishes a PUT or a finished
+// upload whole). Thread-safety: as storage.h; ObjectClient methods are called from any
+// number of threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "storage/storage.h"
+
+namespace shardpoint::storage::http {
+
+// How open_source() reads (see the drivers' configs for the trade-offs).
+struct SourceLimits {
+  std::size_t whole_bytes = std::size_t{1} << 20;   // objects up to this size are fetched at open
+  std::size_t window_bytes = std::size_t{4} << 20;  // read-ahead window of larger ones
+  int windows = 4;                                  // windows cached per source
+};
+
+class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
+ public:
+  // What an object is now: its size and a version tag (S3 ETag, GCS generation).
+  struct Version {
+    std::uint64_t size = 0;
+    std::string tag;
+  };
+
+  virtual ~ObjectClient() = default;
+
+  // "s3://bucket/prefix": the root as URLs and messages show it (no query).
+  virtual std::string root_url() const = 0;
+  // `S3 object "s3://b/p/key"`: how errors name an object.
+  virtual std::string describe(std::string_view key) const = 0;
+  virtual SourceLimits source_limits() const = 0;
+
+  // The object's size and version; nullopt when there is none. `op` starts messages.
+  virtual std::optional<Version> head(std::string_view key, const IoOptions& io, const std::string& op) = 0;
+  // Fills out with the bytes at offset (parallel ranged GETs when large). A non-empty tag
+  // pins the version: a changed object is StorageError kOther. Past the end: FormatError.
+  virtual void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
+                         const std::string& op, const std::string& tag) = 0;
+  // One request that publishes the whole object.
+  virtual void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) = 0;
+  virtual std::unique_ptr<StorageWriter> open_writer(const std::string& key) = 0;
+  // Every object under prefix, keys relative to the root, temporaries left out, any order.
+  virtual std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io, const std::string& what) = 0;
+  // Deletes one object; a missing one is not an error.
+  virtual void remove(std::string_view key, const IoOptions& io, const std::string& what) = 0;
+  // Cleans up what failed writers left under prefix (S3: unfinished multipart uploads).
+  virtual void remove_leftovers(std::string_view prefix, const IoOptions& io) {}
+};
+
+// A Storage over client; `query` is the URL's query as given (url() returns it).
+std::unique_ptr<Storage> make_object_store_storage(std::shared_ptr<ObjectClient> client, std::string query);
+
+}  // namespace shardpoint::storage::http
