@@ -6,11 +6,13 @@
 //   - az:// -> local and local -> az:// equal local -> local;
 //   - Lightning's checks worded for a prefix (no objects, an object instead of a prefix, no
 //     meta.pt, output object exists): one line, exit 1;
-//   - an upload that fails after its first parts (a corrupt blob later in the checkpoint)
-//     leaves no object at the output key and no multipart upload;
+//   - an upload that fails after its first parts (a corrupt blob later in the checkpoint;
+//     moto's log shows 6 parts, then the abort), or is stopped by SIGTERM, leaves no object
+//     at the output key and no multipart upload;
 //   - a wrong secret: one error line without the secret, exit 1;
 //   - peak RSS of s3:// -> s3:// under --memory-budget.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -280,6 +282,37 @@ TEST(RemoteConsolidateTest, FailedUploadLeavesNoObjectAndNoUpload) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(lines(r.out), 1u) << r.out;
   EXPECT_NE(r.out.find("model.b"), std::string::npos) << r.out;
+  EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
+  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+}
+
+// SIGTERM once the multipart upload has begun (moto's request log shows its POST ?uploads):
+// exit 143, the upload aborted, no object.
+TEST(RemoteConsolidateTest, SigtermMidUploadLeavesNoObjectAndNoUpload) {
+  SP_REQUIRE_MOTO(moto);
+  const std::string prefix = unique_prefix("sigterm");
+  save_large(*storage::open_storage(prefix + "/ckpt"), 32);
+  const std::string in = prefix + "/ckpt", out = prefix + "/out.pt";
+  const std::string log = "/tmp/shardpoint-moto-" + std::to_string(::getpid()) + "-" + std::to_string(moto->port()) + ".log";
+  const std::string started = out.substr(std::string("s3://").size()) + "?uploads=";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", in.c_str(), "--layout", "fabric", "--output_file",
+            out.c_str(), "--memory-budget", "40MiB", "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool seen = false;
+  for (int i = 0; i < 30000 && !seen; ++i) {
+    seen = testing::read_text(log).find(started) != std::string::npos;
+    if (!seen) ::usleep(1000);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 0) GTEST_SKIP() << "the copy finished before SIGTERM arrived";
+  EXPECT_TRUE(seen) << "no multipart upload seen in " << log;
+  EXPECT_EQ(WEXITSTATUS(status), 143);
   EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
   EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
 }
