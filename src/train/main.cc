@@ -282,6 +282,9 @@ int main(int argc, char** argv) {
     return shardpoint::train::try_main(argc, argv);
   } catch (const std::exception& e) {
     const char* rank = std::getenv("RANK");
+    for (const char* mpi : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+      if (!rank) rank = std::getenv(mpi);
+    }
     std::fprintf(stderr, "shardpoint-train: %s%s\n", rank ? fmt::format("rank {}: ", rank).c_str() : "", e.what());
     return 2;
   }

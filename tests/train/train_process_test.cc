@@ -1,15 +1,23 @@
-// shardpoint-train as real rank processes (Gloo over TCP): a resumed run equals an
-// uninterrupted one bitwise on the same world size and within 1e-5 on another, across
-// sharded and full checkpoints; bad arguments fail on every rank without hanging.
+// shardpoint-train as real rank processes (Gloo over TCP, or MPI under mpirun): a resumed run
+// equals an uninterrupted one bitwise on the same world size and within 1e-5 on another,
+// across sharded and full checkpoints; ModelCheckpoint flags keep the checkpoints Lightning
+// keeps; --ckpt-path last; max_epochs with accumulation; an s3:// root (moto); bad arguments
+// fail on every rank without hanging and leave no version folder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "launch_ranks.h"
+#include "storage/s3_moto.h"
+#include "storage/storage.h"
+#include "storage/storage_registry.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
 
@@ -18,6 +26,32 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+
+// The names in a checkpoints folder.
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// The losses rank 0 printed ("step 3/6  epoch 0  loss 5.1234 ..."), indexed by step.
+std::map<int, double> losses_of(const std::string& output) {
+  std::map<int, double> out;
+  static const std::regex line(R"(step (\d+)/\d+  epoch \d+  loss ([0-9.]+))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
+    out[std::stoi((*it)[1].str())] = std::stod((*it)[2].str());
+  }
+  return out;
+}
+
+// The callbacks key and the ModelCheckpoint state of a full checkpoint file or a meta.pt.
+std::pair<std::string, pickle::ValuePtr> callback_of(const std::string& file) {
+  auto tf = torchfile::TorchFile::open(file);
+  const auto& entries = tf->root()->get("callbacks")->entries();
+  EXPECT_EQ(entries.size(), 1u) << file;
+  return {entries.at(0).first->as_string(), entries.at(0).second};
+}
 
 testing::ProcessResult train(const std::vector<std::string>& args) {
   std::vector<std::string> argv{SP_TRAIN_BIN};
@@ -128,6 +162,133 @@ TEST_F(TrainProcessTest, BadArgumentsFailOnEveryRank) {
   r = train({"--max-steps", "1", "--root", dir_.string(), "--ckpt-path", (dir_ / "not-a-ckpt").string()});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   EXPECT_NE(r.output.find("does not point to a valid checkpoint"), std::string::npos) << r.output;
+  // Lightning's configuration errors, before any rank starts.
+  r = train({"--devices", "2", "--save-top-k", "3", "--root", dir_.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_NE(r.output.find("ModelCheckpoint(save_top_k=3, monitor=None) is not a valid configuration"),
+            std::string::npos) << r.output;
+  r = train({"--monitor", "val_loss", "--root", dir_.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_NE(r.output.find("could not find the monitored key"), std::string::npos) << r.output;
+  // Failed runs leave no empty version folder behind (Lightning creates it lazily).
+  EXPECT_FALSE(fs::exists(dir_ / "lightning_logs")) << names_in(dir_ / "lightning_logs").size();
+}
+
+TEST_F(TrainProcessTest, HelpExplainsEveryFlag) {
+  const auto r = train({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  for (const char* flag : {"--devices", "--max-steps", "--max-epochs", "--every-n-train-steps", "--save-top-k",
+                           "--save-last", "--monitor", "--accumulate-grad-batches", "--gradient-clip-val",
+                           "--ckpt-path", "last", "s3://", "--root", "--state-dict-type", "train_loss"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(TrainProcessTest, EveryNStepsSaveLastAndResumeFromLast) {
+  const std::vector<std::string> common{"--devices", "2", "--optimizer", "sgd", "--momentum", "0.9", "--save-last"};
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    const auto r = train(args);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r;
+  };
+  run({"--state-dict-type", "sharded", "--max-steps", "5", "--every-n-train-steps", "2", "--root", (dir_ / "a").string()});
+  const fs::path v0 = dir_ / "a/lightning_logs/version_0/checkpoints";
+  // Step 2's checkpoint was removed after step 4's was committed; the run's end saves only
+  // last.ckpt (every_n_train_steps turns the epoch-end top-k save off, as in Lightning).
+  EXPECT_EQ(names_in(v0), (std::set<std::string>{"epoch=0-step=4.ckpt", "last.ckpt"}));
+  EXPECT_TRUE(fs::is_regular_file(v0 / "last.ckpt/meta.pt"));
+  const auto [key, state] = callback_of((v0 / "last.ckpt/meta.pt").string());
+  EXPECT_EQ(key, "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 2, 'every_n_epochs': 0, "
+                 "'train_time_interval': None}");
+  EXPECT_EQ(state->get("last_model_path")->as_string(), (v0 / "last.ckpt").string());
+  EXPECT_EQ(state->get("best_model_path")->as_string(), (v0 / "epoch=0-step=4.ckpt").string());
+  // A newer run that died before committing its last.ckpt: not a checkpoint to "last".
+  fs::create_directories(dir_ / "a/lightning_logs/version_1/checkpoints/last.ckpt");
+  fs::copy_file(v0 / "last.ckpt/.metadata", dir_ / "a/lightning_logs/version_1/checkpoints/last.ckpt/.metadata");
+  const auto resumed = run({"--state-dict-type", "full", "--max-steps", "7", "--root", (dir_ / "a").string(),
+                            "--ckpt-path", "last"});
+  EXPECT_NE(resumed.output.find("loaded sharded checkpoint " + (v0 / "last.ckpt").string() + " (global_step 5)"),
+            std::string::npos) << resumed.output;
+  const fs::path v2 = dir_ / "a/lightning_logs/version_2/checkpoints";
+  EXPECT_EQ(names_in(v2), (std::set<std::string>{"epoch=0-step=7.ckpt", "last.ckpt"}));
+  run({"--state-dict-type", "full", "--max-steps", "7", "--root", (dir_ / "s").string()});
+  const auto straight = tensors_of((dir_ / "s/lightning_logs/version_0/checkpoints/epoch=0-step=7.ckpt").string());
+  const auto got = tensors_of((v2 / "epoch=0-step=7.ckpt").string());
+  ASSERT_EQ(straight.size(), 67u * 2);
+  for (const auto& [name, v] : straight) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(std::memcmp(v.data(), got.at(name).data(), v.size() * 4), 0) << name;
+  }
+}
+
+TEST_F(TrainProcessTest, TopKOnTrainLossKeepsTheBest) {
+  const auto r = train({"--devices", "2", "--state-dict-type", "full", "--max-steps", "6", "--every-n-train-steps", "1",
+                        "--monitor", "train_loss", "--save-top-k", "2", "--root", dir_.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const auto losses = losses_of(r.output);
+  ASSERT_EQ(losses.size(), 6u) << r.output;
+  std::vector<std::pair<double, int>> ranked;
+  for (const auto& [step, loss] : losses) ranked.emplace_back(loss, step);
+  std::sort(ranked.begin(), ranked.end());
+  const fs::path dir = dir_ / "lightning_logs/version_0/checkpoints";
+  EXPECT_EQ(names_in(dir), (std::set<std::string>{"epoch=0-step=" + std::to_string(ranked[0].second) + ".ckpt",
+                                                  "epoch=0-step=" + std::to_string(ranked[1].second) + ".ckpt"}));
+  const auto [key, state] = callback_of((dir / ("epoch=0-step=" + std::to_string(ranked[0].second) + ".ckpt")).string());
+  EXPECT_EQ(key.rfind("ModelCheckpoint{'monitor': 'train_loss', 'mode': 'min', 'every_n_train_steps': 1,", 0), 0u) << key;
+  EXPECT_EQ(state->get("monitor")->as_string(), "train_loss");
+  EXPECT_EQ(state->get("best_k_models")->entries().size(), 2u);
+}
+
+TEST_F(TrainProcessTest, MaxEpochsWithAccumulationAndClipping) {
+  // 186 items in batches of 64: 3 batches an epoch; 2 per step: 2 steps an epoch.
+  const auto r = train({"--devices", "2", "--max-epochs", "2", "--global-batch", "64", "--accumulate-grad-batches", "2",
+                        "--gradient-clip-val", "0.5", "--root", dir_.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(losses_of(r.output).size(), 4u) << r.output;
+  EXPECT_NE(r.output.find("step 4/4  epoch 1"), std::string::npos) << r.output;
+  EXPECT_EQ(names_in(dir_ / "lightning_logs/version_0/checkpoints"), (std::set<std::string>{"epoch=1-step=4.ckpt"}));
+}
+
+TEST_F(TrainProcessTest, ObjectStoreRootAndCkptPath) {
+  SP_REQUIRE_MOTO(moto);
+  const std::string root = "s3://sp-test/train-process-" + std::to_string(::getpid());
+  auto r = train({"--devices", "2", "--state-dict-type", "sharded", "--max-steps", "2", "--save-last", "--root", root});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string last = root + "/lightning_logs/version_0/checkpoints/last.ckpt";
+  r = train({"--devices", "2", "--state-dict-type", "full", "--max-steps", "3", "--root", root, "--ckpt-path", "last"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.output.find("loaded sharded checkpoint " + last + " (global_step 2)"), std::string::npos) << r.output;
+  auto st = storage::open_storage(root);
+  EXPECT_TRUE(st->try_stat("lightning_logs/version_1/checkpoints/epoch=0-step=3.ckpt"));
+  // An explicit URL works too, into a file of either format.
+  r = train({"--devices", "2", "--max-steps", "4", "--root", root, "--ckpt-path",
+             root + "/lightning_logs/version_1/checkpoints/epoch=0-step=3.ckpt"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.output.find("(global_step 3)"), std::string::npos) << r.output;
+  st->remove_all();
+}
+
+TEST_F(TrainProcessTest, MpirunJoinsItsLaunch) {
+#ifndef SP_MPIEXEC
+  GTEST_SKIP() << "built without the MPI communicator";
+#else
+  auto r = testing::run_process({SP_MPIEXEC, "-np", "2", SP_TRAIN_BIN, "--state-dict-type", "sharded", "--max-steps",
+                                 "2", "--root", dir_.string()},
+                                testing::mpirun_root_env(), std::chrono::seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.output.find("2 ranks (mpi)"), std::string::npos) << r.output;
+  const fs::path ckpt = dir_ / "lightning_logs/version_0/checkpoints/epoch=0-step=2.ckpt";
+  EXPECT_TRUE(fs::is_regular_file(ckpt / "meta.pt"));
+  EXPECT_TRUE(fs::is_regular_file(ckpt / "__1_0.distcp"));
+  // --devices must agree with the launch: one message per rank, a non-zero exit, no hang.
+  r = testing::run_process({SP_MPIEXEC, "-np", "2", SP_TRAIN_BIN, "--devices", "3", "--root", dir_.string()},
+                           testing::mpirun_root_env(), std::chrono::seconds(150));
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.output.find("rank 0: --devices 3 does not match the launcher's world size 2"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 1: --devices 3"), std::string::npos) << r.output;
+#endif
 }
 
 }  // namespace
