@@ -20,8 +20,11 @@
 //   {"rank", "world_size", "seconds", "bytes" (payload of this rank's boxes), "own_bytes",
 //    "peak_rss" (VmHWM during the call), "rss_before", "bytes_written" | "bytes_needed",
 //    "bytes_read", "data_bytes_read", "device_read_bytes" (/proc/self/io read_bytes),
-//    "verified"}
+//    "cpu_seconds" (user + system CPU of the process during the call, all threads),
+//    "major_faults", "verified"}
 // Exit codes: 0 ok, 1 a loaded value differs, 2 an exception.
+#include <sys/resource.h>
+
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -68,6 +71,14 @@ std::uint64_t proc_io(const std::string& field) {
     if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
   }
   return 0;
+}
+
+// User + system CPU seconds and major faults of the process so far.
+std::pair<double, long> cpu_and_major_faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return {sec(u.ru_utime) + sec(u.ru_stime), u.ru_majflt};
 }
 
 struct Tensor {
@@ -214,6 +225,7 @@ int main(int argc, char** argv) {
     out["rss_before"] = sb::proc_status_bytes("VmRSS");
     sb::reset_peak_rss();
     comm->barrier();
+    const auto [cpu0, majflt0] = cpu_and_major_faults();
     if (mode == "save") {
       se::SaveOptions options;
       if (threads > 0) options.thread_count = threads;
@@ -221,6 +233,10 @@ int main(int argc, char** argv) {
       double t0 = sb::now_seconds();
       se::SaveReport r = se::save(st.root, *storage, *comm, options);
       out["seconds"] = sb::now_seconds() - t0;
+      out["call_window"] = {t0, t0 + out["seconds"].get<double>()};  // CLOCK_MONOTONIC, for perf --time
+      const auto [cpu1, majflt1] = cpu_and_major_faults();
+      out["cpu_seconds"] = cpu1 - cpu0;
+      out["major_faults"] = majflt1 - majflt0;
       out["peak_rss"] = sb::proc_status_bytes("VmHWM");
       out["bytes_written"] = r.bytes_written;
       out["plan_seconds"] = r.plan_seconds;
@@ -234,6 +250,10 @@ int main(int argc, char** argv) {
       double t0 = sb::now_seconds();
       se::LoadReport r = se::load(st.root, *storage, *comm, options);
       out["seconds"] = sb::now_seconds() - t0;
+      out["call_window"] = {t0, t0 + out["seconds"].get<double>()};  // CLOCK_MONOTONIC, for perf --time
+      const auto [cpu1, majflt1] = cpu_and_major_faults();
+      out["cpu_seconds"] = cpu1 - cpu0;
+      out["major_faults"] = majflt1 - majflt0;
       out["peak_rss"] = sb::proc_status_bytes("VmHWM");
       out["bytes_needed"] = r.bytes_needed;
       out["bytes_read"] = r.bytes_read;

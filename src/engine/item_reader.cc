@@ -16,14 +16,28 @@ namespace shardpoint::engine {
 
 // A window [base, base + length) of a .distcp file source. Reads through ByteSource (the
 // torch.save parser's) count as header bytes; read_data() counts as data bytes.
+//
+// The parser opens a blob with ~20 small reads at its two ends (end records, central
+// directory, local headers, data.pkl): each end is fetched once, and small
+// reads inside it are served from memory (one pread instead of ten; an end overlaps the
+// tensor data by a few hundred bytes, which are then read twice).
 class CountedWindow final : public ByteSource {
  public:
+  // Sized to what shardpoint and PyTorch write: data starts 448 bytes into a tensor blob
+  // and 732 bytes of records follow it.
+  static constexpr std::uint64_t kHeadBytes = 512;
+  static constexpr std::uint64_t kTailBytes = 1024;
+
   CountedWindow(std::shared_ptr<const ByteSource> parent, std::uint64_t base, std::uint64_t length, std::string name)
       : parent_(std::move(parent)), base_(base), length_(length), name_(std::move(name)) {}
   const std::string& name() const override { return name_; }
   std::uint64_t size() const override { return length_; }
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
     check_range(offset, out.size(), what);
+    if (out.size() <= kTailBytes) {
+      if (serve(head_, 0, std::min(length_, kHeadBytes), offset, out, what)) return;
+      if (serve(tail_, tail_begin(), length_, offset, out, what)) return;
+    }
     parent_->read(base_ + offset, out, what);
     counts_.header_bytes += out.size();
   }
@@ -42,13 +56,45 @@ class CountedWindow final : public ByteSource {
     counts_.data_bytes += out.size();
   }
   ReadCounts& counts() const { return counts_; }
+  // The bytes [begin, end) when an end fetched for the parser holds them all.
+  std::optional<ByteSpan> cached(std::uint64_t begin, std::uint64_t end) const {
+    if (head_.loaded && end <= head_.bytes.size()) {
+      return ByteSpan(head_.bytes).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
+    }
+    if (tail_.loaded && begin >= tail_begin() && end <= length_) {
+      return ByteSpan(tail_.bytes).subspan(static_cast<std::size_t>(begin - tail_begin()),
+                                           static_cast<std::size_t>(end - begin));
+    }
+    return std::nullopt;
+  }
 
  private:
+  std::uint64_t tail_begin() const { return length_ > kTailBytes ? length_ - kTailBytes : 0; }
+  struct End {
+    bool loaded = false;
+    std::vector<std::byte> bytes;
+  };
+  // Copies [offset, offset + out.size()) from the end [begin, end) when it lies inside it,
+  // fetching the end on first use.
+  bool serve(End& cached, std::uint64_t begin, std::uint64_t end, std::uint64_t offset, std::span<std::byte> out,
+             std::string_view what) const {
+    if (offset < begin || offset + out.size() > end) return false;
+    if (!cached.loaded) {
+      cached.bytes.resize(static_cast<std::size_t>(end - begin));
+      parent_->read(base_ + begin, cached.bytes, what);
+      counts_.header_bytes += cached.bytes.size();
+      cached.loaded = true;
+    }
+    if (!out.empty()) std::memcpy(out.data(), cached.bytes.data() + (offset - begin), out.size());
+    return true;
+  }
+
   std::shared_ptr<const ByteSource> parent_;
   std::uint64_t base_;
   std::uint64_t length_;
   std::string name_;
   mutable ReadCounts counts_;
+  mutable End head_, tail_;
 };
 
 namespace {
@@ -242,6 +288,16 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
   auto finish_partial_block = [&] {
     if (parts.empty()) return;
     if (combine_later) {
+      // The zip records in this block (before and after the tensor data) were fetched by
+      // the parser: they are pieces too, so no rank reads them again.
+      const std::uint64_t b_begin = parts_block * block;
+      const std::uint64_t b_end = std::min(b_begin + block, info_.length);
+      const std::uint64_t data_end = data_start + tensor_->nbytes();
+      for (auto [lo, hi] : {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
+        if (lo >= hi) continue;
+        if (std::optional<ByteSpan> held = window_->cached(lo, hi)) parts.push_back(Part{lo, hi, held->data()});
+      }
+      std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
       for (const Part& p : parts) {
         const ByteSpan bytes(p.data, static_cast<std::size_t>(p.end - p.begin));
         if (!pieces->empty() && pieces->back().file == info_.relative_path &&
@@ -262,9 +318,13 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       std::uint64_t pos = b_begin;
       auto gap = [&](std::uint64_t until) {
         if (until <= pos) return;
-        scratch.resize(static_cast<std::size_t>(until - pos));
-        window_->read_data(pos, scratch, what);
-        h.update(scratch);
+        if (std::optional<ByteSpan> held = window_->cached(pos, until)) {
+          h.update(*held);  // zip records the parser fetched
+        } else {
+          scratch.resize(static_cast<std::size_t>(until - pos));
+          window_->read_data(pos, scratch, what);
+          h.update(scratch);
+        }
         pos = until;
       };
       for (const Part& p : parts) {
