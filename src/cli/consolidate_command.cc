@@ -1,6 +1,6 @@
 // `shardpoint consolidate CHECKPOINT_FOLDER [--output_file FILE]`: Lightning's
 // consolidate_checkpoint (lightning-behaviour.md §7), streaming with a fixed memory budget
-// (engine/consolidate.h). Validation messages and exit codes are Lightning's: each failure
+// (engine/consolidate.h). Folder and output may be local paths or object-store URLs. Validation messages and exit codes are Lightning's: each failure
 // is one stderr line and exit 1, usage errors exit 2; nothing is printed on success.
 // SIGINT/SIGTERM stop the copy between slabs; the temporary output is removed and the exit
 // code is 130/143.
@@ -59,10 +59,18 @@ class ConsolidateCommand : public Command {
         "meta.pt; what torch's dcp_to_torch_save writes).\n"
         "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
         "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
-        "Default output: <folder>.consolidated next to the folder.");
-    sub_->add_option("CHECKPOINT_FOLDER", folder_, "path to a folder containing the sharded checkpoint")->required();
+        "Default output: <folder>.consolidated next to the folder.\n"
+        "URLs: the folder and the output may each be an object-store URL (s3://, gs://,\n"
+        "az://, abfs[s]://) or a local path, in any combination; credentials come from the\n"
+        "environment as for every command. Remote input is read with ranged GETs and\n"
+        "remote output uploaded in parts, both within --memory-budget; the output object\n"
+        "appears only when complete (safetensors shards first, index last), and a failed\n"
+        "or interrupted upload is aborted.");
+    sub_->add_option("CHECKPOINT_FOLDER", folder_,
+                     "path or URL (s3://bucket/prefix, az://container/prefix, ...) of the sharded checkpoint")
+        ->required();
     sub_->add_option("--output_file,--output-file,--output", output_,
-                     "path to the output file (default: <folder>.consolidated)");
+                     "path or URL of the output file (default: <folder>.consolidated)");
     sub_->add_option("--layout", layout_, "trainer | fabric | dcp")
         ->check(CLI::IsMember({"trainer", "fabric", "dcp"}));
     sub_->add_option("--to", to_, "torch | safetensors")->check(CLI::IsMember({"torch", "safetensors"}));

@@ -23,20 +23,38 @@
 // with max_shard_bytes, a folder of model-0000i-of-0000n.safetensors files plus
 // model.safetensors.index.json (a tensor larger than the limit gets a file of its own).
 //
-// Streaming: data.pkl is written first from .metadata alone; then each tensor's storage
-// record is filled in row-major order, one box of at most the slab size at a time
-// (dim-0 slabs; a row larger than that is split along the next dimensions), read with
-// CheckpointReader::read_box (only the needed byte ranges; sidecar checksums verified) into
-// one reused buffer and appended to the output writer (CRC-32 computed on the way). Shard
-// files are read with pread, never mapped, so their pages do not count in our RSS.
-// Memory: what the process holds when the copy starts (code, libraries, metadata, object
-// trees; VmRSS) + a 3 MiB reserve (checksum-block scratch, allocator slack), and of the rest
-// of memory_budget (at most half the budget) 2/3 for the slab and 1/6 for the writer's
-// staging buffer; independent of the checkpoint's size.
+// Locations: the checkpoint folder and the output may each be a local path or an
+// object-store URL (s3://, gs://, az://, abfs[s]://, memory://; storage::open_storage), in
+// any combination. For a URL, Lightning's checks are made on the prefix (objects under it,
+// meta.pt among them; no object at the output key nor under it as a prefix). Remote input is
+// read with ranged reads straight into the slab buffers; remote output goes through the
+// driver's StorageWriter (multipart / block upload of parts from our pool), visible only at
+// commit, aborted when the copy fails or is cancelled. Sharded safetensors output to a URL:
+// shard objects first, model.safetensors.index.json last; on failure the shards already
+// committed are removed.
 //
-// Atomic output: a temporary file (or folder) next to the output, fsynced and renamed onto
-// the output path at the end. On any error or cancellation the temporary is removed and
-// nothing appears at the output path.
+// Streaming: data.pkl is written first from .metadata alone; then each tensor's storage
+// record is filled in row-major order, one box of at most a slab buffer at a time (dim-0
+// slabs; a row larger than that is split along the next dimensions), read with
+// CheckpointReader::read_box (only the needed byte ranges; sidecar checksums verified).
+// The slab is 4 page-aligned buffers: 2 reader threads (1 under a small budget) each take a
+// free buffer and the next batch of boxes (small tensors packed together) and fill it, while
+// this thread appends the filled buffers in order to the output writer (CRC-32 on the way;
+// local output: O_DIRECT, records page-aligned so our buffers are written without a staging
+// copy). Reads overlap each other and the writes. The zip/pickle header reads of every blob
+// (~15 small reads each) are served from 8 shared 128 KiB windows; local shard files are
+// read with pread, never mapped (mapped pages would count in our RSS), and the blobs of the
+// next 16 tensors are announced with posix_fadvise(WILLNEED), merged per file.
+// Memory: what the process holds when the copy starts (code, libraries, metadata, object
+// trees; VmRSS) + a reserve (3 MiB checksum-block scratch and allocator slack, 1 MiB of
+// header windows, 8 MiB of HTTP client buffers with a URL, 4 MiB per extra reader), and of
+// the rest of memory_budget (at most half the budget) the writer's staging (local: 1/6, at
+// most 2 MiB; a URL: 1-4 upload parts of 5 or 8 MiB) and 2/3 of what remains for the slab;
+// independent of the checkpoint's size.
+//
+// Atomic output: locally, a temporary file (or folder) next to the output, fsynced and
+// renamed onto the output path at the end; on any error or cancellation the temporary is
+// removed and nothing appears at the output path. Object stores: see Locations.
 //
 // Thread-safety: consolidate() may run concurrently for different outputs.
 #pragma once
@@ -55,10 +73,11 @@ enum class ConsolidateLayout { kTrainer, kFabric, kDcp };
 enum class ConsolidateFormat { kTorchSave, kSafetensors };
 
 struct ConsolidateOptions {
-  // The checkpoint folder (local path).
+  // The checkpoint folder: a local path or an object-store URL prefix.
   std::string checkpoint_folder;
-  // Output path; empty: "<checkpoint_folder>.consolidated" (trailing slashes stripped).
-  // Its parent directory must exist (it is not created, as Lightning).
+  // Output path or URL; empty: "<checkpoint_folder>.consolidated" (trailing slashes
+  // stripped; a bucket-root URL needs an explicit output). A local output's parent
+  // directory must exist (it is not created, as Lightning).
   std::string output_file;
   ConsolidateLayout layout = ConsolidateLayout::kTrainer;
   ConsolidateFormat format = ConsolidateFormat::kTorchSave;
@@ -102,7 +121,9 @@ class Cancelled : public std::runtime_error {
 
 // The validation of Lightning's consolidate_checkpoint, in its order, for `folder`
 // (ignoring the meta.pt check for kDcp) and the resolved output path. Throws PlanError with
-// Lightning's exact message. Returns the output path. No side effects.
+// Lightning's exact message (for URLs, worded for a prefix; these checks list / HEAD the
+// object store, so they can also throw StorageError). UsageError for a bucket-root output
+// URL. Returns the output path or URL. No side effects.
 std::string validate_consolidate(const ConsolidateOptions& options);
 
 // Pathlib-style normalisation: "a//b/./c/" -> "a/b/c" ("." stays ".", "/" stays "/").
