@@ -203,7 +203,9 @@ class VerifyCommand : public Command {
     }
     if (!v.problems.empty()) {
       std::string out;
-      for (const auto& p : v.problems) out += p + "\n";
+      // Problems inside a remote checkpoint name its URL ("s3://b/ckpt: __1_0.distcp: ...").
+      const bool remote = engine::is_storage_url(path_);
+      for (const auto& p : v.problems) out += (remote && p.find(path_) == std::string::npos ? path_ + ": " : "") + p + "\n";
       print_out(out);
       std::cerr << "shardpoint: " << path_ << ": " << v.problems.size() << " problem"
                 << (v.problems.size() == 1 ? "" : "s") << " found\n";

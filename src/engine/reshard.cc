@@ -228,10 +228,24 @@ class TorchSource final : public ReshardSource {
   std::vector<const torchfile::TensorInfo*> infos_;  // per leaf; nullptr for objects
 };
 
+// Runs fn; an Error whose message names only a file inside the source (CheckpointReader's
+// "__1_0.distcp: item ...") gets the source's path or URL in front, keeping its type.
+template <typename Fn>
+auto naming_source(const std::string& name, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find(name) != std::string_view::npos) throw;
+    rethrow_with_context(name);
+  }
+}
+
 std::unique_ptr<ReshardSource> open_source(const std::string& name, bool verify) {
-  CheckpointLocation location = locate_checkpoint(name);
-  if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, verify);
-  return std::make_unique<TorchSource>(location);
+  return naming_source(name, [&]() -> std::unique_ptr<ReshardSource> {
+    CheckpointLocation location = locate_checkpoint(name);
+    if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, verify);
+    return std::make_unique<TorchSource>(location);
+  });
 }
 
 // Step 2: one rank's leaves as save() flattens them (tensor shards without data: planning
@@ -479,7 +493,7 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
                          for (std::size_t d = 0; d < global_offsets.size(); ++d) global_offsets[d] += chunk.offsets[d];
                          if (slab.size() < n) slab.resize(static_cast<std::size_t>(n));
                          std::span<std::byte> piece(slab.data(), static_cast<std::size_t>(n));
-                         source->read_box(leaf, global_offsets, sizes, piece);
+                         naming_source(source_name, [&] { source->read_box(leaf, global_offsets, sizes, piece); });
                          copied += n;
                          write(piece);
                        });

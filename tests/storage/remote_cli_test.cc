@@ -129,11 +129,14 @@ void verify_names_a_corrupted_object(const std::string& url) {
   flip_a_byte(*st, "__1_0.distcp");
   r = cli("verify " + q(url));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("__1_0.distcp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(url + ": __1_0.distcp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 problem"), std::string::npos) << r.output;
   // reshard refuses to copy it (checksums are verified while reading) and commits nothing.
   r = cli("reshard " + q(url) + " " + q(url + "-copy") + " --ranks 2");
   EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(lines(r.output), 1u) << r.output;
+  EXPECT_NE(r.output.find(url + ": __1_0.distcp"), std::string::npos) << r.output;
   EXPECT_FALSE(open_storage(url + "-copy")->try_stat(".metadata"));
 }
 
