@@ -31,11 +31,12 @@ class Storage;
 struct StorageOptions {
   // Staging buffers for writers, shared with the caller (the engine passes its one pool so
   // all memory stays bounded). A writer holds one buffer while it has appended bytes not yet
-  // written (less than one buffer's worth; until commit for the last partial buffer), and a
-  // write_at() of unaligned caller memory holds one while it runs. Size the pool for the
-  // writers open at once, or they wait (a deadline in IoOptions turns a wait into an error).
-  // nullptr: the driver makes its own pool of `default_pool_bytes` in 8 MiB buffers,
-  // allocated on first use.
+  // written (less than one buffer's worth; until commit for the last partial buffer), plus,
+  // for the local driver, one full buffer its background thread is writing; a write_at() of
+  // unaligned caller memory holds one while it runs. Size the pool for the writers open at
+  // once, or they wait (a deadline in IoOptions turns a wait into an error).
+  // nullptr: the driver makes its own pool of `default_pool_bytes` (local: 4 MiB buffers,
+  // others 8 MiB), allocated on first use.
   std::shared_ptr<BufferPool> buffer_pool;
   std::size_t default_pool_bytes = std::size_t{64} << 20;
   // Allow O_DIRECT at all (WriteOptions::direct_io asks per writer). Off: always buffered.
