@@ -1,5 +1,6 @@
 // `shardpoint verify`, `reshard` and `inspect` on object-store URLs, against real servers on
-// 127.0.0.1: moto_server with signature checking (s3://) and Azurite (az://). Resharding
+// 127.0.0.1: moto_server with signature checking (s3://, and gs:// over HMAC) and Azurite
+// (az://). Resharding
 // s3://A -> s3://B and s3:// -> local gives what a local reshard gives (inspect --json
 // --hash equal, and the same bytes); a torch.save object behind a URL is a reshard source;
 // verify names a corrupted object (exit 1); a prefix without .metadata is "not a committed
@@ -220,6 +221,13 @@ TEST(RemoteCliS3Test, WrongKeyIsOneAuthenticationErrorWithoutTheSecret) {
   SP_REQUIRE_MOTO(moto);
   const std::string secret = "WrongSecretKeyShouldNeverBePrinted0123456";
   wrong_key_is_one_clean_error(s3_url("auth"), "AWS_SECRET_ACCESS_KEY=" + secret, secret, "403");
+}
+
+// gs:// through GCS's S3-interoperable XML API (HMAC keys), served by the same moto.
+TEST(RemoteCliGcsTest, ReshardGsToGsAndToLocalEqualsTheLocalReshard) {
+  SP_REQUIRE_MOTO(moto);
+  static int n = 0;
+  reshard_remote_to_remote_and_local("gs://sp-gcs/cli-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
 }
 
 // ---------------------------------------------------------------------------------------
