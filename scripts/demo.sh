@@ -52,7 +52,7 @@ print(f"state_dict: {len(params)} tensors, {sum(t.numel() for t in params.values
       f"e.g. model.embedding.weight {tuple(params['model.embedding.weight'].shape)}")
 print(f"epoch={sd['epoch']} global_step={sd['global_step']}")
 def losses(log):
-    return [(int(m.group(1)), float(m.group(2))) for m in re.finditer(r"step\s+(\d+)/\d+\s+loss\s+([0-9.]+)", open(log).read())]
+    return [(int(m.group(1)), float(m.group(2))) for m in re.finditer(r"step\s+(\d+)/\d+\s+(?:epoch\s+\d+\s+)?loss\s+([0-9.]+)", open(log).read())]
 curve = losses(log1) + losses(log2)
 print("loss curve:", ", ".join(f"step {s}: {l:.4f}" for s, l in curve))
 def size(d):
