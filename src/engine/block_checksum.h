@@ -21,7 +21,9 @@
 namespace shardpoint::engine {
 
 // Default block size of the sidecar: 1 MiB. Costs 8 (crc32c) or 16 (xxh3) hex digits of
-// sidecar per MiB of checkpoint; reads with verification are widened to whole blocks.
+// sidecar per MiB of checkpoint. A load that needs part of a block verifies it from the
+// crc32c pieces the ranks read (item_reader.h), so the block size does not widen
+// resharding loads; a lone reader (CheckpointReader, an xxh3 sidecar) reads the rest.
 inline constexpr std::uint64_t kDefaultChecksumBlockSize = std::uint64_t{1} << 20;
 
 // The persisted name ("crc32c", "xxh3", "none"). Existing names never change.

@@ -17,9 +17,13 @@
 // Load:
 //   1. (coordinator) read `.metadata` (and the sidecar), broadcast the bytes.
 //   2. (all ranks)   plan: for every requested box, the overlapping saved chunks, and read
-//                    only the byte ranges needed (never a whole blob for a slice).
+//                    only the byte ranges needed (never a whole blob for a slice), blobs
+//                    in file order with read-ahead hints (WILLNEED) 64 MiB ahead.
 //   3. (all ranks)   copy into the caller's buffers; objects replace the template's leaves.
-//   4. (all ranks)   agree on success as in save step 4.
+//   4. (all ranks, when verifying against a sidecar) exchange the crc32c of the pieces of
+//                    checksum blocks each rank read only part of; each rank checks its
+//                    blocks by combining the pieces (item_reader.h).
+//   5. (all ranks)   agree on success as in save step 4.
 //
 // Failure (save and load): every rank passes its outcome to the others inside the messages
 // of the steps above (a status letter before each plan / result), so when any rank fails in
@@ -37,10 +41,11 @@
 // item as torch.save of the object's pickle value. Blobs of one file follow each other
 // without padding, bytes items first (item_writer.h). Checksums: checksum_sidecar.h.
 //
-// Load reads only what the plan needs: per saved blob its zip headers and data.pkl (plus
-// the zip reader's end-record scan of the blob's last 64 KiB), then the needed byte runs
-// of the tensor straight into the caller's buffer (item_reader.h). With
-// verify_checksums each run is widened to the checksum blocks it touches.
+// Load reads only what the plan needs: per saved blob its two ends (zip records and
+// data.pkl, 512 + 1024 bytes), then the needed byte runs of the tensor straight into the
+// caller's buffer (item_reader.h). With verify_checksums nothing more: blocks a reshard
+// cuts are checked from the pieces the ranks read (crc32c; an xxh3 sidecar, or a block
+// no rank completes, has its missing part read).
 //
 // Thread-safety: one save()/load() per communicator at a time. Blocking. load() fills the
 // caller's buffers from up to LoadOptions::thread_count threads and writes object leaves
@@ -102,8 +107,8 @@ struct LoadOptions {
   // Fail (PlanError listing every problem) on missing keys and on dtype/shape mismatches.
   // false: load what matches and return the problems in LoadReport::problems.
   bool strict = true;
-  // Verify the sidecar checksums of every byte read (reads are widened to the checksum
-  // blocks they touch; bytes items are checked whole). Off: trust the storage. Blobs
+  // Verify the sidecar checksums of every byte read (blocks cut by the boxes are checked
+  // from the ranks' pieces, step 4; bytes items are checked whole). Off: trust the storage. Blobs
   // without a sidecar entry (checkpoints PyTorch wrote) are read unverified either way.
   // Zip headers and data.pkl are checked structurally by the parser, not by checksum.
   bool verify_checksums = true;
@@ -116,8 +121,9 @@ struct LoadReport {
   std::uint64_t bytes_needed = 0;     // payload bytes this rank's boxes needed
   std::uint64_t bytes_read = 0;       // bytes this rank read from storage (incl. headers)
   // The part of bytes_read that is tensor data or whole bytes-item blobs (not zip/pickle
-  // headers of tensor blobs). Equals bytes_needed when verify_checksums is off; with it on,
-  // the widening to whole checksum blocks.
+  // headers of tensor blobs). Equals bytes_needed when verify_checksums is off, and with it
+  // on when the ranks together read every block they cut (a full reshard); otherwise
+  // adds the parts of cut blocks no rank read.
   std::uint64_t data_bytes_read = 0;
   double seconds = 0;
 };
