@@ -86,6 +86,9 @@ class ReshardCommand : public Command {
     }
     if (src_ == dst_) throw Error("reshard: SRC and DST are the same location");
     auto destination = storage::open_storage(dst_);
+    if (engine::is_storage_url(dst_) && !destination->list("").empty()) {
+      throw Error("reshard: DST " + dst_ + " is not empty (objects under the prefix)");
+    }
     options.ranks = ranks_;
     options.verify_checksums = !no_verify_;
     options.save.thread_count = threads_;

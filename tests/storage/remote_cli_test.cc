@@ -120,6 +120,12 @@ void reshard_remote_to_remote_and_local(const std::string& url) {
   r = cli("verify " + q(url + "/dst"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("ok: ", 0), 0u) << r.output;
+
+  // A prefix that holds objects is not a destination.
+  r = cli("reshard " + q(local_src) + " " + q(url + "/dst") + " --ranks 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("not empty"), std::string::npos) << r.output;
+  EXPECT_EQ(inspect(url + "/dst"), want);
 }
 
 void verify_names_a_corrupted_object(const std::string& url) {
