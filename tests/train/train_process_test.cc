@@ -269,6 +269,35 @@ TEST_F(TrainProcessTest, ObjectStoreRootAndCkptPath) {
   st->remove_all();
 }
 
+TEST_F(TrainProcessTest, ResumesFromAConsolidatedFile) {
+#ifndef SP_CLI_BIN
+  GTEST_SKIP() << "built without the shardpoint command";
+#else
+  // `shardpoint consolidate` keys the optimizer state by FQN (as Lightning's consolidator
+  // does); the trainer takes that as well as parameter ids.
+  auto r = train({"--devices", "2", "--state-dict-type", "sharded", "--optimizer", "adam", "--max-steps", "2", "--root",
+                  dir_.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string file = (dir_ / "consolidated.ckpt").string();
+  r = testing::run_process({SP_CLI_BIN, "consolidate", (dir_ / "lightning_logs/version_0/checkpoints/epoch=0-step=2.ckpt").string(),
+                            "--output-file", file, "-q"},
+                           {}, std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  r = train({"--devices", "2", "--optimizer", "adam", "--max-steps", "3", "--root", dir_.string(), "--ckpt-path", file});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.output.find("loaded full checkpoint " + file + " (global_step 2)"), std::string::npos) << r.output;
+  const auto resumed = tensors_of((dir_ / "lightning_logs/version_1/checkpoints/epoch=0-step=3.ckpt").string());
+  r = train({"--devices", "2", "--optimizer", "adam", "--max-steps", "3", "--root", (dir_ / "s").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const auto straight = tensors_of((dir_ / "s/lightning_logs/version_0/checkpoints/epoch=0-step=3.ckpt").string());
+  ASSERT_EQ(straight.size(), 67u * 4);  // params + exp_avg, exp_avg_sq, step
+  for (const auto& [name, v] : straight) {
+    ASSERT_TRUE(resumed.count(name)) << name;
+    EXPECT_EQ(std::memcmp(v.data(), resumed.at(name).data(), v.size() * 4), 0) << name;
+  }
+#endif
+}
+
 TEST_F(TrainProcessTest, MpirunJoinsItsLaunch) {
 #ifndef SP_MPIEXEC
   GTEST_SKIP() << "built without the MPI communicator";
