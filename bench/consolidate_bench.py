@@ -7,7 +7,10 @@ Setup (once): PyTorch 2.6 dcp.save on 4 gloo ranks of bench/dcp_bench.py's GPT-2
 (`--layers` layers; 48 = ~4.25 GB of float32 payload in Shard(0) DTensors + Adam state + 0-dim
 steps), so the folder is exactly what PyTorch writes (no shardpoint sidecar).
 Each round (caches dropped before every job; outputs deleted before every write):
-  1. fio ceilings (payload-sized, 1 MiB, 1 job): cold buffered read; O_DIRECT write + end_fsync.
+  1. fio ceilings (payload-sized, 1 MiB, 1 job): cold buffered read; O_DIRECT write + end_fsync;
+     and both at once (a cold read of one file while another is written O_DIRECT): the copy
+     ceiling of this disk, whose reads and writes share one device (GB/s = size / the later
+     job's runtime).
   2. shardpoint consolidate --layout dcp (the same result as dcp_to_torch_save) -> A,
      default --memory-budget (256 MiB), durable (fsync + rename). Time = the whole process.
   3. PyTorch 2.6 format_utils.dcp_to_torch_save(folder, B) + fsync (scripts/oracle-python).
@@ -15,7 +18,8 @@ Each round (caches dropped before every job; outputs deleted before every write)
 GB/s = tensor payload / time. Peak RSS = VmHWM of the process (shardpoint: whole process;
 PyTorch: after `import torch`, reset with clear_refs just before the call, so only the call).
 The ceiling is min(cold read, O_DIRECT write): a consolidation reads and writes every byte
-once. Prints min/median/max over rounds, the ratio to PyTorch and the fraction of the ceiling
+once; the fraction of the concurrent copy ceiling is printed next to it. The machine's load
+(loadavg, CPU pressure) is printed at the start and the end. Prints min/median/max over rounds, the ratio to PyTorch and the fraction of the ceiling
 from medians. Needs root (drop_caches, oracle-python).
 """
 import argparse
@@ -52,6 +56,40 @@ print(json.dumps({'seconds': dt, 'peak_rss': status('VmHWM:'), 'base_rss': base}
 """
 
 
+def fio_copy_gbps(directory, size):
+    """Cold buffered read of one file while another is written O_DIRECT (+ fsync), in one fio
+    run: GB/s = size / the later job's runtime. None without fio."""
+    if shutil.which("fio") is None:
+        return None
+    common = ["--ioengine=psync", "--bs=1M", "--fallocate=none", f"--size={size}"]
+    subprocess.run(["fio", f"--directory={directory}", "--name=copyr", "--rw=write", *common],
+                   capture_output=True, text=True, timeout=600)
+    benchlib.drop_caches()
+    cmd = ["fio", f"--directory={directory}", "--output-format=json", *common,
+           "--name=copyr", "--rw=read", "--name=copyw", "--rw=write", "--direct=1", "--end_fsync=1"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    benchlib.fio_cleanup(directory, "copyr")
+    benchlib.fio_cleanup(directory, "copyw")
+    if p.returncode != 0:
+        return None
+    jobs = json.loads(p.stdout)["jobs"]
+    nbytes = max(j["read"]["io_bytes"] + j["write"]["io_bytes"] for j in jobs)
+    seconds = max(j["job_runtime"] for j in jobs) / 1e3
+    return nbytes / seconds / 1e9 if seconds > 0 else None
+
+
+def machine_load():
+    """'loadavg 1/5/15 min, CPU pressure some avg10 %' of this moment."""
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()[1].split("=")[1]
+    except OSError:
+        some = "?"
+    return f"loadavg {load}, CPU pressure {some} %"
+
+
 def run_shardpoint(tool, ckpt, out):
     t = time.perf_counter()
     p = subprocess.run([tool, "consolidate", ckpt, "--layout", "dcp", "--output_file", out, "--quiet", "--stats"],
@@ -78,7 +116,8 @@ def main():
     ckpt = os.path.join(scratch, "ckpt")
     a, b = os.path.join(scratch, "a.pt"), os.path.join(scratch, "b.pt")
     can_drop = benchlib.drop_caches()
-    r = {k: [] for k in ["fio_r", "fio_w", "sp", "peer"]}
+    r = {k: [] for k in ["fio_r", "fio_w", "fio_copy", "sp", "peer"]}
+    load_start = machine_load()
     rss = {"sp": [], "peer": []}
     payload = None
     try:
@@ -94,6 +133,7 @@ def main():
             benchlib.fio_cleanup(scratch, "ceilr")
             r["fio_w"].append(benchlib.fio_gbps(scratch, "ceilw", "write", size=size, direct=True))
             benchlib.fio_cleanup(scratch, "ceilw")
+            r["fio_copy"].append(fio_copy_gbps(scratch, size))
 
             for f in (a, b):
                 if os.path.exists(f):
@@ -121,16 +161,21 @@ def main():
     m = {k: benchlib.median([v for v in vs if v is not None]) if any(v is not None for v in vs) else None
          for k, vs in r.items()}
     ceiling = min(m["fio_r"], m["fio_w"]) if m["fio_r"] and m["fio_w"] else None
-    print(f"\npayload {payload / 1e9:.3f} GB ({args.layers} layers, PyTorch 2.6 DCP on 4 ranks), {args.rounds} "
+    load_end = machine_load()
+    print(f"\nmachine load: start {load_start}; end {load_end}")
+    print(f"payload {payload / 1e9:.3f} GB ({args.layers} layers, PyTorch 2.6 DCP on 4 ranks), {args.rounds} "
           f"round(s); drop_caches {'on' if can_drop else 'NOT available: cold figures are warm'}")
     benchlib.print_table(
         "consolidate (DCP folder -> one torch.save file, fsynced): GB/s min/median/max",
         ["job", "shardpoint", "PyTorch 2.6 dcp_to_torch_save", "ratio (median)",
-         "ceiling min(cold read, O_DIRECT write) (fio)", "fraction of ceiling", "target"],
+         "ceiling min(cold read, O_DIRECT write) (fio)", "fraction of ceiling",
+         "copy ceiling (read + write at once, fio)", "fraction of copy ceiling", "target"],
         [["consolidate, cold cache", benchlib.triple(r["sp"]), benchlib.triple(r["peer"]),
           benchlib.ratio(m["sp"], m["peer"]),
           f"read {benchlib.triple(r['fio_r'])}, write {benchlib.triple(r['fio_w'])}",
-          benchlib.fraction(m["sp"], ceiling) if ceiling else "-", ">= 3x, >= 0.70"]])
+          benchlib.fraction(m["sp"], ceiling) if ceiling else "-",
+          benchlib.triple(r["fio_copy"]),
+          benchlib.fraction(m["sp"], m["fio_copy"]) if m["fio_copy"] else "-", ">= 3x, >= 0.70"]])
     benchlib.print_table(
         "memory (median over rounds)",
         ["job", "shardpoint (whole process, --memory-budget 256 MiB)", "PyTorch 2.6 (growth during the call)", "target"],
