@@ -39,7 +39,7 @@ class ReshardCommand : public Command {
         "\n"
         "SRC and DST may be storage URLs (DST: an empty prefix). A SRC URL is a DCP checkpoint\n"
         "when <SRC>/.metadata exists, else a torch.save file when its last segment is an\n"
-        "object; otherwise it is refused as not a committed checkpoint.\n" +
+        "object; otherwise it is refused as not a committed checkpoint.\n\n" +
         std::string(storage_url_help()) +
         "\n"
         "Commit: the data files first, then the checksum sidecar, then .metadata in one atomic\n"

@@ -175,7 +175,7 @@ class VerifyCommand : public Command {
         "URL is a DCP checkpoint when <PATH>/.metadata exists, else a torch.save file when its\n"
         "last segment is an object; a prefix with neither is refused (\"not a committed\n"
         "checkpoint\", exit 1). Every byte is read once (ranged reads on object stores) and\n"
-        "checked against the checksum sidecar where there is one.\n" +
+        "checked against the checksum sidecar where there is one.\n\n" +
         std::string(storage_url_help()) +
         "\n"
         "Exit 0 when clean; otherwise one line per problem and exit 1 (also when PATH cannot\n"
