@@ -180,6 +180,17 @@ void wrong_key_is_one_clean_error(const std::string& url, const std::string& env
   EXPECT_FALSE(std::filesystem::exists(dir.file("out") + "/.metadata"));
 }
 
+TEST(RemoteCliHelpTest, VerifyAndReshardHelpNameUrlsAndCredentialVariables) {
+  for (const std::string command : {"verify", "reshard"}) {
+    auto r = run_command(kTool + " " + command + " --help");
+    EXPECT_EQ(r.exit_code, 0) << command;
+    for (const char* word : {"s3://", "gs://", "az://", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                             "GCS_HMAC_SECRET", "AZURE_STORAGE_CONNECTION_STRING", "not a committed"}) {
+      EXPECT_NE(r.output.find(word), std::string::npos) << command << " --help lacks " << word;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // s3:// on moto
 
