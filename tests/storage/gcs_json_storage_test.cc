@@ -6,7 +6,9 @@
 // nothing and leaves no session; engine save on 4 ranks and load on 2 over gs:// (registry).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 
 #include "comm/thread_communicator.h"
@@ -146,6 +148,27 @@ TEST(GcsJsonStorageTest, SourceReadsWindowsOfTheGenerationItOpened) {
   } catch (const StorageError& e) {
     EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos) << e.what();
   }
+}
+
+TEST(GcsJsonStorageTest, ThreadsMissingOnOneWindowShareOneFetch) {
+  auto st = open_json("window-threads");
+  const std::string data = pattern(1 << 20, 7);
+  st->write_atomic("blob", as_bytes(data));
+  auto source = st->open_source("blob");
+  const int before = requests();
+  std::vector<std::jthread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::string got(1000, '\0');
+      const std::uint64_t at = 200000 + 1000 * static_cast<std::uint64_t>(t);
+      source->read(at, std::as_writable_bytes(std::span(got)), "test");
+      if (got != data.substr(at, 1000)) ++wrong;
+    });
+  }
+  threads.clear();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(requests() - before, 1);  // one 128 KiB window, fetched once
 }
 
 TEST(GcsJsonStorageTest, ListFollowsPageTokensAndNamesAreOneEncodedSegment) {

@@ -64,8 +64,8 @@ struct GcsJsonConfig {
   std::size_t read_chunk_bytes = std::size_t{8} << 20;
   int read_threads = 8;
   std::size_t source_whole_bytes = std::size_t{1} << 20;
-  std::size_t source_window_bytes = std::size_t{4} << 20;
-  int source_cache_windows = 4;
+  std::size_t source_window_bytes = std::size_t{8} << 20;
+  int source_cache_windows = 8;
   // maxResults of a list page (GCS caps it at 1000).
   int list_page_size = 1000;
 };

@@ -69,29 +69,47 @@ void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::s
     fetch_(offset, out);
     return;
   }
-  std::uint64_t start = offset / window_bytes_ * window_bytes_;
-  if (offset + out.size() > start + window_bytes_) start = offset;  // straddles: a window from offset
-  std::uint64_t length = std::min<std::uint64_t>(window_bytes_, size_ - start);
-  std::shared_ptr<const std::string> block = window(start, length);
+  std::uint64_t start = 0;
+  Bytes block = block_for(offset, out.size(), &start);
   std::memcpy(out.data(), block->data() + (offset - start), out.size());
 }
 
-std::shared_ptr<const std::string> WindowedSource::window(std::uint64_t start, std::uint64_t length) const {
+WindowedSource::Bytes WindowedSource::block_for(std::uint64_t offset, std::size_t length, std::uint64_t* start) const {
+  std::promise<Bytes> promise;
+  Block mine;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-      if (it->first == start && it->second->size() == length) {
+      if (it->start <= offset && offset + length <= it->start + it->length) {
         cache_.splice(cache_.begin(), cache_, it);
-        return cache_.front().second;
+        Block hit = cache_.front();
+        lock.unlock();
+        *start = hit.start;
+        return hit.bytes.get();  // waits when another thread is fetching it; rethrows its error
       }
     }
+    // Header-sized reads look behind (a zip's end records are read before its central
+    // directory); data-sized ones are streamed forward and start the block where they start.
+    const std::uint64_t lookbehind = std::min<std::uint64_t>(64 << 10, window_bytes_ / 4);
+    mine.start = length < lookbehind ? offset - std::min(offset, lookbehind) : offset;
+    if (mine.start + window_bytes_ > size_) mine.start = size_ - std::min<std::uint64_t>(size_, window_bytes_);
+    mine.length = std::min<std::uint64_t>(window_bytes_, size_ - mine.start);
+    mine.id = next_id_++;
+    mine.bytes = promise.get_future().share();
+    cache_.push_front(mine);
+    while (static_cast<int>(cache_.size()) > windows_) cache_.pop_back();
   }
-  auto block = std::make_shared<std::string>(length, '\0');
-  fetch_(start, std::as_writable_bytes(std::span(*block)));
-  std::lock_guard lock(mu_);
-  cache_.emplace_front(start, block);
-  while (static_cast<int>(cache_.size()) > windows_) cache_.pop_back();
-  return block;
+  *start = mine.start;
+  try {
+    auto bytes = std::make_shared<std::string>(mine.length, '\0');
+    fetch_(mine.start, std::as_writable_bytes(std::span(*bytes)));
+    promise.set_value(std::move(bytes));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard lock(mu_);  // a failed block is not cached: the next read tries again
+    cache_.remove_if([&](const Block& b) { return b.id == mine.id; });
+  }
+  return mine.bytes.get();
 }
 
 }  // namespace shardpoint::storage::http

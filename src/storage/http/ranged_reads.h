@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -50,11 +51,15 @@ class WholeObjectSource final : public ByteSource {
   MemorySource source_;
 };
 
-// A large object read lazily. Reads smaller than a window are served from an LRU cache of
-// `windows` aligned windows of window_bytes (parsers read headers and small items in
-// order, so one window serves many reads; each fetch costs a round trip); larger reads go
-// straight into the caller's buffer. Memory: windows x window_bytes. `fetch` must fail
-// when the object changed since open (drivers pin the version: ETag, generation).
+// A large object read lazily, for parsers and the engine's streaming reads. A read that
+// misses the cache fetches one block of window_bytes from where it starts (a read smaller
+// than the lookbehind, min(64 KiB, window / 4), from that much before it), so the reads a .distcp load makes in order (an
+// item's zip end records, then its central directory just before them, the next item's
+// headers, its data in pieces smaller than a window) mostly land in one block. Every GET
+// costs a round trip (and moto copies the whole object per GET), so blocks are large.
+// Reads of a window or more go straight into the caller's buffer. Threads that miss on the
+// same block wait for one fetch instead of each fetching it. Memory: windows x window_bytes.
+// `fetch` must fail when the object changed since open (drivers pin the version).
 class WindowedSource final : public ByteSource {
  public:
   WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows, RangeFetch fetch);
@@ -63,7 +68,14 @@ class WindowedSource final : public ByteSource {
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override;
 
  private:
-  std::shared_ptr<const std::string> window(std::uint64_t start, std::uint64_t length) const;
+  using Bytes = std::shared_ptr<const std::string>;
+  struct Block {
+    std::uint64_t start = 0;
+    std::uint64_t length = 0;
+    std::uint64_t id = 0;             // tells this fetch from a later one of the same range
+    std::shared_future<Bytes> bytes;  // ready, or being fetched by another thread
+  };
+  Bytes block_for(std::uint64_t offset, std::size_t length, std::uint64_t* start) const;
 
   std::string name_;
   std::uint64_t size_;
@@ -71,7 +83,8 @@ class WindowedSource final : public ByteSource {
   int windows_;
   RangeFetch fetch_;
   mutable std::mutex mu_;
-  mutable std::list<std::pair<std::uint64_t, std::shared_ptr<const std::string>>> cache_;  // GUARDED_BY(mu_)
+  mutable std::list<Block> cache_;  // GUARDED_BY(mu_), most recently used first
+  mutable std::uint64_t next_id_ = 0;  // GUARDED_BY(mu_)
 };
 
 }  // namespace shardpoint::storage::http
