@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -553,6 +552,41 @@ pickle::DictEntries meta_entries(const TrainerOptions& o, const ModelCheckpoint&
           {s("shardpoint"), shardpoint}};
 }
 
+// Lightning's full checkpoint: the meta entries with state_dict after the first three and
+// optimizer_states before lr_schedulers (dump order); the optimizer state keyed by parameter
+// id and param_groups listing ids, as Lightning rekeys a full FSDP optimizer state.
+std::string full_checkpoint_bytes(pickle::DictEntries meta, const std::vector<std::string>& names,
+                                  const std::vector<at::Tensor>& params,
+                                  const std::map<std::string, std::map<std::string, at::Tensor>>& optimizer_state,
+                                  const engine::StateNode& param_group, TorchFileBuilder& files) {
+  pickle::DictEntries sd;
+  for (std::size_t i = 0; i < params.size(); ++i) sd.emplace_back(Value::str(names[i]), files.tensor(params[i]));
+  pickle::DictEntries state;
+  for (std::size_t id = 0; id < names.size(); ++id) {
+    auto it = optimizer_state.find(names[id]);
+    if (it == optimizer_state.end()) continue;
+    pickle::DictEntries per;
+    for (const auto& [key, t] : it->second) per.emplace_back(Value::str(key), files.tensor(t));
+    state.emplace_back(Value::integer(static_cast<std::int64_t>(id)), Value::dict(std::move(per)));
+  }
+  ValuePtr group = Value::dict();
+  for (const auto& [k, v] : param_group.dict()) {
+    if (k != "params") group->mutable_entries().emplace_back(Value::str(k), v.object());
+  }
+  std::vector<ValuePtr> ids;
+  for (std::size_t id = 0; id < names.size(); ++id) ids.push_back(Value::integer(static_cast<std::int64_t>(id)));
+  group->mutable_entries().emplace_back(s("params"), Value::list(std::move(ids)));
+  ValuePtr optimizer =
+      Value::dict({{s("state"), Value::dict(std::move(state))}, {s("param_groups"), Value::list({group})}});
+  pickle::DictEntries root(meta.begin(), meta.begin() + 3);
+  root.emplace_back(s("state_dict"), Value::dict(std::move(sd)));
+  for (std::size_t i = 3; i < meta.size(); ++i) {
+    if (meta[i].first->as_string() == "lr_schedulers") root.emplace_back(s("optimizer_states"), Value::list({optimizer}));
+    root.push_back(std::move(meta[i]));
+  }
+  return files.bytes(*Value::dict(std::move(root)));
+}
+
 }  // namespace
 
 void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
@@ -618,37 +652,9 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       }
       TorchFileBuilder files;
       pickle::DictEntries meta = meta_entries(options_, *checkpoint_, loops, schedule_, files);
-      pickle::DictEntries root(meta.begin(), meta.begin() + 3);
-      pickle::DictEntries sd;
-      for (std::size_t i = 0; i < full.size(); ++i) sd.emplace_back(Value::str(names[i]), files.tensor(full[i]));
-      root.emplace_back(s("state_dict"), Value::dict(std::move(sd)));
-      for (std::size_t i = 3; i < meta.size(); ++i) {
-        if (meta[i].first->as_string() == "lr_schedulers") {
-          // Lightning's full file: state keyed by parameter id, param_groups listing ids.
-          pickle::DictEntries state;
-          for (std::size_t p = 0; p < names.size(); ++p) {
-            auto it = full_state.find(names[p]);
-            if (it == full_state.end()) continue;
-            pickle::DictEntries per;
-            for (auto& [key, t] : it->second) per.emplace_back(Value::str(key), files.tensor(t));
-            state.emplace_back(Value::integer(static_cast<std::int64_t>(p)), Value::dict(std::move(per)));
-          }
-          engine::StateNode groups = optimizer_->state_dict(shapes, 0, 1);
-          ValuePtr group = Value::dict();
-          for (auto& [k, v] : groups.find("param_groups")->list().front().dict()) {
-            if (k == "params") continue;
-            group->mutable_entries().emplace_back(Value::str(k), v.object());
-          }
-          std::vector<ValuePtr> ids;
-          for (std::size_t p = 0; p < names.size(); ++p) ids.push_back(Value::integer(static_cast<std::int64_t>(p)));
-          group->mutable_entries().emplace_back(s("params"), Value::list(std::move(ids)));
-          ValuePtr optimizer = Value::dict({{s("state"), Value::dict(std::move(state))},
-                                            {s("param_groups"), Value::list({group})}});
-          root.emplace_back(s("optimizer_states"), Value::list({optimizer}));
-        }
-        root.push_back(meta[i]);
-      }
-      const std::string bytes = files.bytes(*Value::dict(std::move(root)));
+      const engine::StateNode groups = optimizer_->state_dict(shapes, 0, 1);
+      const std::string bytes = full_checkpoint_bytes(std::move(meta), names, full, full_state,
+                                                      groups.find("param_groups")->list().front(), files);
       storage::open_storage(parent)->write_atomic(name, as_bytes(bytes));
       result.checkpoint_bytes = bytes.size();
     });

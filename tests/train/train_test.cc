@@ -343,6 +343,12 @@ TEST(TrainerTest, ObjectStoreRootAndResumeFromLast) {
   st->remove_all();
 }
 
+ModelCheckpointOptions options(const std::function<void(ModelCheckpointOptions&)>& set) {
+  ModelCheckpointOptions o;
+  set(o);
+  return o;
+}
+
 // ModelCheckpoint's decisions with recorded I/O.
 struct FakeIO {
   std::set<std::string> present;
@@ -381,7 +387,10 @@ TEST(ModelCheckpointTest, DefaultsSaveAtEpochEndAndReplaceThePrevious) {
 }
 
 TEST(ModelCheckpointTest, EveryNTrainStepsWithSaveLast) {
-  ModelCheckpoint mc({.every_n_train_steps = 2, .save_last = true});
+  ModelCheckpoint mc(options([](ModelCheckpointOptions& o) {
+    o.every_n_train_steps = 2;
+    o.save_last = true;
+  }));
   EXPECT_NE(mc.state_key().find("'every_n_train_steps': 2, 'every_n_epochs': 0"), std::string::npos);
   mc.set_paths("/r/c", "");
   FakeIO fake;
@@ -397,7 +406,11 @@ TEST(ModelCheckpointTest, EveryNTrainStepsWithSaveLast) {
 }
 
 TEST(ModelCheckpointTest, TopKOnTrainLoss) {
-  ModelCheckpoint mc({.every_n_train_steps = 1, .save_top_k = 2, .monitor = "train_loss"});
+  ModelCheckpoint mc(options([](ModelCheckpointOptions& o) {
+    o.every_n_train_steps = 1;
+    o.save_top_k = 2;
+    o.monitor = "train_loss";
+  }));
   EXPECT_NE(mc.state_key().find("{'monitor': 'train_loss', 'mode': 'min'"), std::string::npos);
   mc.set_paths("/r/c", "/r/c/epoch=0-step=1.ckpt");  // resumed from step 1's: never removed
   FakeIO fake;
@@ -414,7 +427,11 @@ TEST(ModelCheckpointTest, TopKOnTrainLoss) {
   EXPECT_EQ(mc.kth_value(), 3.0f);
   ASSERT_EQ(mc.best_k_models().size(), 2u);
   // -1 keeps everything; a path outside dirpath is never removed.
-  ModelCheckpoint all({.save_top_k = -1, .monitor = "train_loss", .mode = "max"});
+  ModelCheckpoint all(options([](ModelCheckpointOptions& o) {
+    o.save_top_k = -1;
+    o.monitor = "train_loss";
+    o.mode = "max";
+  }));
   all.set_paths("/r/c", "");
   FakeIO kept;
   for (std::int64_t e = 0; e < 3; ++e) all.on_train_epoch_end({e, e + 1, 1.0 * e}, kept.actions());
@@ -431,11 +448,18 @@ TEST(ModelCheckpointTest, InvalidConfigurationsAreUsageErrors) {
     }
     return "";
   };
-  EXPECT_NE(message({.save_top_k = 2}).find("monitor=None) is not a valid configuration"), std::string::npos);
-  EXPECT_NE(message({.every_n_train_steps = 2, .every_n_epochs = 1}).find("mutually exclusive"), std::string::npos);
-  EXPECT_NE(message({.monitor = "val_loss"}).find("could not find the monitored key"), std::string::npos);
-  EXPECT_NE(message({.save_top_k = -2}).find("save_top_k=-2"), std::string::npos);
-  EXPECT_NE(message({.mode = "avg"}).find("mode"), std::string::npos);
+  using O = ModelCheckpointOptions;
+  EXPECT_NE(message(options([](O& o) { o.save_top_k = 2; })).find("monitor=None) is not a valid configuration"),
+            std::string::npos);
+  EXPECT_NE(message(options([](O& o) {
+              o.every_n_train_steps = 2;
+              o.every_n_epochs = 1;
+            })).find("mutually exclusive"),
+            std::string::npos);
+  EXPECT_NE(message(options([](O& o) { o.monitor = "val_loss"; })).find("could not find the monitored key"),
+            std::string::npos);
+  EXPECT_NE(message(options([](O& o) { o.save_top_k = -2; })).find("save_top_k=-2"), std::string::npos);
+  EXPECT_NE(message(options([](O& o) { o.mode = "avg"; })).find("mode"), std::string::npos);
 }
 
 TEST(ResolveLastTest, LocalFoldersNeedTheirCommitMarkers) {
