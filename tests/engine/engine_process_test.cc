@@ -1,5 +1,6 @@
-// save()/load() across real processes: engine_worker ranks over the Gloo communicator
-// (environment as tests/launch_ranks.h sets it), saving on N and loading on M for every
+// save()/load() across real processes: engine_worker ranks over the Gloo communicator, and
+// over the TCP one (SHARDPOINT_COMM=tcp) (environment as tests/launch_ranks.h sets it),
+// saving on N and loading on M for every
 // N, M in 1..4. A process takes ~2 s just to start (LibTorch), so the jobs of one phase run
 // side by side: the four saves at once, then for each N its four loads at once.
 #include <gtest/gtest.h>
@@ -21,8 +22,8 @@ struct Job {
   std::vector<std::string> args;
 };
 
-// Runs every job's ranks at once, each job on its own master port.
-void run_jobs(const std::vector<Job>& jobs) {
+// Runs every job's ranks at once, each job on its own master port; `env` goes to every rank.
+void run_jobs(const std::vector<Job>& jobs, const shardpoint::testing::EnvVars& env = {}) {
   std::vector<Command> commands;
   std::vector<std::string> names;
   std::set<int> ports;
@@ -37,6 +38,7 @@ void run_jobs(const std::vector<Job>& jobs) {
       cmd.env = {{"RANK", std::to_string(r)},          {"LOCAL_RANK", std::to_string(r)},
                  {"WORLD_SIZE", std::to_string(job.world)}, {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(port)}};
+      cmd.env.insert(cmd.env.end(), env.begin(), env.end());
       commands.push_back(std::move(cmd));
       names.push_back(job.what + ", rank " + std::to_string(r));
     }
@@ -47,20 +49,24 @@ void run_jobs(const std::vector<Job>& jobs) {
   }
 }
 
-TEST(EngineProcessTest, SaveOnNLoadOnMGloo) {
+void save_on_n_load_on_m(const shardpoint::testing::EnvVars& env) {
   shardpoint::testing::TempDir dir;
   auto ckpt = [&](int n) { return dir.file("n" + std::to_string(n)); };
   std::vector<Job> saves;
   for (int n = 1; n <= 4; ++n) saves.push_back({"save on " + std::to_string(n), n, {"save", ckpt(n)}});
-  run_jobs(saves);
+  run_jobs(saves, env);
   if (::testing::Test::HasFailure()) return;
   for (int n = 1; n <= 4; ++n) {
     std::vector<Job> loads;
     for (int m = 1; m <= 4; ++m) {
       loads.push_back({"save on " + std::to_string(n) + " -> load on " + std::to_string(m), m, {"load", ckpt(n)}});
     }
-    run_jobs(loads);
+    run_jobs(loads, env);
   }
 }
+
+TEST(EngineProcessTest, SaveOnNLoadOnMGloo) { save_on_n_load_on_m({}); }
+
+TEST(EngineProcessTest, SaveOnNLoadOnMTcp) { save_on_n_load_on_m({{"SHARDPOINT_COMM", "tcp"}}); }
 
 }  // namespace
