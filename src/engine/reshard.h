@@ -33,8 +33,9 @@
 //
 // Memory: bounded by the options, whatever the checkpoint size: memory_budget_bytes of
 // slabs, plus the destination driver's staging buffers (StorageOptions: 64 MiB by default;
-// object stores also hold their multipart part buffers), plus the objects and the
-// metadata. Sources are read with pread / ranged GETs, never mapped, so source pages do
+// object stores also hold their multipart part buffers, S3: 4 x 8 MiB per writer), plus an
+// object-store source's read cache (S3: 64 MiB per open source file), plus the objects and
+// the metadata. Sources are read with pread / ranged GETs, never mapped, so source pages do
 // not count in the RSS (measured in bench/README.md "reshard").
 //
 // Thread-safety: reshard() calls may run concurrently on different destinations.
