@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Benchmark: save on 4 ranks and load on 2 and 3 ranks, shardpoint vs PyTorch 2.6 DCP, vs fio.
 
-  /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR]
+  /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR] [--only load]
 
 The state is the peer baseline's (shared/docs/research/peer-baseline.md): GPT-2 style,
 `--layers` layers, d=768, ff=3072, vocab 8192, ctx 1024, + LayerNorm, with Adam exp_avg and
@@ -25,7 +25,11 @@ RSS = VmHWM during the call (reset with clear_refs just before). Every load is v
 against the values. Needs root (drop_caches, oracle-python).
 
 Prints tables like bench/torchfile_bench.py: min/median/max over rounds, ratio to PyTorch
-and fraction of the ceiling from medians. RESULTS=FILE appends the raw per-job JSON lines.
+and fraction of the ceiling from medians, and the CPU seconds of each call (less disturbed
+than wall time on a shared machine). RESULTS=FILE appends the raw per-job JSON lines.
+
+--only load (needs --dir): the loads and the read ceilings only, for quick iterations on the
+load path; both checkpoints are saved into DIR once (untimed) when missing, and kept.
 """
 import argparse
 import json
@@ -150,18 +154,23 @@ def peer_job(rank, ws, mode, ckpt, layers, results):
     sd, locals_, own = peer_state(torch, layers, ws, rank, fill=(mode == "save"))
     rss_before = _status("VmRSS")
     rchar0, read0 = _io("rchar"), _io("read_bytes")
+    import resource
     dist.barrier()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     if mode == "save":
         dcp.save(sd, checkpoint_id=ckpt)
     else:
         dcp.load(sd, checkpoint_id=ckpt)
     seconds = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     out = {"rank": rank, "world_size": ws, "seconds": seconds, "bytes": own, "own_bytes": own,
            "peak_rss": _status("VmHWM"), "rss_before": rss_before,
-           "bytes_read": _io("rchar") - rchar0, "device_read_bytes": _io("read_bytes") - read0, "verified": True}
+           "bytes_read": _io("rchar") - rchar0, "device_read_bytes": _io("read_bytes") - read0, "cpu_seconds": cpu,
+           "verified": True}
     if mode == "load":
         ok = True
         for key, shape, local in locals_:
@@ -256,6 +265,7 @@ def summarize(ranks):
          "before_rss": max(r["rss_before"] for r in ranks),
          "transient_rss": max(r["peak_rss"] - r["rss_before"] for r in ranks),
          "own": max(r["own_bytes"] for r in ranks),
+         "cpu": max(r.get("cpu_seconds", 0) for r in ranks),
          "verified": all(r.get("verified", True) for r in ranks)}
     if "bytes_needed" in ranks[0]:
         s["needed"] = sum(r["bytes_needed"] for r in ranks)
@@ -284,7 +294,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=24, help="model depth (24 = ~2 GiB state; 2-4 for smoke runs)")
     ap.add_argument("--dir", default=None, help="scratch folder on the disk to measure (default: a temp dir under the build dir)")
+    ap.add_argument("--only", choices=["all", "load"], default="all",
+                    help="load: skip the saves and write ceilings; checkpoints are kept in --dir")
     args = ap.parse_args()
+    only_load = args.only == "load"
+    if only_load and args.dir is None:
+        sys.exit("dcp_bench.py: --only load needs --dir (the checkpoints are kept there between runs)")
 
     tool = os.path.join(os.path.abspath(args.build_dir), "bench", "dcp_bench")
     if not os.path.exists(tool):
@@ -302,16 +317,27 @@ def main():
     payload_est = sum(3 * 4 * (s[0] * (s[1] if len(s) > 1 else 1)) for _, s in gpt2_parameters(args.layers))
     fio_mib = max(256, payload_est // MIB)
     loadavg = []
+    if only_load:
+        if not os.path.exists(os.path.join(a, ".metadata")):
+            rm(a)
+            run_shardpoint(tool, "save", a, 4, args.layers)
+        if not os.path.exists(os.path.join(b, ".metadata")):
+            rm(b)
+            run_peer("save", b, 4, args.layers, scratch)
     try:
         for rnd in range(args.rounds):
             loadavg.append(os.getloadavg()[0])
             print(f"round {rnd + 1}/{args.rounds} (load average {loadavg[-1]:.1f}) ...", file=sys.stderr)
             # 1. ceilings
             benchlib.drop_caches()
-            ceil["odirect4"].append(benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", direct=True, numjobs=4))
-            benchlib.fio_cleanup(fio_dir, "w4")
-            benchlib.drop_caches()
-            ceil["buf4"].append(benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", numjobs=4))
+            if only_load:
+                benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", numjobs=4)  # files to read
+            else:
+                ceil["odirect4"].append(benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", direct=True,
+                                                          numjobs=4))
+                benchlib.fio_cleanup(fio_dir, "w4")
+                benchlib.drop_caches()
+                ceil["buf4"].append(benchlib.fio_gbps(fio_dir, "w4", "write", size=f"{fio_mib // 4}M", numjobs=4))
             benchlib.drop_caches()
             ceil["read4"].append(benchlib.fio_gbps(fio_dir, "w4", "read", size=f"{fio_mib // 4}M", numjobs=4))
             benchlib.fio_cleanup(fio_dir, "w4")
@@ -331,12 +357,13 @@ def main():
                     raw.flush()
 
             # 2-3. saves (fresh folders, caches dropped)
-            for ck in (a, b):
-                rm(ck)
-            benchlib.drop_caches()
-            job("sp_save", lambda: run_shardpoint(tool, "save", a, 4, args.layers))
-            benchlib.drop_caches()
-            job("pt_save", lambda: run_peer("save", b, 4, args.layers, scratch))
+            if not only_load:
+                for ck in (a, b):
+                    rm(ck)
+                benchlib.drop_caches()
+                job("sp_save", lambda: run_shardpoint(tool, "save", a, 4, args.layers))
+                benchlib.drop_caches()
+                job("pt_save", lambda: run_peer("save", b, 4, args.layers, scratch))
             # 4. shardpoint loads
             benchlib.drop_caches()
             job("sp_l2c", lambda: run_shardpoint(tool, "load", a, 2, args.layers))
@@ -352,10 +379,11 @@ def main():
             # 6. shardpoint reads PyTorch's checkpoint
             benchlib.drop_caches()
             job("sp_l2c_pt", lambda: run_shardpoint(tool, "load", b, 2, args.layers))
-            for ck in (a, b):
-                rm(ck)
+            if not only_load:
+                for ck in (a, b):
+                    rm(ck)
     finally:
-        for ck in (a, b, fio_dir):
+        for ck in ((fio_dir,) if only_load else (a, b, fio_dir)):
             rm(ck)
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -372,7 +400,7 @@ def main():
     m = {k: benchlib.median(v) for k, v in g.items()}
     c = {k: benchlib.median(v) for k, v in ceil.items()}
     cold_ceiling = max(x for x in (c["read1"], c["read4"]) if x) if (c["read1"] or c["read4"]) else None
-    payload = res["sp_save"][0]["bytes"]
+    payload = (res["sp_save"] or res["sp_l2c"])[0]["bytes"]
     print(f"\npayload {payload / 1e9:.3f} GB ({args.layers} layers), {args.rounds} rounds; drop_caches "
           f"{'on' if can_drop else 'NOT available: cold figures are warm'}; load average at round start "
           f"{', '.join(f'{x:.1f}' for x in loadavg)} on {os.cpu_count()} CPUs")
@@ -408,6 +436,16 @@ def main():
         [[n, amp(f"sp_{k}", "read"), amp(f"sp_{k}", "data_read"), amp(f"pt_{k}", "read"),
           f"{amp(f'sp_{k}', 'device_read')} / {amp(f'pt_{k}', 'device_read')}", "1.00x"]
          for n, k in [("load 4->2, cold", "l2c"), ("load 4->3, cold", "l3c")]])
+    def cpu(name):
+        v = [s["cpu"] for s in res[name] if s.get("cpu")]
+        return benchlib.triple(v) if v else "-"
+
+    benchlib.print_table(
+        "CPU seconds per call (largest rank; user + system, all threads; min/median/max)",
+        ["job", "shardpoint", "PyTorch 2.6"],
+        [[n, cpu(f"sp_{k}"), cpu(f"pt_{k}")]
+         for n, k in [("save, 4 ranks", "save"), ("load 4->2, cold", "l2c"), ("load 4->2, warm", "l2w"),
+                      ("load 4->3, cold", "l3c")]])
     benchlib.print_table(
         "memory per rank (median over rounds of the largest rank; before = runtime + own data, "
         "transient = peak - before)",
@@ -419,7 +457,8 @@ def main():
           f"{benchlib.gib(med(f'sp_{k}', 'before_rss'))} / {benchlib.gib(med(f'sp_{k}', 'transient_rss'))}",
           f"{benchlib.gib(med(f'pt_{k}', 'before_rss'))} / {benchlib.gib(med(f'pt_{k}', 'transient_rss'))}",
           "peak <= own + 0.125 GiB"]
-         for n, k in [("save, 4 ranks", "save"), ("load 4->2, cold", "l2c"), ("load 4->3, cold", "l3c")]])
+         for n, k in [("save, 4 ranks", "save"), ("load 4->2, cold", "l2c"), ("load 4->3, cold", "l3c")]
+         if res[f"sp_{k}"]])
 
 
 if __name__ == "__main__":
