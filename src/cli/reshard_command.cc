@@ -50,7 +50,8 @@ class ReshardCommand : public Command {
         "default 4) reads its items from SRC in slabs of --memory-budget / --parallel bytes and\n"
         "appends them as they arrive; SRC is read with pread or ranged GETs, never mapped. Peak\n"
         "RSS is about the budget plus the output driver's staging buffers (64 MiB; object\n"
-        "stores: their multipart part buffers) plus the objects and the .metadata.\n"
+        "stores: their multipart part buffers), an object-store SRC's read cache (S3: 64 MiB\n"
+        "per file being read), the objects and the .metadata.\n"
         "\n"
         "Exit status: 0 done, 1 failure (unreadable SRC, I/O or authentication error), 2 usage\n"
         "error.");
