@@ -37,12 +37,15 @@
 // hidden RNG state to carry: a resumed run on the same world size is bitwise equal to an
 // uninterrupted one (accumulation and clipping included), and on another world size equal
 // up to the order of the gradient sums.
-// Known gaps: save_last="link", train_time_interval, validation loops and learning-rate
-// schedulers do not exist; ModelCheckpoint state is not restored on resume (Lightning
-// restores only best_model_path when the folder changed, which it always does here);
-// "last" searches every version folder under the root (Lightning looks only in the new
-// run's folder, where nothing is found with the default logger); gradient clipping is by
-// norm only (Lightning's FSDP refuses "value"), the norm computed in double.
+// Known gaps: save_last="link", train_time_interval, save_weights_only, validation loops and
+// learning-rate schedulers do not exist; the only metric to monitor is train_loss; the
+// ModelCheckpoint state is not restored on resume (Lightning restores only best_model_path
+// when the folder changed, which it always does here); "last" searches every version folder
+// under the root and orders by version then -v<n>, not by modification time (Lightning looks
+// only in the new run's folder, where the default logger finds nothing); a resume keeps the
+// checkpoint's global_batch and accumulate_grad_batches whatever the options say (the data
+// position depends on them); gradient clipping is by norm only (Lightning's FSDP refuses
+// "value"), the norm computed in double; the full file is built in memory on rank 0.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +56,8 @@
 #include "comm/communicator.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
-#include "train/model_checkpoint.h"
 #include "train/model.h"
+#include "train/model_checkpoint.h"
 #include "train/sharded_optimizer.h"
 
 namespace shardpoint::train {
