@@ -10,7 +10,8 @@
 //     moto's log shows 6 parts, then the abort), or is stopped by SIGTERM, leaves no object
 //     at the output key and no multipart upload;
 //   - a wrong secret: one error line without the secret, exit 1;
-//   - peak RSS of s3:// -> s3:// under --memory-budget.
+//   - peak RSS of s3:// -> s3:// under --memory-budget;
+//   - the engine API over memory:// (no server) equals local outputs.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -25,9 +26,11 @@
 
 #include "azure_test_util.h"
 #include "comm/thread_communicator.h"
+#include "core/error.h"
 #include "core/byte_stream.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
+#include "engine/consolidate.h"
 #include "engine/chunking.h"
 #include "engine/torch_save.h"
 #include "s3_moto.h"
@@ -359,6 +362,45 @@ TEST(RemoteConsolidateTest, PeakRssUnderBudgetS3ToS3) {
   EXPECT_GT(storage::open_storage(prefix)->stat("out.pt"), std::uint64_t{48} << 20);
   std::printf("consolidate s3 -> s3, 48 MiB, --memory-budget 64MiB: peak RSS %.1f MiB\n", ru.ru_maxrss / 1024.0);
   EXPECT_LT(ru.ru_maxrss, 64 * 1024);
+}
+
+// The engine API with memory:// on both sides (no server): torch.save and sharded
+// safetensors equal the local outputs; the output prefix taken is refused.
+TEST(RemoteConsolidateTest, EngineMemoryUrlsEqualLocal) {
+  TempDir dir;
+  const std::string local = dir.file("ckpt");
+  save_small(*storage::open_local_storage_at(local));
+  const std::string mem = "memory://consolidate-" + std::to_string(::getpid());
+  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(mem + "/ckpt"));
+
+  engine::ConsolidateOptions o;
+  o.checkpoint_folder = local;
+  o.output_file = dir.file("out.pt");
+  engine::consolidate(o);
+  o.checkpoint_folder = mem + "/ckpt";
+  o.output_file = mem + "/out/out.pt";
+  engine::ConsolidateReport report = engine::consolidate(o);
+  EXPECT_EQ(report.output, mem + "/out/out.pt");
+  EXPECT_TRUE(read_object(mem + "/out/out.pt") == testing::read_text(dir.file("out.pt")));
+  EXPECT_THROW(engine::consolidate(o), PlanError);  // the output object exists now
+
+  o.format = engine::ConsolidateFormat::kSafetensors;
+  o.max_shard_bytes = 200;
+  o.checkpoint_folder = local;
+  o.output_file = dir.file("hf");
+  engine::consolidate(o);
+  o.checkpoint_folder = mem + "/ckpt";
+  o.output_file = mem + "/hf";
+  engine::consolidate(o);
+  auto hf = storage::open_storage(mem + "/hf");
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir.file("hf"))) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(read_object(*hf, name) == testing::read_text(e.path().string())) << name;
+    ++n;
+  }
+  EXPECT_EQ(hf->list("").size(), n);
+  EXPECT_THROW(engine::consolidate(o), PlanError);  // objects under the output prefix
 }
 
 TEST(RemoteConsolidateTest, AzureBothWaysEqualsLocalToLocal) {
