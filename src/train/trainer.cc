@@ -137,8 +137,18 @@ std::string strip_trailing_slash(std::string p) {
   return p;
 }
 
+// Checkpoint names are appended to the root's path, so a URL may not carry "?options".
+void check_no_query(const std::string& url) {
+  if (is_url(url) && url.find('?') != std::string::npos) {
+    throw UsageError(fmt::format("{}: options after '?' are not supported in trainer paths; give the endpoint and "
+                                 "credentials through the environment (shardpoint verify --help lists them)",
+                                 url));
+  }
+}
+
 // Absolute and normal for local paths; URLs as given, without a trailing '/'.
 std::string normalize_path(const std::string& p) {
+  check_no_query(p);
   if (is_url(p)) return strip_trailing_slash(p);
   return strip_trailing_slash(fs::absolute(fs::path(strip_trailing_slash(p))).lexically_normal().string());
 }
@@ -187,6 +197,7 @@ bool is_version_dir_name(const std::string& n) {
 
 // <root>/lightning_logs/version_<k>/checkpoints with k = 1 + the largest existing version.
 std::string next_checkpoints_dir(const std::string& root) {
+  check_no_query(root);
   int version = 0;
   if (!is_url(root)) {
     const fs::path logs = fs::path(root) / "lightning_logs";

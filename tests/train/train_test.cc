@@ -341,6 +341,16 @@ TEST(TrainerTest, ObjectStoreRootAndResumeFromLast) {
   EXPECT_EQ(fresh.start_step, 0);
   EXPECT_EQ(fresh.result.resumed_from, "");
   st->remove_all();
+  // gs:// (HMAC interoperability on the same server): save, then resume from "last".
+  const std::string gs = "gs://sp-gcs/trainer-last-" + std::to_string(::getpid());
+  const Trained one = fit_on(2, "sharded", 1, gs, "", last);
+  EXPECT_EQ(one.checkpoint, gs + "/lightning_logs/version_0/checkpoints/last.ckpt");
+  const Trained two = fit_on(2, "full", 2, gs, "last", last);
+  EXPECT_EQ(two.result.resumed_from, one.checkpoint);
+  EXPECT_EQ(two.start_step, 1);
+  storage::open_storage(gs)->remove_all();
+  // Checkpoint names are appended to the root: a URL with "?options" is refused.
+  EXPECT_THROW(fit_on(1, "full", 1, root + "?endpoint=http://127.0.0.1:1", ""), UsageError);
 }
 
 ModelCheckpointOptions options(const std::function<void(ModelCheckpointOptions&)>& set) {
