@@ -848,8 +848,76 @@ class Consolidator {
     bool last = false;
   };
 
+  // for_each_box as a cursor: the same boxes in the same order, one at a time (a huge
+  // tensor cut into small boxes is never listed whole).
+  class BoxCursor {
+   public:
+    BoxCursor(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes) : shape_(shape) {
+      if (shape.empty()) {
+        scalar_bytes_ = itemsize;
+        return;
+      }
+      for (auto d : shape) {
+        if (d == 0) done_ = true;  // no elements: no boxes
+      }
+      if (done_) return;
+      const std::size_t rank = shape.size();
+      std::vector<std::uint64_t> tail(rank + 1);  // bytes of one index of dims [0, k)
+      tail[rank] = itemsize;
+      for (std::size_t k = rank; k-- > 0;) tail[k] = tail[k + 1] * static_cast<std::uint64_t>(shape[k]);
+      while (d_ + 1 < rank && tail[d_ + 1] > max_bytes) ++d_;
+      row_ = tail[d_ + 1];
+      block_ = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / row_));
+      offsets_.assign(rank, 0);
+      sizes_ = shape;
+      for (std::size_t k = 0; k < d_; ++k) sizes_[k] = 1;
+    }
+
+    bool next(Shape& offsets, Shape& sizes, std::uint64_t& n) {
+      if (done_) return false;
+      if (shape_.empty()) {
+        offsets.clear();
+        sizes.clear();
+        n = scalar_bytes_;
+        done_ = true;
+        return true;
+      }
+      offsets_[d_] = start_;
+      sizes_[d_] = std::min(block_, shape_[d_] - start_);
+      offsets = offsets_;
+      sizes = sizes_;
+      n = row_ * static_cast<std::uint64_t>(sizes_[d_]);
+      start_ += block_;
+      if (start_ >= shape_[d_]) {
+        start_ = 0;
+        offsets_[d_] = 0;
+        done_ = true;  // unless the odometer over dims [0, d_) moves on
+        for (std::size_t k = d_; k > 0;) {
+          --k;
+          if (++offsets_[k] < shape_[k]) {
+            done_ = false;
+            break;
+          }
+          offsets_[k] = 0;
+        }
+      }
+      return true;
+    }
+
+   private:
+    Shape shape_;
+    std::size_t scalar_bytes_ = 0;
+    bool done_ = false;
+    std::size_t d_ = 0;
+    std::uint64_t row_ = 0;
+    std::int64_t block_ = 1;
+    std::int64_t start_ = 0;
+    Shape offsets_;
+    Shape sizes_;
+  };
+
   // Cuts the sources of seq into batches of pieces that fit one slab buffer, in output
-  // order, one tensor's boxes at a time (memory stays independent of the checkpoint size).
+  // order, one box at a time (memory stays independent of the checkpoint's size).
   class BatchPlanner {
    public:
     BatchPlanner(const Consolidator& c, const std::vector<std::size_t>& seq) : c_(c), seq_(seq) {}
@@ -859,54 +927,61 @@ class Consolidator {
       std::vector<Piece> batch;
       std::size_t used = 0;
       while (k_ < seq_.size()) {
-        if (boxes_.empty() && box_ == 0) cut(seq_[k_]);
-        Piece p = boxes_[box_];
+        if (!head_) start_source();
+        Piece p = *head_;
         std::size_t padded = (used + kPage - 1) / kPage * kPage;
         if (!batch.empty() && padded + p.n > c_.buffer_bytes_) break;
         p.k = k_;
         p.buffer_offset = padded;
-        p.first = box_ == 0;
-        p.last = box_ + 1 == boxes_.size();
         used = padded + static_cast<std::size_t>(p.n);
-        batch.push_back(std::move(p));
-        if (++box_ == boxes_.size()) {
-          boxes_.clear();
-          box_ = 0;
+        Piece following;
+        if (p.n > 0 && pull(following)) {
+          head_ = std::move(following);
+        } else {
+          p.last = true;
+          head_.reset();
           ++k_;
         }
+        batch.push_back(std::move(p));
       }
       return batch;
     }
 
    private:
-    // The boxes of one source, each at most a buffer; a tensor without elements is one
-    // empty piece (its record is still written).
-    void cut(std::size_t index) {
-      const TensorSource& src = c_.sources_[index];
-      if (src.from_meta) {
-        const std::uint64_t total = src.nbytes();
-        for (std::uint64_t at = 0; at < total; at += c_.buffer_bytes_) {
-          Piece p;
-          p.at = at;
-          p.n = std::min<std::uint64_t>(c_.buffer_bytes_, total - at);
-          boxes_.push_back(std::move(p));
-        }
+    // The first piece of seq[k_]; a tensor without elements is one empty piece (its record
+    // is still written).
+    void start_source() {
+      const TensorSource& src = c_.sources_[seq_[k_]];
+      at_ = 0;
+      cursor_.reset();
+      if (!src.from_meta) cursor_.emplace(src.shape, dtype_itemsize(src.dtype), c_.buffer_bytes_);
+      Piece p;
+      if (!pull(p)) p = Piece{};
+      p.first = true;
+      head_ = std::move(p);
+    }
+
+    // The next box of seq[k_]: a DCP box, or a byte range of a meta.pt tensor.
+    bool pull(Piece& p) {
+      const TensorSource& src = c_.sources_[seq_[k_]];
+      p = Piece{};
+      p.at = at_;
+      if (cursor_) {
+        if (!cursor_->next(p.offsets, p.sizes, p.n)) return false;
       } else {
-        std::uint64_t at = 0;
-        for_each_box(src.shape, dtype_itemsize(src.dtype), c_.buffer_bytes_,
-                     [&](const Shape& offsets, const Shape& sizes, std::uint64_t n) {
-                       boxes_.push_back(Piece{0, offsets, sizes, at, n, 0, false, false});
-                       at += n;
-                     });
+        if (at_ >= src.nbytes()) return false;
+        p.n = std::min<std::uint64_t>(c_.buffer_bytes_, src.nbytes() - at_);
       }
-      if (boxes_.empty()) boxes_.emplace_back();
+      at_ += p.n;
+      return true;
     }
 
     const Consolidator& c_;
     const std::vector<std::size_t>& seq_;
     std::size_t k_ = 0;
-    std::vector<Piece> boxes_;
-    std::size_t box_ = 0;
+    std::optional<Piece> head_;  // the next piece of seq[k_], not yet in a batch
+    std::optional<BoxCursor> cursor_;
+    std::uint64_t at_ = 0;
   };
 
   // Reads one piece into dest. Called from reader threads.

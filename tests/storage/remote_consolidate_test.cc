@@ -403,6 +403,56 @@ TEST(RemoteConsolidateTest, EngineMemoryUrlsEqualLocal) {
   EXPECT_THROW(engine::consolidate(o), PlanError);  // objects under the output prefix
 }
 
+// Tiny slab buffers (rows of a [3, 4, 50000] tensor larger than a buffer: boxes cut along
+// dims 1 and 2; a 0-dim and an empty tensor) give the bytes of one box per tensor, from a
+// local folder and from memory://.
+TEST(RemoteConsolidateTest, TinyBuffersCutBoxesLikeWholeTensors) {
+  TempDir dir;
+  const std::string local = dir.file("ckpt");
+  {
+    const int world = 2;
+    std::vector<std::vector<float>> big(world);
+    std::vector<float> scalar{3.5f};
+    std::vector<engine::StateNode> roots(world);
+    for (int r = 0; r < world; ++r) {
+      engine::Box box = engine::shard_box({3, 4, 50000}, {world}, {engine::Placement::shard(2)}, {r});
+      big[r].resize(static_cast<std::size_t>(engine::volume(box.sizes)));
+      for (std::size_t i = 0; i < big[r].size(); ++i) big[r][i] = static_cast<float>(i) * 0.25f + static_cast<float>(r);
+      engine::StateDict model;
+      model.emplace_back("big", engine::StateNode(engine::TensorShard{DType::kFloat32, {3, 4, 50000}, box.offsets,
+                                                                      box.sizes,
+                                                                      std::as_writable_bytes(std::span<float>(big[r]))}));
+      model.emplace_back("scalar", engine::StateNode(engine::TensorShard{DType::kFloat32, {}, {}, {},
+                                                                         std::as_writable_bytes(std::span<float>(scalar))}));
+      model.emplace_back("empty", engine::StateNode(engine::TensorShard{DType::kFloat32, {0, 7}, {0, 0}, {0, 7}, {}}));
+      roots[r] = engine::StateNode(engine::StateDict{});
+      roots[r].set("model", engine::StateNode(std::move(model)));
+    }
+    auto st = storage::open_local_storage_at(local);
+    comm::ThreadGroup group(world);
+    group.run([&](comm::Communicator& comm) { engine::save(roots[comm.rank()], *st, comm); });
+  }
+  const std::string mem = "memory://tiny-" + std::to_string(::getpid());
+  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(mem));
+  engine::ConsolidateOptions o;
+  o.layout = engine::ConsolidateLayout::kDcp;
+  o.checkpoint_folder = local;
+  fs::create_directories(dir.file("whole"));
+  fs::create_directories(dir.file("tiny"));
+  o.output_file = dir.file("whole/out.pt");  // same names: the archive name comes from it
+  engine::consolidate(o);
+  const std::string want = testing::read_text(dir.file("whole/out.pt"));
+  o.memory_budget = 1 << 20;
+  o.output_file = dir.file("tiny/out.pt");
+  engine::ConsolidateReport report = engine::consolidate(o);
+  EXPECT_LE(report.slab_bytes, std::size_t{1} << 20);
+  EXPECT_TRUE(testing::read_text(dir.file("tiny/out.pt")) == want);
+  o.checkpoint_folder = mem;
+  o.output_file = mem + "-out/out.pt";
+  engine::consolidate(o);
+  EXPECT_TRUE(read_object(mem + "-out/out.pt") == want);
+}
+
 TEST(RemoteConsolidateTest, AzureBothWaysEqualsLocalToLocal) {
   SP_REQUIRE_AZURITE(endpoint);
   auto config = storage::testing::azurite_config(endpoint);
