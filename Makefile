@@ -9,7 +9,7 @@ FUZZ_SECONDS ?= 30
 CMAKE_FLAGS  ?=
 # Parsers and the engine under ASan/UBSan (the LibTorch and multi-process suites are not
 # rebuilt there: they add build time, not parser coverage).
-ASAN_TESTS   ?= core_test pickle_test torchfile_test format_test engine_test engine_io_test async_save_test storage_test
+ASAN_TESTS   ?= core_test pickle_test torchfile_test format_test engine_test engine_io_test async_save_test commit_order_test storage_test
 # ccache hits across clones (CI builds a fresh clone in another folder).
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
