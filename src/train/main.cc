@@ -81,6 +81,11 @@ checkpoints (Lightning's ModelCheckpoint):
                            of the step over all ranks (and accumulated batches)
   --mode min|max           which scores are better (default min)
   --save-last              also save last.ckpt at every save point (the previous one goes)
+  --async-save             sharded checkpoints only (ignored for --state-dict-type full):
+                           training stalls only to plan and copy this rank's bytes into
+                           staging memory; the files are written in the background and the
+                           checkpoint is committed (meta.pt written) at the next save or at
+                           the end of the run
   Old checkpoints are removed (a whole folder when sharded) only after the new one is
   committed; checkpoints outside this run's folder are never removed.
 )";
@@ -96,6 +101,7 @@ struct Args {
   std::int64_t accumulate_grad_batches = 1;
   double gradient_clip_val = 0;
   ModelCheckpointOptions checkpoint;
+  bool async_save = false;
   std::string root = ".";
   std::string ckpt_path;
   std::string data = SP_DEFAULT_DATA_DIR;
@@ -149,6 +155,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--every-n-epochs") a.checkpoint.every_n_epochs = number(value());
     else if (k == "--save-top-k") a.checkpoint.save_top_k = number(value());
     else if (k == "--save-last") a.checkpoint.save_last = true;
+    else if (k == "--async-save") a.async_save = true;
     else if (k == "--monitor") a.checkpoint.monitor = value();
     else if (k == "--mode") a.checkpoint.mode = value();
     else if (k == "--strategy") a.strategy = value();
@@ -251,6 +258,7 @@ int try_main(int argc, char** argv) {
   options.accumulate_grad_batches = a.accumulate_grad_batches;
   options.gradient_clip_val = a.gradient_clip_val;
   options.checkpoint = a.checkpoint;
+  options.async_save = a.async_save;
   options.default_root_dir = a.root;
   options.seed = a.seed;
   options.global_batch = a.global_batch;

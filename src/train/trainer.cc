@@ -14,11 +14,13 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/byte_stream.h"
 #include "core/error.h"
+#include "engine/async_save.h"
 #include "engine/checkpoint.h"
 #include "pickle/value.h"
 #include "storage/storage.h"
@@ -481,42 +483,52 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   if (options_.max_steps >= 0) last_step = std::min(last_step, options_.max_steps);
   CheckpointActions io;
   io.exists = [&](const std::string& path) {
+    // A path whose removal waits for the save in flight: answer as after that removal.
+    if (std::find(pending_removals_.begin(), pending_removals_.end(), path) != pending_removals_.end()) {
+      finish_pending(result);
+    }
     std::string answer;
     on_rank0(comm, [&] { answer = path_exists(path) ? "1" : "0"; });
     return comm.broadcast(answer) == "1";
   };
   io.save = [&](const std::string& path) { save_checkpoint(path, result); };
   io.remove = [&](const std::string& path) {
-    if (rank != 0) return;
-    try {
-      remove_path(path);
-      if (options_.progress) std::printf("removed checkpoint %s\n", path.c_str());
-    } catch (const std::exception& e) {  // a leftover old checkpoint is no reason to stop training
-      std::fprintf(stderr, "warning: could not remove checkpoint %s: %s\n", path.c_str(), e.what());
-    }
-    std::fflush(stdout);
+    if (pending_) pending_removals_.push_back(path);  // only once the new one is committed
+    else remove_checkpoint(path);
   };
-  for (std::int64_t step = start; !done(step);) {
-    const std::int64_t epoch = schedule_.epoch_of_step(step);
-    const auto t0 = Clock::now();
-    const StepResult r = run_step(strategy_, *optimizer_, model, data, schedule_, step, options_.seed,
-                                  options_.gradient_clip_val);
-    const double dt = seconds_since(t0);
-    ++step;
-    result.losses.push_back(r.loss);
-    if (options_.progress && rank == 0) {
-      std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
-                  static_cast<long long>(last_step), static_cast<long long>(epoch), r.loss,
-                  static_cast<double>(schedule_.batches_in_step(step - 1) * options_.global_batch * kBlockSize) / dt);
-      std::fflush(stdout);
+  try {
+    for (std::int64_t step = start; !done(step);) {
+      const std::int64_t epoch = schedule_.epoch_of_step(step);
+      const auto t0 = Clock::now();
+      const StepResult r = run_step(strategy_, *optimizer_, model, data, schedule_, step, options_.seed,
+                                    options_.gradient_clip_val);
+      const double dt = seconds_since(t0);
+      ++step;
+      result.losses.push_back(r.loss);
+      if (options_.progress && rank == 0) {
+        std::printf("step %lld/%lld  epoch %lld  loss %.4f  %.0f tokens/s\n", static_cast<long long>(step),
+                    static_cast<long long>(last_step), static_cast<long long>(epoch), r.loss,
+                    static_cast<double>(schedule_.batches_in_step(step - 1) * options_.global_batch * kBlockSize) / dt);
+        std::fflush(stdout);
+      }
+      position_ = TrainPosition{epoch, step, r.loss};
+      in_epoch_end_ = false;
+      checkpoint_->on_train_batch_end(position_, io);
+      if (step % steps_per_epoch == 0 || done(step)) {
+        in_epoch_end_ = true;
+        checkpoint_->on_train_epoch_end(position_, io);
+      }
     }
-    position_ = TrainPosition{epoch, step, r.loss};
-    in_epoch_end_ = false;
-    checkpoint_->on_train_batch_end(position_, io);
-    if (step % steps_per_epoch == 0 || done(step)) {
-      in_epoch_end_ = true;
-      checkpoint_->on_train_epoch_end(position_, io);
+    finish_pending(result);
+  } catch (...) {
+    // Commit what was staged before the failure (every rank gets here: the trainer's errors
+    // are thrown on every rank); a failing commit only adds a warning to the first error.
+    try {
+      finish_pending(result);
+    } catch (const std::exception& e) {
+      if (rank == 0) std::fprintf(stderr, "warning: the checkpoint in flight was not committed: %s\n", e.what());
     }
+    throw;
   }
   result.saved = checkpoint_->saved();
   result.checkpoint_path = result.saved.empty() ? "" : result.saved.back();
@@ -617,6 +629,8 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.is_last_batch = in_epoch == schedule_.steps_per_epoch();
   loops.epoch_processed = in_epoch_end_;
   const auto [parent, name] = split_path(path);
+  finish_pending(result);  // a new save starts after the previous one is committed
+  bool in_flight = false;
   if (strategy_.state_dict_type() == "sharded") {
     // A file at the path goes; an older checkpoint in the folder loses its commit marker
     // first, so a save that dies half way never looks committed.
@@ -629,14 +643,32 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
     root.emplace_back("model", strategy_.model_state());
     root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
     auto st = storage::open_storage(path);
-    engine::SaveReport report = engine::save(engine::StateNode(std::move(root)), *st, comm);
-    result.checkpoint_bytes = report.bytes_written;
-    on_rank0(comm, [&] {
-      TorchFileBuilder files;
-      const std::string bytes = files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
-      st->write_atomic("meta.pt", as_bytes(bytes));
-      result.checkpoint_bytes += bytes.size();
-    });
+    if (options_.async_save) {
+      // Stall: plan + copy into staging; meta.pt is built now (this save's loop counters and
+      // callback state) and written by finish_pending() after the commit.
+      if (!staging_) staging_ = std::make_unique<engine::StagingPool>();
+      engine::AsyncSaveOptions async_options;
+      async_options.staging = staging_.get();
+      pending_ = engine::async_save(engine::StateNode(std::move(root)), *st, comm, async_options);
+      pending_storage_ = std::move(st);
+      pending_path_ = path;
+      on_rank0(comm, [&] {
+        TorchFileBuilder files;
+        pending_meta_ = files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
+      });
+      result.save_seconds = pending_->report().stall_seconds;
+      in_flight = true;
+    } else {
+      engine::SaveReport report = engine::save(engine::StateNode(std::move(root)), *st, comm);
+      result.checkpoint_bytes = report.bytes_written;
+      on_rank0(comm, [&] {
+        TorchFileBuilder files;
+        const std::string bytes =
+            files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
+        st->write_atomic("meta.pt", as_bytes(bytes));
+        result.checkpoint_bytes += bytes.size();
+      });
+    }
   } else {
     std::vector<at::Tensor> full = strategy_.full_params();
     // Full optimizer state: gather each state tensor (pieces laid out like the params).
@@ -670,12 +702,56 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       result.checkpoint_bytes = bytes.size();
     });
   }
+  if (in_flight) {
+    if (options_.progress && rank == 0) {
+      std::printf("saved sharded checkpoint %s in %.3f s (training stall; %.1f MB staged, writing in the background)\n",
+                  path.c_str(), result.save_seconds, static_cast<double>(pending_->report().staged_bytes) / 1e6);
+      std::fflush(stdout);
+    }
+    return;
+  }
   result.save_seconds = seconds_since(t0);
   if (options_.progress && rank == 0) {
     std::printf("saved %s checkpoint %s in %.3f s\n", strategy_.state_dict_type().c_str(), path.c_str(),
                 result.save_seconds);
     std::fflush(stdout);
   }
+}
+
+void Trainer::finish_pending(FitResult& result) {
+  if (!pending_) return;
+  comm::Communicator& comm = *comm_;
+  // Taken out first: whatever happens below, nothing stays in flight. The storage outlives
+  // the PendingSave (locals are destroyed in reverse order).
+  const std::unique_ptr<storage::Storage> st = std::move(pending_storage_);
+  const std::unique_ptr<engine::PendingSave> pending = std::move(pending_);
+  const std::string path = std::exchange(pending_path_, {});
+  const std::string meta = std::exchange(pending_meta_, {});
+  const std::vector<std::string> removals = std::exchange(pending_removals_, {});
+  const auto t0 = Clock::now();
+  const engine::SaveReport report = pending->wait();
+  std::uint64_t bytes = report.bytes_written;
+  on_rank0(comm, [&] {
+    st->write_atomic("meta.pt", as_bytes(meta));
+    bytes += meta.size();
+  });
+  result.checkpoint_bytes = bytes;
+  if (options_.progress && comm.rank() == 0) {
+    std::printf("committed sharded checkpoint %s (waited %.3f s)\n", path.c_str(), seconds_since(t0));
+    std::fflush(stdout);
+  }
+  for (const std::string& old : removals) remove_checkpoint(old);
+}
+
+void Trainer::remove_checkpoint(const std::string& path) {
+  if (comm_->rank() != 0) return;
+  try {
+    remove_path(path);
+    if (options_.progress) std::printf("removed checkpoint %s\n", path.c_str());
+  } catch (const std::exception& e) {  // a leftover old checkpoint is no reason to stop training
+    std::fprintf(stderr, "warning: could not remove checkpoint %s: %s\n", path.c_str(), e.what());
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace shardpoint::train

@@ -29,6 +29,11 @@
 //      into one torch.save file with the same keys plus state_dict and optimizer_states,
 //      whose "state" is keyed by integer parameter ids and param_groups "params" lists ints,
 //      as Lightning's full checkpoints are (the sharded one keys by FQN).
+//      With async_save a sharded save returns after planning and staging this rank's bytes
+//      (engine::async_save); the files are written in the background and the save is
+//      committed (PendingSave::wait, then rank 0 writes meta.pt, built at save time) at the
+//      next save, the next exists-check or removal that concerns it, or the end of fit
+//      (also when fit throws). Removals of superseded checkpoints wait for that commit.
 // The monitored metric "train_loss" is the step's mean token NLL over all ranks and all
 // accumulated batches: what `self.log("train_loss", loss, sync_dist=True)` logs without
 // accumulation (with it, Lightning would log the last batch's loss only).
@@ -54,6 +59,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/async_save.h"
+#include "storage/storage.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
 #include "train/model.h"
@@ -85,6 +92,10 @@ struct TrainerOptions {
   OptimizerConfig optimizer;
   ModelCheckpointOptions checkpoint;
   bool progress = true;  // rank 0 prints one line per step and per checkpoint
+  // Sharded checkpoints are written in the background (see the top comment); training
+  // stalls only for planning and one copy of this rank's bytes into staging memory, kept
+  // between saves. Ignored for "full" checkpoints (gathered on rank 0, saved in place).
+  bool async_save = false;
 };
 
 struct FitResult {
@@ -95,7 +106,7 @@ struct FitResult {
   std::string resumed_from;         // the resolved ckpt_path ("" if none)
   std::int64_t start_step = 0;      // global_step after loading ckpt_path
   double load_seconds = 0;
-  double save_seconds = 0;             // of the last checkpoint
+  double save_seconds = 0;             // of the last checkpoint (async_save: the training stall)
   std::uint64_t checkpoint_bytes = 0;  // this rank's bytes of the last one ("full": rank 0's file)
 };
 
@@ -131,15 +142,23 @@ class Trainer {
 
   // (all ranks) Writes one checkpoint of the current state at path (a local path or URL)
   // in the strategy's state_dict_type; returns when it is committed on every rank (meta.pt
-  // or the full file published). The one place a checkpoint is written (wrap it to add
-  // asynchronous saving). Updates result's save_seconds and checkpoint_bytes.
+  // or the full file published), or with async_save and "sharded" once this rank's bytes
+  // are staged (finish_pending() commits it). The one place a checkpoint is written; it
+  // first commits the save in flight. Updates result's save_seconds and checkpoint_bytes.
   void save_checkpoint(const std::string& path, FitResult& result);
+
+  // (all ranks) Commits the async save in flight, if any: waits for every rank's writes,
+  // commits .metadata, then rank 0 writes its meta.pt (the trainer's commit marker) and
+  // removes the checkpoints it superseded. Throws the save's errors on every rank (then
+  // nothing is committed nor removed).
+  void finish_pending(FitResult& result);
 
   FSDPStrategy& strategy() { return strategy_; }
   ShardedOptimizer& optimizer() { return *optimizer_; }
 
  private:
   std::int64_t load_checkpoint(const std::string& path);  // (all ranks) returns global_step
+  void remove_checkpoint(const std::string& path);         // (rank 0 acts) a superseded one
 
   TrainerOptions options_;
   FSDPStrategy strategy_;
@@ -150,6 +169,15 @@ class Trainer {
   DataSchedule schedule_;
   TrainPosition position_;      // after the last step run
   bool in_epoch_end_ = false;   // saving from on_train_epoch_end (loops: epoch processed)
+
+  // async_save: the save in flight. Declared so that pending_ is destroyed before the
+  // storage and staging memory it uses.
+  std::unique_ptr<engine::StagingPool> staging_;  // created by the first async save
+  std::unique_ptr<storage::Storage> pending_storage_;
+  std::unique_ptr<engine::PendingSave> pending_;
+  std::string pending_path_;
+  std::string pending_meta_;                      // rank 0: meta.pt, written after the commit
+  std::vector<std::string> pending_removals_;     // superseded by pending_, removed after it
 };
 
 }  // namespace shardpoint::train

@@ -96,6 +96,8 @@ std::map<std::string, std::vector<float>> tensors_of(const std::string& path) {
   return out;
 }
 
+std::string fmt_step(int step) { return "epoch=0-step=" + std::to_string(step) + ".ckpt"; }
+
 class TrainProcessTest : public ::testing::Test {
  protected:
   fs::path dir_ = fs::temp_directory_path() / ("sp_train_test_" + std::to_string(::getpid()));
@@ -179,7 +181,7 @@ TEST_F(TrainProcessTest, HelpExplainsEveryFlag) {
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   for (const char* flag : {"--devices", "--max-steps", "--max-epochs", "--every-n-train-steps", "--save-top-k",
                            "--save-last", "--monitor", "--accumulate-grad-batches", "--gradient-clip-val",
-                           "--ckpt-path", "last", "s3://", "--root", "--state-dict-type", "train_loss"}) {
+                           "--ckpt-path", "last", "s3://", "--root", "--state-dict-type", "train_loss", "--async-save"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }
@@ -220,6 +222,70 @@ TEST_F(TrainProcessTest, EveryNStepsSaveLastAndResumeFromLast) {
     ASSERT_TRUE(got.count(name)) << name;
     EXPECT_EQ(std::memcmp(v.data(), got.at(name).data(), v.size() * 4), 0) << name;
   }
+}
+
+// --async-save: every checkpoint of a 4-rank run saving at every step is committed (meta.pt
+// and .metadata), the commit of each happening before the next save or the run's end;
+// resuming from "last" equals a straight run bitwise; a 2-rank run resumes from one of them
+// and, saving asynchronously with save_top_k 1, removes each superseded checkpoint only
+// after its successor is committed.
+TEST_F(TrainProcessTest, AsyncSaveCommitsEveryCheckpointAndResumesExactly) {
+  const std::vector<std::string> common{"--optimizer", "sgd", "--momentum", "0.9", "--model-size", "tiny"};
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    const auto r = train(args);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r;
+  };
+  const auto saving = run({"--devices", "4", "--state-dict-type", "sharded", "--async-save", "--every-n-train-steps",
+                           "1", "--save-top-k", "-1", "--save-last", "--max-steps", "4", "--root",
+                           (dir_ / "a").string()});
+  const fs::path v0 = dir_ / "a/lightning_logs/version_0/checkpoints";
+  const std::set<std::string> all{"epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "epoch=0-step=3.ckpt",
+                                  "epoch=0-step=4.ckpt", "last.ckpt"};
+  EXPECT_EQ(names_in(v0), all);
+  for (const std::string& name : all) {
+    EXPECT_TRUE(fs::is_regular_file(v0 / name / ".metadata")) << name;
+    EXPECT_TRUE(fs::is_regular_file(v0 / name / "meta.pt")) << name;
+    EXPECT_NE(saving.output.find("committed sharded checkpoint " + (v0 / name).string()), std::string::npos)
+        << name << "\n" << saving.output;
+  }
+  EXPECT_NE(saving.output.find("writing in the background"), std::string::npos) << saving.output;
+  // meta.pt holds the loop counters of its own save, not of the later commit.
+  EXPECT_EQ(torchfile::TorchFile::open((v0 / "epoch=0-step=2.ckpt/meta.pt").string())->root()->get("global_step")->as_int(),
+            2);
+
+  const auto resumed = run({"--devices", "4", "--state-dict-type", "full", "--max-steps", "6", "--root",
+                            (dir_ / "a").string(), "--ckpt-path", "last"});
+  EXPECT_NE(resumed.output.find("loaded sharded checkpoint " + (v0 / "last.ckpt").string() + " (global_step 4)"),
+            std::string::npos) << resumed.output;
+  const auto straight = run({"--devices", "4", "--state-dict-type", "full", "--max-steps", "6", "--root",
+                             (dir_ / "s").string()});
+  const auto want = tensors_of(newest_checkpoint(dir_ / "s"));
+  const auto got = tensors_of((dir_ / "a/lightning_logs/version_1/checkpoints/epoch=0-step=6.ckpt").string());
+  ASSERT_EQ(want.size(), 67u * 2);
+  for (const auto& [name, v] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(std::memcmp(v.data(), got.at(name).data(), v.size() * 4), 0) << name;
+  }
+  EXPECT_EQ(losses_of(resumed.output).at(6), losses_of(straight.output).at(6));
+
+  const auto elastic = run({"--devices", "2", "--state-dict-type", "sharded", "--async-save", "--every-n-train-steps",
+                            "1", "--max-steps", "5", "--root", (dir_ / "e").string(), "--ckpt-path",
+                            (v0 / "epoch=0-step=2.ckpt").string()});
+  EXPECT_NE(elastic.output.find("(global_step 2)"), std::string::npos) << elastic.output;
+  const fs::path e0 = dir_ / "e/lightning_logs/version_0/checkpoints";
+  EXPECT_EQ(names_in(e0), (std::set<std::string>{"epoch=0-step=5.ckpt"}));
+  EXPECT_TRUE(fs::is_regular_file(e0 / "epoch=0-step=5.ckpt/meta.pt"));
+  // Each removal comes after its successor's commit.
+  for (int step = 3; step <= 4; ++step) {
+    const std::string old = (e0 / fmt_step(step)).string(), next = (e0 / fmt_step(step + 1)).string();
+    const std::size_t committed = elastic.output.find("committed sharded checkpoint " + next);
+    const std::size_t removed = elastic.output.find("removed checkpoint " + old);
+    EXPECT_NE(removed, std::string::npos) << elastic.output;
+    EXPECT_LT(committed, removed) << elastic.output;
+  }
+  EXPECT_NEAR(losses_of(elastic.output).at(5), losses_of(straight.output).at(5), 2e-4);  // printed with 4 decimals
 }
 
 TEST_F(TrainProcessTest, TopKOnTrainLossKeepsTheBest) {
