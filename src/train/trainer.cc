@@ -646,16 +646,18 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
     if (options_.async_save) {
       // Stall: plan + copy into staging; meta.pt is built now (this save's loop counters and
       // callback state) and written by finish_pending() after the commit.
+      std::string meta;  // built first: a pending save always has its meta.pt
+      on_rank0(comm, [&] {
+        TorchFileBuilder files;
+        meta = files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
+      });
       if (!staging_) staging_ = std::make_unique<engine::StagingPool>();
       engine::AsyncSaveOptions async_options;
       async_options.staging = staging_.get();
       pending_ = engine::async_save(engine::StateNode(std::move(root)), *st, comm, async_options);
       pending_storage_ = std::move(st);
       pending_path_ = path;
-      on_rank0(comm, [&] {
-        TorchFileBuilder files;
-        pending_meta_ = files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
-      });
+      pending_meta_ = std::move(meta);
       result.save_seconds = pending_->report().stall_seconds;
       in_flight = true;
     } else {
