@@ -206,9 +206,11 @@ class ScriptedServer {
           if (n <= 0) break;
           req.append(buf, static_cast<std::size_t>(n));
         }
+        // Counted before the reply: the client may return (and the test read served())
+        // as soon as the bytes arrive.
+        served_.fetch_add(1);
         ::send(c, r.data(), r.size(), MSG_NOSIGNAL);
         ::close(c);
-        served_.fetch_add(1);
       }
     });
   }
