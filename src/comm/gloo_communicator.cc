@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <csignal>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -288,6 +289,11 @@ std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options)
   if (options.master_port < 1 || options.master_port > 65535) {
     throw UsageError(fmt::format("gloo: invalid master port {}", options.master_port));
   }
+  // gloo writes to its peers' sockets without MSG_NOSIGNAL: when a peer dies, a write to its
+  // closed socket would kill this process with SIGPIPE instead of failing the collective with
+  // a CommError naming the dead rank. Ignore SIGPIPE unless the program installed a handler.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   return std::make_unique<GlooCommunicator>(options);
 }
 

@@ -12,6 +12,8 @@
 // timeout. Gloo cannot detect ranks that call different collectives: they may hang until the
 // timeout or exchange garbage (the ThreadGroup driver does detect it, so test there).
 // After a timeout the destructor may block until gloo's own timeout ends the stuck operation.
+// make_gloo_communicator() sets SIGPIPE to ignored when it is at its default (gloo's socket
+// writes would otherwise let a dying peer kill this process).
 //
 // Thread-safety: as Communicator (communicator.h).
 #pragma once
