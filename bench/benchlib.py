@@ -6,7 +6,9 @@ over rounds, with ratios to the peer and fractions of the ceiling taken from med
 """
 import json
 import os
+import random
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +58,27 @@ def fio_cleanup(directory, name):
     for f in os.listdir(directory):
         if f.startswith(name + "."):
             os.remove(os.path.join(directory, f))
+
+
+def rm(path):
+    """Removes a folder tree or a file; nothing when absent."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def pick_port():
+    """A free TCP port on 127.0.0.1 in 21000-28999, drawn at random (concurrent runs rarely collide)."""
+    for _ in range(100):
+        port = random.randint(21000, 28999)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 21000-28999")
 
 
 def triple(values):

@@ -34,9 +34,7 @@ load path; both checkpoints are saved into DIR once (untimed) when missing, and 
 import argparse
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from benchlib import pick_port, rm  # noqa: E402
 
 MIB = 1 << 20
 
@@ -200,18 +199,6 @@ def peer_main(argv):
 
 # --- the driver (host python3) --------------------------------------------------------------
 
-def pick_port():
-    for _ in range(100):
-        port = random.randint(21000, 28999)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 21000-28999")
-
-
 def collect(results, ws):
     ranks = []
     for r in range(ws):
@@ -274,13 +261,6 @@ def summarize(ranks):
             s["data_read"] = sum(r["data_bytes_read"] for r in ranks)
         s["device_read"] = sum(r.get("device_read_bytes", 0) for r in ranks)
     return s
-
-
-def rm(path):
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.remove(path)
 
 
 def main():

@@ -39,10 +39,9 @@ Needs root (drop_caches, oracle-python). RESULTS=FILE appends the raw per-job JS
 """
 import argparse
 import json
+import math
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from benchlib import pick_port, rm  # noqa: E402
+from dcp_bench import _status, shard0_rows  # noqa: E402
 
 WORLD = 4
 VOCAB = 33278  # WikiText-2's vocabulary, the trainer's default
@@ -114,12 +115,6 @@ def read_spec(path):
 
 # --- the PyTorch 2.6 peer (runs under scripts/oracle-python) ------------------------------
 
-def shard0_rows(n, ws, rank):
-    chunk = -(-n // ws)
-    start = min(rank * chunk, n)
-    return start, min(start + chunk, n)
-
-
 def peer_state(torch, specs, ws, rank):
     """(state dict over DTensors, their local tensors, bytes, rebuild(locals) -> state dict)."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -157,14 +152,6 @@ def peer_state(torch, specs, ws, rank):
     locals_ = [local_of(s) for s in shapes]
     own = sum(t.numel() * t.element_size() for t in locals_)
     return rebuild(locals_), locals_, own, rebuild
-
-
-def _status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def peer_job(rank, ws, mode, folder, spec, checkpoints, results):
@@ -233,18 +220,6 @@ def peer_main(argv):
 
 # --- the driver (host python3) --------------------------------------------------------------
 
-def pick_port():
-    for _ in range(100):
-        port = random.randint(21000, 28999)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 21000-28999")
-
-
 def run_shardpoint(tool, mode, folder, spec, checkpoints, attempts=3):
     last = ""
     for _ in range(attempts):
@@ -280,13 +255,6 @@ def run_peer(mode, folder, spec, checkpoints, scratch):
         raise RuntimeError(f"peer {mode} {folder} failed:\n{last}")
     finally:
         shutil.rmtree(results, ignore_errors=True)
-
-
-def rm(path):
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.remove(path)
 
 
 def main():
@@ -329,7 +297,7 @@ def main():
             for name, shape in params:
                 f.write(name + " " + " ".join(str(d) for d in shape) + "\n")
         specs[size] = path
-        numel = sum(_numel(s) for _, s in params)
+        numel = sum(math.prod(s) for _, s in params)
         payload[size] = (3 * numel + len(params)) * 4  # params, exp_avg, exp_avg_sq, steps
     loadavg = []
     try:
@@ -414,13 +382,6 @@ def main():
                   f"{benchlib.median(later('sp_async', 'copy')):.3f} s; first checkpoint copy "
                   f"{benchlib.median(first('sp_async', 'copy')):.3f} s (fresh staging memory)")
             sys.stdout.flush()
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 if __name__ == "__main__":
