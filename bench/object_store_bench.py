@@ -38,19 +38,8 @@ sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 
 
-def free_port():
-    for port in range(24000, 28999):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 24000-28999")
-
-
 def start_moto():
-    port = free_port()
+    port = benchlib.pick_port()
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
     log = open(f"/tmp/shardpoint-bench-moto-{port}.log", "w")
     proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_server.py"), str(port)],

@@ -20,6 +20,7 @@ medians. Needs root (drop_caches, oracle-python).
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -91,7 +92,7 @@ def main():
     r = {k: [] for k in ["fio_r", "fio_w", "sp", "peer", "sp4"]}
     rss = {"sp": [], "peer": [], "sp4": []}
     specs = dcp_bench.gpt2_parameters(args.layers)
-    payload = sum(4 * _numel(s) for _, s in specs)
+    payload = sum(4 * math.prod(s) for _, s in specs)
     try:
         print(f"writing the torch.save source with PyTorch 1.13, {args.layers} layers ...", file=sys.stderr)
         subprocess.run(["/usr/bin/python3", "-c", MAKE_SOURCE, src, json.dumps(specs)], check=True)
@@ -152,13 +153,6 @@ def main():
         ["job", "shardpoint (whole process, --memory-budget 256 MiB)", "PyTorch 2.6 (growth during the call)"],
         [["peak RSS, --ranks 1", benchlib.gib(benchlib.median(rss["sp"])), benchlib.gib(benchlib.median(rss["peer"]))],
          ["peak RSS, --ranks 4", benchlib.gib(benchlib.median(rss["sp4"])), "-"]])
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 if __name__ == "__main__":
