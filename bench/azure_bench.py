@@ -6,13 +6,14 @@ side by side with the Python Azure SDK (azure.storage.blob) moving the same byte
 
 1. Starts Azurite on a free 127.0.0.1 port (scripts/setup-azurite.sh installs it; data in a
    temp folder on the build dir's disk), creates a container.
-2. shardpoint: BUILD_DIR/bench/dcp_bench save/load on --ranks processes (Gloo over lo),
+2. shardpoint: BUILD_DIR/bench/dcp_bench save/load on --ranks processes (dcp_bench.py's launcher, TCP communicator),
    state = GPT-2 style parameters + Adam moments (bench/dcp_bench.cc; 12 layers ~ 1.0 GiB),
    az://bench/sp-N. GB/s = checkpoint payload bytes / slowest rank's seconds.
 3. SDK: the same byte count as --ranks blobs uploaded (upload_blob, max_concurrency=8) and
    downloaded (download_blob().readinto) from --ranks threads. Skipped with a note when
    azure.storage.blob is not importable (Debian: apt-get install python3-azure-storage, 543 MB).
-Prints one JSON object; Azurite is killed by PID at the end.
+Prints one JSON object (with ratio_upload and ratio_download = shardpoint / SDK from the
+medians over rounds); Azurite is killed by PID at the end.
 
 Azurite (node, one process) keeps blocks in files under --location and is the bottleneck on
 loopback: these numbers compare clients against the same emulator, not Azure itself.
@@ -33,14 +34,9 @@ import time
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import benchlib  # noqa: E402
+import dcp_bench  # noqa: E402
 
 
 def start_azurite(location):
@@ -48,7 +44,7 @@ def start_azurite(location):
                             timeout=1000).stdout.strip()
     if not binary:
         sys.exit("azure_bench: Azurite unavailable (scripts/setup-azurite.sh)")
-    port = free_port()
+    port = benchlib.pick_port()
     log = open(os.path.join(location, "azurite.log"), "w")
     proc = subprocess.Popen([binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", location,
                              "--skipApiVersionCheck", "--loose", "--disableTelemetry"], stdout=log, stderr=log)
@@ -88,29 +84,11 @@ def conn_string(port):
             f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};")
 
 
-def run_ranks(tool, mode, url, ranks, layers, env_base):
-    for attempt in range(3):
-        port = free_port()
-        procs = []
-        for r in range(ranks):
-            env = dict(env_base, RANK=str(r), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       GLOO_SOCKET_IFNAME="lo")
-            procs.append(subprocess.Popen([tool, mode, url, "--layers", str(layers)], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        outs = [p.communicate(timeout=1800) for p in procs]
-        if all(p.returncode == 0 for p in procs):
-            return [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
-        errs = " | ".join(o[1].strip()[-300:] for o in outs if o[1].strip())
-        if "Address already in use" not in errs:
-            sys.exit(f"azure_bench: dcp_bench {mode} failed: {errs}")
-    sys.exit("azure_bench: could not bind a rendezvous port")
-
-
 def shardpoint_round(tool, port, ranks, layers, name):
     env = dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=conn_string(port))
     url = f"az://bench/{name}"
-    save = run_ranks(tool, "save", url, ranks, layers, env)
-    load = run_ranks(tool, "load", url, ranks, layers, env)
+    save = dcp_bench.run_shardpoint(tool, "save", url, ranks, layers, env=env)
+    load = dcp_bench.run_shardpoint(tool, "load", url, ranks, layers, env=env)
     total = sum(r["bytes"] for r in save)
     return total, total / max(r["seconds"] for r in save) / 1e9, total / max(r["seconds"] for r in load) / 1e9
 
@@ -172,6 +150,10 @@ def main():
                 result["sdk"] = "azure.storage.blob not installed (apt-get install python3-azure-storage)"
             else:
                 result["sdk"].append({"upload_GBps": round(sdk[0], 3), "download_GBps": round(sdk[1], 3)})
+        if isinstance(result["sdk"], list):  # shardpoint / SDK, from the medians over rounds
+            for way in ("upload_GBps", "download_GBps"):
+                result[f"ratio_{way.split('_')[0]}"] = benchlib.ratio(
+                    benchlib.median([r[way] for r in result["shardpoint"]]), benchlib.median([r[way] for r in result["sdk"]]))
         print(json.dumps(result))
     finally:
         proc.send_signal(signal.SIGKILL)

@@ -207,16 +207,16 @@ def collect(results, ws):
     return ranks
 
 
-def run_shardpoint(tool, mode, ckpt, ws, layers, extra=(), attempts=3):
-    """Runs ws dcp_bench processes; returns the per-rank JSON objects."""
+def run_shardpoint(tool, mode, ckpt, ws, layers, extra=(), attempts=3, env=None):
+    """Runs ws dcp_bench processes (environment: env, default os.environ); returns the per-rank JSON objects."""
     last = ""
     for _ in range(attempts):
         port = pick_port()
         procs = []
         for r in range(ws):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), SHARDPOINT_COMM="tcp")
-            procs.append(subprocess.Popen([tool, mode, ckpt, "--layers", str(layers), *extra], env=env,
+            rank_env = dict(env or os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(port), SHARDPOINT_COMM="tcp")
+            procs.append(subprocess.Popen([tool, mode, ckpt, "--layers", str(layers), *extra], env=rank_env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=900) for p in procs]
         if all(p.returncode == 0 for p in procs):
