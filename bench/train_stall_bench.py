@@ -51,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from benchlib import pick_port, rm  # noqa: E402
-from dcp_bench import _status, shard0_rows  # noqa: E402
+from dcp_bench import _status, collect, shard0_rows  # noqa: E402
 
 WORLD = 4
 VOCAB = 33278  # WikiText-2's vocabulary, the trainer's default
@@ -246,11 +246,7 @@ def run_peer(mode, folder, spec, checkpoints, scratch):
         for _ in range(2):
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
             if p.returncode == 0:
-                ranks = []
-                for r in range(WORLD):
-                    with open(os.path.join(results, f"rank{r}.json")) as f:
-                        ranks.append(json.load(f))
-                return ranks
+                return collect(results, WORLD)
             last = p.stderr[-3000:]
         raise RuntimeError(f"peer {mode} {folder} failed:\n{last}")
     finally:
