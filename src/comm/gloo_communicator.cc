@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 
+#include "comm/env_int.h"
 #include "core/error.h"
 
 #ifndef USE_C10D_GLOO
@@ -245,20 +246,9 @@ class GlooCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 
-// Parses an integer environment variable; nullopt when unset.
-std::optional<long> env_int(const char* name, long min, long max) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  const std::string_view s(v);
-  long value = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end != s.data() + s.size() || value < min || value > max) {
-    throw UsageError(fmt::format("environment variable {}=\"{}\": expected an integer in [{}, {}]", name, s, min, max));
-  }
-  return value;
-}
-
 }  // namespace
+
+using detail::env_int;
 
 GlooOptions gloo_options_from_env(CommOptions comm) {
   GlooOptions o;

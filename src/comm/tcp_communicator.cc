@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/byte_io.h"
+#include "comm/env_int.h"
 #include "core/error.h"
 
 namespace shardpoint::comm {
@@ -648,20 +649,9 @@ class TcpCommunicator final : public Communicator {
   std::uint64_t seq_ = 0;  // collectives called so far (guarded by the base class mutex)
 };
 
-// Parses an integer environment variable; nullopt when unset.
-std::optional<long> env_int(const char* name, long min, long max) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  const std::string_view s(v);
-  long value = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc() || end != s.data() + s.size() || value < min || value > max) {
-    throw UsageError(fmt::format("environment variable {}=\"{}\": expected an integer in [{}, {}]", name, s, min, max));
-  }
-  return value;
-}
-
 }  // namespace
+
+using detail::env_int;
 
 TcpOptions tcp_options_from_env(CommOptions comm) {
   TcpOptions o;
