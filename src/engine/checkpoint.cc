@@ -23,6 +23,7 @@
 #include "engine/flatten.h"
 #include "engine/item_reader.h"
 #include "engine/item_writer.h"
+#include "engine/parallel_for.h"
 #include "engine/plan_codec.h"
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
@@ -77,37 +78,6 @@ void agree_or_throw(comm::Communicator& comm, std::exception_ptr local, std::str
   throw_encoded(combine_failures(op, failures, comm.world_size()));
 }
 
-// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller's included); every
-// exception is captured and the first one (by index) rethrown after all threads joined.
-// After a failure no new index is started.
-void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto worker = [&] {
-    for (;;) {
-      if (failed.load()) return;
-      const std::size_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        fn(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        failed.store(true);
-      }
-    }
-  };
-  const std::size_t count = std::min<std::size_t>(n, static_cast<std::size_t>(std::max(threads, 1)));
-  {
-    std::vector<std::jthread> pool;
-    for (std::size_t t = 1; t < count; ++t) pool.emplace_back(worker);
-    worker();
-  }  // joined
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
 // The object under key, or nullopt when there is none.
 std::optional<std::string> read_whole(storage::Storage& st, std::string_view key) {
   std::optional<std::uint64_t> size = st.try_stat(key);
@@ -156,7 +126,7 @@ std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& 
   write_options.durable = options.durable;
   write_options.direct_io = options.direct_io;
 
-  parallel_for(files.size(), options.thread_count, [&](std::size_t i) {
+  parallel_for(files.size(), static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t i) {
     const std::string& file = files[i];
     std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
     for (const WriteItem* item : by_file.at(file)) {
@@ -394,7 +364,7 @@ void load_on_rank(StateNode& state, const std::vector<std::string>& parts, const
   std::vector<pickle::ValuePtr> objects(object_items.size());
   std::atomic<std::uint64_t> needed{0};
 
-  parallel_for(tasks, options.thread_count, [&](std::size_t task) {
+  parallel_for(tasks, static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t task) {
     read_ahead.starting(task);
     if (task < groups.size()) {
       const Group& g = groups[task];

@@ -21,6 +21,7 @@
 #include "engine/consolidate.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
+#include "engine/parallel_for.h"
 #include "engine/save_plan.h"
 #include "format/metadata_codec.h"
 #include "pickle/repr.h"
@@ -305,35 +306,6 @@ std::vector<FileTask> file_tasks(const GlobalSavePlan& global) {
               [](const WriteItem* a, const WriteItem* b) { return a->index_in_file < b->index_in_file; });
   }
   return tasks;
-}
-
-// Runs fn(i) for i in [0, n) on `threads` threads; after a failure no new index starts, and
-// the first failure (by index) is rethrown once all threads joined.
-void parallel_for(std::size_t n, std::size_t threads, const std::function<void(std::size_t)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto worker = [&] {
-    for (;;) {
-      if (failed.load()) return;
-      const std::size_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        fn(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        failed.store(true);
-      }
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (std::size_t t = 1; t < std::min(n, threads); ++t) pool.emplace_back(worker);
-    worker();
-  }
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
 }
 
 // Step 4, as save()'s coordinator commits: the sidecar, then `.metadata` (atomic).
