@@ -32,8 +32,8 @@ class ChecksummingSink final : public ByteSink {
   throw UsageError("save: item \"" + item.index.fqn + "\": " + detail);
 }
 
-void write_tensor(torchfile::TorchSaveWriter& writer, const WriteItem& item, const TensorShard& shard,
-                  std::size_t slice_bytes) {
+// The shard must be the planned chunk: its dtype, box and byte count.
+void check_shard(const WriteItem& item, const TensorShard& shard) {
   if (shard.dtype != item.dtype) {
     mismatch(item, std::string("expected dtype ") + std::string(dtype_name(item.dtype)) + ", found " +
                        std::string(dtype_name(shard.dtype)));
@@ -46,26 +46,23 @@ void write_tensor(torchfile::TorchSaveWriter& writer, const WriteItem& item, con
     mismatch(item, "expected " + std::to_string(item.nbytes) + " bytes of tensor data, found " +
                        std::to_string(shard.data.size()) + (shard.data.data() == nullptr ? " (no buffer)" : ""));
   }
-  const std::size_t itemsize = dtype_itemsize(item.dtype);
-  const std::uint64_t numel = itemsize == 0 ? 0 : item.nbytes / itemsize;
-  const std::vector<std::int64_t> strides = torchfile::contiguous_strides(item.chunk.sizes);
-  pickle::ValuePtr root = torchfile::make_tensor_node(item.dtype, item.chunk.sizes, strides, 0, "0", numel, "cpu",
-                                                      /*requires_grad=*/false);
-  writer.write_pickle(*root);
-  writer.begin_storage("0", item.nbytes);
-  ByteSpan data(shard.data.data(), shard.data.size());
-  while (!data.empty()) {
-    const std::size_t n = std::min(slice_bytes, data.size());
-    writer.write(data.first(n));
-    data = data.subspan(n);
-  }
-  writer.end_storage();
 }
 
 }  // namespace
 
 WrittenItem write_item(ByteSink& file, const std::string& file_name, const WriteItem& item, const FlatValue& value,
                        const ItemWriteOptions& options) {
+  if (item.type == WriteItemType::kTensor) {
+    const auto* shard = std::get_if<TensorShard>(&value);
+    if (shard == nullptr) mismatch(item, "planned as a tensor, found an object");
+    check_shard(item, *shard);
+    return write_tensor_item(
+        file, file_name, item,
+        [&](const std::function<void(ByteSpan)>& write) { write(ByteSpan(shard->data.data(), shard->data.size())); },
+        options);
+  }
+  const auto* object = std::get_if<pickle::ValuePtr>(&value);
+  if (object == nullptr) mismatch(item, "planned as an object, found a tensor");
   WrittenItem out;
   out.index = item.index;
   out.info.relative_path = file_name;
@@ -74,16 +71,8 @@ WrittenItem write_item(ByteSink& file, const std::string& file_name, const Write
   BlockChecksummer sum(options.checksum, options.block_size);
   ChecksummingSink sink(file, sum);
   torchfile::TorchSaveWriter writer(sink);
-  if (item.type == WriteItemType::kTensor) {
-    const auto* shard = std::get_if<TensorShard>(&value);
-    if (shard == nullptr) mismatch(item, "planned as a tensor, found an object");
-    write_tensor(writer, item, *shard, std::max<std::size_t>(options.slice_bytes, 1));
-  } else {
-    const auto* object = std::get_if<pickle::ValuePtr>(&value);
-    if (object == nullptr) mismatch(item, "planned as an object, found a tensor");
-    const pickle::ValuePtr& v = *object ? *object : pickle::Value::none();
-    writer.write_pickle(*v);
-  }
+  const pickle::ValuePtr& v = *object ? *object : pickle::Value::none();
+  writer.write_pickle(*v);
   writer.finish();
   out.info.length = sum.length();
   out.checksum = sum.finish_item();
@@ -102,7 +91,6 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
   BlockChecksummer sum(options.checksum, options.block_size);
   ChecksummingSink sink(file, sum);
   torchfile::TorchSaveWriter writer(sink);
-  // The same header as write_tensor().
   const std::size_t itemsize = dtype_itemsize(item.dtype);
   const std::uint64_t numel = itemsize == 0 ? 0 : item.nbytes / itemsize;
   const std::vector<std::int64_t> strides = torchfile::contiguous_strides(item.chunk.sizes);
