@@ -356,14 +356,14 @@ class TcpCommunicator final : public Communicator {
  protected:
   void do_barrier(Timeout timeout) override {
     exchange(Kind::kBarrier, 0, {}, timeout, [&](std::vector<std::string>&) {
-      return std::vector<std::string>(static_cast<std::size_t>(world_size_));
+      return std::vector<std::string>(1);
     });
   }
 
   std::string do_broadcast(std::string bytes, int root, Timeout timeout) override {
     if (rank_ != root) bytes.clear();
     return exchange(Kind::kBroadcast, root, std::move(bytes), timeout, [&](std::vector<std::string>& in) {
-      return std::vector<std::string>(static_cast<std::size_t>(world_size_), in[static_cast<std::size_t>(root)]);
+      return std::vector<std::string>{std::move(in[static_cast<std::size_t>(root)])};
     });
   }
 
@@ -378,7 +378,7 @@ class TcpCommunicator final : public Communicator {
 
   std::vector<std::string> do_all_gather(std::string bytes, Timeout timeout) override {
     return decode_strings(exchange(Kind::kAllGather, 0, std::move(bytes), timeout, [&](std::vector<std::string>& in) {
-      return std::vector<std::string>(static_cast<std::size_t>(world_size_), encode_strings(in));
+      return std::vector<std::string>{encode_strings(in)};
     }));
   }
 
@@ -398,7 +398,7 @@ class TcpCommunicator final : public Communicator {
                                [&](std::vector<std::string>& in) {
                                  std::int64_t acc = decode_i64(in[0]);
                                  for (std::size_t r = 1; r < in.size(); ++r) acc = reduce_values(acc, decode_i64(in[r]), op);
-                                 return std::vector<std::string>(in.size(), encode_i64(acc));
+                                 return std::vector<std::string>{encode_i64(acc)};
                                }));
   }
 
@@ -409,7 +409,7 @@ class TcpCommunicator final : public Communicator {
                                     for (std::size_t r = 1; r < in.size(); ++r) {
                                       acc = reduce_values(acc, decode_double(in[r]), op);
                                     }
-                                    return std::vector<std::string>(in.size(), encode_double(acc));
+                                    return std::vector<std::string>{encode_double(acc)};
                                   }));
   }
 
@@ -417,7 +417,8 @@ class TcpCommunicator final : public Communicator {
   using Combine = std::function<std::vector<std::string>(std::vector<std::string>&)>;
 
   // One collective round: every rank's `mine` goes to rank 0, which computes each rank's
-  // result with `combine` (indexed by rank) and sends it back. Returns this rank's result.
+  // result with `combine` (indexed by rank, or one result for every rank, so that rank 0
+  // does not copy it world-size times) and sends it back. Returns this rank's result.
   std::string exchange(Kind kind, int arg, std::string mine, Timeout timeout, const Combine& combine) {
     const Header header{kind, static_cast<std::uint16_t>(arg), ++seq_, 0};
     const auto deadline = deadline_after(timeout);
@@ -436,7 +437,8 @@ class TcpCommunicator final : public Communicator {
     std::exception_ptr lost;
     for (int r = 1; r < world_size_; ++r) {
       try {
-        send_message(peers_[r].get(), header, out[static_cast<std::size_t>(r)], deadline, rank_name(r));
+        send_message(peers_[r].get(), header, out[out.size() == 1 ? 0 : static_cast<std::size_t>(r)], deadline,
+                     rank_name(r));
       } catch (...) {
         if (!lost) lost = std::current_exception();
       }
