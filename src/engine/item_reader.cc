@@ -461,7 +461,6 @@ void verify_block_pieces(const std::vector<BlockPiece>& mine, const std::vector<
   using BlockKey = std::tuple<std::string, std::uint64_t, std::uint64_t>;  // file, blob offset, block
   std::map<BlockKey, std::vector<const BlockPiece*>> by_block;
   for (const BlockPiece& p : everyone) by_block[{p.file, p.blob_offset, p.begin / block}].push_back(&p);
-  for (const BlockPiece& p : mine) by_block[{p.file, p.blob_offset, p.begin / block}].push_back(&p);
 
   std::set<BlockKey> checked;
   std::vector<std::byte> scratch;
