@@ -17,6 +17,7 @@
 
 #include "core/byte_io.h"
 #include "core/error.h"
+#include "engine/parallel_for.h"
 #include "engine/save_steps.h"
 #include "pickle/reader.h"
 #include "pickle/writer.h"
@@ -46,16 +47,8 @@ struct CopySlice {
 };
 
 void copy_slices(const std::vector<CopySlice>& slices, int threads) {
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i = next.fetch_add(1); i < slices.size(); i = next.fetch_add(1)) {
-      std::memcpy(slices[i].to, slices[i].from, slices[i].bytes);
-    }
-  };
-  const std::size_t count = std::min<std::size_t>(slices.size(), static_cast<std::size_t>(std::max(threads, 1)));
-  std::vector<std::jthread> pool;
-  for (std::size_t t = 1; t < count; ++t) pool.emplace_back(worker);
-  worker();
+  parallel_for(slices.size(), static_cast<std::size_t>(std::max(threads, 1)),
+               [&](std::size_t i) { std::memcpy(slices[i].to, slices[i].from, slices[i].bytes); });
 }
 
 // An independent copy of an object leaf (the caller may change the original's tree after
