@@ -52,32 +52,6 @@ std::string http_date() {
   return buf;
 }
 
-std::string xml_unescape(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    std::size_t semi = s.find(';', i);
-    if (semi == std::string_view::npos) {
-      out += s[i];
-      continue;
-    }
-    std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
-    else if (ent.starts_with("#x")) out += static_cast<char>(std::stoi(std::string(ent.substr(2)), nullptr, 16));
-    else if (ent.starts_with("#")) out += static_cast<char>(std::stoi(std::string(ent.substr(1))));
-    else out += std::string(s.substr(i, semi - i + 1));
-    i = semi;
-  }
-  return out;
-}
-
 // The text of the first <tag>...</tag> in [from, to) of xml, or nullopt.
 std::optional<std::string_view> xml_element(std::string_view xml, std::string_view tag, std::size_t from = 0,
                                             std::size_t to = std::string_view::npos) {
@@ -405,14 +379,14 @@ class AzureClient {
         auto length = xml_element(xml, "Content-Length", a, b);
         pos = b + 7;
         if (!name) continue;
-        std::string n = xml_unescape(*name);
+        std::string n = http::xml_unescape(*name);
         if (!n.starts_with(root)) continue;
         std::string key = n.substr(root.size());
         if (key.find(kTempMarker) != std::string::npos || key.empty()) continue;
         out.push_back({key, length ? std::stoull(std::string(*length)) : 0});
       }
       auto next = xml_element(xml, "NextMarker");
-      std::string next_marker = next ? xml_unescape(*next) : std::string();
+      std::string next_marker = next ? http::xml_unescape(*next) : std::string();
       if (next_marker.empty()) break;
       if (next_marker == marker) {
         throw StorageError(StorageError::Kind::kOther, "list " + location_.url() + ": the service repeated marker");

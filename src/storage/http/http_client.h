@@ -128,4 +128,8 @@ std::string uri_encode(std::string_view s, bool keep_slash);
 // The URL without its query string, for messages (queries may carry upload ids, tokens).
 std::string strip_query(std::string_view url);
 
+// Decodes XML character data: the five predefined entities and numeric references (as
+// UTF-8); anything else is kept as written. For S3 and Azure listings.
+std::string xml_unescape(std::string_view s);
+
 }  // namespace shardpoint::storage::http

@@ -13,6 +13,7 @@
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "storage/http/http_client.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
 
@@ -31,51 +32,6 @@ std::string sha256_hex(ByteSpan data) {
 
 // ---------------------------------------------------------------------------------------
 // Minimal XML: S3's responses are flat enough to read by tag.
-
-std::string xml_unescape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    std::size_t semi = s.find(';', i);
-    if (semi == std::string_view::npos) {
-      out += s[i];
-      continue;
-    }
-    std::string_view ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
-    else if (ent.starts_with("#")) {
-      unsigned long cp = ent.starts_with("#x") ? std::strtoul(std::string(ent.substr(2)).c_str(), nullptr, 16)
-                                               : std::strtoul(std::string(ent.substr(1)).c_str(), nullptr, 10);
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
-    } else {
-      out += std::string(s.substr(i, semi - i + 1));
-    }
-    i = semi;
-  }
-  return out;
-}
 
 std::string xml_escape(std::string_view s) {
   std::string out;
@@ -111,7 +67,7 @@ std::vector<std::string_view> xml_blocks(std::string_view s, std::string_view ta
 
 std::string xml_value(std::string_view s, std::string_view tag) {
   auto blocks = xml_blocks(s, tag);
-  return blocks.empty() ? std::string() : xml_unescape(blocks.front());
+  return blocks.empty() ? std::string() : http::xml_unescape(blocks.front());
 }
 
 std::string retries_text(int retries) {
