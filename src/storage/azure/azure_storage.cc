@@ -14,6 +14,7 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "storage/http/http_client.h"
+#include "storage/http/ranged_reads.h"
 
 namespace shardpoint::storage::azure {
 namespace {
@@ -412,24 +413,6 @@ class AzureClient {
   http::HttpClient client_;
 };
 
-// A whole small blob held in memory.
-class StringSource final : public ByteSource {
- public:
-  StringSource(std::string bytes, std::string name) : bytes_(std::move(bytes)), source_(as_bytes(bytes_), std::move(name)) {}
-  const std::string& name() const override { return source_.name(); }
-  std::uint64_t size() const override { return source_.size(); }
-  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
-    source_.read(offset, out, what);
-  }
-  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length, std::string_view what) const override {
-    return source_.view(offset, length, what);
-  }
-
- private:
-  std::string bytes_;
-  MemorySource source_;
-};
-
 // A large blob read with ranged GETs pinned to its ETag.
 class RangedSource final : public ByteSource {
  public:
@@ -644,7 +627,7 @@ class AzureStorage final : public Storage {
         if (tries < 3) continue;
         throw;
       }
-      return std::make_unique<StringSource>(std::move(bytes), client_->describe(key));
+      return std::make_unique<http::WholeObjectSource>(std::move(bytes), client_->describe(key));
     }
   }
 
@@ -680,26 +663,8 @@ class AzureStorage final : public Storage {
   std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
     validate_prefix(prefix);
     std::vector<ObjectInfo> objects = client_->list(prefix, io);
-    std::deque<std::future<void>> inflight;
-    std::exception_ptr failed;
-    try {
-      for (const ObjectInfo& o : objects) {
-        while (inflight.size() >= std::max<std::size_t>(1, client_->config().parallelism)) {
-          std::future<void> oldest = std::move(inflight.front());
-          inflight.pop_front();
-          oldest.get();
-        }
-        inflight.push_back(std::async(std::launch::async, [this, key = o.key, &io] { client_->remove(key, io); }));
-      }
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    try {
-      wait_all(inflight);
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-    if (failed) std::rethrow_exception(failed);
+    http::for_each_in_parallel(objects.size(), static_cast<int>(client_->config().parallelism),
+                               [&](std::size_t i) { client_->remove(objects[i].key, io); });
     return objects.size();
   }
 
