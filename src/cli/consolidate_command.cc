@@ -11,15 +11,12 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "cli/progress.h"
 #include "core/error.h"
 #include "engine/consolidate.h"
 
 namespace shardpoint::cli {
-
-// "256MiB", "16M", "5GB", "1000" -> bytes. Binary for K/M/G/T, KiB/MiB/GiB/TiB; decimal for
-// KB/MB/GB/TB. Throws UsageError.
-std::uint64_t parse_size(const std::string& text);
 
 namespace {
 

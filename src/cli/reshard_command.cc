@@ -17,9 +17,6 @@
 
 namespace shardpoint::cli {
 
-// consolidate_command.cc: "256MiB", "16M", "5GB" -> bytes; throws UsageError.
-std::uint64_t parse_size(const std::string& text);
-
 namespace {
 
 class ReshardCommand : public Command {
