@@ -79,8 +79,8 @@ void verify_torch_file(const engine::CheckpointLocation& location, const std::st
 
 // `local_folder`: the folder's path when it is on the local filesystem (symlinks are then
 // checked not to leave it).
-void verify_dcp(storage::Storage& storage, const std::optional<std::string>& local_folder, Verification& v) {
-  storage::Storage* st = &storage;
+void verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::optional<std::string>& local_folder,
+                Verification& v) {
   std::unique_ptr<engine::CheckpointReader> reader;
   try {
     reader = std::make_unique<engine::CheckpointReader>(*st);
@@ -155,7 +155,7 @@ void verify_dcp(storage::Storage& storage, const std::optional<std::string>& loc
     if (local_folder) {
       meta.local_file = *local_folder + "/meta.pt";
     } else {
-      meta.storage = std::shared_ptr<storage::Storage>(st, [](storage::Storage*) {});  // not owned
+      meta.storage = st;
       meta.key = "meta.pt";
     }
     Verification mv;
@@ -185,26 +185,25 @@ class VerifyCommand : public Command {
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    if (!engine::is_storage_url(path_)) {
-      const std::string local = path_.starts_with("file://") ? path_.substr(7) : path_;
+    const bool remote = engine::is_storage_url(path_);
+    std::optional<std::string> local;  // the path on the local filesystem, file:// stripped
+    if (!remote) {
+      local = path_.starts_with("file://") ? path_.substr(7) : path_;
       struct stat st {};
-      if (::stat(local.c_str(), &st) != 0) {
+      if (::stat(local->c_str(), &st) != 0) {
         throw StorageError(StorageError::Kind::kNotFound, "\"" + path_ + "\": no such file or folder");
       }
     }
     engine::CheckpointLocation location = engine::locate_checkpoint(path_);
     Verification v;
     if (location.is_dcp) {
-      std::optional<std::string> local_folder;
-      if (!engine::is_storage_url(path_)) local_folder = path_.starts_with("file://") ? path_.substr(7) : path_;
-      verify_dcp(*location.storage, local_folder, v);
+      verify_dcp(location.storage, local, v);
     } else {
       verify_torch_file(location, path_, v);
     }
     if (!v.problems.empty()) {
       std::string out;
       // Problems inside a remote checkpoint name its URL ("s3://b/ckpt: __1_0.distcp: ...").
-      const bool remote = engine::is_storage_url(path_);
       for (const auto& p : v.problems) out += (remote && p.find(path_) == std::string::npos ? path_ + ": " : "") + p + "\n";
       print_out(out);
       std::cerr << "shardpoint: " << path_ << ": " << v.problems.size() << " problem"
