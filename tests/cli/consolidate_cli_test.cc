@@ -275,20 +275,27 @@ TEST(ConsolidateCliTest, FullDiskLeavesNothing) {
   EXPECT_TRUE(left.empty()) << left.front();
 }
 
+// Starts `shardpoint consolidate CKPT --output_file OUT --memory-budget BUDGET` in a child
+// process (stderr to /dev/null); returns its pid.
+pid_t spawn_consolidate(const std::string& ckpt, const std::string& out, const char* budget) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 2);
+    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", ckpt.c_str(), "--output_file", out.c_str(), "--memory-budget",
+            budget, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
 // Peak RSS of the whole process (VmHWM via wait4's ru_maxrss), budget 16 MiB, 64 MiB
 // checkpoint: under the budget.
 TEST(ConsolidateCliTest, PeakRssUnderBudget) {
   TempDir dir;
   save_large(dir.file("ckpt"), 64);
   const std::string out = dir.file("out.pt");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 2);
-    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", dir.file("ckpt").c_str(), "--output_file", out.c_str(),
-            "--memory-budget", "16MiB", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  pid_t pid = spawn_consolidate(dir.file("ckpt"), out, "16MiB");
   int status = 0;
   struct rusage ru {};
   ASSERT_EQ(::wait4(pid, &status, 0, &ru), pid);
@@ -304,14 +311,7 @@ TEST(ConsolidateCliTest, SigtermMidCopyLeavesNothing) {
   TempDir dir;
   save_large(dir.file("ckpt"), 64);
   const std::string out = dir.file("out.pt");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 2);
-    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", dir.file("ckpt").c_str(), "--output_file", out.c_str(),
-            "--memory-budget", "1MiB", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  pid_t pid = spawn_consolidate(dir.file("ckpt"), out, "1MiB");
   // Wait for the temporary output to appear, then stop the copy.
   bool seen = false;
   for (int i = 0; i < 2000 && !seen; ++i) {
