@@ -151,33 +151,40 @@ int open_uploads(const MotoServer& moto, const std::string& bucket) {
   return std::stoi(r.output);
 }
 
-TEST(RemoteConsolidateTest, S3BothWaysEqualsLocalToLocal) {
-  SP_REQUIRE_MOTO(moto);
-  TempDir dir;
+// The small checkpoint saved locally and copied to <remote>/ckpt, then consolidated
+// local -> local (dir/a), remote -> local (dir/b) and local -> remote (<remote>/c): the three
+// outputs are equal. `want`: the local -> local bytes. Callers check HasFatalFailure().
+void consolidate_both_ways(TempDir& dir, const std::string& remote, const std::string& scheme, std::string& want) {
   const std::string local = dir.file("ckpt");
   save_small(*storage::open_local_storage_at(local));
-  const std::string prefix = unique_prefix("both");
-  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(prefix + "/ckpt"));
-
+  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(remote + "/ckpt"));
   fs::create_directories(dir.file("a"));
   fs::create_directories(dir.file("b"));
   ToolRun r = tool("consolidate " + q(local) + " --output_file " + q(dir.file("a/out.pt")));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(dir.file("b/out.pt")));
+  r = tool("consolidate " + q(remote + "/ckpt") + " --output_file " + q(dir.file("b/out.pt")));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "");
-  r = tool("consolidate " + q(local) + " --output_file " + q(prefix + "/c/out.pt"));
+  r = tool("consolidate " + q(local) + " --output_file " + q(remote + "/c/out.pt"));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(prefix + "/d/out.pt"));
+  want = testing::read_text(dir.file("a/out.pt"));
+  ASSERT_GT(want.size(), 1000u);
+  EXPECT_TRUE(testing::read_text(dir.file("b/out.pt")) == want) << scheme << " -> local differs from local -> local";
+  EXPECT_TRUE(read_object(remote + "/c/out.pt") == want) << "local -> " << scheme << " differs from local -> local";
+}
+
+TEST(RemoteConsolidateTest, S3BothWaysEqualsLocalToLocal) {
+  SP_REQUIRE_MOTO(moto);
+  TempDir dir;
+  const std::string prefix = unique_prefix("both");
+  std::string want;
+  consolidate_both_ways(dir, prefix, "s3", want);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  ToolRun r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(prefix + "/d/out.pt"));
   ASSERT_EQ(r.code, 0) << r.out;
   // Default output: "<prefix>.consolidated" next to the prefix.
   r = tool("consolidate " + q(prefix + "/ckpt/"));
   ASSERT_EQ(r.code, 0) << r.out;
-
-  const std::string want = testing::read_text(dir.file("a/out.pt"));
-  ASSERT_GT(want.size(), 1000u);
-  EXPECT_TRUE(testing::read_text(dir.file("b/out.pt")) == want) << "s3 -> local differs from local -> local";
-  EXPECT_TRUE(read_object(prefix + "/c/out.pt") == want) << "local -> s3 differs from local -> local";
   EXPECT_TRUE(read_object(prefix + "/d/out.pt") == want) << "s3 -> s3 differs from local -> local";
   EXPECT_GT(storage::open_storage(prefix)->stat("ckpt.consolidated"), 1000u);
   EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
@@ -460,20 +467,8 @@ TEST(RemoteConsolidateTest, AzureBothWaysEqualsLocalToLocal) {
   ::setenv("AZURE_STORAGE_CONNECTION_STRING", storage::testing::azurite_connection_string(endpoint).c_str(), 1);
   ::setenv("SHARDPOINT_AZURE_BACKOFF_MS", "10", 1);
   TempDir dir;
-  const std::string local = dir.file("ckpt");
-  save_small(*storage::open_local_storage_at(local));
-  copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(container + "/ckpt"));
-  fs::create_directories(dir.file("a"));
-  fs::create_directories(dir.file("b"));
-  ToolRun r = tool("consolidate " + q(local) + " --output_file " + q(dir.file("a/out.pt")));
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + q(container + "/ckpt") + " --output_file " + q(dir.file("b/out.pt")));
-  ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + q(local) + " --output_file " + q(container + "/c/out.pt"));
-  ASSERT_EQ(r.code, 0) << r.out;
-  const std::string want = testing::read_text(dir.file("a/out.pt"));
-  EXPECT_TRUE(testing::read_text(dir.file("b/out.pt")) == want) << "az -> local differs from local -> local";
-  EXPECT_TRUE(read_object(container + "/c/out.pt") == want) << "local -> az differs from local -> local";
+  std::string want;
+  consolidate_both_ways(dir, container, "az", want);
   ::unsetenv("AZURE_STORAGE_CONNECTION_STRING");
   ::unsetenv("SHARDPOINT_AZURE_BACKOFF_MS");
 }
