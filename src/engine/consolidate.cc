@@ -614,7 +614,10 @@ class Consolidator {
   // what remains for the slab buffers.
   void plan_memory() {
     report_.base_rss_bytes = proc_status_bytes("VmRSS:");
-    std::uint64_t reserve = report_.base_rss_bytes + (std::uint64_t{3} << 20) + WindowCache::kBytes;
+    // 5 MiB of slack: code and library pages first touched during the copy (writer, CRC,
+    // checksum paths) grow RSS after this measurement; with 3 MiB a 16 MiB budget peaked at
+    // 15.0-16.0 MiB.
+    std::uint64_t reserve = report_.base_rss_bytes + (std::uint64_t{5} << 20) + WindowCache::kBytes;
     if (remote_in_ || remote_out_) reserve += std::uint64_t{8} << 20;
     std::uint64_t avail = options_.memory_budget > reserve ? options_.memory_budget - reserve : 0;
     avail = std::min<std::uint64_t>(avail, options_.memory_budget / 2);

@@ -46,7 +46,7 @@
 // read with pread, never mapped (mapped pages would count in our RSS), and the blobs of the
 // next 16 tensors are announced with posix_fadvise(WILLNEED), merged per file.
 // Memory: what the process holds when the copy starts (code, libraries, metadata, object
-// trees; VmRSS) + a reserve (3 MiB checksum-block scratch and allocator slack, 1 MiB of
+// trees; VmRSS) + a reserve (5 MiB: checksum-block scratch, allocator slack, code pages first touched during the copy, 1 MiB of
 // header windows, 8 MiB of HTTP client buffers with a URL, 4 MiB per extra reader), and of
 // the rest of memory_budget (at most half the budget) the writer's staging (local: 1/6, at
 // most 2 MiB; a URL: 1-4 upload parts of 5 or 8 MiB) and 2/3 of what remains for the slab;
