@@ -1,6 +1,7 @@
 // libFuzzer target for the pickle layer. Beyond "no crash, no leak" (sanitizers):
 //  1. read_pickle either returns a tree or throws FormatError;
-//  2. repr() of any tree read works;
+//  2. repr() of any tree read works; the depth the reader enforced (its cheap walk for
+//     acyclic graphs) is analyze_graph's: one level less is refused;
 //  3. a tree read writes at protocols 2 and 4 (or the writer refuses it with UsageError), and
 //     reading that output gives a deep_equal tree. Protocol 2 renames some globals (nested
 //     names become getattr calls, Python 2 module names map to Python 3 ones, as CPython
@@ -99,6 +100,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   (void)repr(*tree);
+  std::size_t depth = analyze_graph(tree).depth;
+  if (depth > 1) {
+    ReadOptions tighter;
+    tighter.max_depth = depth - 1;
+    bool refused = false;
+    try {
+      (void)read_pickle(ByteSpan(reinterpret_cast<const std::byte*>(data), size), "fuzz input", tighter);
+    } catch (const FormatError&) {
+      refused = true;
+    }
+    if (!refused) invariant_broken("a graph deeper than max_depth was accepted", 0);
+  }
   bool renames = has_renamed_global(tree);
   check_round_trip(tree, 2, renames);
   check_round_trip(tree, 4, false);

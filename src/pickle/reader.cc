@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,37 @@ bool has_children(Kind kind) {
   }
 }
 
+// The memo. Indices are dense from 0 in everything CPython writes, so a vector serves
+// them; an index far beyond the entries so far (a lying LONG_BINPUT of 2^32-1) goes to a
+// map and costs one entry, never gigabytes.
+class Memo {
+ public:
+  const ValuePtr* find(std::uint64_t index) const {
+    if (index < dense_.size()) return dense_[index] ? &dense_[index] : nullptr;
+    auto it = sparse_.find(index);
+    return it == sparse_.end() ? nullptr : &it->second;
+  }
+
+  void put(std::uint64_t index, const ValuePtr& value) {
+    if (index < dense_.size() || index < 2 * count_ + 64) {
+      if (index >= dense_.size()) dense_.resize(index + 1);
+      if (!dense_[index]) ++count_;
+      dense_[index] = value;
+      return;
+    }
+    auto [it, inserted] = sparse_.insert_or_assign(index, value);
+    if (inserted) ++count_;
+  }
+
+  // Distinct indices set (what MEMOIZE uses as the next index, like CPython's len(memo)).
+  std::size_t size() const { return count_; }
+
+ private:
+  std::vector<ValuePtr> dense_;
+  std::unordered_map<std::uint64_t, ValuePtr> sparse_;
+  std::size_t count_ = 0;
+};
+
 bool is_str(const ValuePtr& v, std::string_view text) {
   return v && v->is(Kind::kStr) && v->as_string() == text;
 }
@@ -81,7 +113,7 @@ class Unpickler {
 
   // A failed read may leave cycles among the nodes made so far; empty them all.
   ~Unpickler() {
-    if (succeeded_) return;
+    if (succeeded_ || !maybe_cyclic_) return;
     std::vector<ValuePtr> released;
     for (auto& node : created_) release_children(*node, released);
   }
@@ -178,7 +210,12 @@ class Unpickler {
         if (stack_.size() > frame_base()) stack_.pop_back(); else pop_mark();
         return true;
       case op::kPopMark: pop_mark(); return true;
-      case op::kDup: push(top()); return true;
+      case op::kDup: {
+        ValuePtr copy = top();
+        note_alias(copy);
+        push(std::move(copy));
+        return true;
+      }
       case op::kEmptyTuple: push(track(Value::tuple())); return true;
       case op::kTuple1: push_tuple(1); return true;
       case op::kTuple2: push_tuple(2); return true;
@@ -220,6 +257,7 @@ class Unpickler {
         auto items = pop_mark();
         const ValuePtr& target = top();
         if (!target->is(Kind::kSet)) fail("expected a set to add items to, found " + kind_of(target));
+        note_mutation(target);
         for (auto& item : items) target->mutable_items().push_back(std::move(item));
         return true;
       }
@@ -270,6 +308,7 @@ class Unpickler {
         const ValuePtr& target = top();
         if (!target->is(Kind::kObject)) fail("expected an object to BUILD, found " + kind_of(target));
         if (target->state()) fail("object already has BUILD state (a second BUILD is not supported)");
+        note_mutation(target);
         target->set_state(std::move(state));
         return true;
       }
@@ -380,6 +419,7 @@ class Unpickler {
     if (!target->is(Kind::kList) && !target->is(Kind::kObject)) {
       fail("expected a list or object to append to, found " + kind_of(target));
     }
+    note_mutation(target);
     auto& dest = target->mutable_items();
     for (auto& item : items) dest.push_back(std::move(item));
   }
@@ -388,6 +428,7 @@ class Unpickler {
     if (!target->is(Kind::kDict) && !target->is(Kind::kObject)) {
       fail("expected a dict or object to set items on, found " + kind_of(target));
     }
+    note_mutation(target);
     add_entries(*target, std::move(items));
   }
 
@@ -409,7 +450,11 @@ class Unpickler {
   // protocol it was read from (the writer spells them the same way again).
   ValuePtr reduce(ValuePtr callable, ValuePtr args) {
     if (callable->is(Kind::kGlobal)) {
-      if (ValuePtr plain = reduce_builtin(*callable, args->items())) return plain;
+      if (ValuePtr plain = reduce_builtin(*callable, args->items())) {
+        // Its children came out of args, which may be reachable too.
+        for (std::size_t i = 0; i < child_count(*plain); ++i) note_alias(child_at(*plain, i));
+        return plain;
+      }
     }
     return Value::object(CallKind::kReduce, std::move(callable), std::move(args));
   }
@@ -465,13 +510,13 @@ class Unpickler {
   }
 
   void memo_get(std::uint64_t index) {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) fail("memo index " + std::to_string(index) + " not found");
-    push(it->second);
+    const ValuePtr* found = memo_.find(index);
+    if (found == nullptr) fail("memo index " + std::to_string(index) + " not found");
+    note_alias(*found);
+    push(*found);
   }
 
-  // A map, not a vector: a lying LONG_BINPUT index must not allocate gigabytes.
-  void memo_put(std::uint64_t index) { memo_[index] = top(); }
+  void memo_put(std::uint64_t index) { memo_.put(index, top()); }
 
   std::uint64_t read_text_index() {
     auto le = parse_decimal_int(read_line());
@@ -519,6 +564,19 @@ class Unpickler {
   }
 
   static std::string kind_of(const ValuePtr& v) { return std::string(kind_name(v->kind())); }
+
+  // Cycle bookkeeping. A cycle needs an edge added to a node that something already
+  // reaches, i.e. a mutation (APPEND(S), SETITEM(S), ADDITEMS, BUILD) of a node that has a
+  // second reference: one from DUP, from the memo, or a child a builtin REDUCE took out
+  // of its arguments. Without such a mutation the graph is acyclic and only aliased nodes
+  // can have more than one parent, which makes the depth check a cheap walk.
+  void note_alias(const ValuePtr& v) {
+    if (v && has_children(v->kind())) aliased_.insert(v.get());
+  }
+
+  void note_mutation(const ValuePtr& target) {
+    if (aliased_.contains(target.get())) maybe_cyclic_ = true;
+  }
 
   ValuePtr track(ValuePtr v) {
     if (has_children(v->kind())) created_.push_back(v);
@@ -599,11 +657,16 @@ class Unpickler {
 
   // --- after STOP --------------------------------------------------------------------
   ValuePtr take_ownership(const ValuePtr& root) {
-    GraphShape shape = analyze_graph(root, created_);
-    if (shape.depth > options_.max_depth) {
-      throw FormatError(std::string(source_) + ": nesting depth " + std::to_string(shape.depth) +
-                        " exceeds the limit of " + std::to_string(options_.max_depth));
+    if (!maybe_cyclic_) {
+      // A path through more nodes than were built would need a cycle; should one exist
+      // after all, the full analysis below handles it.
+      if (auto depth = acyclic_depth(root, aliased_, created_.size() + 1)) {
+        check_depth(*depth);
+        return root;
+      }
     }
+    GraphShape shape = analyze_graph(root, created_);
+    check_depth(shape.depth);
     // Nodes built but dropped (popped, or only in the memo) may form cycles of their own.
     std::vector<ValuePtr> released;
     for (auto& node : shape.unreachable_watched) release_children(*node, released);
@@ -612,6 +675,13 @@ class Unpickler {
     owner->root = root;
     owner->cyclic_nodes = std::move(shape.cyclic_nodes);
     return ValuePtr(owner, root.get());
+  }
+
+  void check_depth(std::size_t depth) const {
+    if (depth > options_.max_depth) {
+      throw FormatError(std::string(source_) + ": nesting depth " + std::to_string(depth) +
+                        " exceeds the limit of " + std::to_string(options_.max_depth));
+    }
   }
 
   ByteSpan data_;
@@ -623,8 +693,10 @@ class Unpickler {
   int proto_ = 0;
   std::vector<ValuePtr> stack_;
   std::vector<std::size_t> marks_;
-  std::unordered_map<std::uint64_t, ValuePtr> memo_;
+  Memo memo_;
   std::vector<ValuePtr> created_;  // every node that can hold others, for cycle cleanup
+  std::unordered_set<const Value*> aliased_;  // containers with a second reference (note_alias)
+  bool maybe_cyclic_ = false;
   bool succeeded_ = false;
 };
 

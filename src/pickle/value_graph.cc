@@ -162,4 +162,42 @@ GraphShape analyze_graph(const ValuePtr& root, std::span<const ValuePtr> watched
   return GraphWalk().run(root, watched);
 }
 
+std::optional<std::size_t> acyclic_depth(const ValuePtr& root, const std::unordered_set<const Value*>& shared,
+                                         std::size_t max_path) {
+  if (!root) return 0;
+  struct Frame {
+    const Value* node;
+    std::size_t next_child = 0;
+    std::size_t tallest_child = 0;
+  };
+  std::unordered_map<const Value*, std::size_t> shared_height;
+  std::vector<Frame> path{{root.get()}};
+  std::size_t finished = 0;  // height of the node that just finished
+  while (!path.empty()) {
+    Frame& frame = path.back();
+    if (frame.next_child < child_count(*frame.node)) {
+      const Value* child = child_at(*frame.node, frame.next_child++).get();
+      if (child == nullptr) continue;
+      if (child_count(*child) == 0) {  // most nodes: no lookup, no frame
+        frame.tallest_child = std::max<std::size_t>(frame.tallest_child, 1);
+        continue;
+      }
+      if (shared.contains(child)) {
+        if (auto it = shared_height.find(child); it != shared_height.end()) {
+          frame.tallest_child = std::max(frame.tallest_child, it->second);
+          continue;
+        }
+      }
+      if (path.size() >= max_path) return std::nullopt;
+      path.push_back({child});
+      continue;
+    }
+    finished = frame.tallest_child + 1;
+    if (shared.contains(frame.node)) shared_height.emplace(frame.node, finished);
+    path.pop_back();
+    if (!path.empty()) path.back().tallest_child = std::max(path.back().tallest_child, finished);
+  }
+  return finished;
+}
+
 }  // namespace shardpoint::pickle

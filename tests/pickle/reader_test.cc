@@ -349,6 +349,37 @@ TEST(Reader, DeepNestingIsRefused) {
   expect_format_error(huge, {"nesting depth"});
 }
 
+TEST(Reader, SharedNodesCountOnceTowardsDepth) {
+  // x = a list nested 5 deep, then (x, x) through the memo: depth 6.
+  std::string pair = "\x80\x02" + std::string(5, ']') + std::string(4, 'a') + std::string("q\x00h\x00\x86.", 6);
+  ReadOptions five;
+  five.max_depth = 5;
+  expect_format_error(pair, {"nesting depth 6 exceeds the limit of 5"}, five);
+  ReadOptions six;
+  six.max_depth = 6;
+  EXPECT_TRUE(read(pair, six)->is(Kind::kTuple));
+  // 60 levels of (previous, previous): 2^60 paths, each shared node is walked once.
+  std::string doubling = "\x80\x02)";
+  for (int i = 0; i < 60; ++i) doubling += std::string("q\x00h\x00\x86", 5);
+  doubling += ".";
+  auto v = read(doubling);
+  ASSERT_TRUE(v->is(Kind::kTuple));
+  EXPECT_EQ(v->items()[0].get(), v->items()[1].get());
+  ReadOptions sixty;
+  sixty.max_depth = 60;
+  expect_format_error(doubling, {"nesting depth 61 exceeds the limit of 60"}, sixty);
+}
+
+TEST(Reader, CycleMadeThroughDupOwnsItsCycle) {
+  auto v = read(bytes_of("\x80\x02]2a."));  // EMPTY_LIST DUP APPEND: a list that holds itself
+  ASSERT_TRUE(v->is(Kind::kList));
+  ASSERT_EQ(v->items().size(), 1u);
+  EXPECT_EQ(v->items()[0].get(), v.get());
+  std::weak_ptr<Value> inner = v->items()[0];
+  v.reset();
+  EXPECT_TRUE(inner.expired());
+}
+
 TEST(Reader, SelfContainingListOwnsItsCycle) {
   auto v = read(bytes_of("\x80\x02]q\x00h\x00" "a."));
   ASSERT_TRUE(v->is(Kind::kList));
