@@ -248,7 +248,7 @@ class Hasher {
 };
 
 // Whole blocks are read this many bytes per pread at most (several small blocks at once).
-constexpr std::uint64_t kMaxBlockRun = std::uint64_t{4} << 20;
+constexpr std::uint64_t kMaxBlockRun = std::uint64_t{1} << 20;
 
 std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block, std::uint64_t begin,
                      std::uint64_t end, std::uint64_t expected, std::uint64_t found) {

@@ -4,10 +4,12 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
@@ -514,7 +516,7 @@ class Encoder {
  public:
   std::string encode(const Metadata& md) {
     validate(md);
-    DictBuilder state_dict_metadata;
+    DictBuilder state_dict_metadata(*this);
     for (const auto& [fqn, entry] : md.state_dict_metadata) {
       if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
         state_dict_metadata.add(fqn, tensor(*t));
@@ -524,12 +526,12 @@ class Encoder {
       }
     }
 
-    DictBuilder planner_data;
+    DictBuilder planner_data(*this);
     for (const auto& [fqn, path] : effective_planner_data(md)) {
       std::vector<ValuePtr> items;
       for (const PathElement& e : path) {
         if (const auto* s = std::get_if<std::string>(&e)) {
-          items.push_back(Value::str(*s));
+          items.push_back(text(*s));
         } else {
           items.push_back(Value::integer(std::get<std::int64_t>(e)));
         }
@@ -542,7 +544,7 @@ class Encoder {
       storage_data.emplace_back(metadata_index(md, index), storage_info(info));
     }
 
-    DictBuilder root_state;
+    DictBuilder root_state(*this);
     root_state.add("state_dict_metadata", state_dict_metadata.take());
     root_state.add("planner_data", planner_data.take());
     root_state.add("storage_data", Value::dict(std::move(storage_data)));
@@ -591,12 +593,23 @@ class Encoder {
     }
   }
 
+  // One node per distinct text. The writer memoizes by node, so a repeated key, fqn or file
+  // name costs a BINGET instead of another copy, as in PyTorch's own files (Python shares
+  // those string objects); the file is about half the size and decodes faster.
+  ValuePtr text(const std::string& s) {
+    auto [it, inserted] = texts_.try_emplace(s);
+    if (inserted) it->second = Value::str(s);
+    return it->second;
+  }
+
   class DictBuilder {
    public:
-    void add(std::string key, ValuePtr value) { entries_.emplace_back(Value::str(std::move(key)), std::move(value)); }
+    explicit DictBuilder(Encoder& encoder) : encoder_(encoder) {}
+    void add(const std::string& key, ValuePtr value) { entries_.emplace_back(encoder_.text(key), std::move(value)); }
     ValuePtr take() { return Value::dict(std::move(entries_)); }
 
    private:
+    Encoder& encoder_;
     pickle::DictEntries entries_;
   };
 
@@ -607,38 +620,44 @@ class Encoder {
     return obj;
   }
 
-  ValuePtr size(const Shape& shape) const {
+  ValuePtr size(const Shape& shape) {
     std::vector<ValuePtr> dims;
     dims.reserve(shape.size());
     for (std::int64_t d : shape) dims.push_back(Value::integer(d));
     return Value::object(CallKind::kReduce, torch_size_, Value::tuple({Value::tuple(std::move(dims))}));
   }
 
-  ValuePtr tensor(const TensorStorageMetadata& t) const {
+  ValuePtr tensor(const TensorStorageMetadata& t) {
     const TensorProperties& p = t.properties;
     ValuePtr props = instance(
         properties_cls_,
         Value::tuple({Value::global("torch", std::string(dtype_name(p.dtype))),
-                      Value::object(CallKind::kReduce, get_layout_, Value::tuple({Value::str("torch.strided")})),
-                      Value::boolean(p.requires_grad),
-                      Value::object(CallKind::kReduce, mem_format_, Value::tuple({Value::integer(p.memory_format)})),
+                      strided_layout_, Value::boolean(p.requires_grad), memory_format(p.memory_format),
                       Value::boolean(p.pin_memory)}));
     std::vector<ValuePtr> chunks;
     chunks.reserve(t.chunks.size());
     for (const ChunkStorageMetadata& c : t.chunks) {
-      DictBuilder cs;
+      DictBuilder cs(*this);
       cs.add("offsets", size(c.offsets));
       cs.add("sizes", size(c.sizes));
       chunks.push_back(instance(chunk_cls_, cs.take()));
     }
-    DictBuilder state;
+    DictBuilder state(*this);
     state.add("properties", std::move(props));
     state.add("size", size(t.size));
     state.add("chunks", Value::list(std::move(chunks)));
     return instance(tensor_cls_, state.take());
   }
 
-  ValuePtr metadata_index(const Metadata& md, const MetadataIndex& index) const {
+  // torch.strided and the MEM_FORMAT_ENCODING members are singletons in Python, pickled
+  // once and then fetched from the memo; so here.
+  ValuePtr memory_format(int encoding) {
+    auto [it, inserted] = memory_formats_.try_emplace(encoding);
+    if (inserted) it->second = Value::object(CallKind::kReduce, mem_format_, Value::tuple({Value::integer(encoding)}));
+    return it->second;
+  }
+
+  ValuePtr metadata_index(const Metadata& md, const MetadataIndex& index) {
     ValuePtr hint = Value::none();
     if (index.index) {
       hint = Value::integer(*index.index);
@@ -656,21 +675,21 @@ class Encoder {
       }
     }
     // Field order of MetadataIndex.__init__: fqn, index, then offset only when not None.
-    DictBuilder state;
-    state.add("fqn", Value::str(index.fqn));
+    DictBuilder state(*this);
+    state.add("fqn", text(index.fqn));
     state.add("index", std::move(hint));
     if (index.offset) state.add("offset", size(*index.offset));
     return instance(index_cls_, state.take());
   }
 
-  ValuePtr storage_info(const StorageInfo& info) const {
-    DictBuilder state;
-    state.add("relative_path", Value::str(info.relative_path));
+  ValuePtr storage_info(const StorageInfo& info) {
+    DictBuilder state(*this);
+    state.add("relative_path", text(info.relative_path));
     state.add("offset", Value::integer(static_cast<std::int64_t>(info.offset)));
     state.add("length", Value::integer(static_cast<std::int64_t>(info.length)));
     if (!info.transform_descriptors.empty()) {
       std::vector<ValuePtr> items;
-      for (const std::string& d : info.transform_descriptors) items.push_back(Value::str(d));
+      for (const std::string& d : info.transform_descriptors) items.push_back(text(d));
       state.add("transform_descriptors", Value::list(std::move(items)));
     }
     return instance(storage_info_cls_, state.take());
@@ -687,6 +706,9 @@ class Encoder {
   ValuePtr mem_format_ = Value::global(std::string(kShardedTensorModule), "MEM_FORMAT_ENCODING");
   ValuePtr torch_size_ = Value::global("torch", "Size");
   ValuePtr get_layout_ = Value::global("torch.serialization", "_get_layout");
+  ValuePtr strided_layout_ = Value::object(CallKind::kReduce, get_layout_, Value::tuple({Value::str("torch.strided")}));
+  std::map<int, ValuePtr> memory_formats_;
+  std::unordered_map<std::string, ValuePtr> texts_;
 };
 
 // ---- tiling ------------------------------------------------------------------------
