@@ -2,33 +2,28 @@
 // Lightning-layout checkpoints (see --help, printed by kUsage below).
 //
 // With --devices N > 1 and no RANK/WORLD_SIZE in the environment it starts N copies of itself
-// as ranks 0..N-1 (torchrun's variables, MASTER_ADDR 127.0.0.1 and a free port) and waits for
-// them; under a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun) it joins, and
+// as ranks 0..N-1 (comm/launch.h: torchrun's variables, MASTER_ADDR 127.0.0.1 and a reserved
+// free port) and waits for them; under a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun) it joins, and
 // an explicit --devices must then equal the launcher's world size.
 // Rank 0 prints one line per step (step, epoch, loss, tokens/s) and the time of each checkpoint.
 // Exit codes: 0 ok, 2 usage or run error (one "shardpoint-train: " line on stderr per rank).
-#include <netinet/in.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <random>
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "comm/communicator_from_env.h"
+#include "comm/launch.h"
 #include "core/error.h"
 #include "train/trainer.h"
-
-extern char** environ;
 
 namespace shardpoint::train {
 namespace {
@@ -189,50 +184,20 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-int free_port() {
-  std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int port = std::uniform_int_distribution<int>(21000, 28999)(rng);
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  throw UsageError("no free port for MASTER_PORT");
-}
-
-// Starts `devices` copies of this program as ranks and returns the worst exit code.
+// Starts `devices` copies of this program as ranks (comm/launch.h: torchrun's variables, a
+// reserved MASTER_PORT; output and Ctrl-C shared with this process) and returns the worst
+// exit code (2 for a rank killed by a signal).
 int spawn_ranks(int devices, int argc, char** argv) {
-  const int port = free_port();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < devices; ++r) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.push_back(fmt::format("RANK={}", r));
-    env.push_back(fmt::format("LOCAL_RANK={}", r));
-    env.push_back(fmt::format("WORLD_SIZE={}", devices));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back(fmt::format("MASTER_PORT={}", port));
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data());
-    if (rc != 0) throw Error(fmt::format("cannot start rank {}: {}", r, std::strerror(rc)));
-    pids.push_back(pid);
-  }
+  comm::LaunchOptions options;
+  options.capture_output = false;
+  std::vector<std::string> rank_argv(argv, argv + argc);
+  rank_argv[0] = std::filesystem::read_symlink("/proc/self/exe").string();  // this very binary
+  const std::vector<comm::ProcessResult> ranks = comm::launch_ranks(rank_argv, devices, options);
   int worst = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 2;
-    worst = std::max(worst, code);
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::string_view why = ranks[r].output;  // only set when run_processes could not start it
+    if (!why.empty()) throw Error(fmt::format("rank {}: {}", r, why.substr(0, why.find_last_not_of('\n') + 1)));
+    worst = std::max(worst, ranks[r].exit_code >= 0 ? ranks[r].exit_code : 2);
   }
   return worst;
 }

@@ -1,5 +1,12 @@
-// tests/launch_ranks.h: the helper every multi-process test relies on.
+// tests/launch_ranks.h and src/comm/launch.h under it: the launcher every multi-process test
+// and `shardpoint-train --devices N` rely on.
 #include "launch_ranks.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -50,6 +57,38 @@ TEST(LaunchRanksTest, PickFreePortIsInTheAgreedRange) {
     EXPECT_GE(port, 21000);
     EXPECT_LE(port, 28999);
   }
+}
+
+TEST(LaunchRanksTest, ReservedPortsAreDistinctAndLockedUntilReleased) {
+  std::vector<comm::PortReservation> held;
+  std::set<int> ports;
+  for (int i = 0; i < 50; ++i) {
+    held.push_back(comm::reserve_port());
+    ports.insert(held.back().port());
+  }
+  EXPECT_EQ(ports.size(), held.size());
+
+  // Another launcher (another open file description) cannot take a held port's lock.
+  const int port = held.front().port();
+  const std::string lock_path = "/tmp/shardpoint-ports/" + std::to_string(port) + ".lock";
+  const int fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << lock_path;
+  EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  held.erase(held.begin());
+  EXPECT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  ::close(fd);
+}
+
+TEST(LaunchRanksTest, UncapturedRanksShareOurOutputAndStillTimeOut) {
+  comm::LaunchOptions options;  // as shardpoint-train launches: output not captured
+  options.capture_output = false;
+  options.timeout = 500ms;
+  auto results = comm::launch_ranks({"/bin/sh", "-c", "if [ $RANK = 1 ]; then exec sleep 30; fi; exit 4"}, 2, options);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].exit_code, 4);
+  EXPECT_EQ(results[0].output, "");
+  EXPECT_TRUE(results[1].timed_out);
+  EXPECT_EQ(results[1].signal, SIGKILL);
 }
 
 }  // namespace
