@@ -96,6 +96,15 @@ std::string read_metadata_bytes(storage::Storage& st) {
   return std::move(*bytes);
 }
 
+// Best effort: the caller is failing anyway, and without `.metadata` the sidecar names a
+// checkpoint that does not exist.
+void remove_sidecar_quietly(storage::Storage& st) noexcept {
+  try {
+    st.remove(kChecksumSidecar);
+  } catch (...) {
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Save, step 3: this rank's files.
 
@@ -147,45 +156,6 @@ std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& 
   std::vector<WrittenItem> all;
   for (auto& r : results) std::move(r.begin(), r.end(), std::back_inserter(all));
   return all;
-}
-
-// ---------------------------------------------------------------------------------------
-// Save, step 5 (coordinator): sidecar, then `.metadata`.
-
-void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
-                       const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options) {
-  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
-  for (const auto& rank_items : written) {
-    for (const WrittenItem& w : rank_items) {
-      if (!metadata.storage_data.emplace(w.index, w.info).second) {
-        throw Error("save: item \"" + w.index.fqn + "\" was written twice (internal error)");
-      }
-      if (options.checksum != ChecksumAlgorithm::kNone) {
-        sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
-                                  w.checksum, w.blocks});
-      }
-    }
-  }
-  // Every chunk and bytes item of the index must have been written by some rank.
-  for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
-    if (const auto* tensor = std::get_if<format::TensorStorageMetadata>(&entry)) {
-      for (const auto& chunk : tensor->chunks) {
-        if (!metadata.storage_data.contains(format::MetadataIndex{fqn, chunk.offsets, std::nullopt})) {
-          throw Error("save: tensor \"" + fqn + "\" chunk " + format::describe_chunk(chunk) +
-                      " was planned but no rank wrote it (internal error)");
-        }
-      }
-    } else if (!metadata.storage_data.contains(format::MetadataIndex{fqn, std::nullopt, std::nullopt})) {
-      throw Error("save: object \"" + fqn + "\" was planned but no rank wrote it (internal error)");
-    }
-  }
-  storage::WriteOptions wo;
-  wo.durable = options.durable;
-  wo.direct_io = false;
-  // The sidecar first: once `.metadata` exists, every blob it names has its checksums.
-  if (options.checksum != ChecksumAlgorithm::kNone) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
-  // The commit marker (tmp + fsync + rename + directory fsync when durable).
-  st.write_atomic(kMetadataKey, as_bytes(format::encode_metadata(metadata)), wo);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -537,6 +507,49 @@ std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, st
 
 std::string failed_write_result(std::exception_ptr error) { return "E" + comm::encode_error(error); }
 
+// Step 5 (the coordinator; reshard() too): sidecar, then `.metadata`.
+
+void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
+                       const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options) {
+  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
+  for (const auto& rank_items : written) {
+    for (const WrittenItem& w : rank_items) {
+      if (!metadata.storage_data.emplace(w.index, w.info).second) {
+        throw Error("save: item \"" + w.index.fqn + "\" was written twice (internal error)");
+      }
+      if (options.checksum != ChecksumAlgorithm::kNone) {
+        sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
+                                  w.checksum, w.blocks});
+      }
+    }
+  }
+  // Every chunk and bytes item of the index must have been written by some rank.
+  for (const auto& [fqn, entry] : metadata.state_dict_metadata) {
+    if (const auto* tensor = std::get_if<format::TensorStorageMetadata>(&entry)) {
+      for (const auto& chunk : tensor->chunks) {
+        if (!metadata.storage_data.contains(format::MetadataIndex{fqn, chunk.offsets, std::nullopt})) {
+          throw Error("save: tensor \"" + fqn + "\" chunk " + format::describe_chunk(chunk) +
+                      " was planned but no rank wrote it (internal error)");
+        }
+      }
+    } else if (!metadata.storage_data.contains(format::MetadataIndex{fqn, std::nullopt, std::nullopt})) {
+      throw Error("save: object \"" + fqn + "\" was planned but no rank wrote it (internal error)");
+    }
+  }
+  storage::WriteOptions wo;
+  wo.durable = options.durable;
+  wo.direct_io = false;
+  try {
+    // The sidecar first: once `.metadata` exists, every blob it names has its checksums.
+    if (options.checksum != ChecksumAlgorithm::kNone) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
+    // The commit marker (tmp + fsync + rename + directory fsync when durable).
+    st.write_atomic(kMetadataKey, as_bytes(format::encode_metadata(metadata)), wo);
+  } catch (...) {
+    remove_sidecar_quietly(st);
+    throw;
+  }
+}
+
 void commit_save(std::string write_result, format::Metadata metadata, storage::Storage& checkpoint,
                  comm::Communicator& comm, const SaveOptions& options, CommittedFiles& committed) {
   const int world = comm.world_size();
@@ -560,10 +573,6 @@ void commit_save(std::string write_result, format::Metadata metadata, storage::S
           commit_checkpoint(checkpoint, std::move(metadata), written, options);
         } catch (...) {
           failures = {{0, encode_current()}};
-          try {
-            checkpoint.remove(kChecksumSidecar);
-          } catch (...) {
-          }
         }
       }
       if (!failures.empty()) status = combine_failures("save", failures, world);

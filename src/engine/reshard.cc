@@ -16,14 +16,13 @@
 
 #include "core/error.h"
 #include "engine/checkpoint_reader.h"
-#include "engine/checksum_sidecar.h"
 #include "engine/chunking.h"
 #include "engine/consolidate.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
 #include "engine/parallel_for.h"
 #include "engine/save_plan.h"
-#include "format/metadata_codec.h"
+#include "engine/save_steps.h"
 #include "pickle/repr.h"
 #include "storage/storage_registry.h"
 
@@ -308,24 +307,6 @@ std::vector<FileTask> file_tasks(const GlobalSavePlan& global) {
   return tasks;
 }
 
-// Step 4, as save()'s coordinator commits: the sidecar, then `.metadata` (atomic).
-void commit(storage::Storage& st, format::Metadata metadata, const std::vector<WrittenItem>& written,
-            const SaveOptions& options) {
-  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
-  for (const WrittenItem& w : written) {
-    metadata.storage_data.emplace(w.index, w.info);
-    if (options.checksum != ChecksumAlgorithm::kNone) {
-      sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
-                                w.checksum, w.blocks});
-    }
-  }
-  storage::WriteOptions wo;
-  wo.durable = options.durable;
-  wo.direct_io = false;
-  if (options.checksum != ChecksumAlgorithm::kNone) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
-  st.write_atomic(kMetadataKey, as_bytes(format::encode_metadata(metadata)), wo);
-}
-
 }  // namespace
 
 bool is_storage_url(const std::string& s) {
@@ -476,15 +457,11 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
       committed[t] = 1;
     });
 
-    // 4. Commit.
-    std::vector<WrittenItem> all;
-    for (auto& items : written) {
-      for (WrittenItem& w : items) {
-        report.bytes_written += w.info.length;
-        all.push_back(std::move(w));
-      }
+    // 4. Commit as save()'s coordinator does (it removes the sidecar again on failure).
+    for (const auto& items : written) {
+      for (const WrittenItem& w : items) report.bytes_written += w.info.length;
     }
-    commit(destination, std::move(global.metadata), all, options.save);
+    save_steps::commit_checkpoint(destination, std::move(global.metadata), written, options.save);
   } catch (...) {
     // Best effort: without `.metadata` the files are not a checkpoint anyway.
     for (std::size_t t = 0; t < tasks.size(); ++t) {
@@ -493,10 +470,6 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
         destination.remove(tasks[t].file);
       } catch (...) {
       }
-    }
-    try {
-      destination.remove(kChecksumSidecar);
-    } catch (...) {
     }
     throw;
   }

@@ -3,8 +3,12 @@
 // caller's thread, step 3 on a background thread over staged copies of the tensors, and
 // steps 4-6 in PendingSave::wait(). Internal to the engine; implemented in checkpoint.cc.
 //
+// reshard() (reshard.h), which writes every rank's files in one process, commits through
+// commit_checkpoint(), the coordinator's part of step 5.
+//
 // Thread-safety: plan_save() and commit_save() use the communicator (one call at a time
-// per communicator); write_rank_files() never does and may run on any thread.
+// per communicator); write_rank_files() and commit_checkpoint() never do and may run on any
+// thread.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,7 @@
 #include "comm/communicator.h"
 #include "engine/checkpoint.h"
 #include "engine/flatten.h"
+#include "engine/item_writer.h"
 #include "engine/save_plan.h"
 #include "format/metadata.h"
 #include "storage/storage.h"
@@ -57,6 +62,17 @@ std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, st
 
 // The message of a rank that failed before or instead of step 3.
 std::string failed_write_result(std::exception_ptr error);
+
+// Step 5 without a communicator (the coordinator's part): records every written item in
+// `metadata.storage_data`, then writes the checksum sidecar (unless options.checksum is
+// kNone) and `.metadata`, each with write_atomic (tmp + fsync + rename + directory fsync
+// when options.durable). The sidecar goes first: once `.metadata` exists, every blob it
+// names has its checksums. `written` holds the items of every rank, in any grouping.
+// Throws Error (internal) when an item was written twice or a planned chunk or object by
+// no one, StorageError from writing; a failed write removes the sidecar again (best
+// effort).
+void commit_checkpoint(storage::Storage& checkpoint, format::Metadata metadata,
+                       const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options);
 
 // Steps 4-6 (collective): agree on the results, the coordinator commits (sidecar, then
 // `.metadata`), final broadcast. When any rank failed, throws the combined error on every
