@@ -68,8 +68,14 @@ struct AzureConfig {
   std::size_t read_chunk_bytes = std::size_t{8} << 20;
   // open_source() downloads objects up to this size whole (so the source keeps its bytes
   // after the blob is replaced or deleted); larger ones are read with ranged GETs pinned to
-  // the ETag seen at open (a replaced blob then gives an error, never mixed bytes).
+  // the ETag seen at open (a replaced blob then gives an error, never mixed bytes), through
+  // a cache of source_cache_windows blocks of source_window_bytes (http/ranged_reads.h, as
+  // S3 and GCS). Every GET costs a round trip (and a request to Azurite's one process), so
+  // blocks are large; reads of a block or more go straight to the caller's buffer.
+  // Cost: windows x size per open source (64 MiB).
   std::size_t whole_source_bytes = std::size_t{32} << 20;
+  std::size_t source_window_bytes = std::size_t{8} << 20;
+  int source_cache_windows = 8;
   // List Blobs page size (the service caps it at 5000).
   int list_page_size = 5000;
   std::string api_version = "2021-12-02";

@@ -4,17 +4,15 @@
 #include <atomic>
 #include <cctype>
 #include <ctime>
-#include <cstring>
-#include <deque>
-#include <mutex>
-#include <future>
+#include <optional>
 #include <random>
-#include <thread>
 
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "storage/http/http_client.h"
+#include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
+#include "storage/http/upload_writer.h"
 
 namespace shardpoint::storage::azure {
 namespace {
@@ -83,23 +81,10 @@ std::string random_tag() {
   return buf;
 }
 
-// Waits for every future, then rethrows the first failure (so no task outlives its inputs).
-void wait_all(std::deque<std::future<void>>& futures) {
-  std::exception_ptr first;
-  while (!futures.empty()) {
-    try {
-      futures.front().get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-    futures.pop_front();
-  }
-  if (first) std::rethrow_exception(first);
-}
-
-// The driver's shared state: configuration, location, connections, buffers. Shared with
-// writers and sources so they outlive the Storage.
-class AzureClient {
+// The driver's shared state and its requests (configuration, location, connections,
+// buffers), plugged into http::ObjectStoreStorage. Shared with writers and sources so they
+// outlive the Storage.
+class AzureClient final : public http::ObjectClient {
  public:
   AzureClient(AzureLocation location, AzureConfig config, std::shared_ptr<BufferPool> pool)
       : location_(std::move(location)), config_(std::move(config)), pool_(std::move(pool)),
@@ -117,15 +102,15 @@ class AzureClient {
     }
   }
 
-  const AzureLocation& location() const { return location_; }
-  const AzureConfig& config() const { return config_; }
-  BufferPool& pool() { return *pool_; }
-
   std::string blob_name(std::string_view key) const {
     return location_.prefix.empty() ? std::string(key) : location_.prefix + "/" + std::string(key);
   }
-  std::string describe(std::string_view key) const {
+  std::string root_url() const override { return location_.url(); }
+  std::string describe(std::string_view key) const override {
     return "azure blob \"" + location_.url() + "/" + std::string(key) + "\"";
+  }
+  http::SourceLimits source_limits() const override {
+    return {config_.whole_source_bytes, config_.source_window_bytes, config_.source_cache_windows};
   }
 
   struct Call {
@@ -230,18 +215,12 @@ class AzureClient {
   }
 
   // Get Blob Properties: size and ETag, or nullopt for a missing blob.
-  struct Properties {
-    std::uint64_t size = 0;
-    std::string etag;
-  };
-  std::optional<Properties> head(std::string_view key, const IoOptions& io, std::string_view op) {
-    Call call{std::string(op), describe(key), "HEAD", blob_name(key), {}, {}, {}, {}, {404}};
+  std::optional<Version> head(std::string_view key, const IoOptions& io, const std::string& op) override {
+    Call call{op, describe(key), "HEAD", blob_name(key), {}, {}, {}, {}, {404}};
     Result r = run(call, io);
     if (r.response.status == 404) return std::nullopt;
-    Properties p;
-    p.size = std::stoull(r.response.header("content-length").empty() ? "0" : r.response.header("content-length"));
-    p.etag = r.response.header("etag");
-    return p;
+    std::string length = r.response.header("content-length");
+    return Version{std::stoull(length.empty() ? "0" : length), r.response.header("etag")};
   }
 
   [[noreturn]] void throw_not_found(std::string_view op, std::string_view key) const {
@@ -258,8 +237,8 @@ class AzureClient {
 
   // One ranged GET of [offset, offset + out.size()) into out. etag: If-Match (may be empty).
   void get_range(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const std::string& etag,
-                 const IoOptions& io) {
-    Call call{"read", describe(key), "GET", blob_name(key), {}, {}, {}, out, {404, 412, 416}};
+                 const IoOptions& io, const std::string& op) {
+    Call call{op, describe(key), "GET", blob_name(key), {}, {}, {}, out, {404, 412, 416}};
     call.headers.emplace_back("x-ms-range",
                               "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
     if (!etag.empty()) call.headers.emplace_back("If-Match", etag);
@@ -269,68 +248,50 @@ class AzureClient {
       if (status == 404) {
         if (!etag.empty()) {
           throw StorageError(StorageError::Kind::kNotFound,
-                             "read " + describe(key) + ": the object was removed after it was opened");
+                             op + " " + describe(key) + ": the object was removed after it was opened");
         }
-        throw_not_found("read", key);
+        throw_not_found(op, key);
       }
       if (status == 412) {
         throw StorageError(StorageError::Kind::kOther,
-                           "read " + describe(key) + ": the object was replaced after it was opened (ETag " + etag +
+                           op + " " + describe(key) + ": the object was replaced after it was opened (ETag " + etag +
                                " no longer matches)");
       }
       if (status == 416 || r.response.bytes_received < out.size()) {
-        std::optional<Properties> p = head(key, io, "read");
-        if (!p) throw_not_found("read", key);
-        if (offset + out.size() > p->size) throw_past_end(key, offset, out.size(), p->size);
+        std::optional<Version> v = head(key, io, op);
+        if (!v) throw_not_found(op, key);
+        if (offset + out.size() > v->size) throw_past_end(key, offset, out.size(), v->size);
         // Short body although the object is long enough: a cut connection. Retry a few times.
         if (tries + 1 < config_.max_attempts) continue;
         throw StorageError(StorageError::Kind::kTransient,
-                           "read " + describe(key) + ": short response (" + std::to_string(r.response.bytes_received) +
+                           op + " " + describe(key) + ": short response (" + std::to_string(r.response.bytes_received) +
                                " of " + std::to_string(out.size()) + " bytes)");
       }
       return;
     }
   }
 
-  // A read split into parallel ranged GETs of read_chunk_bytes.
-  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const std::string& etag,
-            const IoOptions& io) {
-    if (out.empty()) {
-      std::optional<Properties> p = head(key, io, "read");
-      if (!p) throw_not_found("read", key);
-      if (offset > p->size) throw_past_end(key, offset, 0, p->size);
-      return;
-    }
+  // Ranged GETs of read_chunk_bytes, at most `parallelism` at once, pinned to etag when set.
+  void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
+                 const std::string& op, const std::string& etag) override {
     const std::size_t chunk = std::max<std::size_t>(config_.read_chunk_bytes, 1 << 16);
-    if (out.size() <= chunk || config_.parallelism <= 1) {
-      get_range(key, offset, out, etag, io);
+    http::read_in_parallel(offset, out, chunk + 1, chunk, static_cast<int>(config_.parallelism),
+                           [&](std::uint64_t at, std::span<std::byte> part) { get_range(key, at, part, etag, io, op); });
+  }
+
+  // Put Blob publishes the whole blob in one request; a larger one goes through a writer's
+  // blocks and block list (also atomic).
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
+    if (data.size() <= pool_->buffer_bytes()) {
+      put_blob(key, data, io);
       return;
     }
-    std::deque<std::future<void>> inflight;
-    std::exception_ptr failed;
-    try {
-      for (std::size_t pos = 0; pos < out.size(); pos += chunk) {
-        while (inflight.size() >= config_.parallelism) {
-          std::future<void> oldest = std::move(inflight.front());
-          inflight.pop_front();
-          oldest.get();
-        }
-        std::span<std::byte> part = out.subspan(pos, std::min(chunk, out.size() - pos));
-        std::string k(key);
-        inflight.push_back(std::async(std::launch::async, [this, k, off = offset + pos, part, &etag, &io] {
-          get_range(k, off, part, etag, io);
-        }));
-      }
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    try {
-      wait_all(inflight);
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-    if (failed) std::rethrow_exception(failed);
+    std::unique_ptr<StorageWriter> writer = open_writer(std::string(key));
+    writer->append(data, io);
+    writer->commit(io);
   }
+
+  std::unique_ptr<StorageWriter> open_writer(const std::string& key) override;
 
   void put_blob(std::string_view key, ByteSpan data, const IoOptions& io) {
     Call call{"write", describe(key), "PUT", blob_name(key), {}, {{"x-ms-blob-type", "BlockBlob"}}, data, {}, {}};
@@ -351,13 +312,14 @@ class AzureClient {
     run(call, io);
   }
 
-  void remove(std::string_view key, const IoOptions& io) {
+  void remove(std::string_view key, const IoOptions& io, const std::string& what) override {
     Call call{"remove", describe(key), "DELETE", blob_name(key), {}, {{"x-ms-delete-snapshots", "include"}}, {}, {},
               {404}};
     run(call, io);
   }
 
-  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) {
+  // Every blob under prefix (List Blobs, paged by NextMarker); ObjectStoreStorage sorts.
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io, const std::string& what) override {
     std::string root = location_.prefix.empty() ? std::string() : location_.prefix + "/";
     std::string full = root + std::string(prefix);
     std::vector<ObjectInfo> out;
@@ -394,7 +356,6 @@ class AzureClient {
       }
       marker = next_marker;
     }
-    std::sort(out.begin(), out.end(), [](const ObjectInfo& x, const ObjectInfo& y) { return x.key < y.key; });
     return out;
   }
 
@@ -413,264 +374,40 @@ class AzureClient {
   http::HttpClient client_;
 };
 
-// A large blob read with ranged GETs pinned to its ETag.
-class RangedSource final : public ByteSource {
+// Writer: http/upload_writer.h with Put Block (ids unique per writer, all of one length)
+// and Put Block List. Nothing to abort: blocks no list references are invisible and expire.
+class AzureUpload final : public http::PartUpload {
  public:
-  RangedSource(std::shared_ptr<AzureClient> client, std::string key, std::uint64_t size, std::string etag)
-      : client_(std::move(client)), key_(std::move(key)), size_(size), etag_(std::move(etag)),
-        name_(client_->describe(key_)) {}
-  const std::string& name() const override { return name_; }
-  std::uint64_t size() const override { return size_; }
-  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
-    check_range(offset, out.size(), what);
-    if (out.empty()) return;
-    if (out.size() > kSmallRead) {
-      client_->read(key_, offset, out, etag_, {});
-      return;
-    }
-    // Small reads (zip records, data.pkl, end-record scans) come in bursts at both ends of
-    // each item: serve them from aligned windows so a burst costs one or two GETs, not ten.
-    std::size_t done = 0;
-    while (done < out.size()) {
-      std::uint64_t pos = offset + done;
-      std::uint64_t start = pos / kWindow * kWindow;
-      std::shared_ptr<const std::string> w = window(start);
-      std::size_t n = std::min<std::uint64_t>(out.size() - done, w->size() - (pos - start));
-      std::memcpy(out.data() + done, w->data() + (pos - start), n);
-      done += n;
-    }
-  }
-
- private:
-  static constexpr std::size_t kSmallRead = std::size_t{64} << 10;
-  static constexpr std::size_t kWindow = std::size_t{64} << 10;
-  static constexpr std::size_t kWindows = 32;  // cached per source: at most 2 MiB
-
-  std::shared_ptr<const std::string> window(std::uint64_t start) const {
-    {
-      std::lock_guard lock(mu_);
-      for (auto it = windows_.begin(); it != windows_.end(); ++it) {
-        if (it->first == start) {
-          auto bytes = it->second;
-          windows_.erase(it);
-          windows_.emplace_front(start, bytes);
-          return bytes;
-        }
-      }
-    }
-    auto bytes = std::make_shared<std::string>(std::min<std::uint64_t>(kWindow, size_ - start), '\0');
-    client_->read(key_, start, std::as_writable_bytes(std::span(*bytes)), etag_, {});
-    std::lock_guard lock(mu_);
-    windows_.emplace_front(start, bytes);
-    if (windows_.size() > kWindows) windows_.pop_back();
-    return bytes;
-  }
-
-  std::shared_ptr<AzureClient> client_;
-  std::string key_;
-  std::uint64_t size_;
-  std::string etag_;
-  std::string name_;
-  mutable std::mutex mu_;
-  mutable std::deque<std::pair<std::uint64_t, std::shared_ptr<const std::string>>> windows_;  // GUARDED_BY(mu_), newest first
-};
-
-class AzureWriter final : public StorageWriter {
- public:
-  AzureWriter(std::shared_ptr<AzureClient> client, std::string key)
+  AzureUpload(std::shared_ptr<AzureClient> client, std::string key)
       : client_(std::move(client)), key_(std::move(key)), tag_(random_tag()) {}
 
-  ~AzureWriter() override {
-    // Nothing is committed: wait for blocks in flight (their buffers belong to the pool),
-    // and drop their errors. The blocks stay uncommitted and expire on the service.
-    abandoned_.request_stop();
-    try {
-      wait_all(inflight_);
-    } catch (...) {
-    }
+  void put_whole(ByteSpan data, const IoOptions& io) override { client_->put_blob(key_, data, io); }
+  void start(const IoOptions& io) override {}
+  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+    client_->put_block(key_, block_id(tag_, index), data, io);
   }
-
-  void append(ByteSpan data, const IoOptions& io) override {
-    if (io_expired(io)) check_io(io, "write " + client_->describe(key_));
-    check_open("append");
-    try {
-      while (!data.empty()) {
-        if (!lease_) {
-          lease_ = client_->pool().acquire(io.deadline, io.stop);
-          fill_ = 0;
-        }
-        std::size_t n = std::min(data.size(), lease_.size() - fill_);
-        std::memcpy(lease_.data() + fill_, data.data(), n);
-        fill_ += n;
-        position_ += n;
-        data = data.subspan(n);
-        if (fill_ == lease_.size()) send_block(io);
-      }
-    } catch (...) {
-      failed_ = true;
-      throw;
-    }
+  void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
+    std::vector<std::string> ids;
+    ids.reserve(parts);
+    for (std::size_t i = 0; i < parts; ++i) ids.push_back(block_id(tag_, i));
+    client_->put_block_list(key_, ids, io);
   }
-
-  std::uint64_t position() const override { return position_; }
-
-  void commit(const IoOptions& io) override {
-    check_open("commit");
-    committed_ = true;  // single use, even when this commit fails
-    if (io_expired(io)) check_io(io, "commit " + client_->describe(key_));
-    if (block_ids_.empty()) {
-      // 1. Fits in one buffer: one Put Blob publishes it whole.
-      ByteSpan bytes = lease_ ? ByteSpan(lease_.data(), fill_) : ByteSpan();
-      client_->put_blob(key_, bytes, io);
-      lease_.release();
-      return;
-    }
-    // 2. Last block, wait for every block, then the block list (atomic publish).
-    if (lease_ && fill_ > 0) send_block(io);
-    lease_.release();
-    wait_all(inflight_);
-    client_->put_block_list(key_, block_ids_, io);
-  }
-
-  const std::string& key() const override { return key_; }
+  void abort() override {}
 
  private:
-  void check_open(std::string_view op) const {
-    if (committed_) throw UsageError(std::string(op) + " " + client_->describe(key_) + ": writer already committed");
-    if (failed_) {
-      throw UsageError(std::string(op) + " " + client_->describe(key_) + ": an earlier append failed; start a new writer");
-    }
-  }
-
-  void send_block(const IoOptions& io) {
-    while (inflight_.size() >= std::max<std::size_t>(1, client_->config().parallelism)) {
-      std::future<void> oldest = std::move(inflight_.front());
-      inflight_.pop_front();
-      oldest.get();
-    }
-    std::string id = block_id(tag_, block_ids_.size());
-    block_ids_.push_back(id);
-    IoOptions task_io = io;
-    // The task stops retrying when this writer is abandoned, or when the caller stops.
-    std::stop_token caller = io.stop;
-    task_io.stop = abandoned_.get_token();
-    std::size_t n = fill_;
-    inflight_.push_back(std::async(std::launch::async, [client = client_, key = key_, id, lease = std::move(lease_), n,
-                                                        task_io, caller]() mutable {
-      // The buffer goes back to the pool when the block is stored (or failed), not when the
-      // writer collects this future: the writer may be waiting on the pool for its next buffer.
-      BufferPool::Lease buffer = std::move(lease);
-      if (caller.stop_requested()) {
-        throw StorageError(StorageError::Kind::kOther, "write " + client->describe(key) + ": cancelled");
-      }
-      client->put_block(key, id, ByteSpan(buffer.data(), n), task_io);
-    }));
-    lease_ = {};
-    fill_ = 0;
-  }
-
   std::shared_ptr<AzureClient> client_;
   std::string key_;
   std::string tag_;
-  BufferPool::Lease lease_;
-  std::size_t fill_ = 0;
-  std::uint64_t position_ = 0;
-  std::vector<std::string> block_ids_;
-  std::deque<std::future<void>> inflight_;
-  std::stop_source abandoned_;
-  bool committed_ = false;
-  bool failed_ = false;
 };
 
-class AzureStorage final : public Storage {
- public:
-  explicit AzureStorage(std::shared_ptr<AzureClient> client) : client_(std::move(client)) {}
-
-  StorageFeatures features() const override {
-    StorageFeatures f;
-    f.range_reads = true;
-    f.atomic_publish = true;
-    return f;
-  }
-  std::string url() const override { return client_->location().url(); }
-  std::string describe_key(std::string_view key) const override { return client_->describe(key); }
-
-  std::uint64_t stat(std::string_view key, const IoOptions& io) override {
-    validate_key(key);
-    auto p = client_->head(key, io, "stat");
-    if (!p) client_->throw_not_found("stat", key);
-    return p->size;
-  }
-
-  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io) override {
-    validate_key(key);
-    client_->read(key, offset, out, "", io);
-  }
-
-  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
-                                          const IoOptions& io) override {
-    validate_key(key);
-    for (int tries = 0;; ++tries) {
-      auto p = client_->head(key, io, "open");
-      if (!p) client_->throw_not_found("open", key);
-      if (p->size > client_->config().whole_source_bytes) {
-        return std::make_unique<RangedSource>(client_, std::string(key), p->size, p->etag);
-      }
-      std::string bytes(p->size, '\0');
-      try {
-        if (!bytes.empty()) client_->read(key, 0, std::as_writable_bytes(std::span(bytes)), p->etag, io);
-      } catch (const StorageError& e) {
-        // Replaced or removed between HEAD and GET: look again (bounded).
-        if (tries < 3 && e.kind() != StorageError::Kind::kPermission && !e.retryable()) continue;
-        throw;
-      } catch (const FormatError&) {
-        if (tries < 3) continue;
-        throw;
-      }
-      return std::make_unique<http::WholeObjectSource>(std::move(bytes), client_->describe(key));
-    }
-  }
-
-  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
-                                             const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "open " + client_->describe(key));
-    return std::make_unique<AzureWriter>(client_, std::string(key));
-  }
-
-  void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
-    validate_key(key);
-    if (io_expired(io)) check_io(io, "write " + client_->describe(key));
-    if (data.size() <= client_->pool().buffer_bytes()) {
-      client_->put_blob(key, data, io);  // one request: the blob appears whole or not at all
-      return;
-    }
-    AzureWriter writer(client_, std::string(key));
-    writer.append(data, io);
-    writer.commit(io);
-  }
-
-  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
-    validate_prefix(prefix);
-    return client_->list(prefix, io);
-  }
-
-  void remove(std::string_view key, const IoOptions& io) override {
-    validate_key(key);
-    client_->remove(key, io);
-  }
-
-  std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
-    validate_prefix(prefix);
-    std::vector<ObjectInfo> objects = client_->list(prefix, io);
-    http::for_each_in_parallel(objects.size(), static_cast<int>(client_->config().parallelism),
-                               [&](std::size_t i) { client_->remove(objects[i].key, io); });
-    return objects.size();
-  }
-
- private:
-  std::shared_ptr<AzureClient> client_;
-};
+std::unique_ptr<StorageWriter> AzureClient::open_writer(const std::string& key) {
+  http::UploadLimits limits;
+  limits.part_bytes = pool_->buffer_bytes();
+  limits.parts_in_flight = static_cast<int>(std::max<std::size_t>(1, config_.parallelism));
+  return http::make_upload_writer(
+      key, describe(key), std::make_shared<AzureUpload>(std::static_pointer_cast<AzureClient>(shared_from_this()), key),
+      pool_, limits);
+}
 
 std::shared_ptr<AzureClient> make_client(std::string_view url, AzureConfig config, const StorageOptions& options) {
   AzureLocation location = parse_azure_url(url);
@@ -758,7 +495,7 @@ AzureLocation parse_azure_url(std::string_view url) {
 
 std::unique_ptr<Storage> open_azure_storage_with(std::string_view url, const AzureConfig& config,
                                                  const StorageOptions& options) {
-  return std::make_unique<AzureStorage>(make_client(url, config, options));
+  return http::make_object_store_storage(make_client(url, config, options), "");
 }
 
 std::unique_ptr<Storage> open_azure_storage(std::string_view url, const StorageOptions& options) {

@@ -5,14 +5,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <future>
-#include <iostream>
 #include <optional>
 
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
+#include "storage/http/upload_writer.h"
 
 namespace shardpoint::storage::gcs {
 namespace {
@@ -272,117 +271,40 @@ struct GcsCore final : http::ObjectClient {
 };
 
 // ---------------------------------------------------------------------------------------
-// Writer: one buffer filling while the previous chunk uploads (sessions take chunks in order).
+// Writer: http/upload_writer.h with a resumable session. GCS takes a session's chunks in
+// order, so one chunk uploads while the writer fills the next; the last names the total.
 
-class GcsWriter final : public StorageWriter {
+class GcsUpload final : public http::PartUpload {
  public:
-  GcsWriter(std::shared_ptr<GcsCore> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
+  GcsUpload(std::shared_ptr<GcsCore> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
 
-  ~GcsWriter() override {
-    if (committed_) return;
-    abandon();
+  void put_whole(ByteSpan data, const IoOptions& io) override { core_->put(key_, data, io, "write"); }
+  void start(const IoOptions& io) override { session_ = core_->start_session(key_, io); }
+
+  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+    core_->put_chunk(session_, key_, offset, data, std::nullopt, io);
   }
 
-  void append(ByteSpan data, const IoOptions& io) override {
-    check_open("append");
-    if (io_expired(io)) check_io(io, "write " + core_->describe(key_));
-    while (!data.empty()) {
-      if (!current_) {
-        reap_if_done();  // a failed chunk fails the writer now, not at commit
-        current_ = core_->pool->acquire(io.deadline, io.stop);
-      }
-      std::size_t n = std::min(data.size(), core_->chunk_bytes - fill_);
-      std::memcpy(current_.data() + fill_, data.data(), n);
-      fill_ += n;
-      position_ += n;
-      data = data.subspan(n);
-      if (fill_ == core_->chunk_bytes && !data.empty()) submit_chunk(io);
-    }
+  void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
+    core_->put_chunk(session_, key_, size - tail.size(), tail, size, io);
   }
 
-  std::uint64_t position() const override { return position_; }
-
-  void commit(const IoOptions& io) override {
-    check_open("commit");
-    committed_ = true;  // single use, whatever happens below
-    try {
-      if (io_expired(io)) check_io(io, "commit " + core_->describe(key_));
-      ByteSpan last = current_ ? ByteSpan(current_.data(), fill_) : ByteSpan();
-      if (session_.empty()) {
-        core_->put(key_, last, io, "write");
-      } else {
-        wait_inflight();
-        core_->put_chunk(session_, key_, position_ - fill_, last, position_, io);
-      }
-      current_.release();
-    } catch (...) {
-      abandon();
-      throw;
-    }
-  }
-
-  const std::string& key() const override { return key_; }
+  void abort() override { core_->cancel_session(session_, key_); }
 
  private:
-  void check_open(std::string_view op) const {
-    if (committed_) throw UsageError(std::string(op) + " " + core_->describe(key_) + ": writer already committed");
-  }
-
-  // Hands the full current buffer to an upload task after the previous chunk landed.
-  void submit_chunk(const IoOptions& io) {
-    if (session_.empty()) session_ = core_->start_session(key_, io);
-    wait_inflight();
-    auto lease = std::make_shared<BufferPool::Lease>(std::move(current_));
-    const std::uint64_t offset = position_ - fill_;
-    const std::size_t size = fill_;
-    fill_ = 0;
-    current_ = BufferPool::Lease();
-    IoOptions task_io = io;
-    inflight_ = std::async(std::launch::async, [this, lease, offset, size, task_io] {
-      // The buffer goes back to the pool when the chunk ends, failed or not.
-      BufferPool::Lease buffer = std::move(*lease);
-      core_->put_chunk(session_, key_, offset, ByteSpan(buffer.data(), size), std::nullopt, task_io);
-    });
-  }
-
-  void wait_inflight() {
-    if (inflight_.valid()) inflight_.get();  // rethrows the chunk's error
-  }
-
-  void reap_if_done() {
-    if (inflight_.valid() && inflight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) inflight_.get();
-  }
-
-  // Waits for the chunk in flight, gives the buffer back and cancels the session.
-  void abandon() noexcept {
-    try {
-      wait_inflight();
-    } catch (...) {
-      // The upload is being abandoned; the error that made us abandon it is reported.
-    }
-    current_.release();
-    if (session_.empty()) return;
-    try {
-      core_->cancel_session(session_, key_);
-    } catch (const std::exception& e) {
-      // Destructors cannot report; an unfinished session is never visible and expires.
-      std::cerr << "shardpoint: warning: " << e.what() << "\n";
-    }
-    session_.clear();
-  }
-
   std::shared_ptr<GcsCore> core_;
   std::string key_;
-  BufferPool::Lease current_;
-  std::size_t fill_ = 0;
-  std::uint64_t position_ = 0;
   std::string session_;  // secret: never printed
-  std::future<void> inflight_;
-  bool committed_ = false;
 };
 
 std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key) {
-  return std::make_unique<GcsWriter>(std::static_pointer_cast<GcsCore>(shared_from_this()), key);
+  http::UploadLimits limits;
+  limits.part_bytes = chunk_bytes;
+  limits.parts_in_flight = 1;
+  limits.tail_in_finish = true;
+  return http::make_upload_writer(
+      key, describe(key), std::make_shared<GcsUpload>(std::static_pointer_cast<GcsCore>(shared_from_this()), key),
+      pool, limits);
 }
 
 }  // namespace

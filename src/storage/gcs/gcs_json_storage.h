@@ -13,7 +13,7 @@
 //              through read-ahead windows (http/ranged_reads.h), every GET pinned to the
 //              generation seen at open with ifGenerationMatch: a replaced object fails with
 //              StorageError kOther instead of mixing versions.
-//   - writers: bytes staged in BufferPool buffers. An object that fits in one chunk is one
+//   - writers (http/upload_writer.h): bytes staged in BufferPool buffers. An object that fits in one chunk is one
 //              POST {endpoint}/upload/storage/v1/b/BUCKET/o?uploadType=media&name=NAME at
 //              commit(). A larger one opens a resumable session (uploadType=resumable; the
 //              session URI comes back in Location) when the first chunk is full and PUTs
@@ -21,7 +21,8 @@
 //              says the total. GCS takes a session's chunks in order, so one chunk uploads
 //              while the writer fills the next (two buffers per writer). The object appears
 //              in one step when the last chunk lands. A writer destroyed without commit(),
-//              or a failed commit, DELETEs the session: nothing is published.
+//              or after a failed append() or commit(), DELETEs the session: nothing is
+//              published.
 //              A 308 whose Range shows fewer bytes persisted than sent resends the rest.
 //   - write_atomic(): one uploadType=media POST (GCS publishes an object whole).
 //   - list():  GET {endpoint}/storage/v1/b/BUCKET/o?prefix=P&pageToken=T (paged by

@@ -44,22 +44,25 @@ class ObjectStoreStorage final : public Storage {
   std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
                                           const IoOptions& io) override {
     start("open", key, io);
-    ObjectClient::Version version = existing(key, io, "open");
     const SourceLimits limits = client_->source_limits();
-    if (version.size <= limits.whole_bytes) {
+    for (int tries = 0;; ++tries) {
+      ObjectClient::Version version = existing(key, io, "open");
+      if (version.size > limits.whole_bytes) return windowed_source(key, version, limits);
       std::string bytes(version.size, '\0');
-      if (version.size > 0) {
-        client_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", version.tag);
+      try {
+        if (version.size > 0) {
+          client_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", version.tag);
+        }
+      } catch (const StorageError& e) {
+        // Replaced or removed between the HEAD and the GET: look again (bounded).
+        if (tries < 3 && !e.retryable() && e.kind() != StorageError::Kind::kPermission) continue;
+        throw;
+      } catch (const FormatError&) {  // shorter now than the HEAD said
+        if (tries < 3) continue;
+        throw;
       }
       return std::make_unique<WholeObjectSource>(std::move(bytes), client_->describe(key));
     }
-    // The source outlives this Storage (storage.h): the fetch keeps the client alive.
-    auto fetch = [client = client_, name = std::string(key), tag = version.tag](std::uint64_t offset,
-                                                                                std::span<std::byte> out) {
-      client->read_into(name, offset, out, {}, "read", tag);
-    };
-    return std::make_unique<WindowedSource>(client_->describe(key), version.size, limits.window_bytes,
-                                            limits.windows, std::move(fetch));
   }
 
   std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
@@ -99,6 +102,18 @@ class ObjectStoreStorage final : public Storage {
   void start(std::string_view op, std::string_view key, const IoOptions& io) const {
     validate_key(key);
     if (io_expired(io)) check_io(io, std::string(op) + " " + client_->describe(key));
+  }
+
+  // A large object read lazily through read-ahead windows, every GET pinned to version.
+  std::unique_ptr<ByteSource> windowed_source(std::string_view key, const ObjectClient::Version& version,
+                                              const SourceLimits& limits) const {
+    // The source outlives this Storage (storage.h): the fetch keeps the client alive.
+    auto fetch = [client = client_, name = std::string(key), tag = version.tag](std::uint64_t offset,
+                                                                                std::span<std::byte> out) {
+      client->read_into(name, offset, out, {}, "read", tag);
+    };
+    return std::make_unique<WindowedSource>(client_->describe(key), version.size, limits.window_bytes, limits.windows,
+                                            std::move(fetch));
   }
 
   ObjectClient::Version existing(std::string_view key, const IoOptions& io, const std::string& op) {

@@ -1,10 +1,12 @@
 // ObjectStoreStorage: the Storage interface over an object store's protocol, shared by the
-// S3 (XML API, also GCS with HMAC keys) and GCS JSON drivers. The driver implements
-// ObjectClient (the requests: HEAD-like metadata, ranged GETs, whole PUTs, writers, list,
-// delete); this class adds what every object store does the same way: key validation,
-// IoOptions checks, not-found and past-the-end errors, sources (small objects fetched whole,
-// larger ones through read-ahead windows pinned to the version seen at open), sorted
-// listings and parallel deletes for remove_prefix().
+// S3 (XML API, also GCS with HMAC keys), GCS JSON and Azure Blob drivers. The driver
+// implements ObjectClient (the requests: HEAD-like metadata, ranged GETs, whole PUTs,
+// writers, list, delete); this class adds what every object store does the same way: key
+// validation, IoOptions checks, not-found and past-the-end errors, sources (small objects
+// fetched whole, looked at again when replaced between the HEAD and the GET; larger ones
+// through read-ahead windows pinned to the version seen at open), sorted listings and
+// parallel deletes for remove_prefix(). Drivers build their writers with
+// http/upload_writer.h.
 //
 // Features: range_reads and atomic_publish (an object store publishes a PUT or a finished
 // upload whole). Thread-safety: as storage.h; ObjectClient methods are called from any
@@ -33,7 +35,7 @@ struct SourceLimits {
 
 class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
  public:
-  // What an object is now: its size and a version tag (S3 ETag, GCS generation).
+  // What an object is now: its size and a version tag (S3 / Azure ETag, GCS generation).
   struct Version {
     std::uint64_t size = 0;
     std::string tag;
@@ -41,7 +43,8 @@ class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
 
   virtual ~ObjectClient() = default;
 
-  // "s3://bucket/prefix": the root as URLs and messages show it (no query).
+  // "s3://bucket/prefix", "az://container/prefix": the root as URLs and messages show it
+  // (no query).
   virtual std::string root_url() const = 0;
   // `S3 object "s3://b/p/key"`: how errors name an object.
   virtual std::string describe(std::string_view key) const = 0;

@@ -4,9 +4,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <future>
-#include <iostream>
 #include <map>
 #include <mutex>
 
@@ -16,6 +13,7 @@
 #include "storage/http/http_client.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
+#include "storage/http/upload_writer.h"
 
 namespace shardpoint::storage::s3 {
 namespace {
@@ -318,145 +316,46 @@ struct S3Core final : http::ObjectClient {
 };
 
 // ---------------------------------------------------------------------------------------
-// Writer: parts in pool buffers, uploaded in parallel once the first part is full.
+// Writer: http/upload_writer.h with S3's multipart upload (part numbers start at 1).
 
-class S3Writer final : public StorageWriter {
+class S3Upload final : public http::PartUpload {
  public:
-  S3Writer(std::shared_ptr<S3Core> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
+  S3Upload(std::shared_ptr<S3Core> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
 
-  ~S3Writer() override {
-    if (committed_) return;
-    drain_quietly();
-    if (!upload_id_.empty()) {
-      try {
-        core_->abort_multipart(core_->object_name(key_), upload_id_, IoOptions::with_timeout(std::chrono::seconds(60)));
-      } catch (const std::exception& e) {
-        // Destructors cannot report; remove_prefix() aborts what is left under its prefix.
-        std::cerr << "shardpoint: warning: " << e.what() << "\n";
-      }
-    }
+  void put_whole(ByteSpan data, const IoOptions& io) override { core_->put(key_, data, io, "write"); }
+  void start(const IoOptions& io) override { upload_id_ = core_->create_multipart(key_, io); }
+
+  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+    const int part = static_cast<int>(index) + 1;
+    std::string etag = core_->upload_part(key_, upload_id_, part, data, io);
+    std::lock_guard lock(etags_mu_);
+    etags_[part] = std::move(etag);
   }
 
-  void append(ByteSpan data, const IoOptions& io) override {
-    check_open("append");
-    if (io_expired(io)) check_io(io, "write " + core_->describe(key_));
-    while (!data.empty()) {
-      if (!current_) {
-        reap_finished();  // a failed part fails the writer now, not at commit
-        current_ = core_->pool->acquire(io.deadline, io.stop);
-      }
-      std::size_t n = std::min(data.size(), current_.size() - fill_);
-      std::memcpy(current_.data() + fill_, data.data(), n);
-      fill_ += n;
-      position_ += n;
-      data = data.subspan(n);
-      if (fill_ == current_.size() && !data.empty()) submit_part(io);
-    }
+  void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
+    std::lock_guard lock(etags_mu_);
+    core_->complete_multipart(key_, upload_id_, etags_, io);
   }
 
-  std::uint64_t position() const override { return position_; }
-
-  void commit(const IoOptions& io) override {
-    check_open("commit");
-    committed_ = true;  // single use, whatever happens below
-    try {
-      if (io_expired(io)) check_io(io, "commit " + core_->describe(key_));
-      if (upload_id_.empty()) {
-        ByteSpan body = current_ ? ByteSpan(current_.data(), fill_) : ByteSpan();
-        core_->put(key_, body, io, "write");
-        current_.release();
-        return;
-      }
-      if (fill_ > 0) submit_part(io);
-      wait_all();
-      core_->complete_multipart(key_, upload_id_, etags_, io);
-    } catch (...) {
-      drain_quietly();
-      if (!upload_id_.empty()) {
-        try {
-          core_->abort_multipart(core_->object_name(key_), upload_id_, IoOptions::with_timeout(std::chrono::seconds(60)));
-        } catch (const std::exception& e) {
-          std::cerr << "shardpoint: warning: " << e.what() << "\n";
-        }
-      }
-      throw;
-    }
+  void abort() override {
+    core_->abort_multipart(core_->object_name(key_), upload_id_, IoOptions::with_timeout(std::chrono::seconds(60)));
   }
-
-  const std::string& key() const override { return key_; }
 
  private:
-  void check_open(std::string_view op) const {
-    if (committed_) throw UsageError(std::string(op) + " " + core_->describe(key_) + ": writer already committed");
-  }
-
-  // Hands the full current buffer to an upload task (starting the multipart upload first).
-  void submit_part(const IoOptions& io) {
-    if (upload_id_.empty()) upload_id_ = core_->create_multipart(key_, io);
-    while (static_cast<int>(inflight_.size()) >= std::max(1, core_->config.max_parallel_parts)) {
-      wait_oldest();
-    }
-    const int part = next_part_++;
-    auto lease = std::make_shared<BufferPool::Lease>(std::move(current_));
-    const std::size_t size = fill_;
-    fill_ = 0;
-    current_ = BufferPool::Lease();
-    IoOptions task_io = io;
-    inflight_.push_back(std::async(std::launch::async, [this, part, lease, size, task_io] {
-      // The buffer goes back to the pool when the upload ends, failed or not (the future,
-      // which keeps this callable alive, may be waited for much later).
-      BufferPool::Lease buffer = std::move(*lease);
-      std::string etag = core_->upload_part(key_, upload_id_, part, ByteSpan(buffer.data(), size), task_io);
-      buffer.release();
-      std::lock_guard lock(etags_mu_);
-      etags_[part] = etag;
-    }));
-  }
-
-  void wait_oldest() {
-    std::future<void> f = std::move(inflight_.front());
-    inflight_.pop_front();
-    f.get();  // rethrows the part's error
-  }
-
-  // Collects the parts that finished (rethrowing the first error), oldest first.
-  void reap_finished() {
-    while (!inflight_.empty() &&
-           inflight_.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      wait_oldest();
-    }
-  }
-
-  void wait_all() {
-    while (!inflight_.empty()) wait_oldest();
-  }
-
-  void drain_quietly() noexcept {
-    while (!inflight_.empty()) {
-      try {
-        wait_oldest();
-      } catch (...) {
-        // The upload is being abandoned; the error that made us abandon it is reported.
-      }
-    }
-    current_.release();
-  }
-
   std::shared_ptr<S3Core> core_;
   std::string key_;
-  BufferPool::Lease current_;
-  std::size_t fill_ = 0;
-  std::uint64_t position_ = 0;
   std::string upload_id_;
-  int next_part_ = 1;
-  std::deque<std::future<void>> inflight_;
   std::mutex etags_mu_;
   std::map<int, std::string> etags_;  // GUARDED_BY(etags_mu_)
-  bool committed_ = false;
 };
 
 std::unique_ptr<StorageWriter> S3Core::open_writer(const std::string& key) {
-  return std::make_unique<S3Writer>(std::static_pointer_cast<S3Core>(shared_from_this()), key);
+  http::UploadLimits limits;
+  limits.part_bytes = part_bytes;
+  limits.parts_in_flight = config.max_parallel_parts;
+  return http::make_upload_writer(
+      key, describe(key), std::make_shared<S3Upload>(std::static_pointer_cast<S3Core>(shared_from_this()), key), pool,
+      limits);
 }
 
 long env_long(const char* name, long fallback) {

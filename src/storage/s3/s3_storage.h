@@ -16,12 +16,13 @@
 //
 // Protocol (AWS S3 REST, SigV4 signed by libcurl with x-amz-content-sha256 = the SHA-256 of
 // the body):
-//   - writers stage bytes in BufferPool buffers. An object that fits in one part is one PUT
-//     at commit(). A larger one starts a multipart upload when the first part is full and
-//     uploads parts in parallel (at most max_parallel_parts in flight per writer, each
-//     holding its pool buffer, so memory stays bounded by the pool); commit() uploads the
-//     last part and completes the upload. A writer destroyed without commit(), or a failed
-//     commit, aborts the multipart upload, so nothing half-written remains.
+//   - writers (http/upload_writer.h) stage bytes in BufferPool buffers. An object that fits
+//     in one part is one PUT at commit(). A larger one starts a multipart upload when the
+//     first part is full and uploads parts in parallel (at most max_parallel_parts in flight
+//     per writer, each holding its pool buffer, so memory stays bounded by the pool);
+//     commit() uploads the last part and completes the upload. A writer destroyed without
+//     commit(), or after a failed append() or commit(), aborts the multipart upload, so
+//     nothing half-written remains.
 //   - write_atomic() is one PUT: S3 publishes an object whole, so readers see the old or the
 //     new bytes. This is how `.metadata` is committed after every data object (the engine's
 //     order), and a prefix without `.metadata` is no checkpoint to any reader.

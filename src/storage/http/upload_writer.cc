@@ -1,0 +1,176 @@
+#include "storage/http/upload_writer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <iostream>
+#include <stop_token>
+
+#include "core/error.h"
+
+namespace shardpoint::storage::http {
+namespace {
+
+class UploadWriter final : public StorageWriter {
+ public:
+  UploadWriter(std::string key, std::string name, std::shared_ptr<PartUpload> upload,
+               std::shared_ptr<BufferPool> pool, UploadLimits limits)
+      : key_(std::move(key)), name_(std::move(name)), upload_(std::move(upload)), pool_(std::move(pool)),
+        limits_(limits) {
+    limits_.part_bytes = std::clamp<std::size_t>(limits_.part_bytes, 1, pool_->buffer_bytes());
+    limits_.parts_in_flight = std::max(1, limits_.parts_in_flight);
+  }
+
+  ~UploadWriter() override {
+    if (!published_) abandon();
+  }
+
+  void append(ByteSpan data, const IoOptions& io) override {
+    check_open("append");
+    if (io_expired(io)) check_io(io, "write " + name_);
+    try {
+      while (!data.empty()) {
+        if (!buffer_) {
+          reap_finished();  // a failed part fails the writer now, not at commit
+          buffer_ = pool_->acquire(io.deadline, io.stop);
+          fill_ = 0;
+        }
+        std::size_t n = std::min(data.size(), limits_.part_bytes - fill_);
+        std::memcpy(buffer_.data() + fill_, data.data(), n);
+        fill_ += n;
+        position_ += n;
+        data = data.subspan(n);
+        // A full buffer waits for more bytes: an object of exactly one part stays one request.
+        if (fill_ == limits_.part_bytes && !data.empty()) send_part(io);
+      }
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+  }
+
+  std::uint64_t position() const override { return position_; }
+
+  void commit(const IoOptions& io) override {
+    check_open("commit");
+    committed_ = true;  // single use, even when this commit fails
+    try {
+      if (io_expired(io)) check_io(io, "commit " + name_);
+      ByteSpan rest = buffer_ ? ByteSpan(buffer_.data(), fill_) : ByteSpan();
+      if (!started_) {
+        upload_->put_whole(rest, io);
+      } else if (limits_.tail_in_finish) {
+        wait_all();
+        upload_->finish(parts_, position_, rest, io);
+      } else {
+        if (fill_ > 0) send_part(io);
+        wait_all();
+        upload_->finish(parts_, position_, {}, io);
+      }
+      published_ = true;
+      buffer_.release();
+    } catch (...) {
+      abandon();
+      throw;
+    }
+  }
+
+  const std::string& key() const override { return key_; }
+
+ private:
+  void check_open(std::string_view op) const {
+    if (committed_) throw UsageError(std::string(op) + " " + name_ + ": writer already committed");
+    if (failed_) throw UsageError(std::string(op) + " " + name_ + ": an earlier append failed; start a new writer");
+  }
+
+  // Hands the full buffer to an upload task (starting the upload before the first part).
+  void send_part(const IoOptions& io) {
+    if (!started_) {
+      upload_->start(io);
+      started_ = true;
+    }
+    while (static_cast<int>(inflight_.size()) >= limits_.parts_in_flight) wait_oldest();
+    const std::size_t index = parts_++;
+    const std::uint64_t offset = position_ - fill_;
+    const std::size_t size = fill_;
+    // The task stops retrying when the caller stops or this writer is abandoned.
+    IoOptions task_io = io;
+    task_io.stop = stop_parts_.get_token();
+    inflight_.push_back(std::async(std::launch::async, [upload = upload_, lease = std::move(buffer_), index, offset,
+                                                        size, task_io, caller = io.stop,
+                                                        stop_parts = stop_parts_]() mutable {
+      // The buffer goes back to the pool when the part ends, failed or not, not when the
+      // writer collects this future: the writer may be waiting on the pool for its next one.
+      BufferPool::Lease buffer = std::move(lease);
+      std::stop_callback link(caller, [&stop_parts] { stop_parts.request_stop(); });
+      upload->put_part(index, offset, ByteSpan(buffer.data(), size), task_io);
+    }));
+    buffer_ = BufferPool::Lease();
+    fill_ = 0;
+  }
+
+  void wait_oldest() {
+    std::future<void> oldest = std::move(inflight_.front());
+    inflight_.pop_front();
+    oldest.get();  // rethrows the part's error
+  }
+
+  // Collects the parts that finished (rethrowing the first error), oldest first.
+  void reap_finished() {
+    while (!inflight_.empty() && inflight_.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      wait_oldest();
+    }
+  }
+
+  void wait_all() {
+    while (!inflight_.empty()) wait_oldest();
+  }
+
+  // Stops and waits for the parts in flight, gives the buffer back and aborts the upload.
+  void abandon() noexcept {
+    stop_parts_.request_stop();
+    while (!inflight_.empty()) {
+      try {
+        wait_oldest();
+      } catch (...) {
+        // The upload is being abandoned; the error that made us abandon it is reported.
+      }
+    }
+    buffer_.release();
+    if (!started_) return;
+    started_ = false;
+    try {
+      upload_->abort();
+    } catch (const std::exception& e) {
+      // Destructors cannot report; what an abort leaves is never visible (S3's remove_prefix()
+      // aborts unfinished uploads, GCS sessions and Azure blocks expire).
+      std::cerr << "shardpoint: warning: " << e.what() << "\n";
+    }
+  }
+
+  std::string key_;
+  std::string name_;
+  std::shared_ptr<PartUpload> upload_;
+  std::shared_ptr<BufferPool> pool_;
+  UploadLimits limits_;
+  BufferPool::Lease buffer_;
+  std::size_t fill_ = 0;
+  std::uint64_t position_ = 0;
+  std::size_t parts_ = 0;
+  std::deque<std::future<void>> inflight_;
+  std::stop_source stop_parts_;  // requested when the writer is abandoned or the caller stops
+  bool started_ = false;    // start() ran and the upload is not aborted
+  bool committed_ = false;  // commit() was called
+  bool published_ = false;  // commit() succeeded
+  bool failed_ = false;     // an append() threw
+};
+
+}  // namespace
+
+std::unique_ptr<StorageWriter> make_upload_writer(std::string key, std::string name, std::shared_ptr<PartUpload> upload,
+                                                  std::shared_ptr<BufferPool> pool, UploadLimits limits) {
+  return std::make_unique<UploadWriter>(std::move(key), std::move(name), std::move(upload), std::move(pool), limits);
+}
+
+}  // namespace shardpoint::storage::http
