@@ -1,4 +1,4 @@
-// AzureStorage: the "az" / "abfs" / "abfss" driver. Objects are block blobs in one
+// The Azure Blob driver: "az" / "abfs" / "abfss". Objects are block blobs in one
 // container under a prefix; key "a/b" is the blob "<prefix>/a/b".
 //
 // URLs (strict: no query, fragment, empty / "." / ".." segments; container names are 3-63
@@ -9,28 +9,32 @@
 // Credentials and endpoint: azure_auth.h (connection string, account + key, SAS; a custom
 // endpoint such as Azurite's path-style http://127.0.0.1:PORT/devstoreaccount1).
 //
-// Writing protocol:
+// The driver is an http::ObjectClient (Azure's requests, SharedKey or SAS signed) under the
+// shared http::ObjectStoreStorage (http/object_store.h), so reads, sources and writers work
+// as for s3:// and gs://.
+//
+// Writing protocol (http/upload_writer.h):
 //   1. append() copies bytes into a buffer leased from the StorageOptions BufferPool; each
-//      full buffer becomes one Put Block (block ids unique per writer), sent on its own
-//      thread; at most AzureConfig::parallelism blocks are in flight per writer, each
-//      holding its buffer until the block is stored (memory stays bounded by the pool).
+//      full buffer with more bytes behind it becomes one Put Block (block ids unique per
+//      writer), sent on its own thread; at most AzureConfig::parallelism blocks are in
+//      flight per writer, each holding its buffer until the block is stored (memory stays
+//      bounded by the pool).
 //   2. commit() of an object that fits in one buffer is one Put Blob. Otherwise it sends the
 //      last block, waits for all, then Put Block List: the blob appears atomically, whole.
-//   3. A writer destroyed without commit() (or whose commit failed) waits for its blocks in
-//      flight and commits nothing: its uncommitted blocks are never referenced by a block
-//      list, are invisible to readers and list(), and are garbage-collected by the service
-//      (Azure drops uncommitted blocks after 7 days; Azurite when its GC runs). A previous
-//      blob under the key stays intact.
-//   write_atomic() is one Put Blob (block upload above the block size), so `.metadata` is
+//   3. A writer destroyed without commit() (or whose commit or an append failed) stops and
+//      waits for its blocks in flight and commits nothing: its uncommitted blocks are never
+//      referenced by a block list, are invisible to readers and list(), and are
+//      garbage-collected by the service (Azure drops uncommitted blocks after 7 days;
+//      Azurite when its GC runs). A previous blob under the key stays intact.
+//   write_atomic() is one Put Blob (block upload above the buffer size), so `.metadata` is
 //   published in one step, after the data objects (the engine's order).
 // Reads: ranged GETs (x-ms-range) straight into the caller's buffer; a read larger than
-// read_chunk_bytes is split into parallel ranged GETs. open_source() downloads small blobs
-// whole and reads large ones with ranged GETs pinned to the ETag seen at open (see
-// AzureConfig::whole_source_bytes): a large source whose blob was replaced or removed
-// throws StorageError instead of returning the new bytes. A large source serves reads of up
-// to 64 KiB from aligned 64 KiB windows (32 cached per source), so the bursts of small reads
-// a zip/pickle parser makes at both ends of each item cost one or two GETs (measured: a
-// 1-rank load of 170 MB went from ~1200 requests and 8.5 s to ~170 and 1.8 s on Azurite).
+// read_chunk_bytes is split into parallel ranged GETs. open_source() downloads blobs up to
+// AzureConfig::whole_source_bytes whole and reads larger ones through a cache of read-ahead
+// blocks (http/ranged_reads.h WindowedSource: source_cache_windows blocks of
+// source_window_bytes, threads missing on one block share its fetch), every GET pinned to
+// the ETag seen at open with If-Match: a large source whose blob was replaced or removed
+// throws StorageError instead of returning the new bytes.
 // Retries: 5xx, 408, 429, connection failures and timeouts, with exponential backoff and
 // jitter (AzureConfig). Errors name the blob as `azure blob "az://c/p/key"`, the HTTP status,
 // Azure's error code, the request id and the retry count; never the key or SAS.

@@ -1,0 +1,225 @@
+// http::make_upload_writer, the writer of every object-store driver, over a PartUpload that
+// records what it is asked (no server): one-part objects, parts in parallel with their
+// offsets, the tail handed to finish(), a failed part, abandoned writers and failed commits.
+#include "storage/http/upload_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+
+namespace shardpoint::storage::http {
+namespace {
+
+constexpr std::size_t kPart = 4096;
+
+std::string pattern(std::size_t n) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i * 131 + i / 7);
+  return s;
+}
+
+// Records every call. put_part() of part `fail_part` throws; finish() throws when fail_finish.
+class RecordingUpload final : public PartUpload {
+ public:
+  void put_whole(ByteSpan data, const IoOptions& io) override {
+    std::lock_guard lock(mu_);
+    whole = std::string(reinterpret_cast<const char*>(data.data()), data.size());
+    whole_calls++;
+  }
+  void start(const IoOptions& io) override { starts++; }
+  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+    int now = ++in_flight_;
+    for (int seen = max_in_flight.load(); now > seen && !max_in_flight.compare_exchange_weak(seen, now);) {
+    }
+    std::this_thread::yield();  // lets other parts start while this one is "uploading"
+    --in_flight_;
+    if (static_cast<int>(index) == fail_part) throw StorageError(StorageError::Kind::kTransient, "part failed");
+    std::lock_guard lock(mu_);
+    parts[index] = {offset, std::string(reinterpret_cast<const char*>(data.data()), data.size())};
+  }
+  void finish(std::size_t count, std::uint64_t size, ByteSpan last, const IoOptions& io) override {
+    if (fail_finish) throw StorageError(StorageError::Kind::kOther, "finish failed");
+    finished_parts = count;
+    finished_size = size;
+    tail = std::string(reinterpret_cast<const char*>(last.data()), last.size());
+  }
+  void abort() override { aborts++; }
+
+  // The parts in index order (checking each starts where the previous ended), then the tail.
+  std::string assembled() const {
+    std::string out;
+    for (const auto& [index, part] : parts) {
+      EXPECT_EQ(part.first, out.size()) << "part " << index;
+      out += part.second;
+    }
+    return out + tail;
+  }
+
+  int fail_part = -1;
+  bool fail_finish = false;
+  std::string whole;
+  int whole_calls = 0;
+  std::atomic<int> starts{0};
+  std::atomic<int> aborts{0};
+  std::atomic<int> max_in_flight{0};
+  std::map<std::size_t, std::pair<std::uint64_t, std::string>> parts;
+  std::size_t finished_parts = 0;
+  std::uint64_t finished_size = 0;
+  std::string tail;
+
+ private:
+  std::mutex mu_;
+  std::atomic<int> in_flight_{0};
+};
+
+std::shared_ptr<BufferPool> small_pool(std::size_t buffers) {
+  BufferPoolOptions options;
+  options.buffer_bytes = kPart;
+  options.capacity_bytes = buffers * kPart;
+  options.huge_pages = false;
+  return std::make_shared<BufferPool>(options);
+}
+
+std::unique_ptr<StorageWriter> writer_for(std::shared_ptr<RecordingUpload> upload, std::shared_ptr<BufferPool> pool,
+                                          int parts_in_flight, bool tail_in_finish) {
+  UploadLimits limits;
+  limits.part_bytes = kPart;
+  limits.parts_in_flight = parts_in_flight;
+  limits.tail_in_finish = tail_in_finish;
+  return make_upload_writer("k", "test object \"t://k\"", std::move(upload), std::move(pool), limits);
+}
+
+void append_in_pieces(StorageWriter& w, const std::string& data, std::size_t piece) {
+  for (std::size_t pos = 0; pos < data.size(); pos += piece) {
+    w.append(as_bytes(std::string_view(data).substr(pos, piece)));
+  }
+}
+
+TEST(UploadWriterTest, AnObjectOfOnePartIsOnePutWhole) {
+  for (std::size_t size : {std::size_t{0}, std::size_t{100}, kPart}) {
+    auto upload = std::make_shared<RecordingUpload>();
+    auto pool = small_pool(2);
+    auto w = writer_for(upload, pool, 4, false);
+    const std::string data = pattern(size);
+    append_in_pieces(*w, data, 33);
+    EXPECT_EQ(w->position(), size);
+    w->commit();
+    EXPECT_EQ(upload->whole_calls, 1) << size;
+    EXPECT_EQ(upload->whole, data) << size;
+    EXPECT_EQ(upload->starts, 0) << size;
+    EXPECT_TRUE(upload->parts.empty()) << size;
+    EXPECT_EQ(pool->leased_buffers(), 0u);
+    EXPECT_THROW(w->commit(), UsageError);
+    EXPECT_THROW(w->append(as_bytes(std::string_view("x"))), UsageError);
+  }
+}
+
+TEST(UploadWriterTest, PartsGoInParallelWithTheirOffsetsAndMemoryStaysInThePool) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(4);
+  auto w = writer_for(upload, pool, 3, false);
+  const std::string data = pattern(10 * kPart + 17);
+  append_in_pieces(*w, data, 777);
+  EXPECT_LE(pool->allocated_buffers(), 4u);
+  w->commit();
+  EXPECT_EQ(upload->starts, 1);
+  EXPECT_EQ(upload->whole_calls, 0);
+  EXPECT_EQ(upload->parts.size(), 11u);  // the 17-byte tail is a part of its own
+  EXPECT_EQ(upload->finished_parts, 11u);
+  EXPECT_EQ(upload->finished_size, data.size());
+  EXPECT_TRUE(upload->tail.empty());
+  EXPECT_EQ(upload->assembled(), data);
+  EXPECT_LE(upload->max_in_flight, 3);
+  EXPECT_EQ(upload->aborts, 0);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+TEST(UploadWriterTest, InOrderServicesGetOnePartAtATimeAndTheTailInFinish) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(2);
+  auto w = writer_for(upload, pool, 1, true);
+  const std::string data = pattern(5 * kPart);  // the last full part is the tail
+  append_in_pieces(*w, data, 1000);
+  w->commit();
+  EXPECT_EQ(upload->parts.size(), 4u);
+  EXPECT_EQ(upload->finished_parts, 4u);
+  EXPECT_EQ(upload->tail.size(), kPart);
+  EXPECT_EQ(upload->finished_size, data.size());
+  EXPECT_EQ(upload->assembled(), data);
+  EXPECT_EQ(upload->max_in_flight, 1);
+}
+
+TEST(UploadWriterTest, AFailedPartFailsTheWriterWhichRefusesCommitAndAbortsOnDestruction) {
+  auto upload = std::make_shared<RecordingUpload>();
+  upload->fail_part = 1;
+  auto pool = small_pool(3);
+  {
+    auto w = writer_for(upload, pool, 2, false);
+    const std::string data = pattern(kPart);
+    bool failed = false;
+    for (int i = 0; i < 64 && !failed; ++i) {
+      try {
+        w->append(as_bytes(data));
+      } catch (const StorageError& e) {
+        EXPECT_NE(std::string(e.what()).find("part failed"), std::string::npos) << e.what();
+        failed = true;
+      }
+    }
+    ASSERT_TRUE(failed);
+    // Part 1 is missing: committing would publish a hole.
+    EXPECT_THROW(w->append(as_bytes(data)), UsageError);
+    try {
+      w->commit();
+      FAIL() << "commit after a failed part";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("t://k"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(upload->aborts, 1);
+  EXPECT_EQ(upload->finished_parts, 0u);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+TEST(UploadWriterTest, AnAbandonedWriterAbortsAStartedUploadOnly) {
+  auto pool = small_pool(4);
+  auto started = std::make_shared<RecordingUpload>();
+  {
+    auto w = writer_for(started, pool, 2, false);
+    append_in_pieces(*w, pattern(3 * kPart + 1), 500);
+  }
+  EXPECT_EQ(started->starts, 1);
+  EXPECT_EQ(started->aborts, 1);
+  EXPECT_EQ(started->finished_parts, 0u);
+  auto small = std::make_shared<RecordingUpload>();
+  {
+    auto w = writer_for(small, pool, 2, false);
+    w->append(as_bytes(std::string_view("abc")));
+  }
+  EXPECT_EQ(small->starts, 0);
+  EXPECT_EQ(small->aborts, 0);  // nothing was started, nothing to abort
+  EXPECT_EQ(small->whole_calls, 0);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+TEST(UploadWriterTest, AFailedFinishAbortsOnceAndRethrows) {
+  auto upload = std::make_shared<RecordingUpload>();
+  upload->fail_finish = true;
+  auto pool = small_pool(4);
+  {
+    auto w = writer_for(upload, pool, 2, false);
+    append_in_pieces(*w, pattern(2 * kPart + 5), 4096);
+    EXPECT_THROW(w->commit(), StorageError);
+    EXPECT_EQ(upload->aborts, 1);
+    EXPECT_THROW(w->commit(), UsageError);
+  }
+  EXPECT_EQ(upload->aborts, 1);  // not again at destruction
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+}  // namespace
+}  // namespace shardpoint::storage::http
