@@ -19,6 +19,7 @@
 #include "storage/gcs/gcs_json_storage.h"
 #include "storage/storage_registry.h"
 #include "storage_conformance.h"
+#include "storage_test_util.h"
 
 namespace shardpoint::storage::testing {
 namespace {
@@ -63,22 +64,6 @@ gcs::GcsJsonConfig config(const std::string& name, const std::string& token = kT
 
 std::shared_ptr<Storage> open_json(const std::string& name) {
   return gcs::make_gcs_json_storage(config(name));
-}
-
-std::string pattern(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x = x * 1103515245u + 12345u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::string read_all(Storage& st, const std::string& key) {
-  std::string out(st.stat(key), '\0');
-  st.read(key, 0, std::as_writable_bytes(std::span(out)));
-  return out;
 }
 
 int sessions() { return server().state()["sessions"].get<int>(); }

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "storage_conformance.h"
+#include "storage_test_util.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
@@ -38,19 +39,10 @@ namespace shardpoint::storage {
 namespace {
 
 using shardpoint::testing::read_text;
+using storage::testing::pattern;
 using shardpoint::testing::TempDir;
 using shardpoint::testing::write_text;
 namespace fs = std::filesystem;
-
-std::string pattern(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 7;
-  for (std::size_t i = 0; i < n; ++i) {
-    x = x * 1103515245u + 12345u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
 
 // The open-file flags of this process's descriptor on a path starting with path_prefix
 // (found through /proc/self/fd), or -1.

@@ -24,6 +24,7 @@
 #include "engine/torch_save.h"
 #include "s3_moto.h"
 #include "storage/storage_registry.h"
+#include "storage_test_util.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
@@ -62,12 +63,6 @@ void save_on(int world, Storage& st) {
   group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, st, comm); });
 }
 
-std::string read_object(Storage& st, const std::string& key) {
-  std::string bytes(st.stat(key), '\0');
-  st.read(key, 0, std::as_writable_bytes(std::span(bytes)));
-  return bytes;
-}
-
 // Every object of `a` equals the file of the same name in `b` (and the names match).
 void expect_same_objects(Storage& a, Storage& b) {
   std::vector<ObjectInfo> la = a.list(""), lb = b.list("");
@@ -75,12 +70,12 @@ void expect_same_objects(Storage& a, Storage& b) {
   for (const auto& o : la) ka.push_back(o.key);
   for (const auto& o : lb) kb.push_back(o.key);
   ASSERT_EQ(ka, kb);
-  for (const auto& key : ka) EXPECT_TRUE(read_object(a, key) == read_object(b, key)) << key;
+  for (const auto& key : ka) EXPECT_TRUE(read_all(a, key) == read_all(b, key)) << key;
 }
 
 // Flips one bit in the middle of an object (in the tensor data of a .distcp file).
 void flip_a_byte(Storage& st, const std::string& key) {
-  std::string bytes = read_object(st, key);
+  std::string bytes = read_all(st, key);
   bytes[bytes.size() / 2] ^= 0x10;
   st.write_atomic(key, as_bytes(bytes));
 }

@@ -37,6 +37,7 @@
 #include "format/metadata.h"
 #include "storage/local_storage.h"
 #include "storage/storage_registry.h"
+#include "storage_test_util.h"
 #include "test_util.h"
 
 namespace shardpoint {
@@ -45,7 +46,9 @@ namespace {
 namespace fs = std::filesystem;
 using shardpoint::testing::run_command;
 using shardpoint::testing::TempDir;
+using storage::testing::copy_objects;
 using storage::testing::MotoServer;
+using storage::testing::read_all;
 
 const std::string kTool = SP_SHARDPOINT;
 
@@ -120,24 +123,10 @@ void save_large(storage::Storage& st, int mib) {
   write_meta_pt(st);
 }
 
-// Every object of `from` written under the same key in `to`.
-void copy_objects(storage::Storage& from, storage::Storage& to) {
-  for (const storage::ObjectInfo& o : from.list("")) {
-    std::string bytes(o.size, '\0');
-    from.read(o.key, 0, std::as_writable_bytes(std::span(bytes)));
-    to.write_atomic(o.key, as_bytes(bytes));
-  }
-}
-
-std::string read_object(storage::Storage& st, const std::string& key) {
-  std::string bytes(st.stat(key), '\0');
-  st.read(key, 0, std::as_writable_bytes(std::span(bytes)));
-  return bytes;
-}
-
+// The object a URL names.
 std::string read_object(const std::string& url) {
   auto slash = url.find_last_of('/');
-  return read_object(*storage::open_storage(url.substr(0, slash)), url.substr(slash + 1));
+  return read_all(*storage::open_storage(url.substr(0, slash)), url.substr(slash + 1));
 }
 
 // Multipart uploads in progress in bucket (boto3, which moto needs anyway); -1 on failure.
@@ -223,7 +212,7 @@ TEST(RemoteConsolidateTest, ShardedSafetensorsToS3EqualLocalFolder) {
   EXPECT_EQ(remote_names, local_names);
   EXPECT_GT(remote_names.size(), 2u);
   for (const std::string& name : local_names) {
-    EXPECT_TRUE(read_object(*remote, name) == testing::read_text(dir.file("hf/" + name))) << name;
+    EXPECT_TRUE(read_all(*remote, name) == testing::read_text(dir.file("hf/" + name))) << name;
   }
   // A second run finds the output prefix taken.
   r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " + q(prefix + "/hf"));
@@ -282,7 +271,7 @@ TEST(RemoteConsolidateTest, FailedUploadLeavesNoObjectAndNoUpload) {
     if (index.fqn == "model.b") victim = &info;
   }
   ASSERT_NE(victim, nullptr);
-  std::string file = read_object(*ckpt, victim->relative_path);
+  std::string file = read_all(*ckpt, victim->relative_path);
   file[victim->offset + victim->length / 2] ^= 0x5a;
   ckpt->write_atomic(victim->relative_path, as_bytes(file));
 
@@ -403,7 +392,7 @@ TEST(RemoteConsolidateTest, EngineMemoryUrlsEqualLocal) {
   std::size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir.file("hf"))) {
     const std::string name = e.path().filename().string();
-    EXPECT_TRUE(read_object(*hf, name) == testing::read_text(e.path().string())) << name;
+    EXPECT_TRUE(read_all(*hf, name) == testing::read_text(e.path().string())) << name;
     ++n;
   }
   EXPECT_EQ(hf->list("").size(), n);

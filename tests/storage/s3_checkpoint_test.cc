@@ -21,6 +21,7 @@
 #include "storage/http/http_client.h"
 #include "storage/s3/s3_storage.h"
 #include "storage/storage_registry.h"
+#include "storage_test_util.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
@@ -106,11 +107,7 @@ TEST(S3CheckpointTest, SaveOn4LoadOn2AndInspectEqualsALocalCopy) {
   // A local copy, object by object.
   shardpoint::testing::TempDir dir;
   auto local = open_local_storage_at(dir.file("copy"));
-  for (const ObjectInfo& o : st->list("")) {
-    std::string bytes(o.size, '\0');
-    st->read(o.key, 0, std::as_writable_bytes(std::span(bytes)));
-    local->write_atomic(o.key, as_bytes(bytes));
-  }
+  copy_objects(*st, *local);
   const std::string cli = SP_SHARDPOINT;
   auto remote = shardpoint::testing::run_command("'" + cli + "' inspect --json --hash '" + url + "' 2>&1");
   auto copy = shardpoint::testing::run_command("'" + cli + "' inspect --json --hash '" + dir.file("copy") + "' 2>&1");

@@ -16,6 +16,7 @@
 #include "storage/http/http_client.h"
 #include "storage/storage_registry.h"
 #include "storage_conformance.h"
+#include "storage_test_util.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
@@ -49,16 +50,6 @@ INSTANTIATE_TEST_SUITE_P(Remote, StorageConformanceTest,
                          ::testing::Values(StorageFactory{"s3_moto", &make_s3},
                                            StorageFactory{"gcs_xml_moto", &make_gcs_xml}),
                          StorageFactoryName());
-
-std::string pattern(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 3;
-  for (std::size_t i = 0; i < n; ++i) {
-    x = x * 1103515245u + 12345u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
 
 // Multipart uploads in progress under the bucket (ListMultipartUploads, signed).
 int open_uploads(const MotoServer& moto, const std::string& bucket) {
@@ -146,7 +137,9 @@ TEST(S3StorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
       EXPECT_NE(what.find(url), std::string::npos) << what;
       EXPECT_EQ(what.find("wrong-secret"), std::string::npos) << what;
       EXPECT_EQ(what.find(moto->secret_key()), std::string::npos) << what;
-      if (op != 2) EXPECT_NE(what.find("SignatureDoesNotMatch"), std::string::npos) << what;
+      if (op != 2) {
+        EXPECT_NE(what.find("SignatureDoesNotMatch"), std::string::npos) << what;
+      }
       EXPECT_NE(what.find("request id"), std::string::npos) << what;
     }
   }

@@ -7,32 +7,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "storage_test_util.h"
 
 namespace shardpoint::storage::testing {
 namespace {
-
-// Deterministic, position-dependent bytes: a misplaced range never compares equal.
-std::string pattern(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x = x * 1103515245u + 12345u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::string read_all(Storage& s, std::string_view key) {
-  std::string out(s.stat(key), '\0');
-  s.read(key, 0, std::as_writable_bytes(std::span(out)));
-  return out;
-}
-
-std::string read_range(Storage& s, std::string_view key, std::uint64_t offset, std::size_t n) {
-  std::string out(n, '\0');
-  s.read(key, offset, std::as_writable_bytes(std::span(out)));
-  return out;
-}
 
 void put(Storage& s, std::string_view key, const std::string& bytes) {
   auto w = s.open_writer(key);
