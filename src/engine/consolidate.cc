@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -33,6 +32,7 @@
 #include "engine/flatten.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
+#include "engine/reshard.h"
 #include "format/metadata_codec.h"
 #include "format/checkpoint_path.h"
 #include "pickle/reader.h"
@@ -122,27 +122,9 @@ std::string archive_name_for(const std::string& output) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Locations: a local path, or an object-store URL (s3://, gs://, az://, abfs://, memory://;
-// anything storage::open_storage() knows). "file://" URLs are local paths.
-
-// The scheme of "scheme://rest" when the part before "://" is one (as the storage
-// registry decides), lower-cased; "" for a local path.
-std::string scheme_of(const std::string& location) {
-  std::size_t pos = location.find("://");
-  if (pos == std::string::npos || pos == 0) return "";
-  std::string scheme = location.substr(0, pos);
-  if (!std::isalpha(static_cast<unsigned char>(scheme[0]))) return "";
-  for (char& c : scheme) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') return "";
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  return scheme;
-}
-
-bool is_remote(const std::string& location) {
-  std::string scheme = scheme_of(location);
-  return !scheme.empty() && scheme != "file";
-}
+// Locations: a local path, or a storage URL (s3://, gs://, az://, abfs://, memory://;
+// anything storage::open_storage() knows): is_storage_url(), as for inspect, verify and
+// reshard. "file://" URLs are local paths.
 
 // A URL split as "<scheme>://<authority>" / "<path>" / "?<query>"; path has no empty or
 // "." segments and no leading or trailing '/'.
@@ -172,26 +154,23 @@ UrlParts split_url(const std::string& url) {
 
 // A local path in pathlib's form (file:// stripped), or a URL with a normalized path.
 std::string normalize_location(const std::string& location) {
-  if (is_remote(location)) return split_url(location).join();
-  if (scheme_of(location) == "file") return normalize_path(location.substr(location.find("://") + 3));
-  return normalize_path(location);
+  if (is_storage_url(location)) return split_url(location).join();
+  return normalize_path(location.starts_with("file://") ? location.substr(7) : location);
 }
 
-// "s3://b/p/out.pt?x=y" -> {"s3://b/p?x=y", "out.pt"}. Throws UsageError for a bucket root.
+// split_object_url() of a normalized URL: "s3://b/p/out.pt?x=y" -> {"s3://b/p?x=y",
+// "out.pt"}. Throws UsageError for a bucket root.
 std::pair<std::string, std::string> split_parent_url(const std::string& url, const char* what) {
-  UrlParts parts = split_url(url);
-  if (parts.path.empty()) {
+  std::optional<ObjectUrl> object = split_object_url(url);
+  if (!object) {
     throw UsageError(std::string(what) + " \"" + url + "\" names a bucket or container, not an object under it");
   }
-  auto slash = parts.path.find_last_of('/');
-  std::string base = slash == std::string::npos ? parts.path : parts.path.substr(slash + 1);
-  parts.path = slash == std::string::npos ? "" : parts.path.substr(0, slash);
-  return {parts.join(), base};
+  return {std::move(object->parent), std::move(object->key)};
 }
 
 // "<location>.consolidated" (Lightning's default output), the suffix on the URL's path.
 std::string default_output_for(const std::string& folder) {
-  if (!is_remote(folder)) return folder + ".consolidated";
+  if (!is_storage_url(folder)) return folder + ".consolidated";
   UrlParts parts = split_url(folder);
   if (parts.path.empty()) {
     throw UsageError("the checkpoint \"" + folder + "\" is a bucket root: give --output_file");
@@ -314,14 +293,17 @@ class WindowedInputStorage final : public storage::StorageWrapper {
   std::shared_ptr<WindowCache> cache_;
 };
 
-// The keys of state_dict_metadata in the order the .metadata pickle lists them: the order in
-// which PyTorch's _EmptyStateDictLoadPlanner builds (and dcp_to_torch_save writes) the state.
-// Empty when the pickle does not have the expected shape (the decoder already accepted it,
-// so this is only about order).
-std::vector<std::string> pickled_key_order(ByteSpan metadata_bytes) {
+// The keys of state_dict_metadata in the order the .metadata pickle in `input` lists them:
+// the order in which PyTorch's _EmptyStateDictLoadPlanner builds (and dcp_to_torch_save
+// writes) the state. Reads the pickle again: the decoded Metadata (CheckpointReader's) keeps
+// its keys sorted. Empty when the pickle does not have the expected shape (the decoder
+// already accepted it, so this is only about order).
+std::vector<std::string> pickled_key_order(storage::Storage& input) {
+  std::string bytes(static_cast<std::size_t>(input.stat(".metadata")), '\0');
+  input.read(".metadata", 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
   std::vector<std::string> out;
   try {
-    ValuePtr root = pickle::read_pickle(metadata_bytes, ".metadata");
+    ValuePtr root = pickle::read_pickle(as_bytes(bytes), ".metadata");
     if (!root || !root->is(Kind::kObject) || !root->state()) return out;
     std::vector<const Value*> dicts;
     const Value& state = *root->state();
@@ -568,8 +550,8 @@ class Consolidator {
     auto t0 = std::chrono::steady_clock::now();
     output_ = validate_consolidate(options_);
     folder_ = normalize_location(options_.checkpoint_folder);
-    remote_in_ = is_remote(folder_);
-    remote_out_ = is_remote(output_);
+    remote_in_ = is_storage_url(folder_);
+    remote_out_ = is_storage_url(output_);
     if (!remote_out_) check_output_parent();
 
     std::shared_ptr<storage::Storage> target;
@@ -585,11 +567,7 @@ class Consolidator {
     }
     input_ = std::make_shared<WindowedInputStorage>(target);
     reader_ = std::make_unique<CheckpointReader>(*input_, CheckpointReaderOptions{options_.verify_checksums});
-    {
-      std::string bytes(static_cast<std::size_t>(input_->stat(".metadata")), '\0');
-      input_->read(".metadata", 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
-      key_order_ = pickled_key_order(as_bytes(bytes));
-    }
+    fqns_ = ordered_fqns(reader_->metadata(), pickled_key_order(*input_));
     check_items();
     plan_memory();
 
@@ -691,7 +669,7 @@ class Consolidator {
   ValuePtr build_dcp_tree() {
     const format::Metadata& md = reader_->metadata();
     StateNode root{StateDict{}};
-    for (const std::string& fqn : ordered_fqns(md, key_order_)) {
+    for (const std::string& fqn : fqns_) {
       const auto& entry = md.state_dict_metadata.at(fqn);
       ValuePtr leaf;
       if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
@@ -1148,7 +1126,7 @@ class Consolidator {
     }
     std::vector<std::pair<format::SafetensorsEntry, std::size_t>> tensors;
     bool has_model = false;
-    for (const std::string& fqn : ordered_fqns(md, key_order_)) {
+    for (const std::string& fqn : fqns_) {
       const auto* t = std::get_if<format::TensorStorageMetadata>(&md.state_dict_metadata.at(fqn));
       format::ObjectPath path = path_of(md, fqn);
       if (options_.layout != ConsolidateLayout::kDcp) {
@@ -1271,7 +1249,7 @@ class Consolidator {
   std::shared_ptr<storage::Storage> input_;
   std::unique_ptr<CheckpointReader> reader_;
   std::unique_ptr<torchfile::TorchFile> meta_;
-  std::vector<std::string> key_order_;  // state_dict_metadata keys as pickled
+  std::vector<std::string> fqns_;  // every key of state_dict_metadata, in the pickled order
   bool remote_in_ = false;   // the checkpoint is an object-store URL
   bool remote_out_ = false;  // the output is an object-store URL
   std::mutex advise_mu_;
@@ -1402,10 +1380,8 @@ void validate_remote_folder(const ConsolidateOptions& options, const std::string
   auto input = storage::open_storage(folder);
   bool has_objects = input->try_stat(".metadata").has_value() || !input->list("").empty();
   if (!has_objects) {
-    UrlParts parts = split_url(folder);
-    if (!parts.path.empty()) {
-      auto [parent, key] = split_parent_url(folder, "checkpoint");
-      if (storage::open_storage(parent)->try_stat(key)) {
+    if (std::optional<ObjectUrl> object = split_object_url(folder)) {
+      if (storage::open_storage(object->parent)->try_stat(object->key)) {
         throw PlanError(
             "The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder +
             " is an object, not a prefix with objects under it");
@@ -1425,13 +1401,13 @@ void validate_remote_folder(const ConsolidateOptions& options, const std::string
 
 std::string validate_consolidate(const ConsolidateOptions& options) {
   const std::string folder = normalize_location(options.checkpoint_folder);
-  if (is_remote(folder)) {
+  if (is_storage_url(folder)) {
     validate_remote_folder(options, folder);
   } else {
     validate_local_folder(options, folder);
   }
   std::string output = options.output_file.empty() ? default_output_for(folder) : normalize_location(options.output_file);
-  if (is_remote(output)) {
+  if (is_storage_url(output)) {
     validate_remote_output(output);
     return output;
   }

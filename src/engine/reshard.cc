@@ -314,6 +314,16 @@ bool is_storage_url(const std::string& s) {
   return scheme_end != std::string::npos && scheme_end > 0 && !s.starts_with("file://");
 }
 
+std::optional<ObjectUrl> split_object_url(const std::string& url) {
+  const std::size_t query = url.find('?');
+  const std::string base = url.substr(0, query);
+  const std::size_t authority = base.find("://") + 3;
+  const std::size_t slash = base.rfind('/');
+  if (slash == std::string::npos || slash <= authority || slash + 1 == base.size()) return std::nullopt;
+  return ObjectUrl{base.substr(0, slash) + (query == std::string::npos ? "" : url.substr(query)),
+                   base.substr(slash + 1)};
+}
+
 CheckpointLocation locate_checkpoint(const std::string& name) {
   CheckpointLocation location;
   location.name = name;
@@ -335,24 +345,18 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
     location.storage = std::move(folder);
     return location;
   }
-  // A torch.save object: the URL's last segment (before any query) is its key.
-  const std::size_t query = name.find('?');
-  const std::string base = name.substr(0, query);
-  const std::size_t authority = base.find("://") + 3;
-  const std::size_t slash = base.rfind('/');
-  if (slash != std::string::npos && slash > authority && slash + 1 < base.size()) {
-    const std::string parent = base.substr(0, slash) + (query == std::string::npos ? "" : name.substr(query));
-    const std::string key = base.substr(slash + 1);
-    std::shared_ptr<storage::Storage> holder = storage::open_storage(parent);
+  // A torch.save object: the URL's last segment is its key.
+  if (std::optional<ObjectUrl> object = split_object_url(name)) {
+    std::shared_ptr<storage::Storage> holder = storage::open_storage(object->parent);
     std::optional<std::uint64_t> size;
     try {
-      size = holder->try_stat(key);
+      size = holder->try_stat(object->key);
     } catch (const UsageError&) {
       // Not a valid key (e.g. "..."): not an object either.
     }
     if (size) {
       location.storage = std::move(holder);
-      location.key = key;
+      location.key = std::move(object->key);
       return location;
     }
   }

@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/checkpoint.h"
@@ -97,6 +98,16 @@ std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& 
 
 // True when `s` has a "scheme://" other than file:// (an object-store or memory URL).
 bool is_storage_url(const std::string& s);
+
+// The object a storage URL's last path segment names: "s3://b/p/x.pt?q" -> parent
+// "s3://b/p?q" (the query stays with the parent), key "x.pt". nullopt when the URL has no
+// segment after its authority ("s3://b") or ends with '/'. Segments are taken as written
+// (no normalisation). REQUIRES is_storage_url(url).
+struct ObjectUrl {
+  std::string parent;  // the URL of the prefix (folder) holding the object
+  std::string key;     // the object's name under it
+};
+std::optional<ObjectUrl> split_object_url(const std::string& url);
 
 // Rewrites the checkpoint at `source` (a path or URL, see locate_checkpoint()) into
 // `destination`, which must be empty. Blocks until the checkpoint is committed. Throws
