@@ -129,17 +129,6 @@ std::string read_object(const std::string& url) {
   return read_all(*storage::open_storage(url.substr(0, slash)), url.substr(slash + 1));
 }
 
-// Multipart uploads in progress in bucket (boto3, which moto needs anyway); -1 on failure.
-int open_uploads(const MotoServer& moto, const std::string& bucket) {
-  auto r = run_command(
-      "python3 -c \"import sys, boto3; c = boto3.client('s3', endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2], "
-      "aws_secret_access_key=sys.argv[3], region_name='us-east-1'); "
-      "print(len(c.list_multipart_uploads(Bucket=sys.argv[4]).get('Uploads', [])))\" " +
-      q(moto.endpoint()) + " " + q(moto.access_key()) + " " + q(moto.secret_key()) + " " + q(bucket) + " 2>/dev/null");
-  if (r.exit_code != 0 || r.output.empty()) return -1;
-  return std::stoi(r.output);
-}
-
 // The small checkpoint saved locally and copied to <remote>/ckpt, then consolidated
 // local -> local (dir/a), remote -> local (dir/b) and local -> remote (<remote>/c): the three
 // outputs are equal. `want`: the local -> local bytes. Callers check HasFatalFailure().

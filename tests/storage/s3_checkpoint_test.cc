@@ -80,21 +80,6 @@ BigState big_state(int rank, int world, std::int64_t rows) {
   return s;
 }
 
-// Multipart uploads in progress in bucket.
-int open_uploads(const MotoServer& moto, const std::string& bucket) {
-  http::HttpClient client;
-  http::Request r;
-  r.url = moto.endpoint() + "/" + bucket + "?uploads=";
-  r.headers.push_back("x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  r.aws_sigv4 = "aws:amz:us-east-1:s3";
-  r.userpwd = moto.access_key() + ":" + moto.secret_key();
-  http::Response resp = client.execute(r, {}, "list uploads");
-  if (resp.status != 200) return -1;
-  int n = 0;
-  for (std::size_t pos = 0; (pos = resp.body.find("<Upload>", pos)) != std::string::npos; ++pos) ++n;
-  return n;
-}
-
 TEST(S3CheckpointTest, SaveOn4LoadOn2AndInspectEqualsALocalCopy) {
   SP_REQUIRE_MOTO(moto);
   const std::string url = unique_url("ckpt");

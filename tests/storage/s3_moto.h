@@ -1,5 +1,6 @@
-// A real moto_server on 127.0.0.1 for the object-store tests (STYLE.md §8): started on a free
-// port in 21000-28999 with signature checking on (INITIAL_NO_AUTH_ACTION_COUNT=3), prepared
+// A real moto_server on 127.0.0.1 for the object-store tests (STYLE.md §8): started on a port
+// in 21000-28999 reserved for it (comm::reserve_port: no other shardpoint launcher or test
+// server on this machine takes it while it runs) with signature checking on (INITIAL_NO_AUTH_ACTION_COUNT=3), prepared
 // by s3_moto_setup.py (IAM user, allow-all policy, access key, buckets), killed by PID.
 //
 // tests/storage/s3_moto_server.py runs moto with one fix: its SigV4 check hashes the request
@@ -21,12 +22,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/launch.h"
+#include "storage/http/http_client.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
@@ -41,7 +43,8 @@ class MotoServer {
       return nullptr;
     }
     auto server = std::unique_ptr<MotoServer>(new MotoServer(buckets));
-    if (!server->launch(pick_port(), why)) return nullptr;
+    server->port_reservation_ = comm::reserve_port();
+    if (!server->launch(server->port_reservation_.port(), why)) return nullptr;
     return server;
   }
 
@@ -88,27 +91,6 @@ class MotoServer {
 
  private:
   explicit MotoServer(std::vector<std::string> buckets) : buckets_(std::move(buckets)) {}
-
-  static bool port_free(int port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    return ok;
-  }
-
-  static int pick_port() {
-    std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(
-                         std::chrono::steady_clock::now().time_since_epoch().count()));
-    for (int i = 0; i < 200; ++i) {
-      int port = 21000 + static_cast<int>(rng() % 8000);
-      if (port_free(port)) return port;
-    }
-    return 21000 + static_cast<int>(rng() % 8000);
-  }
 
   static bool accepting(int port) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -165,11 +147,28 @@ class MotoServer {
   }
 
   std::vector<std::string> buckets_;
+  comm::PortReservation port_reservation_;  // held while this object lives (restarts reuse it)
   pid_t pid_ = -1;
   int port_ = 0;
   std::string access_key_;
   std::string secret_key_;
 };
+
+// The multipart uploads in progress in `bucket` (ListMultipartUploads, signed); -1 when the
+// listing fails.
+inline int open_uploads(const MotoServer& moto, const std::string& bucket) {
+  http::HttpClient client;
+  http::Request r;
+  r.url = moto.endpoint() + "/" + bucket + "?uploads=";
+  r.headers.push_back("x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  r.aws_sigv4 = "aws:amz:us-east-1:s3";
+  r.userpwd = moto.access_key() + ":" + moto.secret_key();
+  http::Response resp = client.execute(r, {}, "list uploads");
+  if (resp.status != 200) return -1;
+  int n = 0;
+  for (std::size_t pos = 0; (pos = resp.body.find("<Upload>", pos)) != std::string::npos; ++pos) ++n;
+  return n;
+}
 
 // The process-wide server of a test binary (started at first use, killed at exit).
 // Returns nullptr when unavailable; *why says why.

@@ -51,21 +51,6 @@ INSTANTIATE_TEST_SUITE_P(Remote, StorageConformanceTest,
                                            StorageFactory{"gcs_xml_moto", &make_gcs_xml}),
                          StorageFactoryName());
 
-// Multipart uploads in progress under the bucket (ListMultipartUploads, signed).
-int open_uploads(const MotoServer& moto, const std::string& bucket) {
-  http::HttpClient client;
-  http::Request r;
-  r.url = moto.endpoint() + "/" + bucket + "?uploads=";
-  r.headers.push_back("x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  r.aws_sigv4 = "aws:amz:us-east-1:s3";
-  r.userpwd = moto.access_key() + ":" + moto.secret_key();
-  http::Response resp = client.execute(r, {}, "list uploads");
-  EXPECT_EQ(resp.status, 200) << resp.body;
-  int n = 0;
-  for (std::size_t pos = 0; (pos = resp.body.find("<Upload>", pos)) != std::string::npos; ++pos) ++n;
-  return n;
-}
-
 TEST(S3StorageTest, MultipartParallelUploadAndParallelRangedReads) {
   SP_REQUIRE_MOTO(moto);
   auto st = open_storage(fresh_root("s3", "sp-test"));

@@ -11,17 +11,14 @@
 #include <thread>
 
 #include "core/error.h"
+#include "storage_test_util.h"
 
 namespace shardpoint::storage::http {
 namespace {
 
-constexpr std::size_t kPart = 4096;
+using storage::testing::pattern;
 
-std::string pattern(std::size_t n) {
-  std::string s(n, '\0');
-  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i * 131 + i / 7);
-  return s;
-}
+constexpr std::size_t kPart = 4096;
 
 // Records every call. put_part() of part `fail_part` throws; finish() throws when fail_finish.
 class RecordingUpload final : public PartUpload {
@@ -105,7 +102,7 @@ TEST(UploadWriterTest, AnObjectOfOnePartIsOnePutWhole) {
     auto upload = std::make_shared<RecordingUpload>();
     auto pool = small_pool(2);
     auto w = writer_for(upload, pool, 4, false);
-    const std::string data = pattern(size);
+    const std::string data = pattern(size, 1);
     append_in_pieces(*w, data, 33);
     EXPECT_EQ(w->position(), size);
     w->commit();
@@ -123,7 +120,7 @@ TEST(UploadWriterTest, PartsGoInParallelWithTheirOffsetsAndMemoryStaysInThePool)
   auto upload = std::make_shared<RecordingUpload>();
   auto pool = small_pool(4);
   auto w = writer_for(upload, pool, 3, false);
-  const std::string data = pattern(10 * kPart + 17);
+  const std::string data = pattern(10 * kPart + 17, 1);
   append_in_pieces(*w, data, 777);
   EXPECT_LE(pool->allocated_buffers(), 4u);
   w->commit();
@@ -143,7 +140,7 @@ TEST(UploadWriterTest, InOrderServicesGetOnePartAtATimeAndTheTailInFinish) {
   auto upload = std::make_shared<RecordingUpload>();
   auto pool = small_pool(2);
   auto w = writer_for(upload, pool, 1, true);
-  const std::string data = pattern(5 * kPart);  // the last full part is the tail
+  const std::string data = pattern(5 * kPart, 1);  // the last full part is the tail
   append_in_pieces(*w, data, 1000);
   w->commit();
   EXPECT_EQ(upload->parts.size(), 4u);
@@ -160,7 +157,7 @@ TEST(UploadWriterTest, AFailedPartFailsTheWriterWhichRefusesCommitAndAbortsOnDes
   auto pool = small_pool(3);
   {
     auto w = writer_for(upload, pool, 2, false);
-    const std::string data = pattern(kPart);
+    const std::string data = pattern(kPart, 1);
     bool failed = false;
     for (int i = 0; i < 64 && !failed; ++i) {
       try {
@@ -190,7 +187,7 @@ TEST(UploadWriterTest, AnAbandonedWriterAbortsAStartedUploadOnly) {
   auto started = std::make_shared<RecordingUpload>();
   {
     auto w = writer_for(started, pool, 2, false);
-    append_in_pieces(*w, pattern(3 * kPart + 1), 500);
+    append_in_pieces(*w, pattern(3 * kPart + 1, 1), 500);
   }
   EXPECT_EQ(started->starts, 1);
   EXPECT_EQ(started->aborts, 1);
@@ -212,7 +209,7 @@ TEST(UploadWriterTest, AFailedFinishAbortsOnceAndRethrows) {
   auto pool = small_pool(4);
   {
     auto w = writer_for(upload, pool, 2, false);
-    append_in_pieces(*w, pattern(2 * kPart + 5), 4096);
+    append_in_pieces(*w, pattern(2 * kPart + 5, 1), 4096);
     EXPECT_THROW(w->commit(), StorageError);
     EXPECT_EQ(upload->aborts, 1);
     EXPECT_THROW(w->commit(), UsageError);
