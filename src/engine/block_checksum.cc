@@ -61,30 +61,39 @@ std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view he
   return value;
 }
 
-struct BlockChecksummer::Xxh3States {
-  Xxh3 item;
-  std::unique_ptr<Xxh3> block = std::make_unique<Xxh3>();
-};
+StreamingChecksum::StreamingChecksum(ChecksumAlgorithm algorithm) : algorithm_(algorithm) { reset(); }
+
+void StreamingChecksum::update(ByteSpan data) {
+  if (algorithm_ == ChecksumAlgorithm::kCrc32c) crc_ = crc32c(crc_, data);
+  if (xxh3_) xxh3_->update(data);
+}
+
+std::uint64_t StreamingChecksum::value() const {
+  if (xxh3_) return xxh3_->digest();
+  return algorithm_ == ChecksumAlgorithm::kCrc32c ? crc_ : 0;
+}
+
+void StreamingChecksum::reset() {
+  crc_ = 0;
+  if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_ = std::make_unique<Xxh3>();
+}
 
 BlockChecksummer::BlockChecksummer(ChecksumAlgorithm algorithm, std::uint64_t block_size)
-    : algorithm_(algorithm), block_size_(block_size) {
+    : algorithm_(algorithm), block_size_(block_size), block_(algorithm) {
   if (block_size == 0) throw UsageError("BlockChecksummer: block size 0");
-  if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_ = std::make_unique<Xxh3States>();
+  if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_item_ = std::make_unique<StreamingChecksum>(algorithm);
 }
 
 BlockChecksummer::~BlockChecksummer() = default;
 
 void BlockChecksummer::close_block() {
   if (in_block_ == 0) return;
+  const std::uint64_t value = block_.value();
+  blocks_.push_back(value);
   if (algorithm_ == ChecksumAlgorithm::kCrc32c) {
-    blocks_.push_back(crc_block_);
-    crc_block_ = 0;
-  } else if (algorithm_ == ChecksumAlgorithm::kXxh3) {
-    blocks_.push_back(xxh3_->block->digest());
-    xxh3_->block = std::make_unique<Xxh3>();
-  } else {
-    blocks_.push_back(0);
+    crc_item_ = crc32c_combine(crc_item_, static_cast<std::uint32_t>(value), in_block_);
   }
+  block_.reset();
   in_block_ = 0;
 }
 
@@ -94,20 +103,11 @@ void BlockChecksummer::update(ByteSpan data) {
     length_ += data.size();
     return;
   }
-  if (algorithm_ == ChecksumAlgorithm::kCrc32c) {
-    crc_item_ = crc32c(crc_item_, data);
-  } else {
-    xxh3_->item.update(data);
-  }
+  if (xxh3_item_) xxh3_item_->update(data);
   while (!data.empty()) {
     const std::uint64_t room = block_size_ - in_block_;
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(room, data.size()));
-    ByteSpan piece = data.first(n);
-    if (algorithm_ == ChecksumAlgorithm::kCrc32c) {
-      crc_block_ = crc32c(crc_block_, piece);
-    } else {
-      xxh3_->block->update(piece);
-    }
+    block_.update(data.first(n));
     in_block_ += n;
     length_ += n;
     data = data.subspan(n);
@@ -119,15 +119,8 @@ std::uint64_t BlockChecksummer::finish_item() {
   if (finished_) throw UsageError("BlockChecksummer::finish_item called twice");
   finished_ = true;
   close_block();
-  switch (algorithm_) {
-    case ChecksumAlgorithm::kCrc32c:
-      return crc_item_;
-    case ChecksumAlgorithm::kXxh3:
-      return xxh3_->item.digest();
-    case ChecksumAlgorithm::kNone:
-      break;
-  }
-  return 0;
+  if (xxh3_item_) return xxh3_item_->value();
+  return algorithm_ == ChecksumAlgorithm::kCrc32c ? crc_item_ : 0;
 }
 
 std::vector<std::uint64_t> BlockChecksummer::take_blocks() { return std::move(blocks_); }

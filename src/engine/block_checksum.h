@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/byte_io.h"
+#include "core/checksum.h"
 #include "engine/checkpoint.h"
 
 namespace shardpoint::engine {
@@ -39,6 +40,22 @@ std::string checksum_to_hex(ChecksumAlgorithm algorithm, std::uint64_t value);
 // Parses checksum_to_hex's output; throws FormatError naming `what`.
 std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view hex, std::string_view what);
 
+// One checksum fed in pieces: crc32c chains, xxh3 streams, kNone stays 0. The value after
+// any split of the bytes into update() calls is checksum_of() of all of them.
+class StreamingChecksum {
+ public:
+  explicit StreamingChecksum(ChecksumAlgorithm algorithm);
+  void update(ByteSpan data);
+  std::uint64_t value() const;
+  // Starts over, as if just constructed.
+  void reset();
+
+ private:
+  ChecksumAlgorithm algorithm_;
+  std::uint32_t crc_ = 0;
+  std::unique_ptr<Xxh3> xxh3_;
+};
+
 class BlockChecksummer {
  public:
   // REQUIRES block_size > 0.
@@ -47,7 +64,8 @@ class BlockChecksummer {
   BlockChecksummer(const BlockChecksummer&) = delete;
   BlockChecksummer& operator=(const BlockChecksummer&) = delete;
 
-  // Continues both the whole-blob and the current block's checksum with data.
+  // Continues the current block's checksum with data (and, for xxh3, the whole blob's; the
+  // whole-blob crc32c is combined from the blocks' so the bytes are hashed once).
   void update(ByteSpan data);
   // Bytes seen so far.
   std::uint64_t length() const { return length_; }
@@ -56,16 +74,15 @@ class BlockChecksummer {
   std::vector<std::uint64_t> take_blocks();
 
  private:
-  struct Xxh3States;
   void close_block();
 
   ChecksumAlgorithm algorithm_;
   std::uint64_t block_size_;
   std::uint64_t length_ = 0;
-  std::uint64_t in_block_ = 0;     // bytes of the current block seen
-  std::uint32_t crc_item_ = 0;
-  std::uint32_t crc_block_ = 0;
-  std::unique_ptr<Xxh3States> xxh3_;
+  std::uint64_t in_block_ = 0;  // bytes of the current block seen
+  StreamingChecksum block_;
+  std::uint32_t crc_item_ = 0;                  // crc32c: the closed blocks' crcs combined
+  std::unique_ptr<StreamingChecksum> xxh3_item_;  // xxh3 only
   std::vector<std::uint64_t> blocks_;
   bool finished_ = false;
 };

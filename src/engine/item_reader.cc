@@ -229,24 +229,6 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
 
 namespace {
 
-// One checksum, fed in pieces (crc32c chains; xxh3 streams).
-class Hasher {
- public:
-  explicit Hasher(ChecksumAlgorithm algorithm) : algorithm_(algorithm) {
-    if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_ = std::make_unique<Xxh3>();
-  }
-  void update(ByteSpan data) {
-    if (algorithm_ == ChecksumAlgorithm::kCrc32c) crc_ = crc32c(crc_, data);
-    if (xxh3_) xxh3_->update(data);
-  }
-  std::uint64_t value() const { return xxh3_ ? xxh3_->digest() : crc_; }
-
- private:
-  ChecksumAlgorithm algorithm_;
-  std::uint32_t crc_ = 0;
-  std::unique_ptr<Xxh3> xxh3_;
-};
-
 // Whole blocks are read this many bytes per pread at most (several small blocks at once).
 constexpr std::uint64_t kMaxBlockRun = std::uint64_t{1} << 20;
 
@@ -314,7 +296,7 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       const std::uint64_t b_begin = parts_block * block;
       const std::uint64_t b_end = std::min(b_begin + block, info_.length);
       std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
-      Hasher h(checksums.algorithm);
+      StreamingChecksum h(checksums.algorithm);
       std::uint64_t pos = b_begin;
       auto gap = [&](std::uint64_t until) {
         if (until <= pos) return;

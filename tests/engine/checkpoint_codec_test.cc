@@ -41,6 +41,19 @@ TEST(BlockChecksumTest, BlocksMatchOneShotChecksumsWhateverTheSlicing) {
   EXPECT_TRUE(empty.take_blocks().empty());
 }
 
+TEST(BlockChecksumTest, StreamingChecksumIsOneShotOverAnySplit) {
+  const std::string data = pattern(5000);
+  for (ChecksumAlgorithm a : {ChecksumAlgorithm::kCrc32c, ChecksumAlgorithm::kXxh3, ChecksumAlgorithm::kNone}) {
+    StreamingChecksum sum(a);
+    sum.update(as_bytes(std::string_view("stale")));
+    sum.reset();
+    for (std::size_t pos = 0; pos < data.size(); pos += 333) {
+      sum.update(as_bytes(std::string_view(data).substr(pos, 333)));
+    }
+    EXPECT_EQ(sum.value(), checksum_of(a, as_bytes(data))) << checksum_algorithm_name(a);
+  }
+}
+
 TEST(BlockChecksumTest, HexAndNames) {
   EXPECT_EQ(checksum_to_hex(ChecksumAlgorithm::kCrc32c, 0xab), "000000ab");
   EXPECT_EQ(checksum_to_hex(ChecksumAlgorithm::kXxh3, 0xab), "00000000000000ab");
