@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/chunking.h"
+#include "engine/reshard.h"
 #include "engine/torch_save.h"
 #include "storage/storage_registry.h"
 #include "test_util.h"
@@ -147,6 +149,28 @@ TEST(ReshardTest, EmptyDestinationFolderIsAccepted) {
   auto r = run_command(kTool + " reshard -q " + q(src) + " " + q(dst) + " --ranks 2 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(inspect(dst), inspect(src));
+}
+
+// The URL split locate_checkpoint (a torch.save object at a URL) and consolidate (the
+// output object, an object where a prefix was expected) share.
+TEST(ReshardTest, SplitObjectUrlTakesTheLastSegmentAndKeepsTheQueryWithTheParent) {
+  auto split = [](const std::string& url) {
+    std::optional<engine::ObjectUrl> o = engine::split_object_url(url);
+    return o ? o->parent + " | " + o->key : std::string("none");
+  };
+  EXPECT_EQ(split("s3://b/p/x.pt"), "s3://b/p | x.pt");
+  EXPECT_EQ(split("s3://b/x.pt"), "s3://b | x.pt");
+  EXPECT_EQ(split("az://acct/c/p/x.pt?sv=1&sig=a/b"), "az://acct/c/p?sv=1&sig=a/b | x.pt");
+  EXPECT_EQ(split("gs://b/a//x.pt"), "gs://b/a/ | x.pt");  // segments as written
+  EXPECT_EQ(split("s3://b"), "none");
+  EXPECT_EQ(split("s3://b?q=1"), "none");
+  EXPECT_EQ(split("s3://b/p/"), "none");
+  EXPECT_EQ(split("memory://name"), "none");
+  EXPECT_TRUE(engine::is_storage_url("s3://b/p"));
+  EXPECT_TRUE(engine::is_storage_url("memory://x"));
+  EXPECT_FALSE(engine::is_storage_url("file:///tmp/x"));
+  EXPECT_FALSE(engine::is_storage_url("/tmp/x"));
+  EXPECT_FALSE(engine::is_storage_url("://x"));
 }
 
 TEST(ReshardTest, ErrorsAreOneLineAndUsageExitsTwo) {

@@ -197,5 +197,56 @@ TEST(CommitOrderTest, AFailedReshardLeavesNoMetadataAndRemovesItsFiles) {
   EXPECT_TRUE(memory->list("").empty());
 }
 
+// A storage whose write_atomic of `.metadata` fails, as a lost connection at the commit.
+class FailingCommitStorage final : public storage::StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  void write_atomic(std::string_view key, ByteSpan data, const storage::WriteOptions& options,
+                    const storage::IoOptions& io) override {
+    if (key == ".metadata") throw StorageError(StorageError::Kind::kTransient, "injected: .metadata write failed");
+    target().write_atomic(key, data, options, io);
+  }
+};
+
+// The keys under st, space-separated.
+std::string keys_under(storage::Storage& st) {
+  std::string keys;
+  for (const storage::ObjectInfo& o : st.list("")) keys += (keys.empty() ? "" : " ") + o.key;
+  return keys;
+}
+
+// save() and reshard() share the commit step (save_steps::commit_checkpoint): when writing
+// `.metadata` fails after the sidecar was written, the sidecar is removed again, and so are
+// the data files, leaving the destination empty.
+TEST(CommitOrderTest, AFailedMetadataWriteLeavesNoSidecarAndNoFiles) {
+  {
+    auto memory = std::shared_ptr<storage::Storage>(storage::open_storage(unique_url("commit-fail-save")));
+    FailingCommitStorage st(memory);
+    std::vector<RankState> states;
+    for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, true));
+    comm::ThreadGroup group(2, comm::CommOptions{std::chrono::seconds(30)});
+    std::vector<std::string> errors(2);
+    group.run([&](comm::Communicator& comm) {
+      try {
+        save(states[comm.rank()].root, st, comm);
+      } catch (const StorageError& e) {
+        errors[comm.rank()] = e.what();
+      }
+    });
+    for (const std::string& e : errors) EXPECT_NE(e.find("injected: .metadata write failed"), std::string::npos) << e;
+    EXPECT_EQ(keys_under(*memory), "") << "save";
+  }
+  {
+    const std::string source = unique_url("commit-fail-src");
+    save_on(2, *storage::open_storage(source));
+    auto memory = std::shared_ptr<storage::Storage>(storage::open_storage(unique_url("commit-fail-dst")));
+    FailingCommitStorage st(memory);
+    ReshardOptions options;
+    options.ranks = 3;
+    EXPECT_THROW(reshard(source, st, options), StorageError);
+    EXPECT_EQ(keys_under(*memory), "") << "reshard";
+  }
+}
+
 }  // namespace
 }  // namespace shardpoint::engine
