@@ -22,9 +22,10 @@
 //      file through write_tensor_item(): its box is read from the source in slabs of at
 //      most memory_budget_bytes / parallel_files (CheckpointReader::read_box for DCP,
 //      pread / ranged reads for torch.save) and appended as it is read.
-//   4. Commit as save() does: the checksum sidecar, then `.metadata` in one atomic write
-//      (the commit marker), so a failed reshard leaves no checkpoint behind; files already
-//      written are removed (best effort).
+//   4. Commit with save()'s commit step (save_steps::commit_checkpoint): the checksum
+//      sidecar, then `.metadata` in one atomic write (the commit marker), so a failed
+//      reshard leaves no checkpoint behind; the sidecar and the files already written are
+//      removed (best effort).
 //
 // Replicated-looking: in a DCP source whose tensors were sharded (some tensor has more than
 // one saved chunk), a tensor with dimensions stored as exactly one chunk covering it
