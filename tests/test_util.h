@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -63,6 +65,24 @@ inline std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// `s` as one single-quoted shell word.
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+inline std::size_t line_count(const std::string& s) {
+  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// "<name>-<pid>-<n>": unique to this process and call, for names on a server that several
+// test processes share (object-store prefixes).
+inline std::string unique_name(const std::string& name) {
+  static std::atomic<int> n{0};
+  return name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
 }
 
 inline bool oracles_required() {

@@ -20,9 +20,12 @@
 #include "storage/storage_registry.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"
+#include "test_util.h"
 
 namespace shardpoint::storage::testing {
 namespace {
+
+using shardpoint::testing::unique_name;
 
 constexpr const char* kToken = "ya29.sp-test-SECRET-token-0123456789";
 constexpr std::size_t kChunk = std::size_t{256} << 10;
@@ -40,16 +43,11 @@ GcsJsonServer& server() {
   return *s;
 }
 
-std::string unique_prefix(const std::string& name) {
-  static int n = 0;
-  return name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
-
 // Small chunks and windows so a few MiB exercise every path; fast retries.
 gcs::GcsJsonConfig config(const std::string& name, const std::string& token = kToken) {
   gcs::GcsJsonConfig c;
   c.bucket = "sp-gcs-json";
-  c.prefix = unique_prefix(name);
+  c.prefix = unique_name(name);
   c.endpoint = server().endpoint();
   c.token = token;
   c.retry.max_attempts = 4;
@@ -271,7 +269,7 @@ class GcsJsonEngineTest : public ::testing::Test {
 comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(60)}; }
 
 TEST_F(GcsJsonEngineTest, SaveOn4LoadOn2) {
-  auto st = open_storage("gs://sp-gcs-json/" + unique_prefix("ckpt"));
+  auto st = open_storage("gs://sp-gcs-json/" + unique_name("ckpt"));
   {
     std::vector<RankState> states;
     for (int r = 0; r < 4; ++r) states.push_back(make_rank_state(r, 4, true));
@@ -290,7 +288,7 @@ TEST_F(GcsJsonEngineTest, SaveOn4LoadOn2) {
 }
 
 TEST_F(GcsJsonEngineTest, AFailedSaveLeavesNoMetadataAndNoSession) {
-  auto st = open_storage("gs://sp-gcs-json/" + unique_prefix("failed"));
+  auto st = open_storage("gs://sp-gcs-json/" + unique_name("failed"));
   std::vector<RankState> states;
   for (int r = 0; r < 4; ++r) states.push_back(make_rank_state(r, 4, true));
   server().inject_fault("503", 1000, "uploadType=media&name=" + st->url().substr(std::string("gs://sp-gcs-json/").size()));
@@ -302,7 +300,7 @@ TEST_F(GcsJsonEngineTest, AFailedSaveLeavesNoMetadataAndNoSession) {
 }
 
 TEST_F(GcsJsonEngineTest, UrlOptionsAndTheTokenStaysOutOfUrl) {
-  auto st = open_storage("gs://sp-gcs-json/" + unique_prefix("url"));
+  auto st = open_storage("gs://sp-gcs-json/" + unique_name("url"));
   EXPECT_TRUE(st->url().starts_with("gs://sp-gcs-json/url-")) << st->url();
   EXPECT_EQ(st->url().find(kToken), std::string::npos);
   EXPECT_TRUE(st->features().atomic_publish);

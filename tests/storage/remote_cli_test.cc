@@ -32,23 +32,21 @@ namespace {
 
 using engine::testing::make_rank_state;
 using engine::testing::RankState;
+using shardpoint::testing::line_count;
 using shardpoint::testing::run_command;
+using shardpoint::testing::shell_quote;
 using shardpoint::testing::TempDir;
 
 const std::string kTool = SP_SHARDPOINT;
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
 
 // Runs the CLI with stderr captured too.
 shardpoint::testing::CommandResult cli(const std::string& args, const std::string& env = "") {
   return run_command(env + (env.empty() ? "" : " ") + kTool + " " + args + " 2>&1");
 }
 
-std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
-
 // `inspect --json --hash` without "format" (torch vs dcp).
 nlohmann::json inspect(const std::string& location) {
-  auto r = run_command(kTool + " inspect --json --hash " + q(location));
+  auto r = run_command(kTool + " inspect --json --hash " + shell_quote(location));
   EXPECT_EQ(r.exit_code, 0) << location << ": " << r.output;
   if (r.exit_code != 0) return {};
   nlohmann::json j = nlohmann::json::parse(r.output);
@@ -95,12 +93,12 @@ void reshard_remote_to_remote_and_local(const std::string& url) {
   save_on(3, *open_storage(local_src));
   save_on(3, *open_storage(url + "/src"));
 
-  auto r = cli("reshard -q " + q(local_src) + " " + q(local_ref) + " --ranks 3");
+  auto r = cli("reshard -q " + shell_quote(local_src) + " " + shell_quote(local_ref) + " --ranks 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = cli("reshard " + q(url + "/src") + " " + q(url + "/dst") + " --ranks 3");
+  r = cli("reshard " + shell_quote(url + "/src") + " " + shell_quote(url + "/dst") + " --ranks 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(url + "/dst"), std::string::npos) << r.output;
-  r = cli("reshard -q " + q(url + "/src") + " " + q(from_remote) + " --ranks 3 --memory-budget 1MiB");
+  r = cli("reshard -q " + shell_quote(url + "/src") + " " + shell_quote(from_remote) + " --ranks 3 --memory-budget 1MiB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const nlohmann::json want = inspect(local_ref);
@@ -112,12 +110,12 @@ void reshard_remote_to_remote_and_local(const std::string& url) {
   expect_same_objects(*open_storage(url + "/dst"), *open_storage(local_ref));
   expect_same_objects(*open_storage(from_remote), *open_storage(local_ref));
 
-  r = cli("verify " + q(url + "/dst"));
+  r = cli("verify " + shell_quote(url + "/dst"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("ok: ", 0), 0u) << r.output;
 
   // A prefix that holds objects is not a destination.
-  r = cli("reshard " + q(local_src) + " " + q(url + "/dst") + " --ranks 2");
+  r = cli("reshard " + shell_quote(local_src) + " " + shell_quote(url + "/dst") + " --ranks 2");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("not empty"), std::string::npos) << r.output;
   EXPECT_EQ(inspect(url + "/dst"), want);
@@ -126,18 +124,18 @@ void reshard_remote_to_remote_and_local(const std::string& url) {
 void verify_names_a_corrupted_object(const std::string& url) {
   auto st = open_storage(url);
   save_on(2, *st);
-  auto r = cli("verify " + q(url));
+  auto r = cli("verify " + shell_quote(url));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   flip_a_byte(*st, "__1_0.distcp");
-  r = cli("verify " + q(url));
+  r = cli("verify " + shell_quote(url));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(url + ": __1_0.distcp"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1 problem"), std::string::npos) << r.output;
   // reshard refuses to copy it (checksums are verified while reading) and commits nothing.
-  r = cli("reshard " + q(url) + " " + q(url + "-copy") + " --ranks 2");
+  r = cli("reshard " + shell_quote(url) + " " + shell_quote(url + "-copy") + " --ranks 2");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(lines(r.output), 1u) << r.output;
+  EXPECT_EQ(line_count(r.output), 1u) << r.output;
   EXPECT_NE(r.output.find(url + ": __1_0.distcp"), std::string::npos) << r.output;
   EXPECT_FALSE(open_storage(url + "-copy")->try_stat(".metadata"));
 }
@@ -146,11 +144,11 @@ void uncommitted_prefix_is_not_a_checkpoint(const std::string& url) {
   auto st = open_storage(url);
   save_on(2, *st);
   st->remove(".metadata");
-  for (const std::string& args : {"verify " + q(url), "inspect " + q(url), "inspect --json --hash " + q(url),
-                                  "reshard " + q(url) + " " + q(url + "-out") + " --ranks 2"}) {
+  for (const std::string& args : {"verify " + shell_quote(url), "inspect " + shell_quote(url), "inspect --json --hash " + shell_quote(url),
+                                  "reshard " + shell_quote(url) + " " + shell_quote(url + "-out") + " --ranks 2"}) {
     auto r = cli(args);
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
-    EXPECT_EQ(lines(r.output), 1u) << args << ": " << r.output;
+    EXPECT_EQ(line_count(r.output), 1u) << args << ": " << r.output;
     EXPECT_NE(r.output.find("not a committed checkpoint"), std::string::npos) << args << ": " << r.output;
     EXPECT_NE(r.output.find(url), std::string::npos) << args << ": " << r.output;
   }
@@ -163,11 +161,11 @@ void wrong_key_is_one_clean_error(const std::string& url, const std::string& env
   save_on(1, *open_storage(url));
   TempDir dir;
   save_on(1, *open_storage(dir.file("local")));
-  for (const std::string& args : {"verify " + q(url), "reshard " + q(url) + " " + q(dir.file("out")) + " --ranks 2",
-                                  "reshard " + q(dir.file("local")) + " " + q(url + "-out") + " --ranks 2"}) {
+  for (const std::string& args : {"verify " + shell_quote(url), "reshard " + shell_quote(url) + " " + shell_quote(dir.file("out")) + " --ranks 2",
+                                  "reshard " + shell_quote(dir.file("local")) + " " + shell_quote(url + "-out") + " --ranks 2"}) {
     auto r = cli(args, env);
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
-    EXPECT_EQ(lines(r.output), 1u) << args << ": " << r.output;
+    EXPECT_EQ(line_count(r.output), 1u) << args << ": " << r.output;
     EXPECT_EQ(r.output.rfind("shardpoint: ", 0), 0u) << args << ": " << r.output;
     EXPECT_NE(r.output.find(status), std::string::npos) << args << ": " << r.output;
     EXPECT_EQ(r.output.find(secret), std::string::npos) << args << ": " << r.output;
@@ -208,12 +206,12 @@ TEST(RemoteCliS3Test, TorchSaveObjectIsAReshardAndVerifySource) {
   open_storage(prefix)->write_atomic("full.pt", as_bytes(torch_file_bytes()));
   const std::string object = prefix + "/full.pt";
 
-  auto r = cli("verify " + q(object));
+  auto r = cli("verify " + shell_quote(object));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(inspect(object), inspect(local));
-  r = cli("reshard -q " + q(object) + " " + q(prefix + "/dcp") + " --ranks 2");
+  r = cli("reshard -q " + shell_quote(object) + " " + shell_quote(prefix + "/dcp") + " --ranks 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = cli("reshard -q " + q(local) + " " + q(dir.file("dcp")) + " --ranks 2");
+  r = cli("reshard -q " + shell_quote(local) + " " + shell_quote(dir.file("dcp")) + " --ranks 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(inspect(prefix + "/dcp"), inspect(local));
   expect_same_objects(*open_storage(prefix + "/dcp"), *open_storage(dir.file("dcp")));

@@ -44,7 +44,9 @@ namespace shardpoint {
 namespace {
 
 namespace fs = std::filesystem;
+using shardpoint::testing::line_count;
 using shardpoint::testing::run_command;
+using shardpoint::testing::shell_quote;
 using shardpoint::testing::TempDir;
 using storage::testing::copy_objects;
 using storage::testing::MotoServer;
@@ -52,12 +54,7 @@ using storage::testing::read_all;
 
 const std::string kTool = SP_SHARDPOINT;
 
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-std::string unique_prefix(const std::string& name) {
-  static int n = 0;
-  return "s3://sp-test/consolidate-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
+std::string unique_prefix(const std::string& name) { return "s3://sp-test/" + testing::unique_name("consolidate-" + name); }
 
 struct ToolRun {
   int code = -1;
@@ -65,11 +62,9 @@ struct ToolRun {
 };
 
 ToolRun tool(const std::string& args, const std::string& env = "") {
-  auto r = run_command(env + " " + q(kTool) + " " + args + " 2>&1");
+  auto r = run_command(env + " " + shell_quote(kTool) + " " + args + " 2>&1");
   return ToolRun{r.exit_code, r.output};
 }
-
-std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 void write_meta_pt(storage::Storage& st) {
   using pickle::Value;
@@ -138,12 +133,12 @@ void consolidate_both_ways(TempDir& dir, const std::string& remote, const std::s
   copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(remote + "/ckpt"));
   fs::create_directories(dir.file("a"));
   fs::create_directories(dir.file("b"));
-  ToolRun r = tool("consolidate " + q(local) + " --output_file " + q(dir.file("a/out.pt")));
+  ToolRun r = tool("consolidate " + shell_quote(local) + " --output_file " + shell_quote(dir.file("a/out.pt")));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + q(remote + "/ckpt") + " --output_file " + q(dir.file("b/out.pt")));
+  r = tool("consolidate " + shell_quote(remote + "/ckpt") + " --output_file " + shell_quote(dir.file("b/out.pt")));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "");
-  r = tool("consolidate " + q(local) + " --output_file " + q(remote + "/c/out.pt"));
+  r = tool("consolidate " + shell_quote(local) + " --output_file " + shell_quote(remote + "/c/out.pt"));
   ASSERT_EQ(r.code, 0) << r.out;
   want = testing::read_text(dir.file("a/out.pt"));
   ASSERT_GT(want.size(), 1000u);
@@ -158,10 +153,10 @@ TEST(RemoteConsolidateTest, S3BothWaysEqualsLocalToLocal) {
   std::string want;
   consolidate_both_ways(dir, prefix, "s3", want);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  ToolRun r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(prefix + "/d/out.pt"));
+  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(prefix + "/d/out.pt"));
   ASSERT_EQ(r.code, 0) << r.out;
   // Default output: "<prefix>.consolidated" next to the prefix.
-  r = tool("consolidate " + q(prefix + "/ckpt/"));
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt/"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(read_object(prefix + "/d/out.pt") == want) << "s3 -> s3 differs from local -> local";
   EXPECT_GT(storage::open_storage(prefix)->stat("ckpt.consolidated"), 1000u);
@@ -172,7 +167,7 @@ TEST(RemoteConsolidateTest, S3BothWaysEqualsLocalToLocal) {
     auto load = run_command(
         "/usr/bin/python3 -c \"import sys, torch; c = torch.load(sys.argv[1]); "
         "print(sorted(c), sorted(c['state_dict'])[:1], len(c['optimizer_states']))\" " +
-        q(dir.file("b/out.pt")) + " 2>&1");
+        shell_quote(dir.file("b/out.pt")) + " 2>&1");
     EXPECT_EQ(load.exit_code, 0) << load.output;
     EXPECT_NE(load.output.find("'state_dict'"), std::string::npos) << load.output;
     EXPECT_NE(load.output.find("'optimizer_states'"), std::string::npos) << load.output;
@@ -188,10 +183,10 @@ TEST(RemoteConsolidateTest, ShardedSafetensorsToS3EqualLocalFolder) {
   const std::string local = dir.file("ckpt");
   save_small(*storage::open_local_storage_at(local));
   const std::string prefix = unique_prefix("st");
-  ToolRun r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " +
-                   q(dir.file("hf")));
+  ToolRun r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " +
+                   shell_quote(dir.file("hf")));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " + q(prefix + "/hf"));
+  r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " + shell_quote(prefix + "/hf"));
   ASSERT_EQ(r.code, 0) << r.out;
   auto remote = storage::open_storage(prefix + "/hf");
   std::vector<std::string> local_names, remote_names;
@@ -204,7 +199,7 @@ TEST(RemoteConsolidateTest, ShardedSafetensorsToS3EqualLocalFolder) {
     EXPECT_TRUE(read_all(*remote, name) == testing::read_text(dir.file("hf/" + name))) << name;
   }
   // A second run finds the output prefix taken.
-  r = tool("consolidate " + q(local) + " --to safetensors --max-shard-size 200B --output_file " + q(prefix + "/hf"));
+  r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " + shell_quote(prefix + "/hf"));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("already exists"), std::string::npos) << r.out;
 }
@@ -212,13 +207,13 @@ TEST(RemoteConsolidateTest, ShardedSafetensorsToS3EqualLocalFolder) {
 TEST(RemoteConsolidateTest, LightningChecksWordedForAPrefix) {
   SP_REQUIRE_MOTO(moto);
   const std::string prefix = unique_prefix("checks");
-  ToolRun r = tool("consolidate " + q(prefix + "/missing"));
+  ToolRun r = tool("consolidate " + shell_quote(prefix + "/missing"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "shardpoint: The provided checkpoint folder does not exist: there are no objects under " + prefix +
                        "/missing\n");
 
   storage::open_storage(prefix)->write_atomic("object", as_bytes(std::string("x")));
-  r = tool("consolidate " + q(prefix + "/object"));
+  r = tool("consolidate " + shell_quote(prefix + "/object"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "shardpoint: The provided checkpoint path must be a folder, containing the checkpoint shards: " +
                        prefix + "/object is an object, not a prefix with objects under it\n");
@@ -226,7 +221,7 @@ TEST(RemoteConsolidateTest, LightningChecksWordedForAPrefix) {
   auto ckpt = storage::open_storage(prefix + "/ckpt");
   save_small(*ckpt);
   ckpt->remove("meta.pt");
-  r = tool("consolidate " + q(prefix + "/ckpt"));
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out,
             "shardpoint: Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation. The "
@@ -234,16 +229,16 @@ TEST(RemoteConsolidateTest, LightningChecksWordedForAPrefix) {
                 prefix + "/ckpt\n");
 
   // --layout dcp needs no meta.pt; the output object then exists.
-  r = tool("consolidate " + q(prefix + "/ckpt") + " --layout dcp --output_file " + q(prefix + "/object"));
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file " + shell_quote(prefix + "/object"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out,
             "shardpoint: The path for the converted checkpoint already exists. Choose a different path by providing "
             "`--output_file` or move/delete the object first: " +
                 prefix + "/object\n");
-  r = tool("consolidate " + q(prefix + "/ckpt") + " --layout dcp --output_file s3://sp-test");
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file s3://sp-test");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(lines(r.out), 1u) << r.out;
-  r = tool("consolidate " + q(prefix + "/ckpt") + " --layout dcp --output_file " + q(prefix + "/out.pt"));
+  EXPECT_EQ(line_count(r.out), 1u) << r.out;
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file " + shell_quote(prefix + "/out.pt"));
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
@@ -265,10 +260,10 @@ TEST(RemoteConsolidateTest, FailedUploadLeavesNoObjectAndNoUpload) {
   ckpt->write_atomic(victim->relative_path, as_bytes(file));
 
   // A small budget: one reader, small buffers, so model.a is being uploaded when model.b fails.
-  ToolRun r = tool("consolidate " + q(prefix + "/ckpt") + " --layout fabric --memory-budget 40MiB --output_file " +
-                   q(prefix + "/out.pt"));
+  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout fabric --memory-budget 40MiB --output_file " +
+                   shell_quote(prefix + "/out.pt"));
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  EXPECT_EQ(line_count(r.out), 1u) << r.out;
   EXPECT_NE(r.out.find("model.b"), std::string::npos) << r.out;
   EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
   EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
@@ -312,17 +307,17 @@ TEST(RemoteConsolidateTest, WrongSecretIsOneLineWithoutTheSecret) {
   save_small(*storage::open_storage(prefix + "/ckpt"));
   const std::string secret = "Wr0ngS3cretWr0ngS3cretWr0ngS3cret0000000";
   const std::string env = "AWS_SECRET_ACCESS_KEY=" + secret;
-  ToolRun r = tool("consolidate " + q(prefix + "/ckpt") + " --output_file " + q(dir.file("out.pt")), env);
+  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(dir.file("out.pt")), env);
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  EXPECT_EQ(line_count(r.out), 1u) << r.out;
   EXPECT_EQ(r.out.rfind("shardpoint: ", 0), 0u) << r.out;
   EXPECT_EQ(r.out.find(secret), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir.file("out.pt")));
 
   save_small(*storage::open_local_storage_at(dir.file("local")));
-  r = tool("consolidate " + q(dir.file("local")) + " --output_file " + q(prefix + "/out.pt"), env);
+  r = tool("consolidate " + shell_quote(dir.file("local")) + " --output_file " + shell_quote(prefix + "/out.pt"), env);
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_EQ(lines(r.out), 1u) << r.out;
+  EXPECT_EQ(line_count(r.out), 1u) << r.out;
   EXPECT_EQ(r.out.find(secret), std::string::npos) << r.out;
   EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
 }

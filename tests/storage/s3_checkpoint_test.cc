@@ -33,10 +33,7 @@ using engine::testing::RankState;
 
 comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(60)}; }
 
-std::string unique_url(const std::string& name) {
-  static int n = 0;
-  return "s3://sp-test/" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
+std::string unique_url(const std::string& name) { return "s3://sp-test/" + shardpoint::testing::unique_name(name); }
 
 void save_on(int world, Storage& st, engine::SaveOptions options = {}) {
   std::vector<RankState> states;
