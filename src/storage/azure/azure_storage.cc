@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
 #include <ctime>
 #include <optional>
 #include <random>
@@ -49,20 +50,6 @@ std::string http_date() {
   char buf[64];
   std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
   return buf;
-}
-
-// The text of the first <tag>...</tag> in [from, to) of xml, or nullopt.
-std::optional<std::string_view> xml_element(std::string_view xml, std::string_view tag, std::size_t from = 0,
-                                            std::size_t to = std::string_view::npos) {
-  std::string open = "<" + std::string(tag) + ">";
-  std::string close = "</" + std::string(tag) + ">";
-  std::string_view window = xml.substr(0, std::min(to, xml.size()));
-  std::size_t a = window.find(open, from);
-  if (a == std::string_view::npos) return std::nullopt;
-  a += open.size();
-  std::size_t b = window.find(close, a);
-  if (b == std::string_view::npos) return std::nullopt;
-  return window.substr(a, b - a);
 }
 
 std::string block_id(const std::string& tag, std::size_t index) {
@@ -183,22 +170,17 @@ class AzureClient final : public http::ObjectClient {
   StorageError error_for(const Call& call, const Result& result) const {
     const http::Response& r = result.response;
     std::string msg = call.op + " " + call.what + ": ";
-    StorageError::Kind kind = StorageError::Kind::kOther;
+    const StorageError::Kind kind = http::error_kind(r.status);
     std::string code = r.header("x-ms-error-code");
-    if (code.empty()) {
-      if (auto c = xml_element(r.body, "Code")) code = std::string(*c);
-    }
+    if (code.empty()) code = http::xml_value(r.body, "Code");
     msg += "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
-    if (r.status == 404) kind = StorageError::Kind::kNotFound;
-    else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
-    else if (http::is_retryable_status(r.status)) kind = StorageError::Kind::kTransient;
     if (kind == StorageError::Kind::kPermission) {
       msg += " (authentication or authorization failed with " + config_.describe() +
              "; check the account key or SAS token and its permissions and expiry)";
     }
     std::string id = r.header("x-ms-request-id");
     if (!id.empty()) msg += " [request id " + id + "]";
-    msg += " (" + std::to_string(result.retries) + (result.retries == 1 ? " retry" : " retries") + ")";
+    msg += " (" + http::retries_text(result.retries) + ")";
     return StorageError(kind, msg);
   }
 
@@ -331,25 +313,14 @@ class AzureClient final : public http::ObjectClient {
       if (!full.empty()) call.query.emplace_back("prefix", full);
       if (!marker.empty()) call.query.emplace_back("marker", marker);
       Result r = run(call, io);
-      const std::string& xml = r.response.body;
-      std::size_t pos = 0;
-      while (true) {
-        std::size_t a = xml.find("<Blob>", pos);
-        if (a == std::string::npos) break;
-        std::size_t b = xml.find("</Blob>", a);
-        if (b == std::string::npos) break;
-        auto name = xml_element(xml, "Name", a, b);
-        auto length = xml_element(xml, "Content-Length", a, b);
-        pos = b + 7;
-        if (!name) continue;
-        std::string n = http::xml_unescape(*name);
-        if (!n.starts_with(root)) continue;
-        std::string key = n.substr(root.size());
+      for (std::string_view blob : http::xml_blocks(r.response.body, "Blob")) {
+        std::string name = http::xml_value(blob, "Name");
+        if (!name.starts_with(root)) continue;
+        std::string key = name.substr(root.size());
         if (key.find(kTempMarker) != std::string::npos || key.empty()) continue;
-        out.push_back({key, length ? std::stoull(std::string(*length)) : 0});
+        out.push_back({key, std::strtoull(http::xml_value(blob, "Content-Length").c_str(), nullptr, 10)});
       }
-      auto next = xml_element(xml, "NextMarker");
-      std::string next_marker = next ? http::xml_unescape(*next) : std::string();
+      std::string next_marker = http::xml_value(r.response.body, "NextMarker");
       if (next_marker.empty()) break;
       if (next_marker == marker) {
         throw StorageError(StorageError::Kind::kOther, "list " + location_.url() + ": the service repeated marker");

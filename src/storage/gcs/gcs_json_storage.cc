@@ -18,9 +18,7 @@ namespace {
 
 constexpr std::size_t kChunkQuantum = std::size_t{256} << 10;  // GCS: chunks are multiples of 256 KiB
 
-std::string retries_text(int retries) {
-  return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
-}
+using http::retries_text;
 
 // GCS sends int64 fields (size, generation) as JSON strings.
 std::uint64_t json_u64(const nlohmann::json& j, const char* field) {
@@ -101,10 +99,7 @@ struct GcsCore final : http::ObjectClient {
   }
 
   [[noreturn]] void fail(const std::string& what, const http::Response& r) const {
-    StorageError::Kind kind = StorageError::Kind::kOther;
-    if (r.status == 404) kind = StorageError::Kind::kNotFound;
-    else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
-    else if (http::is_retryable_status(r.status)) kind = StorageError::Kind::kTransient;
+    const StorageError::Kind kind = http::error_kind(r.status);
     std::string text = what + ": HTTP " + std::to_string(r.status);
     auto body = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_object() && body.contains("error") && body["error"].is_object()) {

@@ -317,8 +317,7 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     if (!retry) return response;
     if (attempt + 1 >= policy_.max_attempts) {
       if (code == CURLE_OK) return response;  // the caller maps the status (and names retries)
-      throw StorageError(StorageError::Kind::kTransient, what + ": " + last_error + " (" + std::to_string(attempt) +
-                                                             (attempt == 1 ? " retry)" : " retries)"));
+      throw StorageError(StorageError::Kind::kTransient, what + ": " + last_error + " (" + retries_text(attempt) + ")");
     }
     sleep_checked(jittered_backoff(policy_, attempt + 1), io, what);
   }
@@ -367,6 +366,39 @@ std::string xml_unescape(std::string_view s) {
     i = semi;
   }
   return out;
+}
+
+std::vector<std::string_view> xml_blocks(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
+  const std::string open = "<" + std::string(tag) + ">";
+  const std::string close = "</" + std::string(tag) + ">";
+  std::size_t pos = 0;
+  while (true) {
+    std::size_t b = xml.find(open, pos);
+    if (b == std::string_view::npos) break;
+    b += open.size();
+    std::size_t e = xml.find(close, b);
+    if (e == std::string_view::npos) break;
+    out.push_back(xml.substr(b, e - b));
+    pos = e + close.size();
+  }
+  return out;
+}
+
+std::string xml_value(std::string_view xml, std::string_view tag) {
+  auto blocks = xml_blocks(xml, tag);
+  return blocks.empty() ? std::string() : xml_unescape(blocks.front());
+}
+
+StorageError::Kind error_kind(long status) {
+  if (status == 404) return StorageError::Kind::kNotFound;
+  if (status == 401 || status == 403) return StorageError::Kind::kPermission;
+  if (is_retryable_status(status)) return StorageError::Kind::kTransient;
+  return StorageError::Kind::kOther;
+}
+
+std::string retries_text(int retries) {
+  return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
 }
 
 }  // namespace shardpoint::storage::http

@@ -132,4 +132,18 @@ std::string strip_query(std::string_view url);
 // UTF-8); anything else is kept as written. For S3 and Azure listings.
 std::string xml_unescape(std::string_view s);
 
+// The raw contents of every <tag>...</tag> in xml, in order. S3's and Azure's responses are
+// flat enough to read by tag (a tag never nests inside itself).
+std::vector<std::string_view> xml_blocks(std::string_view xml, std::string_view tag);
+
+// The decoded text of the first <tag>...</tag> in xml; "" when there is none.
+std::string xml_value(std::string_view xml, std::string_view tag);
+
+// The StorageError kind of an HTTP error status, the same for every service: 404
+// kNotFound, 401/403 kPermission, retryable statuses (above) kTransient, others kOther.
+StorageError::Kind error_kind(long status);
+
+// "1 retry", "3 retries": how error messages count a request's retries.
+std::string retries_text(int retries);
+
 }  // namespace shardpoint::storage::http

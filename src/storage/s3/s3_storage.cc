@@ -45,32 +45,9 @@ std::string xml_escape(std::string_view s) {
   return out;
 }
 
-// The raw contents of every <tag>...</tag> in s, in order.
-std::vector<std::string_view> xml_blocks(std::string_view s, std::string_view tag) {
-  std::vector<std::string_view> out;
-  const std::string open = "<" + std::string(tag) + ">";
-  const std::string close = "</" + std::string(tag) + ">";
-  std::size_t pos = 0;
-  while (true) {
-    std::size_t b = s.find(open, pos);
-    if (b == std::string_view::npos) break;
-    b += open.size();
-    std::size_t e = s.find(close, b);
-    if (e == std::string_view::npos) break;
-    out.push_back(s.substr(b, e - b));
-    pos = e + close.size();
-  }
-  return out;
-}
-
-std::string xml_value(std::string_view s, std::string_view tag) {
-  auto blocks = xml_blocks(s, tag);
-  return blocks.empty() ? std::string() : http::xml_unescape(blocks.front());
-}
-
-std::string retries_text(int retries) {
-  return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
-}
+using http::retries_text;
+using http::xml_blocks;
+using http::xml_value;
 
 // ---------------------------------------------------------------------------------------
 // The shared state of a storage, its writers and sources.
@@ -146,10 +123,7 @@ struct S3Core final : http::ObjectClient {
   [[noreturn]] void fail(const std::string& what, const http::Response& r) const {
     std::string code = xml_value(r.body, "Code");
     std::string message = xml_value(r.body, "Message");
-    StorageError::Kind kind = StorageError::Kind::kOther;
-    if (r.status == 404) kind = StorageError::Kind::kNotFound;
-    else if (r.status == 401 || r.status == 403) kind = StorageError::Kind::kPermission;
-    else if (http::is_retryable_status(r.status)) kind = StorageError::Kind::kTransient;
+    const StorageError::Kind kind = http::error_kind(r.status);
     std::string text = what + ": HTTP " + std::to_string(r.status);
     if (!code.empty()) text += " " + code;
     if (!message.empty()) text += ": " + message;
