@@ -35,7 +35,6 @@
 #include "engine/reshard.h"
 #include "format/metadata_codec.h"
 #include "format/checkpoint_path.h"
-#include "pickle/reader.h"
 #include "format/safetensors_writer.h"
 #include "storage/local_storage.h"
 #include "storage/storage_registry.h"
@@ -293,42 +292,9 @@ class WindowedInputStorage final : public storage::StorageWrapper {
   std::shared_ptr<WindowCache> cache_;
 };
 
-// The keys of state_dict_metadata in the order the .metadata pickle in `input` lists them:
-// the order in which PyTorch's _EmptyStateDictLoadPlanner builds (and dcp_to_torch_save
-// writes) the state. Reads the pickle again: the decoded Metadata (CheckpointReader's) keeps
-// its keys sorted. Empty when the pickle does not have the expected shape (the decoder
-// already accepted it, so this is only about order).
-std::vector<std::string> pickled_key_order(storage::Storage& input) {
-  std::string bytes(static_cast<std::size_t>(input.stat(".metadata")), '\0');
-  input.read(".metadata", 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
-  std::vector<std::string> out;
-  try {
-    ValuePtr root = pickle::read_pickle(as_bytes(bytes), ".metadata");
-    if (!root || !root->is(Kind::kObject) || !root->state()) return out;
-    std::vector<const Value*> dicts;
-    const Value& state = *root->state();
-    if (state.is(Kind::kDict)) dicts.push_back(&state);
-    if (state.is(Kind::kTuple)) {
-      for (const auto& i : state.items()) {
-        if (i && i->is(Kind::kDict)) dicts.push_back(i.get());
-      }
-    }
-    for (const Value* d : dicts) {
-      for (const auto& [k, v] : d->entries()) {
-        if (!k || !k->is(Kind::kStr) || k->as_string() != "state_dict_metadata" || !v || !v->is(Kind::kDict)) continue;
-        for (const auto& [fqn, _] : v->entries()) {
-          if (fqn && fqn->is(Kind::kStr)) out.push_back(fqn->as_string());
-        }
-        return out;
-      }
-    }
-  } catch (const std::exception&) {
-    out.clear();
-  }
-  return out;
-}
-
-// The fqns of the checkpoint in `order` (the pickled order), then any others sorted.
+// The fqns of the checkpoint in `order` (Metadata::key_order: the order the file lists
+// them, in which PyTorch's _EmptyStateDictLoadPlanner builds and dcp_to_torch_save writes
+// the state), then any others sorted.
 std::vector<std::string> ordered_fqns(const format::Metadata& md, const std::vector<std::string>& order) {
   std::vector<std::string> out;
   std::set<std::string> seen;
@@ -567,7 +533,7 @@ class Consolidator {
     }
     input_ = std::make_shared<WindowedInputStorage>(target);
     reader_ = std::make_unique<CheckpointReader>(*input_, CheckpointReaderOptions{options_.verify_checksums});
-    fqns_ = ordered_fqns(reader_->metadata(), pickled_key_order(*input_));
+    fqns_ = ordered_fqns(reader_->metadata(), reader_->metadata().key_order);
     check_items();
     plan_memory();
 

@@ -155,7 +155,7 @@ class Decoder {
       if (!k || !k->is(Kind::kStr)) fail("state_dict_metadata key", "a str", k.get());
       const std::string& fqn = k->as_string();
       if (!v) fail("state_dict_metadata[" + quote(fqn) + "]", "TensorStorageMetadata or BytesStorageMetadata", nullptr);
-      md.state_dict_metadata.insert_or_assign(fqn, storage_metadata(*v, fqn));
+      if (md.state_dict_metadata.insert_or_assign(fqn, storage_metadata(*v, fqn)).second) md.key_order.push_back(fqn);
     }
 
     if (const Value* pd = f.get("planner_data"); pd != nullptr && !pd->is_none()) {

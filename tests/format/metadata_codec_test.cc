@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <map>
@@ -269,6 +270,22 @@ TEST(MetadataCodecTest, RoundTrip) {
     expect_sample(back, true, transforms);
     EXPECT_TRUE(same_encoded_content(md, back));
   }
+}
+
+TEST(MetadataCodecTest, KeyOrderIsTheOrderTheFileListsTheKeys) {
+  const Metadata md = sample_metadata(false);
+  std::vector<std::string> sorted;
+  for (const auto& [fqn, _] : md.state_dict_metadata) sorted.push_back(fqn);
+  EXPECT_EQ(decode(encode_metadata(md)).key_order, sorted);
+  // The same file with state_dict_metadata's entries reversed (as a saver whose state dict
+  // had the other order would write it).
+  ValuePtr root = pickle::read_pickle(as_bytes(encode_metadata(md)), "encoded");
+  ValuePtr sdm = root->state()->get("state_dict_metadata");
+  ASSERT_TRUE(sdm && sdm->is(Kind::kDict));
+  std::reverse(sdm->mutable_entries().begin(), sdm->mutable_entries().end());
+  const Metadata reversed = decode(pickle::pickle_to_string(*root, pickle::WriteOptions{.protocol = 2}));
+  EXPECT_EQ(reversed.key_order, std::vector<std::string>(sorted.rbegin(), sorted.rend()));
+  EXPECT_EQ(reversed.state_dict_metadata.size(), sorted.size());
 }
 
 TEST(MetadataCodecTest, RoundTripAllDTypesAndMemoryFormats) {
