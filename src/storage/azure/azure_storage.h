@@ -45,7 +45,7 @@
 // (write_at), direct_io, local_path or conditional_put.
 //
 // Cancellation: IoOptions stop / deadline abort a transfer in progress (curl's progress
-// callback) and stop retries; a writer's blocks already in flight are waited for.
+// callback) and stop retries; a writer's blocks in flight stop retrying and are waited for.
 // Thread-safety: all Storage methods are thread-safe; writers are single-threaded.
 #pragma once
 
