@@ -229,8 +229,11 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
 
 namespace {
 
-// Whole blocks are read this many bytes per pread at most (several small blocks at once).
-constexpr std::uint64_t kMaxBlockRun = std::uint64_t{1} << 20;
+// Whole blocks are read into the destination this many bytes per pread at most (several
+// small blocks at once, a large block in pieces) and hashed right after each read, while
+// the bytes are still in the core's cache: with 1 MiB reads the checksum pass went to
+// memory and cost 1.6x as much (warm loads, measured 2026-11-30).
+constexpr std::uint64_t kVerifiedReadBytes = std::uint64_t{256} << 10;
 
 std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block, std::uint64_t begin,
                      std::uint64_t end, std::uint64_t expected, std::uint64_t found) {
@@ -337,21 +340,10 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       if (pos == b_begin && end >= b_end) {
         // A run of whole blocks: straight into the destination, each checked in place.
         std::uint64_t run_end = b_end;
-        while (run_end < end && run_end - pos < kMaxBlockRun && std::min(run_end + block, info_.length) <= end) {
+        while (run_end < end && std::min(run_end + block, info_.length) <= end) {
           run_end = std::min(run_end + block, info_.length);
         }
-        window_->read_data(pos, std::span<std::byte>(out, static_cast<std::size_t>(run_end - pos)), what);
-        for (std::uint64_t at = pos; at < run_end;) {
-          const std::uint64_t k = at / block;
-          check_block_index(k);
-          const std::uint64_t k_end = std::min(at + block, info_.length);
-          const std::uint64_t found =
-              checksum_of(checksums.algorithm, ByteSpan(out + (at - pos), static_cast<std::size_t>(k_end - at)));
-          if (found != entry.blocks[k]) {
-            throw FormatError(mismatch(describe(), checksums.algorithm, k, at, k_end, entry.blocks[k], found));
-          }
-          at = k_end;
-        }
+        read_whole_blocks(pos, run_end, out, checksums, what);
         out += run_end - pos;
         pos = run_end;
         continue;
@@ -367,6 +359,35 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
     }
   }
   finish_partial_block();
+}
+
+void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, std::byte* out,
+                                        const BlobChecksums& checksums, const std::string& what) {
+  const std::uint64_t block = checksums.block_size;
+  const ItemChecksums& entry = *checksums.item;
+  StreamingChecksum sum(checksums.algorithm);
+  for (std::uint64_t at = begin; at < end;) {
+    const std::uint64_t read_end = std::min(at + kVerifiedReadBytes, end);
+    window_->read_data(at, std::span<std::byte>(out + (at - begin), static_cast<std::size_t>(read_end - at)), what);
+    for (std::uint64_t p = at; p < read_end;) {
+      const std::uint64_t k = p / block;
+      if (k >= entry.blocks.size()) {
+        throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
+                          " blocks, block " + std::to_string(k) + " needed");
+      }
+      const std::uint64_t k_end = std::min((k + 1) * block, info_.length);
+      const std::uint64_t piece_end = std::min(k_end, read_end);
+      sum.update(ByteSpan(out + (p - begin), static_cast<std::size_t>(piece_end - p)));
+      if (piece_end == k_end) {
+        if (sum.value() != entry.blocks[k]) {
+          throw FormatError(mismatch(describe(), checksums.algorithm, k, k * block, k_end, entry.blocks[k], sum.value()));
+        }
+        sum.reset();
+      }
+      p = piece_end;
+    }
+    at = read_end;
+  }
 }
 
 std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<const ReadItem*>& items,

@@ -144,6 +144,9 @@ class SavedTensorBlob {
   std::string describe() const;
   void read_verified(const std::vector<Segment>& segments, std::uint64_t data_start, std::span<std::byte> dest,
                      const BlobChecksums& checksums, std::vector<BlockPiece>* pieces, const std::string& what);
+  // Blob bytes [begin, end), whole blocks only, into out, each block checked against the sidecar.
+  void read_whole_blocks(std::uint64_t begin, std::uint64_t end, std::byte* out, const BlobChecksums& checksums,
+                         const std::string& what);
 
   std::string fqn_;
   format::StorageInfo info_;
