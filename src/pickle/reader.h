@@ -8,8 +8,8 @@
 // `source_name`, the byte offset of the opcode and what was expected, e.g.
 //   "data.pkl: BINUNICODE at offset 2: expected 5 bytes of UTF-8 text, 2 left".
 // Never a crash, hang or unbounded allocation: every length is checked against the bytes
-// that remain before anything is allocated, the memo is a map (a LONG_BINPUT index of
-// 2^32-1 costs one entry), text ints are limited to CPython's 4300 digits, and nesting
+// that remain before anything is allocated, the memo grows only with its entries (a
+// LONG_BINPUT index of 2^32-1 costs one map entry), text ints are limited to CPython's 4300 digits, and nesting
 // deeper than ReadOptions::max_depth is refused. Parsing does not recurse.
 //
 // Semantics are CPython's pickle._Unpickler with nothing called:
@@ -52,7 +52,9 @@ namespace shardpoint::pickle {
 struct ReadOptions {
   // Deepest nesting accepted: the longest chain of nodes from the root, counting a node on
   // a cycle as its whole cycle, so any walker that recurses (writer, repr, deep_equal)
-  // stays within this many levels. Costs one pass over the graph after parsing. Raise it
+  // stays within this many levels. Costs one pass over the graph after parsing (a cheap
+  // walk when the pickle cannot hold a cycle, the strongly-connected-components pass when it
+  // mutated a node it had handed out twice). Raise it
   // only for trusted input; the writer accepts up to 6000 levels.
   std::size_t max_depth = 2000;
   // Stop after the first STOP opcode; bytes after it are ignored (Python's pickle.loads
