@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -111,6 +112,20 @@ void expect_commit_order(const std::vector<std::string>& events, int data_files)
   EXPECT_EQ(committed, data_files);
 }
 
+// Runs fn on 2 ranks (threads); what each rank threw, empty for a rank that did not.
+std::vector<std::string> errors_on_two_ranks(const std::function<void(comm::Communicator&)>& fn) {
+  comm::ThreadGroup group(2, comm::CommOptions{std::chrono::seconds(30)});
+  std::vector<std::string> errors(2);
+  group.run([&](comm::Communicator& comm) {
+    try {
+      fn(comm);
+    } catch (const std::exception& e) {
+      errors[comm.rank()] = e.what();
+    }
+  });
+  return errors;
+}
+
 TEST(CommitOrderTest, SaveWritesDataThenSidecarThenMetadataLastInOneWrite) {
   auto memory = std::shared_ptr<storage::Storage>(storage::open_storage(unique_url("save")));
   RecordingStorage st(memory);
@@ -164,15 +179,8 @@ TEST(CommitOrderTest, EveryReaderRefusesAPrefixWithoutMetadata) {
   // load() on 2 ranks: every rank gets the coordinator's error.
   std::vector<RankState> states;
   for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, false));
-  comm::ThreadGroup group(2, comm::CommOptions{std::chrono::seconds(30)});
-  std::vector<std::string> errors(2);
-  group.run([&](comm::Communicator& comm) {
-    try {
-      load(states[comm.rank()].root, *st, comm);
-    } catch (const std::exception& e) {
-      errors[comm.rank()] = e.what();
-    }
-  });
+  const std::vector<std::string> errors =
+      errors_on_two_ranks([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
   for (const std::string& e : errors) {
     EXPECT_NE(e.find("not a committed checkpoint"), std::string::npos) << e;
     EXPECT_NE(e.find(url), std::string::npos) << e;
@@ -224,15 +232,8 @@ TEST(CommitOrderTest, AFailedMetadataWriteLeavesNoSidecarAndNoFiles) {
     FailingCommitStorage st(memory);
     std::vector<RankState> states;
     for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, true));
-    comm::ThreadGroup group(2, comm::CommOptions{std::chrono::seconds(30)});
-    std::vector<std::string> errors(2);
-    group.run([&](comm::Communicator& comm) {
-      try {
-        save(states[comm.rank()].root, st, comm);
-      } catch (const StorageError& e) {
-        errors[comm.rank()] = e.what();
-      }
-    });
+    const std::vector<std::string> errors =
+        errors_on_two_ranks([&](comm::Communicator& comm) { save(states[comm.rank()].root, st, comm); });
     for (const std::string& e : errors) EXPECT_NE(e.find("injected: .metadata write failed"), std::string::npos) << e;
     EXPECT_EQ(keys_under(*memory), "") << "save";
   }
