@@ -161,28 +161,6 @@ std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& 
 // ---------------------------------------------------------------------------------------
 // Load, steps 2-4 on one rank.
 
-class FileSources {
- public:
-  explicit FileSources(storage::Storage& st) : st_(st) {}
-  std::shared_ptr<const ByteSource> get(const std::string& key) {
-    std::lock_guard lock(mu_);
-    auto it = sources_.find(key);
-    if (it != sources_.end()) return it->second;
-    // pread, not mmap: reads land straight in the caller's buffers, and file pages never
-    // count against the rank's RSS (a mapped source would add every byte read to it).
-    storage::SourceOptions options;
-    options.prefer_mmap = false;
-    std::shared_ptr<const ByteSource> source = st_.open_source(key, options);
-    sources_.emplace(key, source);
-    return source;
-  }
-
- private:
-  storage::Storage& st_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
-};
-
 const format::ChunkStorageMetadata& find_chunk(const format::TensorStorageMetadata& tensor,
                                                const format::MetadataIndex& index) {
   if (index.index && *index.index >= 0 && static_cast<std::size_t>(*index.index) < tensor.chunks.size() &&
@@ -264,7 +242,7 @@ struct PendingChecks {
 };
 
 void load_on_rank(StateNode& state, const std::vector<std::string>& parts, const std::string& metadata_name,
-                  const std::string& sidecar_name, FileSources& sources, const LoadOptions& options,
+                  const std::string& sidecar_name, SourceCache& sources, const LoadOptions& options,
                   LoadReport& report, PendingChecks& pending) {
   const format::Metadata metadata = format::decode_metadata(as_bytes(parts[0]), metadata_name);
   std::optional<ChecksumSidecar>& sidecar = pending.sidecar;
@@ -386,7 +364,7 @@ void load_on_rank(StateNode& state, const std::vector<std::string>& parts, const
 // of checksum blocks they read only part of, and each checks its blocks by combining the
 // pieces of all ranks (item_reader.h). Returns this rank's error, if any.
 std::exception_ptr verify_pieces_together(comm::Communicator& comm, std::exception_ptr read_error,
-                                          PendingChecks& pending, FileSources& sources, LoadReport& report) {
+                                          PendingChecks& pending, SourceCache& sources, LoadReport& report) {
   std::vector<std::string> all =
       comm.all_gather(read_error ? std::string("E") : "P" + encode_block_pieces(pending.pieces));
   if (read_error) return read_error;
@@ -635,7 +613,7 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
 
   // 2-3. (all ranks) Plan and read.
   std::exception_ptr error;
-  FileSources sources(checkpoint);
+  SourceCache sources(checkpoint);
   PendingChecks pending;
   bool sidecar_sent = false;
   try {

@@ -22,7 +22,7 @@ std::optional<std::string> read_whole(storage::Storage& st, std::string_view key
 }  // namespace
 
 CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)
-    : storage_(storage), options_(options) {
+    : storage_(storage), options_(options), sources_(storage) {
   std::optional<std::string> bytes = read_whole(storage_, kMetadataKey);
   if (!bytes) {
     throw StorageError(StorageError::Kind::kNotFound,
@@ -51,16 +51,7 @@ std::shared_ptr<const ByteSource> CheckpointReader::source(const std::string& re
     throw FormatError(storage_.describe_key(kMetadataKey) + ": relative_path '" + relative_path +
                       "' escapes the checkpoint folder");
   }
-  std::lock_guard lock(mu_);
-  auto it = sources_.find(relative_path);
-  if (it != sources_.end()) return it->second;
-  // pread, not mmap: blob reads copy into the caller's buffer anyway, and mapped pages would
-  // count in the process's RSS (consolidate keeps RSS under a budget).
-  storage::SourceOptions source_options;
-  source_options.prefer_mmap = false;
-  std::shared_ptr<const ByteSource> src = storage_.open_source(relative_path, source_options);
-  sources_.emplace(relative_path, src);
-  return src;
+  return sources_.get(relative_path);
 }
 
 BlobChecksums CheckpointReader::checksums_for(const format::StorageInfo& info) const {

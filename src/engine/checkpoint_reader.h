@@ -70,8 +70,8 @@ class CheckpointReader {
   CheckpointReaderOptions options_;
   format::Metadata metadata_;
   std::optional<ChecksumSidecar> sidecar_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
+  SourceCache sources_;
+  mutable std::mutex mu_;  // per_tensor_, counts_
   std::map<std::string, std::unique_ptr<format::Metadata>> per_tensor_;
   ReadCounts counts_;
 };

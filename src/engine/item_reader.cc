@@ -390,6 +390,17 @@ void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, 
   }
 }
 
+std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto it = sources_.find(key);
+  if (it != sources_.end()) return it->second;
+  storage::SourceOptions options;
+  options.prefer_mmap = false;
+  std::shared_ptr<const ByteSource> source = storage_.open_source(key, options);
+  sources_.emplace(key, source);
+  return source;
+}
+
 std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<const ReadItem*>& items,
                                                           const format::Shape& chunk_sizes, std::size_t itemsize,
                                                           std::uint64_t blob_length) {

@@ -31,7 +31,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -89,6 +91,21 @@ void verify_block_pieces(const std::vector<BlockPiece>& mine, const std::vector<
                          const ChecksumSidecar& sidecar,
                          const std::function<std::shared_ptr<const ByteSource>(const std::string&)>& source,
                          ReadCounts& counts);
+
+// The sources of a checkpoint's files, each opened once and shared by the reader threads.
+// pread, not mmap: blob reads land straight in the caller's buffers, and mapped pages would
+// count in the process's RSS (loads and consolidate keep RSS within a bound).
+// Thread-safe.
+class SourceCache {
+ public:
+  explicit SourceCache(storage::Storage& storage) : storage_(storage) {}
+  std::shared_ptr<const ByteSource> get(const std::string& key);
+
+ private:
+  storage::Storage& storage_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
+};
 
 class CountedWindow;
 
