@@ -76,21 +76,26 @@ bool has_children(Kind kind) {
 // map and costs one entry, never gigabytes.
 class Memo {
  public:
+  // An index put in the map stays there even when the vector later grows past it.
   const ValuePtr* find(std::uint64_t index) const {
-    if (index < dense_.size()) return dense_[index] ? &dense_[index] : nullptr;
+    if (index < dense_.size() && dense_[index]) return &dense_[index];
     auto it = sparse_.find(index);
     return it == sparse_.end() ? nullptr : &it->second;
   }
 
   void put(std::uint64_t index, const ValuePtr& value) {
+    if (auto it = sparse_.find(index); it != sparse_.end()) {
+      it->second = value;
+      return;
+    }
     if (index < dense_.size() || index < 2 * count_ + 64) {
       if (index >= dense_.size()) dense_.resize(index + 1);
       if (!dense_[index]) ++count_;
       dense_[index] = value;
       return;
     }
-    auto [it, inserted] = sparse_.insert_or_assign(index, value);
-    if (inserted) ++count_;
+    sparse_.emplace(index, value);
+    ++count_;
   }
 
   // Distinct indices set (what MEMOIZE uses as the next index, like CPython's len(memo)).

@@ -224,6 +224,12 @@ TEST(Reader, MemoSharingAndLongIndices) {
   // MEMOIZE uses the memo's size as its index.
   auto m = read(bytes_of("\x80\x04K\x07\x94" "0h\x00."));
   EXPECT_EQ(m->as_int(), 7);
+  // Index 100 put while the memo is nearly empty, then 40 dense entries and index 105 (the
+  // dense table now spans 100): index 100 still holds its value.
+  std::string grown = std::string("\x80\x02K\x01q\x64" "0", 7);
+  for (int i = 0; i < 40; ++i) grown += std::string("K\x02q", 3) + static_cast<char>(i) + "0";
+  grown += std::string("K\x03q\x69" "0h\x64.", 8);
+  EXPECT_EQ(read(grown)->as_int(), 1);
 }
 
 TEST(Reader, SetsAndFrozenSets) {
