@@ -255,12 +255,6 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
   }
   if (block == 0) throw FormatError(describe() + ": checksum sidecar has block size 0");
   const bool combine_later = pieces != nullptr && checksums.algorithm == ChecksumAlgorithm::kCrc32c;
-  auto check_block_index = [&](std::uint64_t b) {
-    if (b >= entry.blocks.size()) {
-      throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
-                        " blocks, block " + std::to_string(b) + " needed");
-    }
-  };
 
   // The parts of one block read so far (blob offsets, and where the bytes now are).
   struct Part {
@@ -334,7 +328,7 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
     std::byte* out = dest.data() + s.dst;
     while (pos < end) {
       const std::uint64_t b = pos / block;
-      check_block_index(b);
+      check_block_index(entry, b);
       const std::uint64_t b_begin = b * block;
       const std::uint64_t b_end = std::min(b_begin + block, info_.length);
       if (pos == b_begin && end >= b_end) {
@@ -361,6 +355,13 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
   finish_partial_block();
 }
 
+void SavedTensorBlob::check_block_index(const ItemChecksums& entry, std::uint64_t block) const {
+  if (block >= entry.blocks.size()) {
+    throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
+                      " blocks, block " + std::to_string(block) + " needed");
+  }
+}
+
 void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, std::byte* out,
                                         const BlobChecksums& checksums, const std::string& what) {
   const std::uint64_t block = checksums.block_size;
@@ -371,10 +372,7 @@ void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, 
     window_->read_data(at, std::span<std::byte>(out + (at - begin), static_cast<std::size_t>(read_end - at)), what);
     for (std::uint64_t p = at; p < read_end;) {
       const std::uint64_t k = p / block;
-      if (k >= entry.blocks.size()) {
-        throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
-                          " blocks, block " + std::to_string(k) + " needed");
-      }
+      check_block_index(entry, k);
       const std::uint64_t k_end = std::min((k + 1) * block, info_.length);
       const std::uint64_t piece_end = std::min(k_end, read_end);
       sum.update(ByteSpan(out + (p - begin), static_cast<std::size_t>(piece_end - p)));

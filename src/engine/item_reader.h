@@ -161,6 +161,8 @@ class SavedTensorBlob {
   std::string describe() const;
   void read_verified(const std::vector<Segment>& segments, std::uint64_t data_start, std::span<std::byte> dest,
                      const BlobChecksums& checksums, std::vector<BlockPiece>* pieces, const std::string& what);
+  // Throws FormatError when the sidecar entry has no block `block`.
+  void check_block_index(const ItemChecksums& entry, std::uint64_t block) const;
   // Blob bytes [begin, end), whole blocks only, into out, each block checked against the sidecar.
   void read_whole_blocks(std::uint64_t begin, std::uint64_t end, std::byte* out, const BlobChecksums& checksums,
                          const std::string& what);
