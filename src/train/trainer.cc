@@ -575,6 +575,13 @@ pickle::DictEntries meta_entries(const TrainerOptions& o, const ModelCheckpoint&
           {s("shardpoint"), shardpoint}};
 }
 
+// meta.pt of a sharded checkpoint: the meta entries alone.
+std::string meta_pt_bytes(const TrainerOptions& o, const ModelCheckpoint& mc, const LoopState& loops,
+                          const DataSchedule& schedule) {
+  TorchFileBuilder files;
+  return files.bytes(*Value::dict(meta_entries(o, mc, loops, schedule, files)));
+}
+
 // Lightning's full checkpoint: the meta entries with state_dict after the first three and
 // optimizer_states before lr_schedulers (dump order); the optimizer state keyed by parameter
 // id and param_groups listing ids, as Lightning rekeys a full FSDP optimizer state.
@@ -630,7 +637,6 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.epoch_processed = in_epoch_end_;
   const auto [parent, name] = split_path(path);
   finish_pending(result);  // a new save starts after the previous one is committed
-  bool in_flight = false;
   if (strategy_.state_dict_type() == "sharded") {
     // A file at the path goes; an older checkpoint in the folder loses its commit marker
     // first, so a save that dies half way never looks committed.
@@ -647,10 +653,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       // Stall: plan + copy into staging; meta.pt is built now (this save's loop counters and
       // callback state) and written by finish_pending() after the commit.
       std::string meta;  // built first: a pending save always has its meta.pt
-      on_rank0(comm, [&] {
-        TorchFileBuilder files;
-        meta = files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
-      });
+      on_rank0(comm, [&] { meta = meta_pt_bytes(options_, *checkpoint_, loops, schedule_); });
       if (!staging_) staging_ = std::make_unique<engine::StagingPool>();
       engine::AsyncSaveOptions async_options;
       async_options.staging = staging_.get();
@@ -659,14 +662,17 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       pending_path_ = path;
       pending_meta_ = std::move(meta);
       result.save_seconds = pending_->report().stall_seconds;
-      in_flight = true;
+      if (options_.progress && rank == 0) {
+        std::printf("saved sharded checkpoint %s in %.3f s (training stall; %.1f MB staged, writing in the background)\n",
+                    path.c_str(), result.save_seconds, static_cast<double>(pending_->report().staged_bytes) / 1e6);
+        std::fflush(stdout);
+      }
+      return;
     } else {
       engine::SaveReport report = engine::save(engine::StateNode(std::move(root)), *st, comm);
       result.checkpoint_bytes = report.bytes_written;
       on_rank0(comm, [&] {
-        TorchFileBuilder files;
-        const std::string bytes =
-            files.bytes(*Value::dict(meta_entries(options_, *checkpoint_, loops, schedule_, files)));
+        const std::string bytes = meta_pt_bytes(options_, *checkpoint_, loops, schedule_);
         st->write_atomic("meta.pt", as_bytes(bytes));
         result.checkpoint_bytes += bytes.size();
       });
@@ -703,14 +709,6 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       storage::open_storage(parent)->write_atomic(name, as_bytes(bytes));
       result.checkpoint_bytes = bytes.size();
     });
-  }
-  if (in_flight) {
-    if (options_.progress && rank == 0) {
-      std::printf("saved sharded checkpoint %s in %.3f s (training stall; %.1f MB staged, writing in the background)\n",
-                  path.c_str(), result.save_seconds, static_cast<double>(pending_->report().staged_bytes) / 1e6);
-      std::fflush(stdout);
-    }
-    return;
   }
   result.save_seconds = seconds_since(t0);
   if (options_.progress && rank == 0) {
