@@ -14,25 +14,10 @@
 #include "storage/memory_storage.h"
 #include "storage/storage_registry.h"
 #include "storage_conformance.h"
+#include "storage_test_util.h"
 
 namespace shardpoint::storage::testing {
 namespace {
-
-std::string pattern(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    x = x * 1103515245u + 12345u;
-    s[i] = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
-std::string read_all(Storage& s, std::string_view key) {
-  std::string out(s.stat(key), '\0');
-  s.read(key, 0, std::as_writable_bytes(std::span(out)));
-  return out;
-}
 
 // Records the skip (or failure) for the running test; the placeholder storage is never used.
 void skip_without_azurite(const std::string& why) {
