@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -33,7 +35,18 @@ class RecordingUpload final : public PartUpload {
     int now = ++in_flight_;
     for (int seen = max_in_flight.load(); now > seen && !max_in_flight.compare_exchange_weak(seen, now);) {
     }
-    std::this_thread::yield();  // lets other parts start while this one is "uploading"
+    if (wait_for_company) {
+      // Held until a second part is in flight too (10 s at most, once, so a serial writer
+      // fails the test instead of hanging it): parallel parts show on any machine load.
+      std::unique_lock lock(mu_);
+      company_.notify_all();
+      if (!company_wait_over_) {
+        company_.wait_for(lock, std::chrono::seconds(10), [&] { return max_in_flight.load() >= 2; });
+        company_wait_over_ = true;
+      }
+    } else {
+      std::this_thread::yield();  // lets other parts start while this one is "uploading"
+    }
     --in_flight_;
     if (static_cast<int>(index) == fail_part) throw StorageError(StorageError::Kind::kTransient, "part failed");
     std::lock_guard lock(mu_);
@@ -59,6 +72,7 @@ class RecordingUpload final : public PartUpload {
 
   int fail_part = -1;
   bool fail_finish = false;
+  bool wait_for_company = false;  // put_part() waits for another part to be in flight
   std::string whole;
   int whole_calls = 0;
   std::atomic<int> starts{0};
@@ -71,6 +85,8 @@ class RecordingUpload final : public PartUpload {
 
  private:
   std::mutex mu_;
+  std::condition_variable company_;  // a part started (with mu_)
+  bool company_wait_over_ = false;   // GUARDED_BY(mu_)
   std::atomic<int> in_flight_{0};
 };
 
@@ -118,6 +134,7 @@ TEST(UploadWriterTest, AnObjectOfOnePartIsOnePutWhole) {
 
 TEST(UploadWriterTest, PartsGoInParallelWithTheirOffsetsAndMemoryStaysInThePool) {
   auto upload = std::make_shared<RecordingUpload>();
+  upload->wait_for_company = true;
   auto pool = small_pool(4);
   auto w = writer_for(upload, pool, 3, false);
   const std::string data = pattern(10 * kPart + 17, 1);
@@ -131,6 +148,7 @@ TEST(UploadWriterTest, PartsGoInParallelWithTheirOffsetsAndMemoryStaysInThePool)
   EXPECT_EQ(upload->finished_size, data.size());
   EXPECT_TRUE(upload->tail.empty());
   EXPECT_EQ(upload->assembled(), data);
+  EXPECT_GE(upload->max_in_flight, 2);
   EXPECT_LE(upload->max_in_flight, 3);
   EXPECT_EQ(upload->aborts, 0);
   EXPECT_EQ(pool->leased_buffers(), 0u);
