@@ -8,10 +8,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <csignal>
 #include <cstdlib>
-#include <limits>
 #include <optional>
 
 #include "comm/env_int.h"

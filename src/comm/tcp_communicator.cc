@@ -12,15 +12,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
 #include <thread>
 
-#include "core/byte_io.h"
 #include "comm/env_int.h"
+#include "core/byte_io.h"
 #include "core/error.h"
 
 namespace shardpoint::comm {
