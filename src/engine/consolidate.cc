@@ -795,74 +795,6 @@ class Consolidator {
     bool last = false;
   };
 
-  // for_each_box as a cursor: the same boxes in the same order, one at a time (a huge
-  // tensor cut into small boxes is never listed whole).
-  class BoxCursor {
-   public:
-    BoxCursor(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes) : shape_(shape) {
-      if (shape.empty()) {
-        scalar_bytes_ = itemsize;
-        return;
-      }
-      for (auto d : shape) {
-        if (d == 0) done_ = true;  // no elements: no boxes
-      }
-      if (done_) return;
-      const std::size_t rank = shape.size();
-      std::vector<std::uint64_t> tail(rank + 1);  // bytes of one index of dims [0, k)
-      tail[rank] = itemsize;
-      for (std::size_t k = rank; k-- > 0;) tail[k] = tail[k + 1] * static_cast<std::uint64_t>(shape[k]);
-      while (d_ + 1 < rank && tail[d_ + 1] > max_bytes) ++d_;
-      row_ = tail[d_ + 1];
-      block_ = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / row_));
-      offsets_.assign(rank, 0);
-      sizes_ = shape;
-      for (std::size_t k = 0; k < d_; ++k) sizes_[k] = 1;
-    }
-
-    bool next(Shape& offsets, Shape& sizes, std::uint64_t& n) {
-      if (done_) return false;
-      if (shape_.empty()) {
-        offsets.clear();
-        sizes.clear();
-        n = scalar_bytes_;
-        done_ = true;
-        return true;
-      }
-      offsets_[d_] = start_;
-      sizes_[d_] = std::min(block_, shape_[d_] - start_);
-      offsets = offsets_;
-      sizes = sizes_;
-      n = row_ * static_cast<std::uint64_t>(sizes_[d_]);
-      start_ += block_;
-      if (start_ >= shape_[d_]) {
-        start_ = 0;
-        offsets_[d_] = 0;
-        done_ = true;  // unless the odometer over dims [0, d_) moves on
-        for (std::size_t k = d_; k > 0;) {
-          --k;
-          if (++offsets_[k] < shape_[k]) {
-            done_ = false;
-            break;
-          }
-          offsets_[k] = 0;
-        }
-      }
-      return true;
-    }
-
-   private:
-    Shape shape_;
-    std::size_t scalar_bytes_ = 0;
-    bool done_ = false;
-    std::size_t d_ = 0;
-    std::uint64_t row_ = 0;
-    std::int64_t block_ = 1;
-    std::int64_t start_ = 0;
-    Shape offsets_;
-    Shape sizes_;
-  };
-
   // Cuts the sources of seq into batches of pieces that fit one slab buffer, in output
   // order, one box at a time (memory stays independent of the checkpoint's size).
   class BatchPlanner {
@@ -1264,43 +1196,64 @@ std::string normalize_path(const std::string& path) {
   return out;
 }
 
-void for_each_box(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes,
-                  const std::function<void(const Shape&, const Shape&, std::uint64_t)>& fn) {
+BoxCursor::BoxCursor(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes) : shape_(shape) {
   if (shape.empty()) {
-    fn(Shape{}, Shape{}, static_cast<std::uint64_t>(itemsize));
+    scalar_bytes_ = itemsize;
     return;
   }
   for (auto d : shape) {
-    if (d == 0) return;
+    if (d == 0) done_ = true;  // no elements: no boxes
   }
+  if (done_) return;
   const std::size_t rank = shape.size();
-  // tail[k] = bytes of one index of dims [0, k): prod(shape[k:]) * itemsize.
-  std::vector<std::uint64_t> tail(rank + 1);
+  std::vector<std::uint64_t> tail(rank + 1);  // bytes of one index of dims [0, k)
   tail[rank] = itemsize;
   for (std::size_t k = rank; k-- > 0;) tail[k] = tail[k + 1] * static_cast<std::uint64_t>(shape[k]);
-  std::size_t d = 0;
-  while (d + 1 < rank && tail[d + 1] > max_bytes) ++d;
-  const std::uint64_t row = tail[d + 1];
-  const std::int64_t block = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / row));
-  Shape offsets(rank, 0), sizes(shape);
-  for (std::size_t k = 0; k < d; ++k) sizes[k] = 1;
-  while (true) {
-    for (std::int64_t start = 0; start < shape[d]; start += block) {
-      offsets[d] = start;
-      sizes[d] = std::min(block, shape[d] - start);
-      fn(offsets, sizes, row * static_cast<std::uint64_t>(sizes[d]));
-    }
-    offsets[d] = 0;
-    // Odometer over dims [0, d).
-    std::size_t k = d;
-    while (k > 0) {
-      --k;
-      if (++offsets[k] < shape[k]) break;
-      offsets[k] = 0;
-      if (k == 0) return;
-    }
-    if (d == 0) return;
+  while (d_ + 1 < rank && tail[d_ + 1] > max_bytes) ++d_;
+  row_ = tail[d_ + 1];
+  block_ = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / row_));
+  offsets_.assign(rank, 0);
+  sizes_ = shape;
+  for (std::size_t k = 0; k < d_; ++k) sizes_[k] = 1;
+}
+
+bool BoxCursor::next(Shape& offsets, Shape& sizes, std::uint64_t& n) {
+  if (done_) return false;
+  if (shape_.empty()) {
+    offsets.clear();
+    sizes.clear();
+    n = scalar_bytes_;
+    done_ = true;
+    return true;
   }
+  offsets_[d_] = start_;
+  sizes_[d_] = std::min(block_, shape_[d_] - start_);
+  offsets = offsets_;
+  sizes = sizes_;
+  n = row_ * static_cast<std::uint64_t>(sizes_[d_]);
+  start_ += block_;
+  if (start_ >= shape_[d_]) {
+    start_ = 0;
+    offsets_[d_] = 0;
+    done_ = true;  // unless the odometer over dims [0, d_) moves on
+    for (std::size_t k = d_; k > 0;) {
+      --k;
+      if (++offsets_[k] < shape_[k]) {
+        done_ = false;
+        break;
+      }
+      offsets_[k] = 0;
+    }
+  }
+  return true;
+}
+
+void for_each_box(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes,
+                  const std::function<void(const Shape&, const Shape&, std::uint64_t)>& fn) {
+  BoxCursor cursor(shape, itemsize, max_bytes);
+  Shape offsets, sizes;
+  std::uint64_t n = 0;
+  while (cursor.next(offsets, sizes, n)) fn(offsets, sizes, n);
 }
 
 namespace {
