@@ -50,15 +50,19 @@ std::string checksum_to_hex(ChecksumAlgorithm algorithm, std::uint64_t value) {
   return buf;
 }
 
-std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view hex, std::string_view what) {
+std::optional<std::uint64_t> parse_checksum_hex(ChecksumAlgorithm algorithm, std::string_view hex) {
   const std::size_t digits = algorithm == ChecksumAlgorithm::kXxh3 ? 16 : 8;
   std::uint64_t value = 0;
   const auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), value, 16);
-  if (hex.size() != digits || ec != std::errc() || end != hex.data() + hex.size()) {
-    throw FormatError(std::string(what) + ": expected " + std::to_string(digits) + " hex digits, found \"" +
-                      std::string(hex) + "\"");
-  }
+  if (hex.size() != digits || ec != std::errc() || end != hex.data() + hex.size()) return std::nullopt;
   return value;
+}
+
+std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view hex, std::string_view what) {
+  if (std::optional<std::uint64_t> value = parse_checksum_hex(algorithm, hex)) return *value;
+  const std::size_t digits = algorithm == ChecksumAlgorithm::kXxh3 ? 16 : 8;
+  throw FormatError(std::string(what) + ": expected " + std::to_string(digits) + " hex digits, found \"" +
+                    std::string(hex) + "\"");
 }
 
 StreamingChecksum::StreamingChecksum(ChecksumAlgorithm algorithm) : algorithm_(algorithm) { reset(); }

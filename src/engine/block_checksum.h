@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,9 @@ std::uint64_t checksum_of(ChecksumAlgorithm algorithm, ByteSpan data);
 std::string checksum_to_hex(ChecksumAlgorithm algorithm, std::uint64_t value);
 // Parses checksum_to_hex's output; throws FormatError naming `what`.
 std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view hex, std::string_view what);
+// The same, nullopt for anything checksum_from_hex refuses (for callers that build their
+// message only on failure).
+std::optional<std::uint64_t> parse_checksum_hex(ChecksumAlgorithm algorithm, std::string_view hex);
 
 // One checksum fed in pieces: crc32c chains, xxh3 streams, kNone stays 0. The value after
 // any split of the bytes into update() calls is checksum_of() of all of them.

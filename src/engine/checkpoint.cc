@@ -209,8 +209,18 @@ class ReadAhead {
         // Split large ranges so the window's leading edge moves in kHintBytes steps.
         for (std::uint64_t done = 0; done < r.length; done += kHintBytes) {
           const std::uint64_t n = std::min(kHintBytes, r.length - done);
+          total += n;
+          if (!hints_.empty() && hints_.back().file == r.file &&
+              hints_.back().offset + hints_.back().length == r.offset + done &&
+              hints_.back().length + n <= kHintBytes) {
+            // Blobs follow each other in a file: one hint for many small ones (a
+            // will_need costs a syscall even when the pages are cached).
+            hints_.back().length += n;
+            hint_end_.back() = total;
+            continue;
+          }
           hints_.push_back({r.file, r.offset + done, n});
-          hint_end_.push_back(total += n);
+          hint_end_.push_back(total);
         }
       }
     }

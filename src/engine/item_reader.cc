@@ -256,10 +256,12 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
   if (block == 0) throw FormatError(describe() + ": checksum sidecar has block size 0");
   const bool combine_later = pieces != nullptr && checksums.algorithm == ChecksumAlgorithm::kCrc32c;
 
-  // The parts of one block read so far (blob offsets, and where the bytes now are).
+  // The parts of one block read so far (blob offsets, where the bytes now are and, when
+  // combining later, their crc32c taken as they were read).
   struct Part {
     std::uint64_t begin, end;
     const std::byte* data;
+    std::uint32_t crc = 0;
   };
   std::vector<Part> parts;
   std::uint64_t parts_block = 0;
@@ -274,18 +276,20 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       const std::uint64_t data_end = data_start + tensor_->nbytes();
       for (auto [lo, hi] : {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
         if (lo >= hi) continue;
-        if (std::optional<ByteSpan> held = window_->cached(lo, hi)) parts.push_back(Part{lo, hi, held->data()});
+        if (std::optional<ByteSpan> held = window_->cached(lo, hi)) {
+          parts.push_back(Part{lo, hi, held->data(), crc32c(0, *held)});
+        }
       }
       std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
       for (const Part& p : parts) {
-        const ByteSpan bytes(p.data, static_cast<std::size_t>(p.end - p.begin));
         if (!pieces->empty() && pieces->back().file == info_.relative_path &&
             pieces->back().blob_offset == info_.offset && pieces->back().end == p.begin &&
             p.begin % block != 0) {
-          pieces->back().crc = crc32c(pieces->back().crc, bytes);  // continues the same block
+          // Continues the same block.
+          pieces->back().crc = crc32c_combine(pieces->back().crc, p.crc, p.end - p.begin);
           pieces->back().end = p.end;
         } else {
-          pieces->push_back(BlockPiece{info_.relative_path, info_.offset, p.begin, p.end, crc32c(0, bytes)});
+          pieces->push_back(BlockPiece{info_.relative_path, info_.offset, p.begin, p.end, p.crc});
         }
       }
     } else {
@@ -344,10 +348,17 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       }
       // Part of a block: read what is needed, verify when the block is done.
       const std::uint64_t piece_end = std::min(end, b_end);
-      window_->read_data(pos, std::span<std::byte>(out, static_cast<std::size_t>(piece_end - pos)), what);
       if (!parts.empty() && parts_block != b) finish_partial_block();
       parts_block = b;
-      parts.push_back(Part{pos, piece_end, out});
+      Part part{pos, piece_end, out};
+      for (std::uint64_t at = pos; at < piece_end;) {
+        const std::uint64_t read_end = std::min(at + kVerifiedReadBytes, piece_end);
+        const std::span<std::byte> bytes(out + (at - pos), static_cast<std::size_t>(read_end - at));
+        window_->read_data(at, bytes, what);
+        if (combine_later) part.crc = crc32c(part.crc, bytes);  // while the bytes are in cache
+        at = read_end;
+      }
+      parts.push_back(part);
       out += piece_end - pos;
       pos = piece_end;
     }

@@ -317,26 +317,30 @@ TEST(CheckpointTest, VerifiedReshardingReadsOnlySlightlyMore) {
   }
 }
 
-// A 1024 x 256 float32 tensor "w" (row i, column j holds i * 256 + j) saved on 4 ranks
-// (Shard(0), 256 KiB each) with crc32c in 64 KiB blocks, which the reshard boundaries cut.
+// A 1024 x `cols` float32 tensor "w" (row i, column j holds i * cols + j) saved on 4 ranks
+// (Shard(0), 256 KiB each with the default 256 columns) with crc32c in `block_bytes`
+// blocks, which the reshard boundaries cut.
 struct BlockTestCheckpoint {
   shardpoint::testing::TempDir dir;
   std::shared_ptr<storage::Storage> st;
-  std::vector<float> full = std::vector<float>(1024 * 256);
+  const std::int64_t cols;
+  std::vector<float> full;
 
-  BlockTestCheckpoint() {
+  explicit BlockTestCheckpoint(std::int64_t columns = 256, std::uint64_t block_bytes = 64 << 10)
+      : cols(columns), full(static_cast<std::size_t>(1024 * columns)) {
     for (std::size_t i = 0; i < full.size(); ++i) full[i] = static_cast<float>(i);
     st = storage::open_local_storage_at(dir.path().string());
     SaveOptions so;
-    so.checksum_block_bytes = 64 << 10;
+    so.checksum_block_bytes = block_bytes;
     comm::ThreadGroup four(4, fast());
     four.run([&](comm::Communicator& comm) {
       const int r = comm.rank();
       TensorShard t;
-      t.global_shape = {1024, 256};
+      t.global_shape = {1024, cols};
       t.offsets = {r * 256, 0};
-      t.sizes = {256, 256};
-      t.data = std::as_writable_bytes(std::span<float>(full).subspan(static_cast<std::size_t>(r) * 256 * 256, 256 * 256));
+      t.sizes = {256, cols};
+      t.data = std::as_writable_bytes(
+          std::span<float>(full).subspan(static_cast<std::size_t>(r * 256 * cols), static_cast<std::size_t>(256 * cols)));
       StateNode root(StateDict{});
       root.set("w", StateNode(t));
       save(root, *st, comm, so);
@@ -349,7 +353,7 @@ struct BlockTestCheckpoint {
     const auto& info = md.storage_data.at(format::MetadataIndex{"w", Shape{row / 256 * 256, 0}, std::nullopt});
     auto whole = FileSource::open(dir.file(info.relative_path));
     auto tf = torchfile::TorchFile::open(whole->window(info.offset, info.length, "w"));
-    const std::uint64_t at = info.offset + tf->tensors()[0].storage.offset + static_cast<std::uint64_t>((row % 256) * 256 + col) * 4;
+    const std::uint64_t at = info.offset + tf->tensors()[0].storage.offset + static_cast<std::uint64_t>((row % 256) * cols + col) * 4;
     std::fstream f(dir.file(info.relative_path), std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(static_cast<std::streamoff>(at));
     char c = 0;
@@ -368,16 +372,16 @@ struct BlockTestCheckpoint {
     return group.run_all([&](comm::Communicator& comm) {
       const int r = comm.rank();
       const auto [row0, rows] = boxes[static_cast<std::size_t>(r)];
-      std::vector<float> got(static_cast<std::size_t>(rows * 256), -1.0f);
+      std::vector<float> got(static_cast<std::size_t>(rows * cols), -1.0f);
       TensorShard d;
-      d.global_shape = {1024, 256};
+      d.global_shape = {1024, cols};
       d.offsets = {row0, 0};
-      d.sizes = {rows, 256};
+      d.sizes = {rows, cols};
       d.data = std::as_writable_bytes(std::span<float>(got));
       StateNode tmpl(StateDict{});
       tmpl.set("w", StateNode(d));
       reports[r] = load(tmpl, *st, comm);
-      EXPECT_EQ(std::memcmp(got.data(), full.data() + row0 * 256, got.size() * 4), 0) << "rank " << r;
+      EXPECT_EQ(std::memcmp(got.data(), full.data() + row0 * cols, got.size() * 4), 0) << "rank " << r;
     });
   }
 };
@@ -411,6 +415,28 @@ TEST(CheckpointTest, VerifiedReshardReadsEachNeededByteOnce) {
       EXPECT_NE(m.find("expected crc32c"), std::string::npos) << m;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "expected FormatError: " << e.what();
+    }
+  }
+}
+
+// With 1 MiB blocks over 1 MiB blobs, the pieces a rank reads of a block are larger than
+// one verified read (256 KiB): their crc32c is taken read by read and still combines to
+// the block's, and a flipped bit inside a long piece is found.
+TEST(CheckpointTest, VerifiedReshardCombinesPiecesReadInSeveralReads) {
+  BlockTestCheckpoint ck(/*columns=*/1024, /*block_bytes=*/1 << 20);
+  std::vector<LoadReport> reports;
+  for (const auto& e : ck.load_rows(three_way(), reports)) EXPECT_FALSE(e);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << "rank " << r;
+  // Rank 0 reads rows 256..341 of the second blob: 344 KiB of its first block.
+  ck.corrupt(300, 7);
+  auto errors = ck.load_rows(three_way(), reports);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("checksum mismatch in block 0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("__1_0.distcp"), std::string::npos) << e.what();
     }
   }
 }
