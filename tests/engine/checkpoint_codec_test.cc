@@ -100,6 +100,18 @@ TEST(ChecksumSidecarTest, RejectsMalformedFiles) {
     EXPECT_NE(std::string(e.what()).find("side: item \"w\""), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("expected 3 block checksums"), std::string::npos) << e.what();
   }
+  // A malformed block checksum is named with its item; a number where hex is expected fails too.
+  try {
+    ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
+      {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":"00000000","blocks":["0000000g"]}]})", "side");
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("side: item \"w\" (__0_0.distcp at 8) block: expected 8 hex digits, found \"0000000g\""),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
+      {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":7,"blocks":["00000000"]}]})", "side"),
+               FormatError);
 }
 
 TEST(PlanCodecTest, SavePlanRoundTrips) {
