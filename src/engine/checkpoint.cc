@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "engine/block_checksum.h"
+#include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/chunking.h"
 #include "engine/flatten.h"
@@ -34,7 +35,6 @@ namespace shardpoint::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr const char* kMetadataKey = ".metadata";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -96,12 +96,14 @@ std::string read_metadata_bytes(storage::Storage& st) {
   return std::move(*bytes);
 }
 
-// Best effort: the caller is failing anyway, and without `.metadata` the sidecar names a
-// checkpoint that does not exist.
-void remove_sidecar_quietly(storage::Storage& st) noexcept {
-  try {
-    st.remove(kChecksumSidecar);
-  } catch (...) {
+// Best effort: the caller is failing anyway, and without `.metadata` the sidecar and the
+// index describe a checkpoint that does not exist.
+void remove_sidecar_and_index_quietly(storage::Storage& st) noexcept {
+  for (const char* key : {kChecksumSidecar, kIndexKey}) {
+    try {
+      st.remove(key);
+    } catch (...) {
+    }
   }
 }
 
@@ -251,12 +253,55 @@ struct PendingChecks {
   std::vector<BlockPiece> pieces;
 };
 
-void load_on_rank(StateNode& state, const std::vector<std::string>& parts, const std::string& metadata_name,
-                  const std::string& sidecar_name, SourceCache& sources, const LoadOptions& options,
-                  LoadReport& report, PendingChecks& pending) {
-  const format::Metadata metadata = format::decode_metadata(as_bytes(parts[0]), metadata_name);
-  std::optional<ChecksumSidecar>& sidecar = pending.sidecar;
-  if (options.verify_checksums && parts[1] == "1") sidecar = ChecksumSidecar::decode(parts[2], sidecar_name);
+// Step 1's broadcast: the load index when it matches `.metadata` (checkpoints shardpoint
+// wrote), else `.metadata` and, when verifying, the sidecar if there is one. Part 2 says
+// whether the ranks verify (the coordinator decides, so all ranks agree on step 4).
+constexpr std::string_view kFromIndex = "index";
+constexpr std::string_view kFromPickle = "pickle";
+
+std::string read_what_ranks_need(storage::Storage& checkpoint, const LoadOptions& options) {
+  std::string metadata = read_metadata_bytes(checkpoint);
+  if (std::optional<std::string> index = read_whole(checkpoint, kIndexKey)) {
+    if (index_matches(*index, as_bytes(metadata))) {
+      return pack_parts({std::string(kFromIndex), std::move(*index), options.verify_checksums ? "1" : "0"});
+    }
+  }
+  std::optional<std::string> sidecar;
+  if (options.verify_checksums) sidecar = read_whole(checkpoint, kChecksumSidecar);
+  return pack_parts({std::string(kFromPickle), std::move(metadata), sidecar ? "1" : "0", sidecar.value_or(std::string())});
+}
+
+// What a rank plans from, decoded from that broadcast.
+struct CheckpointFacts {
+  format::Metadata metadata;
+  // Where tensor data starts in each blob (from the index; empty otherwise).
+  std::map<format::MetadataIndex, std::uint64_t> data_offsets;
+  bool from_index = false;
+};
+
+CheckpointFacts decode_what_ranks_need(const std::vector<std::string>& parts, storage::Storage& checkpoint,
+                                       std::optional<ChecksumSidecar>& sidecar) {
+  CheckpointFacts facts;
+  if (parts.size() == 3 && parts[0] == kFromIndex) {
+    CheckpointIndex index = decode_checkpoint_index(parts[1], checkpoint.describe_key(kIndexKey));
+    facts.metadata = std::move(index.metadata);
+    facts.data_offsets = std::move(index.data_offsets);
+    facts.from_index = true;
+    if (parts[2] == "1") sidecar = std::move(index.checksums);
+    return facts;
+  }
+  if (parts.size() != 4 || parts[0] != kFromPickle) throw FormatError("load: malformed metadata broadcast");
+  facts.metadata = format::decode_metadata(as_bytes(parts[1]), checkpoint.describe_key(kMetadataKey));
+  if (parts[2] == "1") {
+    sidecar = ChecksumSidecar::decode(parts[3], checkpoint.describe_key(kChecksumSidecar));
+  }
+  return facts;
+}
+
+void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::string& metadata_name,
+                  SourceCache& sources, const LoadOptions& options, LoadReport& report, PendingChecks& pending) {
+  const format::Metadata& metadata = facts.metadata;
+  const std::optional<ChecksumSidecar>& sidecar = pending.sidecar;
 
   // Tensor leaves are boxes with buffers, object leaves placeholders. 2.3-era keys: the
   // ≤2.3 flattening is used when it explains keys the 2.4 rule misses (DCP 2.5).
@@ -327,8 +372,9 @@ void load_on_rank(StateNode& state, const std::vector<std::string>& parts, const
     if (task < groups.size()) {
       const Group& g = groups[task];
       const format::MetadataIndex& key = g.items->front()->storage_index;
-      SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk,
-                           g.tensor->properties.dtype);
+      auto data_offset = facts.data_offsets.find(format::MetadataIndex{key.fqn, key.offset, std::nullopt});
+      SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk, g.tensor->properties.dtype,
+                           data_offset != facts.data_offsets.end() ? std::optional(data_offset->second) : std::nullopt);
       const BlobChecksums cs = checksums_for(*g.info);
       const std::size_t itemsize = dtype_itemsize(g.tensor->properties.dtype);
       for (const ReadItem* item : *g.items) {
@@ -467,6 +513,7 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
         // to be overwritten, so its `.metadata` must not outlive them.
         checkpoint.remove(kMetadataKey);
         checkpoint.remove(kChecksumSidecar);
+        checkpoint.remove(kIndexKey);
         for (const SavePlan& p : global.plans) pieces.push_back("P" + encode_save_plan(p));
         planned.metadata = std::move(global.metadata);
       } catch (...) {
@@ -500,11 +547,13 @@ std::string failed_write_result(std::exception_ptr error) { return "E" + comm::e
 void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
                        const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options) {
   ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
+  std::map<format::MetadataIndex, std::uint64_t> data_offsets;
   for (const auto& rank_items : written) {
     for (const WrittenItem& w : rank_items) {
       if (!metadata.storage_data.emplace(w.index, w.info).second) {
         throw Error("save: item \"" + w.index.fqn + "\" was written twice (internal error)");
       }
+      if (w.data_offset) data_offsets.emplace(w.index, *w.data_offset);
       if (options.checksum != ChecksumAlgorithm::kNone) {
         sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
                                   w.checksum, w.blocks});
@@ -527,13 +576,24 @@ void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
   storage::WriteOptions wo;
   wo.durable = options.durable;
   wo.direct_io = false;
+  const bool checksummed = options.checksum != ChecksumAlgorithm::kNone;
+  const std::string metadata_bytes = format::encode_metadata(metadata);
   try {
-    // The sidecar first: once `.metadata` exists, every blob it names has its checksums.
-    if (options.checksum != ChecksumAlgorithm::kNone) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
+    // The sidecar and the index first: once `.metadata` exists, every blob it names has
+    // its checksums, and the index that matches it is in place.
+    if (checksummed) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
+    if (!metadata.planner_data_raw) {
+      st.write_atomic(kIndexKey,
+                      as_bytes(encode_checkpoint_index(metadata, as_bytes(metadata_bytes),
+                                                       checksummed ? &sidecar : nullptr, data_offsets)),
+                      wo);
+    } else {
+      st.remove(kIndexKey);  // it could only be stale; loads would ignore it anyway
+    }
     // The commit marker (tmp + fsync + rename + directory fsync when durable).
-    st.write_atomic(kMetadataKey, as_bytes(format::encode_metadata(metadata)), wo);
+    st.write_atomic(kMetadataKey, as_bytes(metadata_bytes), wo);
   } catch (...) {
-    remove_sidecar_quietly(st);
+    remove_sidecar_and_index_quietly(st);
     throw;
   }
 }
@@ -603,14 +663,11 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   LoadReport report;
   const auto t0 = Clock::now();
 
-  // 1. (coordinator) `.metadata` and the sidecar, broadcast as bytes.
+  // 1. (coordinator) the load index, or `.metadata` and the sidecar, broadcast as bytes.
   std::string message;
   if (comm.is_coordinator()) {
     try {
-      std::string metadata = read_metadata_bytes(checkpoint);
-      std::optional<std::string> sidecar;
-      if (options.verify_checksums) sidecar = read_whole(checkpoint, kChecksumSidecar);
-      message = "M" + pack_parts({std::move(metadata), sidecar ? "1" : "0", sidecar.value_or(std::string())});
+      message = "M" + read_what_ranks_need(checkpoint, options);
     } catch (...) {
       message = "E" + encode_current();
     }
@@ -628,10 +685,11 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   bool sidecar_sent = false;
   try {
     const std::vector<std::string> parts = unpack_parts(std::string_view(message).substr(1), "load: metadata broadcast");
-    if (parts.size() != 3) throw FormatError("load: metadata broadcast: expected 3 parts");
-    sidecar_sent = parts[1] == "1";
-    load_on_rank(state, parts, checkpoint.describe_key(kMetadataKey), checkpoint.describe_key(kChecksumSidecar),
-                 sources, options, report, pending);
+    // Every rank got the same bytes, so all take part in step 4 or none does.
+    sidecar_sent = parts.size() >= 3 && parts[2] == "1";
+    const CheckpointFacts facts = decode_what_ranks_need(parts, checkpoint, pending.sidecar);
+    report.used_index = facts.from_index;
+    load_on_rank(state, facts, checkpoint.describe_key(kMetadataKey), sources, options, report, pending);
   } catch (...) {
     error = std::current_exception();
   }

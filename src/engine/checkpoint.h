@@ -10,12 +10,13 @@
 //   4. (all ranks)   every rank learns whether any rank failed; if one did, every rank
 //                    throws an error naming the failed ranks and nothing is committed.
 //   5. (coordinator) gather the write results; write the checksum sidecar
-//                    (kChecksumSidecar), then `.metadata` atomically (tmp + fsync + rename
-//                    + directory fsync). `.metadata` is the commit marker: without it no
+//                    (kChecksumSidecar) and the load index (kIndexKey), then `.metadata`
+//                    atomically (tmp + fsync + rename + directory fsync). `.metadata` is the commit marker: without it no
 //                    reader (PyTorch's or ours) sees a checkpoint.
 //   6. (all ranks)   barrier: when save() returns on any rank the checkpoint is committed.
 // Load:
-//   1. (coordinator) read `.metadata` (and the sidecar), broadcast the bytes.
+//   1. (coordinator) read `.metadata`; broadcast the load index when it matches those
+//                    bytes, else `.metadata` and the sidecar (PyTorch's checkpoints).
 //   2. (all ranks)   plan: for every requested box, the overlapping saved chunks, and read
 //                    only the byte ranges needed (never a whole blob for a slice), blobs
 //                    in file order with read-ahead hints (WILLNEED) 64 MiB ahead.
@@ -42,8 +43,9 @@
 // without padding, bytes items first (item_writer.h). Checksums: checksum_sidecar.h.
 //
 // Load reads only what the plan needs: per saved blob its two ends (zip records and
-// data.pkl, 512 + 1024 bytes), then the needed byte runs of the tensor straight into the
-// caller's buffer (item_reader.h). With verify_checksums nothing more: blocks a reshard
+// data.pkl, 512 + 1024 bytes; parsed unless the load index says where the data starts),
+// then the needed byte runs of the tensor straight into the caller's buffer
+// (item_reader.h). With verify_checksums nothing more: blocks a reshard
 // cuts are checked from the pieces the ranks read (crc32c; an xxh3 sidecar, or a block
 // no rank completes, has its missing part read).
 //
@@ -65,9 +67,16 @@
 
 namespace shardpoint::engine {
 
+// The index of a DCP checkpoint; its presence commits the checkpoint (dcp-format.md).
+inline constexpr const char* kMetadataKey = ".metadata";
+
 // Name of the checksum sidecar in a checkpoint folder (format: checksum_sidecar.h).
 // PyTorch ignores it. Written only when SaveOptions::checksum is not kNone.
 inline constexpr const char* kChecksumSidecar = ".shardpoint-checksums.json";
+// Name of the load index (format: checkpoint_index.h): `.metadata`, the checksums and where
+// each tensor blob's data starts, in a binary form every rank of a load decodes quickly.
+// PyTorch ignores it; a load uses it only when it matches the `.metadata` it read.
+inline constexpr const char* kIndexKey = ".shardpoint-index";
 
 // Persisted in the sidecar by name ("crc32c", "xxh3"); existing names must never change.
 enum class ChecksumAlgorithm { kNone, kCrc32c, kXxh3 };
@@ -125,6 +134,9 @@ struct LoadReport {
   // on when the ranks together read every block they cut (a full reshard); otherwise
   // adds the parts of cut blocks no rank read.
   std::uint64_t data_bytes_read = 0;
+  // True when the load planned from the load index (kIndexKey) instead of decoding
+  // `.metadata` and the sidecar, which it does for checkpoints without a matching index.
+  bool used_index = false;
   double seconds = 0;
 };
 

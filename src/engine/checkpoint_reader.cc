@@ -9,7 +9,6 @@
 namespace shardpoint::engine {
 namespace {
 
-constexpr const char* kMetadataKey = ".metadata";
 
 std::optional<std::string> read_whole(storage::Storage& st, std::string_view key) {
   std::optional<std::uint64_t> size = st.try_stat(key);

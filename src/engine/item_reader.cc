@@ -56,12 +56,16 @@ class CountedWindow final : public ByteSource {
     counts_.data_bytes += out.size();
   }
   ReadCounts& counts() const { return counts_; }
-  // The bytes [begin, end) when an end fetched for the parser holds them all.
+  // The bytes [begin, end) when one end of the blob (the parser's two reads) holds them
+  // all, fetching that end if the parser has not (blobs opened from the load index).
   std::optional<ByteSpan> cached(std::uint64_t begin, std::uint64_t end) const {
-    if (head_.loaded && end <= head_.bytes.size()) {
+    const std::uint64_t head_end = std::min(length_, kHeadBytes);
+    if (end <= head_end) {
+      serve(head_, 0, head_end, begin, {}, "zip records");
       return ByteSpan(head_.bytes).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
     }
-    if (tail_.loaded && begin >= tail_begin() && end <= length_) {
+    if (begin >= tail_begin() && end <= length_) {
+      serve(tail_, tail_begin(), length_, begin, {}, "zip records");
       return ByteSpan(tail_.bytes).subspan(static_cast<std::size_t>(begin - tail_begin()),
                                            static_cast<std::size_t>(end - begin));
     }
@@ -129,7 +133,8 @@ std::string hex(ChecksumAlgorithm a, std::uint64_t v) { return checksum_to_hex(a
 }  // namespace
 
 SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
-                                 std::string fqn, const format::ChunkStorageMetadata& chunk, DType dtype)
+                                 std::string fqn, const format::ChunkStorageMetadata& chunk, DType dtype,
+                                 std::optional<std::uint64_t> data_offset)
     : fqn_(std::move(fqn)), info_(info), chunk_(chunk), dtype_(dtype) {
   if (!info_.transform_descriptors.empty()) {
     throw FormatError(describe() + ": stream transforms are not supported yet (found \"" +
@@ -144,6 +149,19 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
       std::move(file), info_.offset, info_.length,
       info_.relative_path + "[" + std::to_string(info_.offset) + "+" + std::to_string(info_.length) + "]");
   window_ = window.get();
+  if (data_offset) {
+    // The load index says where the data starts: what shardpoint wrote, a row-major
+    // little-endian chunk; the blob's records are read only if verification needs them.
+    window_owner_ = std::move(window);
+    layout_.nbytes = static_cast<std::uint64_t>(volume(chunk_.sizes)) * dtype_itemsize(dtype_);
+    layout_.data_start = *data_offset;
+    if (layout_.data_start > info_.length || layout_.nbytes > info_.length - layout_.data_start) {
+      throw FormatError(describe() + ": the load index puts " + std::to_string(layout_.nbytes) +
+                        " bytes of tensor data at " + std::to_string(layout_.data_start) + ", past the blob's " +
+                        std::to_string(info_.length) + " bytes");
+    }
+    return;
+  }
   try {
     file_ = torchfile::TorchFile::open(std::move(window));
   } catch (const Error&) {
@@ -162,6 +180,10 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
     throw FormatError(describe() + ": expected a tensor of shape " + shape_to_string(chunk_.sizes) +
                       " (the chunk's sizes), found " + shape_to_string(tensor_->shape));
   }
+  layout_.data_start =
+      tensor_->storage.offset + static_cast<std::uint64_t>(tensor_->storage_offset) * dtype_itemsize(dtype_);
+  layout_.nbytes = tensor_->nbytes();
+  layout_.direct = tensor_->is_contiguous() && !tensor_->big_endian;
 }
 
 SavedTensorBlob::~SavedTensorBlob() = default;
@@ -170,7 +192,7 @@ std::string SavedTensorBlob::describe() const {
   return info_.relative_path + ": item \"" + fqn_ + "\" chunk " + box_to_string(chunk_.offsets, chunk_.sizes);
 }
 
-bool SavedTensorBlob::direct() const { return tensor_->is_contiguous() && !tensor_->big_endian; }
+bool SavedTensorBlob::direct() const { return layout_.direct; }
 
 ReadCounts SavedTensorBlob::counts() const { return window_->counts(); }
 
@@ -214,8 +236,7 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
     return;
   }
 
-  const std::uint64_t data_start =
-      tensor_->storage.offset + static_cast<std::uint64_t>(tensor_->storage_offset) * itemsize;
+  const std::uint64_t data_start = layout_.data_start;
   if (!verify) {
     for (const Segment& s : segments) {
       window_->read_data(data_start + s.src,
@@ -273,7 +294,7 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       // the parser: they are pieces too, so no rank reads them again.
       const std::uint64_t b_begin = parts_block * block;
       const std::uint64_t b_end = std::min(b_begin + block, info_.length);
-      const std::uint64_t data_end = data_start + tensor_->nbytes();
+      const std::uint64_t data_end = data_start + layout_.nbytes;
       for (auto [lo, hi] : {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
         if (lo >= hi) continue;
         if (std::optional<ByteSpan> held = window_->cached(lo, hi)) {

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -113,15 +114,17 @@ class SavedTensorBlob {
  public:
   // Opens the blob `info` of the .distcp file `file` (a source over the whole file) and
   // checks that its root is a tensor of `dtype` with shape `chunk_sizes`. `fqn` and
-  // `chunk` name the item in errors. Throws FormatError ("<file>: item \"fqn\" chunk
+  // `chunk` name the item in errors. With `data_offset` (from the load index, for blobs
+  // shardpoint wrote) the blob is not parsed: its data is the chunk, row-major
+  // little-endian, from that blob offset. Throws FormatError ("<file>: item \"fqn\" chunk
   // [..]: expected ..., found ..."), StorageError.
   SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info, std::string fqn,
-                  const format::ChunkStorageMetadata& chunk, DType dtype);
+                  const format::ChunkStorageMetadata& chunk, DType dtype,
+                  std::optional<std::uint64_t> data_offset = std::nullopt);
   ~SavedTensorBlob();
   SavedTensorBlob(const SavedTensorBlob&) = delete;
   SavedTensorBlob& operator=(const SavedTensorBlob&) = delete;
 
-  const torchfile::TensorInfo& tensor() const { return *tensor_; }
   // True when reads go straight into the destination (row-major contiguous little-endian).
   bool direct() const;
 
@@ -171,9 +174,17 @@ class SavedTensorBlob {
   format::StorageInfo info_;
   format::ChunkStorageMetadata chunk_;
   DType dtype_;
-  CountedWindow* window_ = nullptr;  // owned by file_
+  CountedWindow* window_ = nullptr;  // owned by file_, or by window_owner_ when not parsed
+  std::unique_ptr<ByteSource> window_owner_;
   std::unique_ptr<torchfile::TorchFile> file_;
-  const torchfile::TensorInfo* tensor_ = nullptr;
+  const torchfile::TensorInfo* tensor_ = nullptr;  // null when not parsed
+  // Where the chunk's bytes lie in the blob.
+  struct Layout {
+    std::uint64_t data_start = 0;  // blob offset of the first element
+    std::uint64_t nbytes = 0;
+    bool direct = true;            // row-major contiguous little-endian
+  };
+  Layout layout_;
 };
 
 // Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set, and

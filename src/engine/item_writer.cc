@@ -98,6 +98,7 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
                                                       /*requires_grad=*/false);
   writer.write_pickle(*root);
   writer.begin_storage("0", item.nbytes);
+  out.data_offset = sum.length();
   const std::size_t slice_bytes = std::max<std::size_t>(options.slice_bytes, 1);
   std::uint64_t produced = 0;
   produce([&](ByteSpan data) {

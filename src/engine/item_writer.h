@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,11 @@ struct WrittenItem {
   format::StorageInfo info;     // relative_path, offset, length of the blob
   std::uint64_t checksum = 0;   // over the whole blob (0 with ChecksumAlgorithm::kNone)
   std::vector<std::uint64_t> blocks;  // per block_size piece of the blob
+  // Tensor items: where the tensor bytes (the data record) start inside the blob.
+  std::optional<std::uint64_t> data_offset;
   bool operator==(const WrittenItem& o) const {
     return index == o.index && index.index == o.index.index && info == o.info && checksum == o.checksum &&
-           blocks == o.blocks;
+           blocks == o.blocks && data_offset == o.data_offset;
   }
 };
 

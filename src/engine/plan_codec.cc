@@ -133,6 +133,7 @@ std::string encode_written_items(const std::vector<WrittenItem>& items) {
     w["length"] = item.info.length;
     w["checksum"] = item.checksum;
     w["blocks"] = item.blocks;
+    if (item.data_offset) w["data_offset"] = *item.data_offset;
     out.push_back(std::move(w));
   }
   return out.dump();
@@ -149,6 +150,7 @@ std::vector<WrittenItem> decode_written_items(std::string_view bytes, std::strin
       item.info.length = w.at("length").get<std::uint64_t>();
       item.checksum = w.at("checksum").get<std::uint64_t>();
       item.blocks = w.at("blocks").get<std::vector<std::uint64_t>>();
+      if (w.contains("data_offset")) item.data_offset = w.at("data_offset").get<std::uint64_t>();
       items.push_back(std::move(item));
     }
     return items;

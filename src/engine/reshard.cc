@@ -32,7 +32,6 @@ namespace {
 using pickle::Kind;
 using pickle::Value;
 
-constexpr const char* kMetadataKey = ".metadata";
 constexpr std::uint64_t kMinSlabBytes = std::uint64_t{64} << 10;
 
 // One leaf of the source in DCP flattening order.

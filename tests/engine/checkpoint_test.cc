@@ -13,6 +13,7 @@
 
 #include "comm/thread_communicator.h"
 #include "core/error.h"
+#include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/flatten.h"
 #include "engine/checkpoint_test_state.h"
@@ -96,7 +97,9 @@ TEST(CheckpointTest, ReshardsEveryWorldSizeOnMemoryStorage) {
       for (int r = 0; r < m; ++r) {
         EXPECT_EQ(reports[r].bytes_needed, expected_needed(md, r, m)) << "rank " << r;
         EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << "rank " << r;
-        EXPECT_GT(reports[r].bytes_read, reports[r].data_bytes_read);
+        // The load index says where each blob's data starts: unverified, no zip record is read.
+        EXPECT_TRUE(reports[r].used_index) << "rank " << r;
+        EXPECT_EQ(reports[r].bytes_read, reports[r].data_bytes_read) << "rank " << r;
       }
       std::vector<LoadReport> verified = load_and_check(m, *st);
       for (int r = 0; r < m; ++r) {
@@ -122,6 +125,136 @@ TEST(CheckpointTest, ReshardsEveryWorldSizeOnLocalStorage) {
       lo.thread_count = m;
       load_and_check(m, *st, lo);
     }
+  }
+}
+
+std::string read_key(storage::Storage& st, std::string_view key) {
+  std::string out(static_cast<std::size_t>(st.stat(key)), '\0');
+  st.read(key, 0, std::as_writable_bytes(std::span<char>(out)));
+  return out;
+}
+
+// The load index holds what `.metadata`, the sidecar and each blob's zip records say.
+TEST(LoadIndexTest, HoldsWhatMetadataSidecarAndBlobsSay) {
+  auto st = memory();
+  save_on(3, *st);
+  const std::string metadata_bytes = read_key(*st, kMetadataKey);
+  const std::string index_bytes = read_key(*st, kIndexKey);
+  ASSERT_TRUE(index_matches(index_bytes, as_bytes(metadata_bytes)));
+  const CheckpointIndex index = decode_checkpoint_index(index_bytes, "index");
+  const format::Metadata md = format::decode_metadata(as_bytes(metadata_bytes), "md");
+  EXPECT_EQ(index.metadata.state_dict_metadata, md.state_dict_metadata);
+  EXPECT_EQ(index.metadata.key_order, md.key_order);
+  EXPECT_EQ(index.metadata.planner_data, md.planner_data);
+  EXPECT_EQ(index.metadata.storage_meta, md.storage_meta);
+  EXPECT_EQ(index.metadata.version, md.version);
+  ASSERT_EQ(index.metadata.storage_data.size(), md.storage_data.size());
+  for (const auto& [key, info] : md.storage_data) {
+    auto it = index.metadata.storage_data.find(key);
+    ASSERT_NE(it, index.metadata.storage_data.end()) << key.fqn;
+    EXPECT_EQ(it->first.index, key.index) << key.fqn;
+    EXPECT_EQ(it->second, info) << key.fqn;
+  }
+  const ChecksumSidecar sidecar = ChecksumSidecar::decode(read_key(*st, kChecksumSidecar), "sidecar");
+  ASSERT_TRUE(index.checksums);
+  EXPECT_EQ(index.checksums->algorithm(), sidecar.algorithm());
+  EXPECT_EQ(index.checksums->block_size(), sidecar.block_size());
+  EXPECT_EQ(index.checksums->items(), sidecar.items());
+  // Every tensor blob's data start, as its zip records and data.pkl give it.
+  std::size_t tensors = 0;
+  for (const auto& [key, info] : md.storage_data) {
+    auto data = index.data_offsets.find(key);
+    if (!key.offset) {
+      EXPECT_EQ(data, index.data_offsets.end()) << "object " << key.fqn;
+      continue;
+    }
+    ASSERT_NE(data, index.data_offsets.end()) << key.fqn;
+    const std::string file = read_key(*st, info.relative_path);
+    auto blob = torchfile::TorchFile::open(std::make_unique<MemorySource>(
+        as_bytes(std::string_view(file).substr(info.offset, info.length)), key.fqn));
+    EXPECT_EQ(data->second, blob->tensors()[0].storage.offset) << key.fqn;
+    ++tensors;
+  }
+  EXPECT_GT(tensors, 3u);
+}
+
+// Loads plan from the index only when it matches the `.metadata` they read: a stale index
+// (another `.metadata`), a damaged one or none at all and they parse `.metadata`, the
+// sidecar and the blobs, with the same result.
+TEST(LoadIndexTest, StaleDamagedOrMissingIndexIsNotUsed) {
+  auto st = memory();
+  save_on(2, *st);
+  for (const LoadReport& r : load_and_check(3, *st)) EXPECT_TRUE(r.used_index);
+
+  const std::string index_bytes = read_key(*st, kIndexKey);
+  std::string damaged = index_bytes;
+  damaged[damaged.size() / 2] = static_cast<char>(damaged[damaged.size() / 2] ^ 0x01);
+  st->write_atomic(kIndexKey, as_bytes(damaged));
+  for (const LoadReport& r : load_and_check(3, *st)) EXPECT_FALSE(r.used_index);
+
+  // Another `.metadata` (as a later save by another tool would leave): here one tensor's
+  // requires_grad flag differs, which a load does not use.
+  st->write_atomic(kIndexKey, as_bytes(index_bytes));
+  format::Metadata md = read_metadata(*st);
+  std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at("model.w")).properties.requires_grad = true;
+  st->write_atomic(kMetadataKey, as_bytes(format::encode_metadata(md)));
+  std::vector<LoadReport> stale = load_and_check(3, *st);
+  for (const LoadReport& r : stale) EXPECT_FALSE(r.used_index);
+
+  st->remove(kIndexKey);
+  LoadOptions unverified;
+  unverified.verify_checksums = false;
+  for (const LoadReport& r : load_and_check(3, *st, unverified)) {
+    EXPECT_FALSE(r.used_index);
+    EXPECT_GT(r.bytes_read, r.data_bytes_read) << "zip records and data.pkl are read to find the data";
+  }
+}
+
+// An index that matches its `.metadata` but puts a blob's data past the blob's end is a
+// format error naming the item, not a read outside the blob.
+TEST(LoadIndexTest, DataStartPastTheBlobIsAFormatError) {
+  auto st = memory();
+  save_on(1, *st);
+  const std::string metadata_bytes = read_key(*st, kMetadataKey);
+  CheckpointIndex index = decode_checkpoint_index(read_key(*st, kIndexKey), "index");
+  const format::MetadataIndex* victim = nullptr;
+  for (auto& [key, start] : index.data_offsets) {
+    if (key.fqn == "model.w") {
+      start = index.metadata.storage_data.at(key).length;
+      victim = &key;
+    }
+  }
+  ASSERT_NE(victim, nullptr);
+  st->write_atomic(kIndexKey, as_bytes(encode_checkpoint_index(index.metadata, as_bytes(metadata_bytes),
+                                                               &*index.checksums, index.data_offsets)));
+  RankState state = make_rank_state(0, 1, false);
+  comm::ThreadGroup one(1, fast());
+  try {
+    one.run([&](comm::Communicator& comm) { load(state.root, *st, comm); });
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"model.w\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("past the blob"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LoadIndexTest, MalformedIndexesAreFormatErrors) {
+  auto st = memory();
+  save_on(1, *st);
+  const std::string good = read_key(*st, kIndexKey);
+  EXPECT_THROW(decode_checkpoint_index("", "idx"), FormatError);
+  EXPECT_THROW(decode_checkpoint_index("not an index at all", "idx"), FormatError);
+  for (std::size_t cut : {std::size_t{30}, good.size() / 3, good.size() - 5}) {
+    EXPECT_THROW(decode_checkpoint_index(good.substr(0, cut) + "\0\0\0\0", "idx"), FormatError) << cut;
+  }
+  // A count of 2^32 - 1 entries is refused before anything is allocated for them.
+  std::string huge = good;
+  std::memset(huge.data() + 33, 0xff, 4);  // the state_dict_metadata count, after the 33-byte header
+  try {
+    decode_checkpoint_index(huge, "idx");
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("idx: state_dict_metadata entries"), std::string::npos) << e.what();
   }
 }
 

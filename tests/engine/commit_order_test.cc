@@ -103,7 +103,8 @@ void expect_commit_order(const std::vector<std::string>& events, int data_files)
       << "one write of .metadata";
   const auto sidecar = std::find(events.begin(), events.end(), std::string("atomic ") + kChecksumSidecar);
   ASSERT_NE(sidecar, events.end());
-  EXPECT_EQ(sidecar + 2, events.end()) << "the sidecar just before .metadata";
+  EXPECT_EQ(sidecar + 3, events.end()) << "the sidecar, then the load index, then .metadata";
+  EXPECT_EQ(*(sidecar + 1), std::string("atomic ") + kIndexKey);
   int committed = 0;
   for (auto it = events.begin(); it != sidecar; ++it) {
     EXPECT_TRUE(it->starts_with("open __") || it->starts_with("commit __")) << *it;
