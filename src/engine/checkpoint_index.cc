@@ -291,6 +291,10 @@ CheckpointIndex decode_fields(std::string_view index) {
     if (r.flag("has data start")) out.data_offsets.emplace(index, r.u64("data start"));
     if (r.flag("has checksums")) {
       if (!out.checksums) r.fail("checksums", "an item has checksums but the index names no algorithm");
+      if (out.checksums->find(info.relative_path, info.offset)) {
+        r.fail("checksums", "two items have checksums for the blob at " + std::to_string(info.offset) + " of " +
+                                info.relative_path);
+      }
       ItemChecksums sums{info.relative_path, info.offset, info.length, index.fqn, index.offset, 0, {}};
       sums.checksum = r.u64("item checksum");
       sums.blocks.resize(r.count("block checksums", 8));

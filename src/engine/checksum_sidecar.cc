@@ -48,6 +48,30 @@ std::string ChecksumSidecar::encode() const {
   return root.dump(1) + "\n";
 }
 
+namespace {
+
+// nlohmann converts a float to an integer type with a cast, undefined for values out of
+// range: integer fields must be JSON integers (found by the sidecar fuzzer).
+std::uint64_t unsigned_at(const nlohmann::json& j, const char* key, const std::string& src) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_unsigned()) throw FormatError(src + ": \"" + key + "\": expected a non-negative integer");
+  return v.get<std::uint64_t>();
+}
+
+format::Shape shape_at(const nlohmann::json& j, const char* key, const std::string& src) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_array()) throw FormatError(src + ": \"" + key + "\": expected an array of integers");
+  format::Shape out;
+  out.reserve(v.size());
+  for (const nlohmann::json& e : v) {
+    if (!e.is_number_integer()) throw FormatError(src + ": \"" + key + "\": expected an array of integers");
+    out.push_back(e.get<std::int64_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
 ChecksumSidecar ChecksumSidecar::decode(std::string_view json, std::string_view source_name) {
   const std::string src(source_name);
   nlohmann::json root;
@@ -60,21 +84,21 @@ ChecksumSidecar ChecksumSidecar::decode(std::string_view json, std::string_view 
     if (!root.is_object() || root.value("format", std::string()) != kFormatName) {
       throw FormatError(src + ": expected \"format\": \"" + kFormatName + "\"");
     }
-    const int version = root.at("version").get<int>();
-    if (version != kVersion) {
+    const std::uint64_t version = unsigned_at(root, "version", src);
+    if (version != static_cast<std::uint64_t>(kVersion)) {
       throw FormatError(src + ": unsupported version " + std::to_string(version) + " (this build reads version " +
                         std::to_string(kVersion) + ")");
     }
     ChecksumSidecar sidecar(checksum_algorithm_from_name(root.at("algorithm").get<std::string>(), src),
-                            root.at("block_size").get<std::uint64_t>());
+                            unsigned_at(root, "block_size", src));
     if (sidecar.block_size_ == 0) throw FormatError(src + ": block_size 0");
     for (const auto& j : root.at("items")) {
       ItemChecksums item;
       item.file = j.at("file").get<std::string>();
-      item.offset = j.at("offset").get<std::uint64_t>();
-      item.length = j.at("length").get<std::uint64_t>();
+      item.offset = unsigned_at(j, "offset", src);
+      item.length = unsigned_at(j, "length", src);
       item.fqn = j.value("fqn", std::string());
-      if (j.contains("chunk_offsets")) item.chunk_offsets = j.at("chunk_offsets").get<format::Shape>();
+      if (j.contains("chunk_offsets")) item.chunk_offsets = shape_at(j, "chunk_offsets", src);
       // Built only for a message: 3,800 items of a 2 GB state decode in ~10 ms, and
       // every rank of a load decodes the sidecar.
       auto what = [&](std::string_view suffix) {

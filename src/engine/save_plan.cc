@@ -27,7 +27,8 @@ template <typename T, typename Print>
 std::string disagreement(const std::vector<std::pair<T, int>>& seen, Print print) {
   std::vector<std::pair<T, std::vector<int>>> groups;
   for (const auto& [value, rank] : seen) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+    const T& v = value;  // clang 14 cannot capture a structured binding
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
     if (it == groups.end()) {
       groups.push_back({value, {rank}});
     } else if (it->second.back() != rank) {

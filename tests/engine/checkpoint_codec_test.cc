@@ -112,6 +112,19 @@ TEST(ChecksumSidecarTest, RejectsMalformedFiles) {
   EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
       {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":7,"blocks":["00000000"]}]})", "side"),
                FormatError);
+  // Integer fields must be JSON integers: a float out of range used to be cast (undefined
+  // behaviour, found by fuzz/checksum_sidecar_fuzzer).
+  for (const char* item : {R"({"file":"f","offset":1e300,"length":4,"checksum":"00000000","blocks":["00000000"]})",
+                           R"({"file":"f","offset":0,"length":-4,"checksum":"00000000","blocks":["00000000"]})",
+                           R"({"file":"f","offset":0,"length":4,"chunk_offsets":[1.5],"checksum":"00000000","blocks":["00000000"]})"}) {
+    EXPECT_THROW(ChecksumSidecar::decode(std::string(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[)") +
+                                             item + "]}",
+                                         "side"),
+                 FormatError)
+        << item;
+  }
+  EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1e99,"algorithm":"crc32c","block_size":4,"items":[]})", "side"),
+               FormatError);
 }
 
 TEST(PlanCodecTest, SavePlanRoundTrips) {
