@@ -3,17 +3,20 @@
 //   DCP folder: .metadata decodes; its consistency (check_metadata: chunks tile each tensor
 //   exactly, every item has a storage entry, safe relative paths, no overlapping byte
 //   ranges); every referenced file present and long enough; every tensor chunk and object
-//   item parses and reads (checksums verified where the sidecar exists); meta.pt, when
-//   present, parses and its tensors read.
+//   item parses and reads (checksums verified where the sidecar exists); the load index,
+//   when present, matches .metadata and agrees with it, the sidecar and the blobs; meta.pt,
+//   when present, parses and its tensors read.
 //   torch.save file: the zip and data.pkl parse, every storage record is present and long
 //   enough, and every record's CRC-32 matches.
 // Exit 0 when clean (a one-line summary on stdout); otherwise one line per problem on
 // stdout, a count on stderr, and exit 1.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <span>
 
 #include <CLI/CLI.hpp>
 
@@ -21,7 +24,9 @@
 #include "cli/commands.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "engine/checkpoint_index.h"
 #include "engine/checkpoint_reader.h"
+#include "engine/item_reader.h"
 #include "engine/consolidate.h"
 #include "engine/reshard.h"
 #include "format/checkpoint_path.h"
@@ -79,6 +84,58 @@ void verify_torch_file(const engine::CheckpointLocation& location, const std::st
 
 // `local_folder`: the folder's path when it is on the local filesystem (symlinks are then
 // checked not to leave it).
+// The load index, when there is one: it must describe this `.metadata` (loads ignore one
+// that does not, so it is only dead weight, but a folder should not carry it) and say what
+// `.metadata`, the sidecar and the blobs say.
+void verify_load_index(storage::Storage& st, const engine::CheckpointReader& reader, Verification& v) {
+  if (!st.try_stat(engine::kIndexKey)) return;
+  const std::string name = st.describe_key(engine::kIndexKey);
+  auto read_all = [&](const char* key) {
+    std::string bytes(static_cast<std::size_t>(st.stat(key)), '\0');
+    st.read(key, 0, std::as_writable_bytes(std::span<char>(bytes)));
+    return bytes;
+  };
+  engine::CheckpointIndex index;
+  try {
+    const std::string bytes = read_all(engine::kIndexKey);
+    if (!engine::index_matches(bytes, as_bytes(read_all(engine::kMetadataKey)))) {
+      v.problems.push_back(name + ": does not match .metadata (damaged, or left by another save); loads ignore it, "
+                                  "remove it");
+      return;
+    }
+    index = engine::decode_checkpoint_index(bytes, name);
+  } catch (const std::exception& e) {
+    v.problems.push_back(e.what());
+    return;
+  }
+  const format::Metadata& md = reader.metadata();
+  if (index.metadata.state_dict_metadata != md.state_dict_metadata || index.metadata.storage_data != md.storage_data ||
+      index.metadata.planner_data != md.planner_data) {
+    v.problems.push_back(name + ": its tensors, objects or storage entries differ from .metadata's");
+  }
+  if (reader.sidecar().has_value() != index.checksums.has_value() ||
+      (index.checksums && index.checksums->items() != reader.sidecar()->items())) {
+    v.problems.push_back(name + ": its checksums differ from the sidecar's");
+  }
+  engine::SourceCache sources(st);
+  for (const auto& [key, start] : index.data_offsets) {
+    try {
+      const auto& info = md.storage_data.at(key);
+      const auto& tensor = std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at(key.fqn));
+      const auto chunk = std::find_if(tensor.chunks.begin(), tensor.chunks.end(),
+                                      [&](const auto& c) { return key.offset && c.offsets == *key.offset; });
+      if (chunk == tensor.chunks.end()) throw FormatError("no such chunk in .metadata");
+      engine::SavedTensorBlob blob(sources.get(info.relative_path), info, key.fqn, *chunk, tensor.properties.dtype);
+      if (blob.data_start() != start) {
+        v.problems.push_back(name + ": item \"" + key.fqn + "\": data starts at " + std::to_string(blob.data_start()) +
+                             " of its blob, the index says " + std::to_string(start));
+      }
+    } catch (const std::exception& e) {
+      v.problems.push_back(name + ": item \"" + key.fqn + "\": " + e.what());
+    }
+  }
+}
+
 void verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::optional<std::string>& local_folder,
                 Verification& v) {
   std::unique_ptr<engine::CheckpointReader> reader;
@@ -90,6 +147,7 @@ void verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::optional
   }
   const format::Metadata& md = reader->metadata();
   for (const std::string& p : format::check_metadata(md)) v.problems.push_back(st->describe_key(".metadata") + ": " + p);
+  verify_load_index(*st, *reader, v);
 
   // Files: present, long enough for every item; items with a bad file are not read.
   std::map<std::string, std::optional<std::uint64_t>> sizes;
@@ -175,7 +233,8 @@ class VerifyCommand : public Command {
         "URL is a DCP checkpoint when <PATH>/.metadata exists, else a torch.save file when its\n"
         "last segment is an object; a prefix with neither is refused (\"not a committed\n"
         "checkpoint\", exit 1). Every byte is read once (ranged reads on object stores) and\n"
-        "checked against the checksum sidecar where there is one.\n\n" +
+        "checked against the checksum sidecar where there is one; a load index\n"
+        "(.shardpoint-index) must match .metadata and agree with it, the sidecar and the blobs.\n\n" +
         std::string(storage_url_help()) +
         "\n"
         "Exit 0 when clean; otherwise one line per problem and exit 1 (also when PATH cannot\n"

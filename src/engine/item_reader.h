@@ -127,6 +127,8 @@ class SavedTensorBlob {
 
   // True when reads go straight into the destination (row-major contiguous little-endian).
   bool direct() const;
+  // Blob offset of the chunk's first element (what the load index records).
+  std::uint64_t data_start() const { return layout_.data_start; }
 
   // Copies the part of this chunk that `item` names into `dest` (the rank's box, row-major,
   // sizes `dest_box_sizes`). REQUIRES item.storage_index is this chunk. With

@@ -23,11 +23,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <thread>
 
 #include "comm/thread_communicator.h"
 #include "core/byte_stream.h"
 #include "engine/checkpoint.h"
+#include "engine/checkpoint_index.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/chunking.h"
 #include "engine/torch_save.h"
@@ -235,6 +237,45 @@ TEST_F(BadInputCliTest, RelativePathEscapesFolder) {
   std::string bytes = format::encode_metadata(md);
   st->write_atomic(".metadata", as_bytes(bytes));
   EXPECT_NE(fails().find("escapes the checkpoint folder"), std::string::npos);
+}
+
+// verify checks the load index: it must match .metadata and agree with the blobs.
+TEST(ConsolidateCliTest, VerifyChecksTheLoadIndex) {
+  TempDir dir;
+  const std::string folder = dir.file("ckpt");
+  save_small(folder);
+  ASSERT_TRUE(fs::exists(folder + "/.shardpoint-index"));
+  EXPECT_EQ(tool("verify " + q(folder), dir).code, 0);
+
+  auto st = storage::open_local_storage_at(folder);
+  auto read = [&](const char* key) {
+    std::string bytes(static_cast<std::size_t>(st->stat(key)), '\0');
+    st->read(key, 0, std::as_writable_bytes(std::span<char>(bytes)));
+    return bytes;
+  };
+  const std::string metadata = read(".metadata");
+  const std::string good = read(".shardpoint-index");
+  engine::CheckpointIndex index = engine::decode_checkpoint_index(good, "index");
+  ASSERT_FALSE(index.data_offsets.empty());
+  index.data_offsets.begin()->second += 64;
+  st->write_atomic(".shardpoint-index", as_bytes(engine::encode_checkpoint_index(
+                                            index.metadata, as_bytes(metadata), &*index.checksums, index.data_offsets)));
+  ToolRun v = tool("verify " + q(folder), dir);
+  EXPECT_EQ(v.code, 1);
+  EXPECT_NE(v.out.find(".shardpoint-index\": item \"" + index.data_offsets.begin()->first.fqn + "\": data starts at"),
+            std::string::npos)
+      << v.out;
+
+  // A `.metadata` rewritten by another tool leaves the index stale.
+  st->write_atomic(".shardpoint-index", as_bytes(good));
+  format::Metadata md = format::decode_metadata(as_bytes(metadata), "md");
+  for (auto& [fqn, entry] : md.state_dict_metadata) {
+    if (auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) t->properties.requires_grad = true;
+  }
+  st->write_atomic(".metadata", as_bytes(format::encode_metadata(md)));
+  v = tool("verify " + q(folder), dir);
+  EXPECT_EQ(v.code, 1);
+  EXPECT_NE(v.out.find(".shardpoint-index\": does not match .metadata"), std::string::npos) << v.out;
 }
 
 TEST(ConsolidateCliTest, VerifyReportsCrcMismatchInTorchFile) {
