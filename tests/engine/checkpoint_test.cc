@@ -521,6 +521,20 @@ struct BlockTestCheckpoint {
 
 std::vector<std::pair<std::int64_t, std::int64_t>> three_way() { return {{0, 342}, {342, 342}, {684, 340}}; }
 
+// Every rank failed with a FormatError whose message holds each of `needles`.
+void expect_format_errors(const std::vector<std::exception_ptr>& errors, const std::vector<std::string>& needles) {
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const FormatError& e) {
+      for (const std::string& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": expected FormatError: " << e.what();
+    }
+  }
+}
+
 // Blocks cut by the 4 -> 3 boundaries are verified by combining the crc32c of the pieces
 // the ranks read (no rank reads bytes it does not need), and still catch a flipped bit.
 TEST(CheckpointTest, VerifiedReshardReadsEachNeededByteOnce) {
@@ -535,21 +549,8 @@ TEST(CheckpointTest, VerifiedReshardReadsEachNeededByteOnce) {
   }
   // Row 341 (rank 0's last) shares a checksum block with row 342 (rank 1's first).
   ck.corrupt(341, 255);
-  auto errors = ck.load_rows(three_way(), reports);
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_TRUE(errors[r]) << "rank " << r;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const FormatError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("__1_0.distcp"), std::string::npos) << m;
-      EXPECT_NE(m.find("\"w\""), std::string::npos) << m;
-      EXPECT_NE(m.find("checksum mismatch in block"), std::string::npos) << m;
-      EXPECT_NE(m.find("expected crc32c"), std::string::npos) << m;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "expected FormatError: " << e.what();
-    }
-  }
+  expect_format_errors(ck.load_rows(three_way(), reports),
+                       {"__1_0.distcp", "\"w\"", "checksum mismatch in block", "expected crc32c"});
 }
 
 // With 1 MiB blocks over 1 MiB blobs, the pieces a rank reads of a block are larger than
@@ -562,16 +563,7 @@ TEST(CheckpointTest, VerifiedReshardCombinesPiecesReadInSeveralReads) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << "rank " << r;
   // Rank 0 reads rows 256..341 of the second blob: 344 KiB of its first block.
   ck.corrupt(300, 7);
-  auto errors = ck.load_rows(three_way(), reports);
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_TRUE(errors[r]) << "rank " << r;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const FormatError& e) {
-      EXPECT_NE(std::string(e.what()).find("checksum mismatch in block 0"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("__1_0.distcp"), std::string::npos) << e.what();
-    }
-  }
+  expect_format_errors(ck.load_rows(three_way(), reports), {"checksum mismatch in block 0", "__1_0.distcp"});
 }
 
 // A box no other rank completes: the rest of its boundary blocks is read (and checked).
