@@ -150,6 +150,55 @@ void decode_entry(Reader& r, format::Metadata& md) {
   md.key_order.push_back(std::move(fqn));
 }
 
+void encode_planner_data(Writer& w, const std::map<std::string, format::ObjectPath>& planner_data) {
+  w.count(planner_data.size());
+  for (const auto& [fqn, path] : planner_data) {
+    w.str(fqn);
+    w.count(path.size());
+    for (const format::PathElement& e : path) {
+      if (const auto* s = std::get_if<std::string>(&e)) {
+        w.u8(0);
+        w.str(*s);
+      } else {
+        w.u8(1);
+        w.i64(std::get<std::int64_t>(e));
+      }
+    }
+  }
+}
+
+void encode_storage_item(Writer& w, const format::MetadataIndex& index, const format::StorageInfo& info,
+                         std::optional<std::uint64_t> data_offset, const ItemChecksums* sums) {
+  w.str(index.fqn);
+  w.u8(index.offset ? 1 : 0);
+  if (index.offset) w.shape(*index.offset);
+  w.u8(index.index ? 1 : 0);
+  if (index.index) w.i64(*index.index);
+  w.str(info.relative_path);
+  w.u64(info.offset);
+  w.u64(info.length);
+  w.count(info.transform_descriptors.size());
+  for (const std::string& t : info.transform_descriptors) w.str(t);
+  w.u8(data_offset ? 1 : 0);
+  if (data_offset) w.u64(*data_offset);
+  w.u8(sums ? 1 : 0);
+  if (sums) {
+    w.u64(sums->checksum);
+    w.count(sums->blocks.size());
+    for (std::uint64_t b : sums->blocks) w.u64(b);
+  }
+}
+
+void encode_storage_meta(Writer& w, const std::optional<format::StorageMeta>& meta) {
+  w.u8(meta ? 1 : 0);
+  if (!meta) return;
+  w.opt_str(meta->checkpoint_id);
+  w.opt_str(meta->save_id);
+  w.opt_str(meta->load_id);
+  w.count(meta->modules.size());
+  for (const std::string& m : meta->modules) w.str(m);
+}
+
 }  // namespace
 
 std::string encode_checkpoint_index(const format::Metadata& metadata, ByteSpan metadata_bytes,
@@ -172,54 +221,14 @@ std::string encode_checkpoint_index(const format::Metadata& metadata, ByteSpan m
   } else {
     for (const auto& [fqn, entry] : metadata.state_dict_metadata) encode_entry(w, fqn, entry);
   }
-
-  w.count(metadata.planner_data.size());
-  for (const auto& [fqn, path] : metadata.planner_data) {
-    w.str(fqn);
-    w.count(path.size());
-    for (const format::PathElement& e : path) {
-      if (const auto* s = std::get_if<std::string>(&e)) {
-        w.u8(0);
-        w.str(*s);
-      } else {
-        w.u8(1);
-        w.i64(std::get<std::int64_t>(e));
-      }
-    }
-  }
-
+  encode_planner_data(w, metadata.planner_data);
   w.count(metadata.storage_data.size());
   for (const auto& [index, info] : metadata.storage_data) {
-    w.str(index.fqn);
-    w.u8(index.offset ? 1 : 0);
-    if (index.offset) w.shape(*index.offset);
-    w.u8(index.index ? 1 : 0);
-    if (index.index) w.i64(*index.index);
-    w.str(info.relative_path);
-    w.u64(info.offset);
-    w.u64(info.length);
-    w.count(info.transform_descriptors.size());
-    for (const std::string& t : info.transform_descriptors) w.str(t);
     auto data = data_offsets.find(index);
-    w.u8(data != data_offsets.end() ? 1 : 0);
-    if (data != data_offsets.end()) w.u64(data->second);
-    const ItemChecksums* sums = checksums ? checksums->find(info.relative_path, info.offset) : nullptr;
-    w.u8(sums ? 1 : 0);
-    if (sums) {
-      w.u64(sums->checksum);
-      w.count(sums->blocks.size());
-      for (std::uint64_t b : sums->blocks) w.u64(b);
-    }
+    encode_storage_item(w, index, info, data != data_offsets.end() ? std::optional(data->second) : std::nullopt,
+                        checksums ? checksums->find(info.relative_path, info.offset) : nullptr);
   }
-
-  w.u8(metadata.storage_meta ? 1 : 0);
-  if (metadata.storage_meta) {
-    w.opt_str(metadata.storage_meta->checkpoint_id);
-    w.opt_str(metadata.storage_meta->save_id);
-    w.opt_str(metadata.storage_meta->load_id);
-    w.count(metadata.storage_meta->modules.size());
-    for (const std::string& m : metadata.storage_meta->modules) w.str(m);
-  }
+  encode_storage_meta(w, metadata.storage_meta);
   w.opt_str(metadata.version);
   w.u32(crc32c(0, as_bytes(w.out)));
   return std::move(w.out);
@@ -237,6 +246,80 @@ bool index_matches(std::string_view index, ByteSpan metadata_bytes) {
 
 namespace {
 
+void decode_planner_data(Reader& r, format::Metadata& md) {
+  const std::size_t entries = r.count("planner_data entries", 8);
+  for (std::size_t i = 0; i < entries; ++i) {
+    std::string fqn = r.str("planner_data key");
+    format::ObjectPath path(r.count("planner_data path", 5));
+    for (format::PathElement& e : path) {
+      const std::uint8_t tag = r.u8("planner_data element");
+      if (tag == 0) {
+        e = r.str("planner_data element");
+      } else if (tag == 1) {
+        e = r.i64("planner_data element");
+      } else {
+        r.fail("planner_data element", "expected 0 (str) or 1 (int), found " + std::to_string(tag));
+      }
+    }
+    md.planner_data.insert_or_assign(std::move(fqn), std::move(path));
+  }
+}
+
+// The checksums of the blob `info` holds (`checksums` is the index's, block size known).
+ItemChecksums decode_item_checksums(Reader& r, const format::MetadataIndex& index, const format::StorageInfo& info,
+                                    const std::optional<ChecksumSidecar>& checksums) {
+  if (!checksums) r.fail("checksums", "an item has checksums but the index names no algorithm");
+  if (checksums->find(info.relative_path, info.offset)) {
+    r.fail("checksums",
+           "two items have checksums for the blob at " + std::to_string(info.offset) + " of " + info.relative_path);
+  }
+  ItemChecksums sums{info.relative_path, info.offset, info.length, index.fqn, index.offset, 0, {}};
+  sums.checksum = r.u64("item checksum");
+  sums.blocks.resize(r.count("block checksums", 8));
+  for (std::uint64_t& b : sums.blocks) b = r.u64("block checksum");
+  const std::uint64_t block_size = checksums->block_size();
+  const std::uint64_t expected = (info.length + block_size - 1) / block_size;
+  if (sums.blocks.size() != expected) {
+    r.fail("block checksums", "item \"" + index.fqn + "\" (" + info.relative_path + " at " +
+                                  std::to_string(info.offset) + "): expected " + std::to_string(expected) +
+                                  " block checksums for " + std::to_string(info.length) + " bytes, found " +
+                                  std::to_string(sums.blocks.size()));
+  }
+  return sums;
+}
+
+void decode_storage_item(Reader& r, CheckpointIndex& out) {
+  format::MetadataIndex index;
+  index.fqn = r.str("storage item fqn");
+  if (r.flag("storage item has chunk offset")) index.offset = r.shape("storage item chunk offset");
+  if (r.flag("storage item has chunk position")) index.index = r.i64("storage item chunk position");
+  format::StorageInfo info;
+  info.relative_path = r.str("relative_path");
+  info.offset = r.u64("blob offset");
+  info.length = r.u64("blob length");
+  info.transform_descriptors.resize(r.count("transform descriptors", 4));
+  for (std::string& t : info.transform_descriptors) t = r.str("transform descriptor");
+  if (r.flag("has data start")) out.data_offsets.emplace(index, r.u64("data start"));
+  if (r.flag("has checksums")) {
+    ItemChecksums sums = decode_item_checksums(r, index, info, out.checksums);  // fails without out.checksums
+    out.checksums->add(std::move(sums));
+  }
+  if (!out.metadata.storage_data.emplace(std::move(index), std::move(info)).second) {
+    r.fail("storage item", "the same chunk appears twice");
+  }
+}
+
+std::optional<format::StorageMeta> decode_storage_meta(Reader& r) {
+  if (!r.flag("has storage_meta")) return std::nullopt;
+  format::StorageMeta meta;
+  meta.checkpoint_id = r.opt_str("checkpoint_id");
+  meta.save_id = r.opt_str("save_id");
+  meta.load_id = r.opt_str("load_id");
+  meta.modules.resize(r.count("modules", 4));
+  for (std::string& m : meta.modules) m = r.str("module");
+  return meta;
+}
+
 CheckpointIndex decode_fields(std::string_view index) {
   Reader r(index);
   r.u64("magic");
@@ -253,76 +336,14 @@ CheckpointIndex decode_fields(std::string_view index) {
     if (block_size == 0) r.fail("block size", "0 with checksums");
     out.checksums.emplace(algorithm == 1 ? ChecksumAlgorithm::kCrc32c : ChecksumAlgorithm::kXxh3, block_size);
   }
-  format::Metadata& md = out.metadata;
-
   const std::size_t entries = r.count("state_dict_metadata entries", 5);
-  md.key_order.reserve(entries);
-  for (std::size_t i = 0; i < entries; ++i) decode_entry(r, md);
-
-  const std::size_t planner = r.count("planner_data entries", 8);
-  for (std::size_t i = 0; i < planner; ++i) {
-    std::string fqn = r.str("planner_data key");
-    format::ObjectPath path(r.count("planner_data path", 5));
-    for (format::PathElement& e : path) {
-      const std::uint8_t tag = r.u8("planner_data element");
-      if (tag == 0) {
-        e = r.str("planner_data element");
-      } else if (tag == 1) {
-        e = r.i64("planner_data element");
-      } else {
-        r.fail("planner_data element", "expected 0 (str) or 1 (int), found " + std::to_string(tag));
-      }
-    }
-    md.planner_data.insert_or_assign(std::move(fqn), std::move(path));
-  }
-
+  out.metadata.key_order.reserve(entries);
+  for (std::size_t i = 0; i < entries; ++i) decode_entry(r, out.metadata);
+  decode_planner_data(r, out.metadata);
   const std::size_t items = r.count("storage items", 30);
-  for (std::size_t i = 0; i < items; ++i) {
-    format::MetadataIndex index;
-    index.fqn = r.str("storage item fqn");
-    if (r.flag("storage item has chunk offset")) index.offset = r.shape("storage item chunk offset");
-    if (r.flag("storage item has chunk position")) index.index = r.i64("storage item chunk position");
-    format::StorageInfo info;
-    info.relative_path = r.str("relative_path");
-    info.offset = r.u64("blob offset");
-    info.length = r.u64("blob length");
-    info.transform_descriptors.resize(r.count("transform descriptors", 4));
-    for (std::string& t : info.transform_descriptors) t = r.str("transform descriptor");
-    if (r.flag("has data start")) out.data_offsets.emplace(index, r.u64("data start"));
-    if (r.flag("has checksums")) {
-      if (!out.checksums) r.fail("checksums", "an item has checksums but the index names no algorithm");
-      if (out.checksums->find(info.relative_path, info.offset)) {
-        r.fail("checksums", "two items have checksums for the blob at " + std::to_string(info.offset) + " of " +
-                                info.relative_path);
-      }
-      ItemChecksums sums{info.relative_path, info.offset, info.length, index.fqn, index.offset, 0, {}};
-      sums.checksum = r.u64("item checksum");
-      sums.blocks.resize(r.count("block checksums", 8));
-      for (std::uint64_t& b : sums.blocks) b = r.u64("block checksum");
-      const std::uint64_t expected = (info.length + block_size - 1) / block_size;
-      if (sums.blocks.size() != expected) {
-        r.fail("block checksums", "item \"" + index.fqn + "\" (" + info.relative_path + " at " +
-                                      std::to_string(info.offset) + "): expected " + std::to_string(expected) +
-                                      " block checksums for " + std::to_string(info.length) + " bytes, found " +
-                                      std::to_string(sums.blocks.size()));
-      }
-      out.checksums->add(std::move(sums));
-    }
-    if (!md.storage_data.emplace(std::move(index), std::move(info)).second) {
-      r.fail("storage item", "the same chunk appears twice");
-    }
-  }
-
-  if (r.flag("has storage_meta")) {
-    format::StorageMeta meta;
-    meta.checkpoint_id = r.opt_str("checkpoint_id");
-    meta.save_id = r.opt_str("save_id");
-    meta.load_id = r.opt_str("load_id");
-    meta.modules.resize(r.count("modules", 4));
-    for (std::string& m : meta.modules) m = r.str("module");
-    md.storage_meta = std::move(meta);
-  }
-  md.version = r.opt_str("version");
+  for (std::size_t i = 0; i < items; ++i) decode_storage_item(r, out);
+  out.metadata.storage_meta = decode_storage_meta(r);
+  out.metadata.version = r.opt_str("version");
   if (!r.at_end()) r.fail("end", "unexpected bytes before the trailing CRC-32C");
   return out;
 }
