@@ -48,6 +48,23 @@ std::vector<SaveReport> save_on(int world, storage::Storage& st, SaveOptions opt
 }
 
 // Loads on `world` ranks and checks every value; returns the reports.
+// Every rank failed with an `ErrorType` whose message holds each of `needles`.
+template <typename ErrorType>
+void expect_every_rank_failed(const std::vector<std::exception_ptr>& errors, const std::vector<std::string>& needles) {
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r << " did not throw";
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const ErrorType& e) {
+      for (const std::string& needle : needles) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "rank " << r << ": " << e.what();
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": another kind of error: " << e.what();
+    }
+  }
+}
+
 std::vector<LoadReport> load_and_check(int world, storage::Storage& st, LoadOptions options = {}) {
   std::vector<RankState> states;
   for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
@@ -521,19 +538,6 @@ struct BlockTestCheckpoint {
 
 std::vector<std::pair<std::int64_t, std::int64_t>> three_way() { return {{0, 342}, {342, 342}, {684, 340}}; }
 
-// Every rank failed with a FormatError whose message holds each of `needles`.
-void expect_format_errors(const std::vector<std::exception_ptr>& errors, const std::vector<std::string>& needles) {
-  for (std::size_t r = 0; r < errors.size(); ++r) {
-    ASSERT_TRUE(errors[r]) << "rank " << r;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const FormatError& e) {
-      for (const std::string& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << ": expected FormatError: " << e.what();
-    }
-  }
-}
 
 // Blocks cut by the 4 -> 3 boundaries are verified by combining the crc32c of the pieces
 // the ranks read (no rank reads bytes it does not need), and still catch a flipped bit.
@@ -549,7 +553,7 @@ TEST(CheckpointTest, VerifiedReshardReadsEachNeededByteOnce) {
   }
   // Row 341 (rank 0's last) shares a checksum block with row 342 (rank 1's first).
   ck.corrupt(341, 255);
-  expect_format_errors(ck.load_rows(three_way(), reports),
+  expect_every_rank_failed<FormatError>(ck.load_rows(three_way(), reports),
                        {"__1_0.distcp", "\"w\"", "checksum mismatch in block", "expected crc32c"});
 }
 
@@ -563,7 +567,7 @@ TEST(CheckpointTest, VerifiedReshardCombinesPiecesReadInSeveralReads) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << "rank " << r;
   // Rank 0 reads rows 256..341 of the second blob: 344 KiB of its first block.
   ck.corrupt(300, 7);
-  expect_format_errors(ck.load_rows(three_way(), reports), {"checksum mismatch in block 0", "__1_0.distcp"});
+  expect_every_rank_failed<FormatError>(ck.load_rows(three_way(), reports), {"checksum mismatch in block 0", "__1_0.distcp"});
 }
 
 // A box no other rank completes: the rest of its boundary blocks is read (and checked).
@@ -606,19 +610,6 @@ std::vector<std::exception_ptr> save_all(int world, storage::Storage& st) {
   return group.run_all([&](comm::Communicator& comm) { save(states[comm.rank()].root, st, comm); });
 }
 
-void expect_all_failed(const std::vector<std::exception_ptr>& errors, const std::string& needle) {
-  for (std::size_t r = 0; r < errors.size(); ++r) {
-    ASSERT_TRUE(errors[r]) << "rank " << r << " did not throw";
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const StorageError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "rank " << r << ": " << e.what();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << ": expected StorageError, got " << e.what();
-    }
-  }
-}
-
 TEST(CheckpointFailureTest, OneRankWriteFailsEveryRankThrowsNothingCommitted) {
   for (storage::FaultOp op : {storage::FaultOp::kWrite, storage::FaultOp::kCommit, storage::FaultOp::kOpenWriter}) {
     std::shared_ptr<storage::Storage> previous = memory();
@@ -627,7 +618,7 @@ TEST(CheckpointFailureTest, OneRankWriteFailsEveryRankThrowsNothingCommitted) {
     storage::FaultInjectionStorage faulty(target);
     faulty.fail(storage::FaultRule{op, 1, StorageError::Kind::kNoSpace, "__1_0"});
     const auto errors = save_all(3, faulty);
-    expect_all_failed(errors, "save failed on rank 1 (of 3): rank 1: ");
+    expect_every_rank_failed<StorageError>(errors, {"save failed on rank 1 (of 3): rank 1: "});
     EXPECT_EQ(faulty.injected(), 1u);
     EXPECT_FALSE(target->try_stat(".metadata"));
     EXPECT_FALSE(target->try_stat(kChecksumSidecar));
@@ -644,7 +635,7 @@ TEST(CheckpointFailureTest, MetadataWriteFailsNothingCommitted) {
   std::shared_ptr<storage::Storage> target = storage::open_local_storage_at(dir.file("next"));
   storage::FaultInjectionStorage faulty(target);
   faulty.fail(storage::FaultRule{storage::FaultOp::kWriteAtomic, 1, StorageError::Kind::kPermission, ".metadata"});
-  expect_all_failed(save_all(2, faulty), "save failed on rank 0 (of 2): rank 0: ");
+  expect_every_rank_failed<StorageError>(save_all(2, faulty), {"save failed on rank 0 (of 2): rank 0: "});
   EXPECT_FALSE(target->try_stat(".metadata"));
   EXPECT_FALSE(target->try_stat(kChecksumSidecar));
   EXPECT_TRUE(target->list("").empty());
@@ -656,15 +647,7 @@ TEST(CheckpointFailureTest, SeveralRanksFailAllNamed) {
   storage::FaultInjectionStorage faulty(target);
   faulty.fail(storage::FaultRule{storage::FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__1_"});
   faulty.fail(storage::FaultRule{storage::FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__3_"});
-  const auto errors = save_all(4, faulty);
-  expect_all_failed(errors, "save failed on ranks 1, 3 (of 4): rank 1: ");
-  for (const auto& e : errors) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      EXPECT_NE(std::string(ex.what()).find("; rank 3: "), std::string::npos) << ex.what();
-    }
-  }
+  expect_every_rank_failed<StorageError>(save_all(4, faulty), {"save failed on ranks 1, 3 (of 4): rank 1: ", "; rank 3: "});
   EXPECT_TRUE(target->list("").empty());
 }
 
@@ -676,17 +659,8 @@ TEST(CheckpointFailureTest, InvalidStateOnOneRankFailsEveryRank) {
   StateNode* w = states[1].root.find("model")->find("w");
   w->tensor().dtype = DType::kInt32;
   comm::ThreadGroup group(2, fast());
-  auto errors = group.run_all([&](comm::Communicator& comm) { save(states[comm.rank()].root, *st, comm); });
-  for (const auto& e : errors) {
-    ASSERT_TRUE(e);
-    try {
-      std::rethrow_exception(e);
-    } catch (const PlanError& ex) {
-      EXPECT_NE(std::string(ex.what()).find("model.w"), std::string::npos) << ex.what();
-    } catch (const std::exception& ex) {
-      ADD_FAILURE() << "expected PlanError: " << ex.what();
-    }
-  }
+  expect_every_rank_failed<PlanError>(
+      group.run_all([&](comm::Communicator& comm) { save(states[comm.rank()].root, *st, comm); }), {"model.w"});
   EXPECT_TRUE(st->list("").empty());
 }
 
@@ -712,22 +686,9 @@ TEST(CheckpointFailureTest, CorruptedByteIsACheckumErrorNamingFileAndFqn) {
     std::vector<RankState> states;
     for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
     comm::ThreadGroup group(world, fast());
-    auto errors = group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
-    for (int r = 0; r < world; ++r) {
-      ASSERT_TRUE(errors[r]) << "rank " << r;
-      try {
-        std::rethrow_exception(errors[r]);
-      } catch (const FormatError& e) {
-        const std::string m = e.what();
-        EXPECT_NE(m.find(info.relative_path), std::string::npos) << m;
-        EXPECT_NE(m.find("\"model.w\""), std::string::npos) << m;
-        EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
-        EXPECT_NE(m.find("expected crc32c"), std::string::npos) << m;
-        EXPECT_NE(m.find("load failed on rank"), std::string::npos) << m;
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "expected FormatError: " << e.what();
-      }
-    }
+    expect_every_rank_failed<FormatError>(
+        group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); }),
+        {info.relative_path, "\"model.w\"", "checksum mismatch", "expected crc32c", "load failed on rank"});
   }
   // Verification off: loads (the flipped byte arrives as is).
   std::vector<RankState> states;
@@ -751,16 +712,9 @@ TEST(CheckpointLoadTest, MissingMetadataIsNotACommittedCheckpoint) {
   std::vector<RankState> states;
   for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, false));
   comm::ThreadGroup group(2, fast());
-  auto errors = group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
-  for (const auto& e : errors) {
-    ASSERT_TRUE(e);
-    try {
-      std::rethrow_exception(e);
-    } catch (const StorageError& ex) {
-      EXPECT_NE(std::string(ex.what()).find("load failed on rank 0 (of 2): rank 0: "), std::string::npos);
-      EXPECT_NE(std::string(ex.what()).find("not a committed checkpoint"), std::string::npos);
-    }
-  }
+  expect_every_rank_failed<StorageError>(
+      group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); }),
+      {"load failed on rank 0 (of 2): rank 0: ", "not a committed checkpoint"});
 }
 
 TEST(CheckpointLoadTest, StrictAndNonStrictMissingKeys) {
@@ -777,16 +731,9 @@ TEST(CheckpointLoadTest, StrictAndNonStrictMissingKeys) {
     std::vector<RankState> states;
     for (int r = 0; r < 2; ++r) states.push_back(make_template(r, 2));
     comm::ThreadGroup group(2, fast());
-    auto errors = group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); });
-    for (const auto& e : errors) {
-      ASSERT_TRUE(e);
-      try {
-        std::rethrow_exception(e);
-      } catch (const PlanError& ex) {
-        EXPECT_NE(std::string(ex.what()).find("extra"), std::string::npos) << ex.what();
-        EXPECT_NE(std::string(ex.what()).find("model.w"), std::string::npos) << ex.what();
-      }
-    }
+    expect_every_rank_failed<PlanError>(
+        group.run_all([&](comm::Communicator& comm) { load(states[comm.rank()].root, *st, comm); }),
+        {"extra", "model.w"});
   }
   std::vector<RankState> states;
   for (int r = 0; r < 2; ++r) states.push_back(make_template(r, 2));
