@@ -78,12 +78,13 @@ std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint
   return multiply_mod_p(x_to_8n_mod_p(len_b), crc_a) ^ crc_b;
 }
 
-Xxh3::Xxh3() : state_(XXH3_createState()) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
+Xxh3::Xxh3() : state_(XXH3_createState()) { reset(); }
 Xxh3::~Xxh3() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 void Xxh3::update(ByteSpan data) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
 }
 std::uint64_t Xxh3::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+void Xxh3::reset() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
 
 std::uint64_t xxh3_64(ByteSpan data) { return XXH3_64bits(data.data(), data.size()); }
 

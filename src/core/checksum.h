@@ -36,6 +36,8 @@ class Xxh3 {
   Xxh3& operator=(const Xxh3&) = delete;
   void update(ByteSpan data);
   std::uint64_t digest() const;
+  // Starts over (as if just constructed), keeping the state's memory.
+  void reset();
 
  private:
   void* state_;

@@ -79,7 +79,12 @@ std::uint64_t StreamingChecksum::value() const {
 
 void StreamingChecksum::reset() {
   crc_ = 0;
-  if (algorithm_ == ChecksumAlgorithm::kXxh3) xxh3_ = std::make_unique<Xxh3>();
+  if (algorithm_ != ChecksumAlgorithm::kXxh3) return;
+  if (xxh3_) {
+    xxh3_->reset();  // once per block: keep the state's memory
+  } else {
+    xxh3_ = std::make_unique<Xxh3>();
+  }
 }
 
 BlockChecksummer::BlockChecksummer(ChecksumAlgorithm algorithm, std::uint64_t block_size)
