@@ -682,11 +682,11 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   std::exception_ptr error;
   SourceCache sources(checkpoint);
   PendingChecks pending;
-  bool sidecar_sent = false;
+  bool verify_together = false;
   try {
     const std::vector<std::string> parts = unpack_parts(std::string_view(message).substr(1), "load: metadata broadcast");
     // Every rank got the same bytes, so all take part in step 4 or none does.
-    sidecar_sent = parts.size() >= 3 && parts[2] == "1";
+    verify_together = parts.size() >= 3 && parts[2] == "1";
     const CheckpointFacts facts = decode_what_ranks_need(parts, checkpoint, pending.sidecar);
     report.used_index = facts.from_index;
     load_on_rank(state, facts, checkpoint.describe_key(kMetadataKey), sources, options, report, pending);
@@ -694,7 +694,7 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
     error = std::current_exception();
   }
   // 4. (all ranks) Blocks read in pieces by several ranks, verified together.
-  if (sidecar_sent) error = verify_pieces_together(comm, error, pending, sources, report);
+  if (verify_together) error = verify_pieces_together(comm, error, pending, sources, report);
   // 5. (all ranks) Agree.
   agree_or_throw(comm, error, "load");
   report.seconds = seconds_since(t0);
