@@ -583,10 +583,14 @@ void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
     // its checksums, and the index that matches it is in place.
     if (checksummed) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
     if (!metadata.planner_data_raw) {
+      // Not durable on its own: an index a crash damages fails its checks and loads ignore
+      // it, so it needs no fsync of its own (the `.metadata` commit below syncs the folder).
+      storage::WriteOptions index_wo = wo;
+      index_wo.durable = false;
       st.write_atomic(kIndexKey,
                       as_bytes(encode_checkpoint_index(metadata, as_bytes(metadata_bytes),
                                                        checksummed ? &sidecar : nullptr, data_offsets)),
-                      wo);
+                      index_wo);
     } else {
       st.remove(kIndexKey);  // it could only be stale; loads would ignore it anyway
     }

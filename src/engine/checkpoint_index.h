@@ -12,7 +12,8 @@
 // the index only when the `.metadata` it read has both (else it reads `.metadata` and the
 // sidecar as PyTorch's checkpoints are read). So an index left by an older save, or next
 // to a `.metadata` another tool rewrote, is ignored, never trusted. A damaged index (its
-// own CRC-32C, at the end, does not match) is ignored the same way.
+// own CRC-32C, at the end, does not match) is ignored the same way, which is why the save
+// writes it without an fsync of its own (a crash can only cost a load its speed-up).
 //
 // Persisted layout (little-endian; str = u32 length + UTF-8 bytes; shape = u32 rank + i64
 // each; opt<X> = u8 0/1 + X when 1):
