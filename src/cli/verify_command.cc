@@ -16,7 +16,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <span>
 
 #include <CLI/CLI.hpp>
 
@@ -88,22 +87,17 @@ void verify_torch_file(const engine::CheckpointLocation& location, const std::st
 // that does not, so it is only dead weight, but a folder should not carry it) and say what
 // `.metadata`, the sidecar and the blobs say.
 void verify_load_index(storage::Storage& st, const engine::CheckpointReader& reader, Verification& v) {
-  if (!st.try_stat(engine::kIndexKey)) return;
   const std::string name = st.describe_key(engine::kIndexKey);
-  auto read_all = [&](const char* key) {
-    std::string bytes(static_cast<std::size_t>(st.stat(key)), '\0');
-    st.read(key, 0, std::as_writable_bytes(std::span<char>(bytes)));
-    return bytes;
-  };
   engine::CheckpointIndex index;
   try {
-    const std::string bytes = read_all(engine::kIndexKey);
-    if (!engine::index_matches(bytes, as_bytes(read_all(engine::kMetadataKey)))) {
+    const std::optional<std::string> bytes = st.try_read_all(engine::kIndexKey);
+    if (!bytes) return;
+    if (!engine::index_matches(*bytes, as_bytes(st.try_read_all(engine::kMetadataKey).value_or(std::string())))) {
       v.problems.push_back(name + ": does not match .metadata (damaged, or left by another save); loads ignore it, "
                                   "remove it");
       return;
     }
-    index = engine::decode_checkpoint_index(bytes, name);
+    index = engine::decode_checkpoint_index(*bytes, name);
   } catch (const std::exception& e) {
     v.problems.push_back(e.what());
     return;

@@ -78,17 +78,8 @@ void agree_or_throw(comm::Communicator& comm, std::exception_ptr local, std::str
   throw_encoded(combine_failures(op, failures, comm.world_size()));
 }
 
-// The object under key, or nullopt when there is none.
-std::optional<std::string> read_whole(storage::Storage& st, std::string_view key) {
-  std::optional<std::uint64_t> size = st.try_stat(key);
-  if (!size) return std::nullopt;
-  std::string bytes(static_cast<std::size_t>(*size), '\0');
-  st.read(key, 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
-  return bytes;
-}
-
 std::string read_metadata_bytes(storage::Storage& st) {
-  std::optional<std::string> bytes = read_whole(st, kMetadataKey);
+  std::optional<std::string> bytes = st.try_read_all(kMetadataKey);
   if (!bytes) {
     throw StorageError(StorageError::Kind::kNotFound,
                        st.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
@@ -261,13 +252,13 @@ constexpr std::string_view kFromPickle = "pickle";
 
 std::string read_what_ranks_need(storage::Storage& checkpoint, const LoadOptions& options) {
   std::string metadata = read_metadata_bytes(checkpoint);
-  if (std::optional<std::string> index = read_whole(checkpoint, kIndexKey)) {
+  if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey)) {
     if (index_matches(*index, as_bytes(metadata))) {
       return pack_parts({std::string(kFromIndex), std::move(*index), options.verify_checksums ? "1" : "0"});
     }
   }
   std::optional<std::string> sidecar;
-  if (options.verify_checksums) sidecar = read_whole(checkpoint, kChecksumSidecar);
+  if (options.verify_checksums) sidecar = checkpoint.try_read_all(kChecksumSidecar);
   return pack_parts({std::string(kFromPickle), std::move(metadata), sidecar ? "1" : "0", sidecar.value_or(std::string())});
 }
 

@@ -7,29 +7,16 @@
 #include "format/metadata_codec.h"
 
 namespace shardpoint::engine {
-namespace {
-
-
-std::optional<std::string> read_whole(storage::Storage& st, std::string_view key) {
-  std::optional<std::uint64_t> size = st.try_stat(key);
-  if (!size) return std::nullopt;
-  std::string bytes(static_cast<std::size_t>(*size), '\0');
-  st.read(key, 0, std::as_writable_bytes(std::span<char>(bytes.data(), bytes.size())));
-  return bytes;
-}
-
-}  // namespace
-
 CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)
     : storage_(storage), options_(options), sources_(storage) {
-  std::optional<std::string> bytes = read_whole(storage_, kMetadataKey);
+  std::optional<std::string> bytes = storage_.try_read_all(kMetadataKey);
   if (!bytes) {
     throw StorageError(StorageError::Kind::kNotFound,
                        storage_.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
   }
   metadata_ = format::decode_metadata(as_bytes(*bytes), storage_.describe_key(kMetadataKey));
   if (options_.verify_checksums) {
-    if (auto sidecar = read_whole(storage_, kChecksumSidecar)) {
+    if (auto sidecar = storage_.try_read_all(kChecksumSidecar)) {
       sidecar_ = ChecksumSidecar::decode(*sidecar, storage_.describe_key(kChecksumSidecar));
     }
   }

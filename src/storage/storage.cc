@@ -70,6 +70,14 @@ void StorageWriter::write_at(std::uint64_t offset, ByteSpan data, const IoOption
                    "\": this storage does not support parallel writes (features().parallel_writes)");
 }
 
+std::optional<std::string> Storage::try_read_all(std::string_view key, const IoOptions& io) {
+  std::optional<std::uint64_t> size = try_stat(key, io);
+  if (!size) return std::nullopt;
+  std::string bytes(static_cast<std::size_t>(*size), '\0');
+  read(key, 0, std::as_writable_bytes(std::span<char>(bytes)), io);
+  return bytes;
+}
+
 std::optional<std::uint64_t> Storage::try_stat(std::string_view key, const IoOptions& io) {
   try {
     return stat(key, io);

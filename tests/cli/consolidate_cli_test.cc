@@ -23,7 +23,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <span>
 #include <thread>
 
 #include "comm/thread_communicator.h"
@@ -248,11 +247,7 @@ TEST(ConsolidateCliTest, VerifyChecksTheLoadIndex) {
   EXPECT_EQ(tool("verify " + q(folder), dir).code, 0);
 
   auto st = storage::open_local_storage_at(folder);
-  auto read = [&](const char* key) {
-    std::string bytes(static_cast<std::size_t>(st->stat(key)), '\0');
-    st->read(key, 0, std::as_writable_bytes(std::span<char>(bytes)));
-    return bytes;
-  };
+  auto read = [&](const char* key) { return st->try_read_all(key).value(); };
   const std::string metadata = read(".metadata");
   const std::string good = read(".shardpoint-index");
   engine::CheckpointIndex index = engine::decode_checkpoint_index(good, "index");

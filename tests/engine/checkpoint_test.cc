@@ -145,11 +145,7 @@ TEST(CheckpointTest, ReshardsEveryWorldSizeOnLocalStorage) {
   }
 }
 
-std::string read_key(storage::Storage& st, std::string_view key) {
-  std::string out(static_cast<std::size_t>(st.stat(key)), '\0');
-  st.read(key, 0, std::as_writable_bytes(std::span<char>(out)));
-  return out;
-}
+std::string read_key(storage::Storage& st, std::string_view key) { return st.try_read_all(key).value(); }
 
 // The load index holds what `.metadata`, the sidecar and each blob's zip records say.
 TEST(LoadIndexTest, HoldsWhatMetadataSidecarAndBlobsSay) {

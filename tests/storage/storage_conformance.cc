@@ -111,6 +111,8 @@ TEST_P(StorageConformanceTest, MissingKeyIsNotFound) {
     }
   }
   EXPECT_EQ(storage().try_stat("present/x"), std::optional<std::uint64_t>(1));
+  EXPECT_EQ(storage().try_read_all("present/x"), std::optional<std::string>("x"));
+  EXPECT_EQ(storage().try_read_all("missing/x"), std::nullopt);
 }
 
 TEST_P(StorageConformanceTest, StatListRemove) {
