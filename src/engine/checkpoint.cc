@@ -363,7 +363,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     if (task < groups.size()) {
       const Group& g = groups[task];
       const format::MetadataIndex& key = g.items->front()->storage_index;
-      auto data_offset = facts.data_offsets.find(format::MetadataIndex{key.fqn, key.offset, std::nullopt});
+      auto data_offset = facts.data_offsets.find(key);  // ordering ignores the chunk position
       SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk, g.tensor->properties.dtype,
                            data_offset != facts.data_offsets.end() ? std::optional(data_offset->second) : std::nullopt);
       const BlobChecksums cs = checksums_for(*g.info);
@@ -573,18 +573,14 @@ void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
     // The sidecar and the index first: once `.metadata` exists, every blob it names has
     // its checksums, and the index that matches it is in place.
     if (checksummed) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
-    if (!metadata.planner_data_raw) {
-      // Not durable on its own: an index a crash damages fails its checks and loads ignore
-      // it, so it needs no fsync of its own (the `.metadata` commit below syncs the folder).
-      storage::WriteOptions index_wo = wo;
-      index_wo.durable = false;
-      st.write_atomic(kIndexKey,
-                      as_bytes(encode_checkpoint_index(metadata, as_bytes(metadata_bytes),
-                                                       checksummed ? &sidecar : nullptr, data_offsets)),
-                      index_wo);
-    } else {
-      st.remove(kIndexKey);  // it could only be stale; loads would ignore it anyway
-    }
+    // Not durable on its own: an index a crash damages fails its checks and loads ignore
+    // it, so it needs no fsync of its own (the `.metadata` commit below syncs the folder).
+    storage::WriteOptions index_wo = wo;
+    index_wo.durable = false;
+    st.write_atomic(kIndexKey,
+                    as_bytes(encode_checkpoint_index(metadata, as_bytes(metadata_bytes),
+                                                     checksummed ? &sidecar : nullptr, data_offsets)),
+                    index_wo);
     // The commit marker (tmp + fsync + rename + directory fsync when durable).
     st.write_atomic(kMetadataKey, as_bytes(metadata_bytes), wo);
   } catch (...) {

@@ -245,15 +245,15 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
     return;
   }
 
-  read_verified(segments, data_start, dest, checksums, pieces, what);
+  read_verified(segments, dest, checksums, pieces, what);
 }
 
 namespace {
 
-// Whole blocks are read into the destination this many bytes per pread at most (several
-// small blocks at once, a large block in pieces) and hashed right after each read, while
-// the bytes are still in the core's cache: with 1 MiB reads the checksum pass went to
-// memory and cost 1.6x as much (warm loads, measured 2026-11-30).
+// Verified reads (whole blocks and pieces of blocks) go into the destination this many
+// bytes per pread at most and are hashed right after each read, while the bytes are still
+// in the core's cache: with 1 MiB reads the checksum pass went to memory and cost 1.6x as
+// much (warm loads, measured 2026-11-30).
 constexpr std::uint64_t kVerifiedReadBytes = std::uint64_t{256} << 10;
 
 std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block, std::uint64_t begin,
@@ -265,9 +265,10 @@ std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std:
 
 }  // namespace
 
-void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::uint64_t data_start,
-                                    std::span<std::byte> dest, const BlobChecksums& checksums,
-                                    std::vector<BlockPiece>* pieces, const std::string& what) {
+void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::span<std::byte> dest,
+                                    const BlobChecksums& checksums, std::vector<BlockPiece>* pieces,
+                                    const std::string& what) {
+  const std::uint64_t data_start = layout_.data_start;
   const std::uint64_t block = checksums.block_size;
   const ItemChecksums& entry = *checksums.item;
   if (entry.length != info_.length) {
@@ -372,13 +373,9 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::u
       if (!parts.empty() && parts_block != b) finish_partial_block();
       parts_block = b;
       Part part{pos, piece_end, out};
-      for (std::uint64_t at = pos; at < piece_end;) {
-        const std::uint64_t read_end = std::min(at + kVerifiedReadBytes, piece_end);
-        const std::span<std::byte> bytes(out + (at - pos), static_cast<std::size_t>(read_end - at));
-        window_->read_data(at, bytes, what);
-        if (combine_later) part.crc = crc32c(part.crc, bytes);  // while the bytes are in cache
-        at = read_end;
-      }
+      read_then_hash(pos, piece_end, out, what, [&](std::uint64_t, ByteSpan bytes) {
+        if (combine_later) part.crc = crc32c(part.crc, bytes);
+      });
       parts.push_back(part);
       out += piece_end - pos;
       pos = piece_end;
@@ -399,15 +396,14 @@ void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, 
   const std::uint64_t block = checksums.block_size;
   const ItemChecksums& entry = *checksums.item;
   StreamingChecksum sum(checksums.algorithm);
-  for (std::uint64_t at = begin; at < end;) {
-    const std::uint64_t read_end = std::min(at + kVerifiedReadBytes, end);
-    window_->read_data(at, std::span<std::byte>(out + (at - begin), static_cast<std::size_t>(read_end - at)), what);
+  read_then_hash(begin, end, out, what, [&](std::uint64_t at, ByteSpan bytes) {
+    const std::uint64_t read_end = at + bytes.size();
     for (std::uint64_t p = at; p < read_end;) {
       const std::uint64_t k = p / block;
       check_block_index(entry, k);
       const std::uint64_t k_end = std::min((k + 1) * block, info_.length);
       const std::uint64_t piece_end = std::min(k_end, read_end);
-      sum.update(ByteSpan(out + (p - begin), static_cast<std::size_t>(piece_end - p)));
+      sum.update(bytes.subspan(static_cast<std::size_t>(p - at), static_cast<std::size_t>(piece_end - p)));
       if (piece_end == k_end) {
         if (sum.value() != entry.blocks[k]) {
           throw FormatError(mismatch(describe(), checksums.algorithm, k, k * block, k_end, entry.blocks[k], sum.value()));
@@ -416,6 +412,16 @@ void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, 
       }
       p = piece_end;
     }
+  });
+}
+
+void SavedTensorBlob::read_then_hash(std::uint64_t begin, std::uint64_t end, std::byte* out, const std::string& what,
+                                     const std::function<void(std::uint64_t at, ByteSpan bytes)>& hash) {
+  for (std::uint64_t at = begin; at < end;) {
+    const std::uint64_t read_end = std::min(at + kVerifiedReadBytes, end);
+    const std::span<std::byte> bytes(out + (at - begin), static_cast<std::size_t>(read_end - at));
+    window_->read_data(at, bytes, what);
+    hash(at, bytes);
     at = read_end;
   }
 }

@@ -164,13 +164,17 @@ class SavedTensorBlob {
 
  private:
   std::string describe() const;
-  void read_verified(const std::vector<Segment>& segments, std::uint64_t data_start, std::span<std::byte> dest,
-                     const BlobChecksums& checksums, std::vector<BlockPiece>* pieces, const std::string& what);
+  void read_verified(const std::vector<Segment>& segments, std::span<std::byte> dest, const BlobChecksums& checksums,
+                     std::vector<BlockPiece>* pieces, const std::string& what);
   // Throws FormatError when the sidecar entry has no block `block`.
   void check_block_index(const ItemChecksums& entry, std::uint64_t block) const;
   // Blob bytes [begin, end), whole blocks only, into out, each block checked against the sidecar.
   void read_whole_blocks(std::uint64_t begin, std::uint64_t end, std::byte* out, const BlobChecksums& checksums,
                          const std::string& what);
+  // Blob bytes [begin, end) into out, in reads of at most kVerifiedReadBytes, each handed
+  // to `hash` (with its blob offset) right after it, while the bytes are in cache.
+  void read_then_hash(std::uint64_t begin, std::uint64_t end, std::byte* out, const std::string& what,
+                      const std::function<void(std::uint64_t at, ByteSpan bytes)>& hash);
 
   std::string fqn_;
   format::StorageInfo info_;
