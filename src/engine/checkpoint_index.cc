@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/checksum.h"
 #include "core/error.h"
@@ -50,6 +51,10 @@ class Writer {
     u8(s ? 1 : 0);
     if (s) str(*s);
   }
+  void strings(const std::vector<std::string>& list) {
+    count(list.size());
+    for (const std::string& s : list) str(s);
+  }
 };
 
 // Reads fields; `what` names the field in errors (messages get the source name from
@@ -89,6 +94,11 @@ class Reader {
   std::optional<std::string> opt_str(const char* what) {
     if (!flag(what)) return std::nullopt;
     return str(what);
+  }
+  std::vector<std::string> strings(const char* what) {
+    std::vector<std::string> list(count(what, 4));
+    for (std::string& s : list) s = str(what);
+    return list;
   }
   bool at_end() const { return cursor_.at_end(); }
 
@@ -177,8 +187,7 @@ void encode_storage_item(Writer& w, const format::MetadataIndex& index, const fo
   w.str(info.relative_path);
   w.u64(info.offset);
   w.u64(info.length);
-  w.count(info.transform_descriptors.size());
-  for (const std::string& t : info.transform_descriptors) w.str(t);
+  w.strings(info.transform_descriptors);
   w.u8(data_offset ? 1 : 0);
   if (data_offset) w.u64(*data_offset);
   w.u8(sums ? 1 : 0);
@@ -195,8 +204,7 @@ void encode_storage_meta(Writer& w, const std::optional<format::StorageMeta>& me
   w.opt_str(meta->checkpoint_id);
   w.opt_str(meta->save_id);
   w.opt_str(meta->load_id);
-  w.count(meta->modules.size());
-  for (const std::string& m : meta->modules) w.str(m);
+  w.strings(meta->modules);
 }
 
 }  // namespace
@@ -297,8 +305,7 @@ void decode_storage_item(Reader& r, CheckpointIndex& out) {
   info.relative_path = r.str("relative_path");
   info.offset = r.u64("blob offset");
   info.length = r.u64("blob length");
-  info.transform_descriptors.resize(r.count("transform descriptors", 4));
-  for (std::string& t : info.transform_descriptors) t = r.str("transform descriptor");
+  info.transform_descriptors = r.strings("transform descriptors");
   if (r.flag("has data start")) out.data_offsets.emplace(index, r.u64("data start"));
   if (r.flag("has checksums")) {
     ItemChecksums sums = decode_item_checksums(r, index, info, out.checksums);  // fails without out.checksums
@@ -315,8 +322,7 @@ std::optional<format::StorageMeta> decode_storage_meta(Reader& r) {
   meta.checkpoint_id = r.opt_str("checkpoint_id");
   meta.save_id = r.opt_str("save_id");
   meta.load_id = r.opt_str("load_id");
-  meta.modules.resize(r.count("modules", 4));
-  for (std::string& m : meta.modules) m = r.str("module");
+  meta.modules = r.strings("modules");
   return meta;
 }
 

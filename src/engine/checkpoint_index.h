@@ -31,8 +31,8 @@
 //   opt<(opt<str> checkpoint_id, opt<str> save_id, opt<str> load_id, u32 modules, str each)>
 //   opt<str> version
 //   u32 CRC-32C of every byte before it
-// Only checkpoints whose metadata has no raw planner_data pickle get an index (the ones
-// shardpoint plans itself).
+// Written for the metadata shardpoint plans itself (save, async save, reshard), which never
+// holds a raw planner_data pickle.
 //
 // Thread-safety: plain values; the functions are reentrant.
 #pragma once
