@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Creates (once) and caches the Python test venv: CPython 3.11 with the newest PyTorch from
+# PyPI, Lightning and pytest (python/requirements-test.txt). Prints the venv's python on stdout.
+#
+#   scripts/setup-python.sh          # create or update if missing; quick when ready
+#
+# Where:   ${SHARDPOINT_VENV:-/var/cache/shardpoint/venv-py311}, pip's cache beside it
+#          (${SHARDPOINT_PIP_CACHE:-/var/cache/shardpoint/pip}). Never the system Python.
+# Cost:    several minutes from nothing (PyTorch's wheel and its CUDA libraries, ~3 GB),
+#          well under a second when ready.
+# Needs:   python3.11 (with venv), network access to PyPI, a writable cache folder.
+#
+# Protocol: 1. lock "$VENV.lock" so concurrent runs create it once; 2. if the marker holds the
+# hash of the requirements file, print the python and stop; 3. otherwise (re)create the venv,
+# pip install, write the marker last.
+#
+# Failure policy: under SHARDPOINT_REQUIRE_ORACLES=1 any failure exits non-zero. Otherwise it
+# warns and exits 0 without printing a path; the Python tests then skip.
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+VENV="${SHARDPOINT_VENV:-/var/cache/shardpoint/venv-py311}"
+export PIP_CACHE_DIR="${SHARDPOINT_PIP_CACHE:-/var/cache/shardpoint/pip}"
+REQ="$REPO/python/requirements-test.txt"
+MARKER="$VENV/.shardpoint-venv-done"
+
+give_up() {
+  echo "setup-python: $*" >&2
+  if [[ "${SHARDPOINT_REQUIRE_ORACLES:-}" == "1" ]]; then
+    echo "setup-python: SHARDPOINT_REQUIRE_ORACLES=1, failing" >&2
+    exit 1
+  fi
+  echo "setup-python: WARNING: no Python test venv; the Python tests will be skipped" >&2
+  exit 0
+}
+
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+mkdir -p "$(dirname "$VENV")" || give_up "cannot create $(dirname "$VENV")"
+exec 9>"$VENV.lock" || give_up "cannot open lock $VENV.lock"
+flock -w 1800 9 || give_up "timed out waiting for $VENV.lock"
+
+if [[ -x "$VENV/bin/python" && "$(cat "$MARKER" 2>/dev/null)" == "$want" ]]; then
+  echo "$VENV/bin/python"
+  exit 0
+fi
+
+PY=""
+for candidate in python3.11 "$(command -v python3)"; do
+  [[ -n "$candidate" ]] || continue
+  if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+    PY="$(command -v "$candidate")"
+    break
+  fi
+done
+[[ -n "$PY" ]] || give_up "no CPython 3.11 with venv found"
+
+echo "setup-python: creating $VENV from $REQ (several minutes the first time)" >&2
+rm -rf "$VENV"
+"$PY" -m venv "$VENV" || give_up "python -m venv $VENV failed"
+"$VENV/bin/python" -m pip install -q --upgrade pip >&2 || give_up "pip upgrade failed"
+"$VENV/bin/python" -m pip install -q -r "$REQ" >&2 || give_up "pip install -r $REQ failed"
+"$VENV/bin/python" -c 'import torch, lightning, pytest' >&2 || give_up "the venv cannot import torch, lightning, pytest"
+printf '%s\n' "$want" >"$MARKER"
+echo "$VENV/bin/python"
