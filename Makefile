@@ -1,5 +1,6 @@
 # shardpoint: `make demo` runs the main job, `make test` runs every test.
-# Both install missing Debian packages first (scripts/install-deps.sh).
+# Both install missing Debian packages first (`make deps`: scripts/install-deps.sh); `make
+# build` does not install anything.
 
 BUILD        ?= build
 BUILD_ASAN   ?= build-asan
@@ -14,26 +15,44 @@ ASAN_TESTS   ?= core_test pickle_test torchfile_test format_test engine_test eng
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps build demo test test-unit test-asan fuzz bench oracle clean
+.PHONY: all deps build demo test test-cpp test-python wheel test-asan fuzz bench oracle clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/build.ninja: | deps
+$(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 
-build: deps $(BUILD)/build.ninja
+# Everything: libraries, libshardpoint.so, commands, tests, benchmarks. Installs nothing.
+build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: an end-to-end demonstration (see scripts/demo.sh).
-demo: build
+# The main job: an end-to-end demonstration (see scripts/demo.sh). Builds only the two
+# commands it runs.
+demo: deps
+	$(MAKE) --no-print-directory $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target shardpoint shardpoint-train
 	scripts/demo.sh $(BUILD)
 
-# Every test: unit + interop (oracles) in the normal build.
-test: build oracle
+# Every test: the C++ suites (ctest, interop with the oracles included), then the Python
+# package's (pytest, on the newest PyTorch and on the PyTorch 2.6 oracle).
+test: deps oracle
+	$(MAKE) --no-print-directory build
+	$(MAKE) --no-print-directory test-cpp
+	$(MAKE) --no-print-directory test-python
+
+test-cpp:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# Builds the wheel, installs it into build-wheel/site, runs python/tests (scripts/test-python.sh).
+test-python:
+	scripts/test-python.sh
+
+# The Python package as a wheel in dist/ (one wheel for every CPython 3 on Linux x86-64).
+wheel: deps
+	PY=$$(scripts/setup-python.sh) && "$$PY" -m pip wheel . --no-deps --no-build-isolation -w dist
 
 # The PyTorch 2.6 oracle root (cached under /var/cache/shardpoint/oracle-trixie, or
 # $$SHARDPOINT_ORACLE_ROOT; see scripts/setup-oracle.sh). Warns and skips without root/network,
@@ -59,8 +78,9 @@ fuzz: deps
 	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzzers
 	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
 
-bench: build
+bench: deps
+	$(MAKE) --no-print-directory build
 	scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) build-wheel dist

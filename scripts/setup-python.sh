@@ -11,8 +11,9 @@
 # Needs:   python3.11 (with venv), network access to PyPI, a writable cache folder.
 #
 # Protocol: 1. lock "$VENV.lock" so concurrent runs create it once; 2. if the marker holds the
-# hash of the requirements file, print the python and stop; 3. otherwise (re)create the venv,
-# pip install, write the marker last.
+# hash of the requirements file, print the python and stop; 3. otherwise create the venv when
+# it is missing or broken, pip install the requirements into it (an edited requirements file
+# installs only what changed), write the marker last.
 #
 # Failure policy: under SHARDPOINT_REQUIRE_ORACLES=1 any failure exits non-zero. Otherwise it
 # warns and exits 0 without printing a path; the Python tests then skip.
@@ -54,10 +55,14 @@ for candidate in python3.11 "$(command -v python3)"; do
 done
 [[ -n "$PY" ]] || give_up "no CPython 3.11 with venv found"
 
-echo "setup-python: creating $VENV from $REQ (several minutes the first time)" >&2
-rm -rf "$VENV"
-"$PY" -m venv "$VENV" || give_up "python -m venv $VENV failed"
-"$VENV/bin/python" -m pip install -q --upgrade pip >&2 || give_up "pip upgrade failed"
+if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+  echo "setup-python: creating $VENV from $REQ (several minutes the first time)" >&2
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV" || give_up "python -m venv $VENV failed"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2 || give_up "pip upgrade failed"
+else
+  echo "setup-python: updating $VENV from $REQ" >&2
+fi
 "$VENV/bin/python" -m pip install -q -r "$REQ" >&2 || give_up "pip install -r $REQ failed"
 "$VENV/bin/python" -c 'import torch, lightning, pytest' >&2 || give_up "the venv cannot import torch, lightning, pytest"
 printf '%s\n' "$want" >"$MARKER"

@@ -102,53 +102,35 @@ void remove_sidecar_and_index_quietly(storage::Storage& st) noexcept {
 // Save, step 3: this rank's files.
 
 using save_steps::CommittedFiles;
+using save_steps::FileToWrite;
+using save_steps::ItemToWrite;
 
 std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& st,
                                      const SaveOptions& options, CommittedFiles& committed) {
-  std::map<std::string, std::vector<const WriteItem*>> by_file;
-  for (const std::string& file : plan.files) by_file[file];
+  std::vector<FileToWrite> files;
+  std::map<std::string, std::size_t> position;
+  for (const std::string& file : plan.files) {
+    position.emplace(file, files.size());
+    files.push_back({file, {}});
+  }
   for (const WriteItem& item : plan.items) {
-    auto it = by_file.find(item.file);
-    if (it == by_file.end()) {
+    auto it = position.find(item.file);
+    if (it == position.end()) {
       throw UsageError("save: item \"" + item.index.fqn + "\" is planned into \"" + item.file +
                        "\", which is not one of this rank's files");
     }
-    it->second.push_back(&item);
-  }
-  for (auto& [file, items] : by_file) {
-    std::sort(items.begin(), items.end(),
-              [](const WriteItem* a, const WriteItem* b) { return a->index_in_file < b->index_in_file; });
-  }
-  const std::vector<std::string>& files = plan.files;
-  std::vector<std::vector<WrittenItem>> results(files.size());
-  ItemWriteOptions item_options;
-  item_options.checksum = options.checksum;
-  item_options.block_size = options.checksum_block_bytes;
-  storage::WriteOptions write_options;
-  write_options.durable = options.durable;
-  write_options.direct_io = options.direct_io;
-
-  parallel_for(files.size(), static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t i) {
-    const std::string& file = files[i];
-    std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
-    for (const WriteItem* item : by_file.at(file)) {
-      auto value = flat.items.find(item->index.fqn);
-      if (value == flat.items.end()) {
-        throw UsageError("save: item \"" + item->index.fqn + "\" is in the plan but not in this rank's state");
-      }
-      try {
-        results[i].push_back(write_item(*writer, file, *item, value->second, item_options));
-      } catch (const StorageError&) {
-        rethrow_with_context("save: " + file + ": item \"" + item->index.fqn + "\"");
-      }
+    auto value = flat.items.find(item.index.fqn);
+    if (value == flat.items.end()) {
+      throw UsageError("save: item \"" + item.index.fqn + "\" is in the plan but not in this rank's state");
     }
-    writer->commit();
-    committed.add(file);
-  });
-
-  std::vector<WrittenItem> all;
-  for (auto& r : results) std::move(r.begin(), r.end(), std::back_inserter(all));
-  return all;
+    files[it->second].items.push_back({&item, &value->second, {}});
+  }
+  for (FileToWrite& file : files) {
+    std::sort(file.items.begin(), file.items.end(), [](const ItemToWrite& a, const ItemToWrite& b) {
+      return a.item->index_in_file < b.item->index_in_file;
+    });
+  }
+  return save_steps::write_item_files(files, st, options, committed);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -520,6 +502,38 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
   return planned;
 }
 
+std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files, storage::Storage& st,
+                                          const SaveOptions& options, CommittedFiles& committed) {
+  std::vector<std::vector<WrittenItem>> results(files.size());
+  ItemWriteOptions item_options;
+  item_options.checksum = options.checksum;
+  item_options.block_size = options.checksum_block_bytes;
+  storage::WriteOptions write_options;
+  write_options.durable = options.durable;
+  write_options.direct_io = options.direct_io;
+
+  parallel_for(files.size(), static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t i) {
+    const std::string& file = files[i].name;
+    std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
+    for (const ItemToWrite& entry : files[i].items) {
+      try {
+        results[i].push_back(entry.value != nullptr
+                                 ? write_item(*writer, file, *entry.item, *entry.value, item_options)
+                                 : write_serialized_item(*writer, file, entry.item->index, entry.serialized,
+                                                         item_options));
+      } catch (const StorageError&) {
+        rethrow_with_context("save: " + file + ": item \"" + entry.item->index.fqn + "\"");
+      }
+    }
+    writer->commit();
+    committed.add(file);
+  });
+
+  std::vector<WrittenItem> all;
+  for (auto& r : results) std::move(r.begin(), r.end(), std::back_inserter(all));
+  return all;
+}
+
 std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& checkpoint,
                              const SaveOptions& options, CommittedFiles& committed, std::uint64_t& bytes_written) {
   try {
@@ -537,17 +551,10 @@ std::string failed_write_result(std::exception_ptr error) { return "E" + comm::e
 
 void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
                        const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options) {
-  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
-  std::map<format::MetadataIndex, std::uint64_t> data_offsets;
   for (const auto& rank_items : written) {
     for (const WrittenItem& w : rank_items) {
       if (!metadata.storage_data.emplace(w.index, w.info).second) {
         throw Error("save: item \"" + w.index.fqn + "\" was written twice (internal error)");
-      }
-      if (w.data_offset) data_offsets.emplace(w.index, *w.data_offset);
-      if (options.checksum != ChecksumAlgorithm::kNone) {
-        sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
-                                  w.checksum, w.blocks});
       }
     }
   }
@@ -564,23 +571,40 @@ void commit_checkpoint(storage::Storage& st, format::Metadata metadata,
       throw Error("save: object \"" + fqn + "\" was planned but no rank wrote it (internal error)");
     }
   }
+  publish_checkpoint(st, format::encode_metadata(metadata), &metadata, written, options);
+}
+
+void publish_checkpoint(storage::Storage& st, std::string_view metadata_bytes, const format::Metadata* metadata,
+                        const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options) {
+  ChecksumSidecar sidecar(options.checksum, options.checksum_block_bytes);
+  std::map<format::MetadataIndex, std::uint64_t> data_offsets;
+  const bool checksummed = options.checksum != ChecksumAlgorithm::kNone;
+  for (const auto& rank_items : written) {
+    for (const WrittenItem& w : rank_items) {
+      if (w.data_offset) data_offsets.emplace(w.index, *w.data_offset);
+      if (checksummed) {
+        sidecar.add(ItemChecksums{w.info.relative_path, w.info.offset, w.info.length, w.index.fqn, w.index.offset,
+                                  w.checksum, w.blocks});
+      }
+    }
+  }
   storage::WriteOptions wo;
   wo.durable = options.durable;
   wo.direct_io = false;
-  const bool checksummed = options.checksum != ChecksumAlgorithm::kNone;
-  const std::string metadata_bytes = format::encode_metadata(metadata);
   try {
     // The sidecar and the index first: once `.metadata` exists, every blob it names has
     // its checksums, and the index that matches it is in place.
     if (checksummed) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
     // Not durable on its own: an index a crash damages fails its checks and loads ignore
     // it, so it needs no fsync of its own (the `.metadata` commit below syncs the folder).
-    storage::WriteOptions index_wo = wo;
-    index_wo.durable = false;
-    st.write_atomic(kIndexKey,
-                    as_bytes(encode_checkpoint_index(metadata, as_bytes(metadata_bytes),
-                                                     checksummed ? &sidecar : nullptr, data_offsets)),
-                    index_wo);
+    if (metadata != nullptr) {
+      storage::WriteOptions index_wo = wo;
+      index_wo.durable = false;
+      st.write_atomic(kIndexKey,
+                      as_bytes(encode_checkpoint_index(*metadata, as_bytes(metadata_bytes),
+                                                       checksummed ? &sidecar : nullptr, data_offsets)),
+                      index_wo);
+    }
     // The commit marker (tmp + fsync + rename + directory fsync when durable).
     st.write_atomic(kMetadataKey, as_bytes(metadata_bytes), wo);
   } catch (...) {

@@ -13,7 +13,9 @@ namespace shardpoint::engine {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'P', 'I', 'N', 'D', 'E', 'X', '\0'};
-constexpr std::uint32_t kVersion = 1;
+// Version 2 added the tensors' strides; version 1 indexes (no strides) still decode.
+constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kOldestVersion = 1;
 // magic, version, .metadata length and CRC-32C
 constexpr std::size_t kHeaderBytes = sizeof kMagic + 4 + 8 + 4;
 constexpr std::size_t kTrailerBytes = 4;
@@ -101,6 +103,9 @@ class Reader {
     return list;
   }
   bool at_end() const { return cursor_.at_end(); }
+  // The index's format version (fields added after version 1 are read only when present).
+  std::uint32_t version() const { return version_; }
+  void set_version(std::uint32_t v) { version_ = v; }
 
   [[noreturn]] void fail(const char* what, const std::string& detail) const {
     throw FormatError(std::string(what) + " at offset " + std::to_string(cursor_.position()) + ": " + detail);
@@ -108,6 +113,7 @@ class Reader {
 
  private:
   ByteCursor cursor_;
+  std::uint32_t version_ = 1;
 };
 
 std::uint32_t stored_crc(std::string_view index) {
@@ -123,6 +129,8 @@ void encode_entry(Writer& w, const std::string& fqn, const format::StorageMetada
   w.u8(tensor->properties.requires_grad ? 1 : 0);
   w.u8(tensor->properties.pin_memory ? 1 : 0);
   w.u32(static_cast<std::uint32_t>(tensor->properties.memory_format));
+  w.u8(tensor->properties.strides ? 1 : 0);
+  if (tensor->properties.strides) w.shape(*tensor->properties.strides);
   w.shape(tensor->size);
   w.count(tensor->chunks.size());
   for (const auto& chunk : tensor->chunks) {
@@ -144,6 +152,7 @@ void decode_entry(Reader& r, format::Metadata& md) {
     tensor.properties.requires_grad = r.flag("requires_grad");
     tensor.properties.pin_memory = r.flag("pin_memory");
     tensor.properties.memory_format = static_cast<std::int32_t>(r.u32("memory_format"));
+    if (r.version() >= 2 && r.flag("tensor has strides")) tensor.properties.strides = r.shape("tensor strides");
     tensor.size = r.shape("tensor size");
     tensor.chunks.resize(r.count("chunks", 8));
     for (auto& chunk : tensor.chunks) {
@@ -246,7 +255,7 @@ bool index_matches(std::string_view index, ByteSpan metadata_bytes) {
   if (index.size() < kHeaderBytes + kTrailerBytes) return false;
   if (std::memcmp(index.data(), kMagic, sizeof kMagic) != 0) return false;
   const auto* p = reinterpret_cast<const std::byte*>(index.data()) + sizeof kMagic;
-  if (get_le<std::uint32_t>(p) != kVersion) return false;
+  if (const std::uint32_t v = get_le<std::uint32_t>(p); v < kOldestVersion || v > kVersion) return false;
   if (get_le<std::uint64_t>(p + 4) != metadata_bytes.size()) return false;
   if (get_le<std::uint32_t>(p + 12) != crc32c(0, metadata_bytes)) return false;
   return stored_crc(index) == crc32c(0, as_bytes(index.substr(0, index.size() - kTrailerBytes)));
@@ -329,8 +338,11 @@ std::optional<format::StorageMeta> decode_storage_meta(Reader& r) {
 CheckpointIndex decode_fields(std::string_view index) {
   Reader r(index);
   r.u64("magic");
-  if (const std::uint32_t version = r.u32("version"); version != kVersion) {
-    r.fail("version", "expected " + std::to_string(kVersion) + ", found " + std::to_string(version));
+  if (const std::uint32_t version = r.u32("version"); version < kOldestVersion || version > kVersion) {
+    r.fail("version", "expected " + std::to_string(kOldestVersion) + " to " + std::to_string(kVersion) + ", found " +
+                          std::to_string(version));
+  } else {
+    r.set_version(version);
   }
   r.u64(".metadata length");
   r.u32(".metadata CRC-32C");

@@ -17,12 +17,13 @@
 //
 // Persisted layout (little-endian; str = u32 length + UTF-8 bytes; shape = u32 rank + i64
 // each; opt<X> = u8 0/1 + X when 1):
-//   "SPINDEX\0"  u32 version (1)
+//   "SPINDEX\0"  u32 version (2; version 1 lacks the strides field and still decodes)
 //   u64 length of `.metadata`, u32 its CRC-32C
 //   u8 checksum algorithm (0 none, 1 crc32c, 2 xxh3), u64 block size (0 when none)
 //   u32 tensors and objects, in key order; each: str fqn, u8 kind (0 tensor, 1 object);
 //     a tensor: str dtype name, u8 requires_grad, u8 pin_memory, i32 memory_format,
-//     shape size, u32 chunks, each: shape offsets, shape sizes
+//     opt<shape> strides (version 2 only), shape size, u32 chunks, each: shape offsets,
+//     shape sizes
 //   u32 planner_data entries; each: str fqn, u32 elements, each: u8 0 + str | u8 1 + i64
 //   u32 storage items (sorted as Metadata::storage_data); each: str fqn, opt<shape>
 //     chunk offset, opt<i64> chunk position, str relative_path, u64 offset, u64 length,

@@ -123,4 +123,24 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
   return out;
 }
 
+WrittenItem write_serialized_item(ByteSink& file, const std::string& file_name, const format::MetadataIndex& index,
+                                  ByteSpan blob, const ItemWriteOptions& options) {
+  WrittenItem out;
+  out.index = index;
+  out.info.relative_path = file_name;
+  out.info.offset = file.position();
+  BlockChecksummer sum(options.checksum, options.block_size);
+  ChecksummingSink sink(file, sum);
+  const std::size_t slice_bytes = std::max<std::size_t>(options.slice_bytes, 1);
+  while (!blob.empty()) {
+    const std::size_t n = std::min(slice_bytes, blob.size());
+    sink.write(blob.first(n));
+    blob = blob.subspan(n);
+  }
+  out.info.length = sum.length();
+  out.checksum = sum.finish_item();
+  out.blocks = sum.take_blocks();
+  return out;
+}
+
 }  // namespace shardpoint::engine

@@ -68,4 +68,10 @@ using TensorBytesProducer = std::function<void(const std::function<void(ByteSpan
 WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, const WriteItem& item,
                               const TensorBytesProducer& produce, const ItemWriteOptions& options = {});
 
+// Appends `blob`, an item another writer already serialized (DCP's bytes items arrive as
+// torch.save output), to `file` verbatim, checksummed as write_item() checksums its blobs.
+// The result names `index` and has no data_offset. Throws StorageError from the sink.
+WrittenItem write_serialized_item(ByteSink& file, const std::string& file_name, const format::MetadataIndex& index,
+                                  ByteSpan blob, const ItemWriteOptions& options = {});
+
 }  // namespace shardpoint::engine

@@ -15,6 +15,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -54,6 +55,26 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
                       const SaveOptions& options,
                       const std::function<void(const FlatStateDict&)>& check_local = {});
 
+// One item of a file being written: from its leaf (`value`), or, when value is null, the
+// blob `serialized` verbatim (an item another writer already serialized: DCP's bytes items).
+struct ItemToWrite {
+  const WriteItem* item = nullptr;  // the item's index names it in the results
+  const FlatValue* value = nullptr;
+  ByteSpan serialized;
+};
+
+// A file and its items, in file order.
+struct FileToWrite {
+  std::string name;
+  std::vector<ItemToWrite> items;
+};
+
+// Step 3's I/O: writes each file (options.thread_count at a time), commits it and records
+// it in `committed`. Returns every written item, file by file. Throws UsageError for an
+// item that does not match its value, StorageError naming the file and item.
+std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files, storage::Storage& checkpoint,
+                                          const SaveOptions& options, CommittedFiles& committed);
+
 // Step 3 on this rank (no communicator): writes the files of `plan` from `flat`. Returns
 // the message commit_save() exchanges: 'R' + the written items, or 'E' + this rank's
 // error. Does not throw. Adds the blob bytes written to `bytes_written`.
@@ -73,6 +94,16 @@ std::string failed_write_result(std::exception_ptr error);
 // effort).
 void commit_checkpoint(storage::Storage& checkpoint, format::Metadata metadata,
                        const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options);
+
+// The writes of step 5 for metadata already encoded (`metadata_bytes`, which must name every
+// written item in its storage_data): the checksum sidecar from `written` (unless
+// options.checksum is kNone), the load index when `metadata` (the decoded form of
+// metadata_bytes) is given, then `.metadata` = metadata_bytes, each with write_atomic. A
+// save planned by PyTorch's DCP (whose `.metadata` pickle Python writes) commits through it.
+// Throws StorageError; a failed write removes the sidecar and index again (best effort).
+void publish_checkpoint(storage::Storage& checkpoint, std::string_view metadata_bytes,
+                        const format::Metadata* metadata, const std::vector<std::vector<WrittenItem>>& written,
+                        const SaveOptions& options);
 
 // Steps 4-6 (collective): agree on the results, the coordinator commits (sidecar, then
 // `.metadata`), final broadcast. When any rank failed, throws the combined error on every

@@ -40,6 +40,10 @@ struct TensorProperties {
   // Memory format enum as pickled (0 contiguous, 1 channels_last, 2 preserve). DCP always
   // records 0.
   int memory_format = 0;
+  // The saved tensor's strides: a sixth element newer PyTorch (2.9+) pickles, None or a
+  // tuple of ints. Absent in what older PyTorch and shardpoint's own saves write (PyTorch
+  // 2.8 and older refuse the sixth element).
+  std::optional<Shape> strides;
   bool operator==(const TensorProperties&) const = default;
 };
 

@@ -323,17 +323,21 @@ class Decoder {
     TensorProperties p;
     const ValuePtr& state = v.state();
     if (state && state->is(Kind::kTuple)) {
-      // __getstate__: (dtype, layout, requires_grad, memory_format enum, pin_memory).
+      // __getstate__: (dtype, layout, requires_grad, memory_format enum, pin_memory), and
+      // in newer PyTorch a sixth element, strides (None or a tuple of ints).
       const auto& items = state->items();
-      if (items.size() != 5) {
-        fail(where + " state", "a 5-tuple (dtype, layout, requires_grad, memory_format, pin_memory)",
-             state.get());
+      if (items.size() != 5 && items.size() != 6) {
+        fail(where + " state",
+             "a 5- or 6-tuple (dtype, layout, requires_grad, memory_format, pin_memory[, strides])", state.get());
       }
       p.dtype = dtype(items[0].get(), where + ".dtype");
       layout(items[1].get(), where + ".layout");
       p.requires_grad = bool_value(items[2].get(), where + ".requires_grad");
       p.memory_format = memory_format(items[3].get(), where + ".memory_format");
       p.pin_memory = bool_value(items[4].get(), where + ".pin_memory");
+      if (items.size() == 6 && items[5] && !items[5]->is(Kind::kNone)) {
+        p.strides = shape(items[5].get(), where + ".strides");
+      }
       return p;
     }
     if (state && state->is(Kind::kDict)) {
@@ -346,7 +350,7 @@ class Decoder {
       if (const Value* pin = f.get("pin_memory")) p.pin_memory = bool_value(pin, where + ".pin_memory");
       return p;
     }
-    fail(where + " state", "a 5-tuple (dtype, layout, requires_grad, memory_format, pin_memory)",
+    fail(where + " state", "a 5- or 6-tuple (dtype, layout, requires_grad, memory_format, pin_memory[, strides])",
          state.get());
   }
 
@@ -629,11 +633,15 @@ class Encoder {
 
   ValuePtr tensor(const TensorStorageMetadata& t) {
     const TensorProperties& p = t.properties;
-    ValuePtr props = instance(
-        properties_cls_,
-        Value::tuple({Value::global("torch", std::string(dtype_name(p.dtype))),
-                      strided_layout_, Value::boolean(p.requires_grad), memory_format(p.memory_format),
-                      Value::boolean(p.pin_memory)}));
+    std::vector<ValuePtr> fields{Value::global("torch", std::string(dtype_name(p.dtype))), strided_layout_,
+                                 Value::boolean(p.requires_grad), memory_format(p.memory_format),
+                                 Value::boolean(p.pin_memory)};
+    if (p.strides) {
+      std::vector<ValuePtr> strides;
+      for (std::int64_t d : *p.strides) strides.push_back(Value::integer(d));
+      fields.push_back(Value::tuple(std::move(strides)));
+    }
+    ValuePtr props = instance(properties_cls_, Value::tuple(std::move(fields)));
     std::vector<ValuePtr> chunks;
     chunks.reserve(t.chunks.size());
     for (const ChunkStorageMetadata& c : t.chunks) {

@@ -272,6 +272,19 @@ TEST(MetadataCodecTest, RoundTrip) {
   }
 }
 
+// PyTorch 2.9+ pickles TensorProperties with a sixth element, the strides (None or a
+// tuple); both decode, and a decoded strides tuple survives a round trip.
+TEST(MetadataCodecTest, SixTuplePropertiesWithStridesRoundTrip) {
+  Metadata md = sample_metadata();
+  auto& w = std::get<TensorStorageMetadata>(md.state_dict_metadata.at("model.w"));
+  w.properties.strides = Shape{w.size.size() > 1 ? w.size[1] : 1, 1};
+  w.properties.strides->resize(w.size.size(), 1);
+  Metadata back = decode(encode_metadata(md));
+  EXPECT_EQ(std::get<TensorStorageMetadata>(back.state_dict_metadata.at("model.w")).properties.strides,
+            w.properties.strides);
+  EXPECT_FALSE(std::get<TensorStorageMetadata>(back.state_dict_metadata.at("model.b")).properties.strides);
+}
+
 TEST(MetadataCodecTest, KeyOrderIsTheOrderTheFileListsTheKeys) {
   const Metadata md = sample_metadata(false);
   std::vector<std::string> sorted;

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Benchmark: dcp.save / dcp.async_save / dcp.load through shardpoint's StorageWriter and
+StorageReader vs PyTorch's FileSystemWriter / FileSystemReader, in the same processes, on the
+same state, in one run (run with the project venv's python: scripts/setup-python.sh).
+
+  PY=$(scripts/setup-python.sh); SHARDPOINT_PYTHONPATH=build-wheel/site \\
+      $PY bench/python_dcp_bench.py [--rounds 2] [--layers 24] [--dir DIR]
+
+State: GPT-2 shaped (bench/dcp_bench.py's: `--layers` layers, d=768, vocab 8192, ctx 1024)
+with Adam's exp_avg and exp_avg_sq, every tensor a DTensor Shard(0) over the ranks (24
+layers: 2.126 GB of float32). Each round:
+  save, 4 ranks: FileSystemWriter thread_count 1 and 4, shardpoint thread_count 1 and 4
+    (caches dropped and the folder emptied before each);
+  async save, 4 ranks: the stall (dcp.async_save until it returns) of both writers, next to
+    the time to copy the rank's bytes once in memory (the floor of any staging copy);
+  load 4 -> 2 and 4 -> 3: FileSystemReader and shardpoint, cold (caches dropped) then warm.
+Time = the slowest rank's call; GB/s = payload / time; RSS = VmHWM during the call minus
+VmRSS before it (the memory the call adds beyond the state), the largest rank's. Every load is
+checked against the values. Needs root for drop_caches (else all runs are warm; said).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from benchlib import drop_caches, median, pick_port, print_table, ratio, triple  # noqa: E402
+from dcp_bench import gpt2_parameters, peer_local, shard0_rows  # noqa: E402
+
+
+# --- one rank ---------------------------------------------------------------------------
+
+def _status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def rank_main(args):
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    from shardpoint.torch import StorageReader, StorageWriter
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (ws,))
+    fill = args.phase == "save"
+    locals_ = []
+
+    def dt(key, shape):
+        if fill:
+            local = peer_local(torch, key, shape, ws, rank)
+        else:
+            start, end = shard0_rows(shape[0], ws, rank)
+            local = torch.full((end - start,) + tuple(shape[1:]), -1.0)
+        locals_.append((key, shape, local))
+        stride, acc = [], 1
+        for s in reversed(shape):
+            stride.insert(0, acc)
+            acc *= s
+        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
+                                  stride=tuple(stride))
+
+    params = gpt2_parameters(args.layers)
+    sd = {"model": {n: dt("model." + n, s) for n, s in params},
+          "optimizer_0": {"state": {n: {"step": torch.tensor(10.0 if fill else -1.0),
+                                        "exp_avg": dt(f"optimizer_0.state.{n}.exp_avg", s),
+                                        "exp_avg_sq": dt(f"optimizer_0.state.{n}.exp_avg_sq", s)}
+                                    for n, s in params},
+                          "param_groups": [{"lr": 1e-3, "params": [n for n, _ in params]}]}}
+    own = sum(t.numel() * t.element_size() for _, _, t in locals_)
+    results = []
+
+    def timed(name, path, fn, cold):
+        if rank == 0:
+            if args.phase != "load":
+                shutil.rmtree(path, ignore_errors=True)
+            if cold:
+                drop_caches()
+        dist.barrier()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status("VmRSS")
+        t0 = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - t0
+        extra = _status("VmHWM") - before
+        t = torch.tensor([seconds, float(extra)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        ok = torch.tensor([1.0])
+        if args.phase == "load":
+            good = all(torch.equal(local, peer_local(torch, key, shape, ws, rank)) for key, shape, local in locals_)
+            ok = torch.tensor([1.0 if good else 0.0])
+            for _, _, local in locals_:
+                local.fill_(-1.0)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        results.append({"job": name, "seconds": t[0].item(), "extra_rss": t[1].item(), "ok": bool(ok.item()),
+                        "bytes": own * ws})
+
+    base = args.dir
+    if args.phase == "save":
+        for tc in (1, 4):
+            timed(f"save fs t{tc}", f"{base}/fs{tc}",
+                  lambda tc=tc: dcp.save(sd, storage_writer=dcp.FileSystemWriter(f"{base}/fs{tc}", thread_count=tc)), True)
+            timed(f"save sp t{tc}", f"{base}/sp{tc}",
+                  lambda tc=tc: dcp.save(sd, storage_writer=StorageWriter(f"{base}/sp{tc}", thread_count=tc)), True)
+        # Async: the stall is the time until async_save returns; the write finishes after.
+        for name, make in (("fs", lambda: dcp.FileSystemWriter(f"{base}/fsa", thread_count=4)),
+                           ("sp", lambda: StorageWriter(f"{base}/spa", thread_count=4))):
+            futures = []
+            timed(f"async stall {name}", f"{base}/{name}a",
+                  lambda make=make: futures.append(dcp.async_save(sd, storage_writer=make())), True)
+            futures[0].result()
+            dist.barrier()
+        # The floor of a staging copy: the rank's bytes copied once into preallocated memory.
+        dst = [torch.empty_like(t) for _, _, t in locals_]
+        timed("memory copy", f"{base}/unused", lambda: [d.copy_(t) for d, (_, _, t) in zip(dst, locals_)], False)
+    else:
+        for name, make in (("fs", lambda: dcp.FileSystemReader(f"{base}/fs4")),
+                           ("sp", lambda: StorageReader(f"{base}/sp4"))):
+            timed(f"load {ws} cold {name}", f"{base}/{name}4", lambda make=make: dcp.load(sd, storage_reader=make()), True)
+            timed(f"load {ws} warm {name}", f"{base}/{name}4", lambda make=make: dcp.load(sd, storage_reader=make()), False)
+    if rank == 0:
+        with open(args.results, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+# --- the driver -------------------------------------------------------------------------
+
+def run_phase(phase, ws, base, layers):
+    results = tempfile.mktemp(suffix=".json")
+    port = pick_port()
+    procs = []
+    for r in range(ws):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ws), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   GLOO_SOCKET_IFNAME="lo", USE_LIBUV="0", OMP_NUM_THREADS="1")
+        env["PYTHONPATH"] = os.environ.get("SHARDPOINT_PYTHONPATH", "") + ":" + HERE
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "rank", phase, base,
+                                       "--layers", str(layers), "--results", results], env=env))
+    codes = [p.wait(timeout=3600) for p in procs]
+    if any(codes):
+        raise RuntimeError(f"{phase} on {ws} ranks failed: exit codes {codes}")
+    with open(results) as f:
+        out = json.load(f)
+    os.remove(results)
+    return out
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "rank":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("phase")
+        ap.add_argument("dir")
+        ap.add_argument("--layers", type=int, default=24)
+        ap.add_argument("--results", required=True)
+        rank_main(ap.parse_args(sys.argv[2:]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--dir", default=None, help="scratch folder (default: a temporary one under /var/tmp)")
+    a = ap.parse_args()
+    if "SHARDPOINT_PYTHONPATH" not in os.environ:
+        sys.exit("set SHARDPOINT_PYTHONPATH to the installed package (scripts/test-python.sh makes build-wheel/site)")
+    base = a.dir or tempfile.mkdtemp(prefix="python-dcp-bench-", dir="/var/tmp")
+    if not drop_caches():
+        print("note: not root: caches cannot be dropped, every 'cold' run is warm")
+    jobs = {}
+    try:
+        for rnd in range(a.rounds):
+            for phase, ws in (("save", 4), ("load", 2), ("load", 3)):
+                for r in run_phase(phase, ws, base, a.layers):
+                    if not r["ok"]:
+                        raise RuntimeError(f"{r['job']}: loaded values differ")
+                    jobs.setdefault(r["job"], []).append(r)
+            print(f"round {rnd + 1}/{a.rounds} done", flush=True)
+    finally:
+        if a.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+    def gbps(job):
+        return [r["bytes"] / r["seconds"] / 1e9 for r in jobs[job]]
+
+    def mib(job):
+        return median([r["extra_rss"] / 2**20 for r in jobs[job]])
+
+    payload = jobs["save sp t4"][0]["bytes"]
+    rows = []
+    best_save = max(median(gbps("save fs t1")), median(gbps("save fs t4")))
+    for tc in (1, 4):
+        rows.append([f"save 4 ranks, thread_count {tc}", triple(gbps(f"save sp t{tc}")), triple(gbps(f"save fs t{tc}")),
+                     ratio(median(gbps(f"save sp t{tc}")), best_save), f"{mib(f'save sp t{tc}'):.0f} / {mib(f'save fs t{tc}'):.0f}"])
+    for ws in (2, 3):
+        for temp in ("cold", "warm"):
+            sp, fs = gbps(f"load {ws} {temp} sp"), gbps(f"load {ws} {temp} fs")
+            rows.append([f"load 4->{ws} {temp}", triple(sp), triple(fs), ratio(median(sp), median(fs)),
+                         f"{mib(f'load {ws} {temp} sp'):.0f} / {mib(f'load {ws} {temp} fs'):.0f}"])
+    print_table(f"dcp through shardpoint vs FileSystemWriter/Reader, {payload / 1e9:.3f} GB, {a.rounds} rounds "
+                "(GB/s min/median/max; ratio of medians, saves to the best FileSystemWriter setting)",
+                ["job", "shardpoint GB/s", "PyTorch GB/s", "ratio", "RSS added MiB (sp / torch)"], rows)
+    copy = median([r["seconds"] for r in jobs["memory copy"]])
+    stall_rows = []
+    for name, label in (("sp", "shardpoint"), ("fs", "FileSystemWriter")):
+        s = median([r["seconds"] for r in jobs[f"async stall {name}"]])
+        stall_rows.append([label, f"{s:.3f}", f"{copy:.3f}", f"{s / copy:.2f}x"])
+    print_table("async save stall, 4 ranks (s, median; copy = the rank's bytes copied once in memory)",
+                ["writer", "stall s", "copy s", "stall / copy"], stall_rows)
+
+
+if __name__ == "__main__":
+    main()

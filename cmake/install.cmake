@@ -1,0 +1,44 @@
+# What `cmake --install` puts where:
+#  - the C API library libshardpoint.so and include/shardpoint/ (component "library"),
+#    with a CMake package (find_package(shardpoint) -> shardpoint::shardpoint) and a
+#    pkg-config file (pkg-config --cflags --libs shardpoint);
+#  - the library and the shared libraries it needs that a Python host cannot be assumed to
+#    have into shardpoint/_lib/ (component "python": the wheel's contents, see pyproject.toml),
+#    found through the library's RPATH $ORIGIN.
+include(CMakePackageConfigHelpers)
+
+# DT_RPATH (not RUNPATH): it applies to the whole dependency tree loaded through the
+# library, so a bundled libcurl finds its bundled dependencies too.
+set_target_properties(shardpoint_c PROPERTIES INSTALL_RPATH "$ORIGIN")
+target_link_options(shardpoint_c PRIVATE -Wl,--disable-new-dtags)
+
+install(TARGETS shardpoint_c RUNTIME_DEPENDENCY_SET shardpoint_runtime
+        LIBRARY DESTINATION shardpoint/_lib NAMELINK_SKIP COMPONENT python)
+# Bundled: what other systems have under other sonames or not at all (fmt, isal, curl and
+# its own dependencies). Not bundled: the C and C++ runtimes, zlib and OpenSSL, which every
+# Python host has and which must be the process's one copy.
+install(RUNTIME_DEPENDENCY_SET shardpoint_runtime
+        DESTINATION shardpoint/_lib
+        PRE_EXCLUDE_REGEXES
+          "^ld-linux" "^libc\\.so" "^libm\\.so" "^libdl\\.so" "^librt\\.so" "^libpthread\\.so"
+          "^libresolv\\.so" "^libstdc\\+\\+\\.so" "^libgcc_s\\.so" "^libssl\\.so" "^libcrypto\\.so"
+          "^libz\\.so"
+        COMPONENT python)
+
+install(TARGETS shardpoint_c EXPORT shardpointTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/shardpoint DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT library)
+install(EXPORT shardpointTargets NAMESPACE shardpoint:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/shardpoint
+        COMPONENT library)
+# The exported target is named after the library file: shardpoint::shardpoint.
+set_target_properties(shardpoint_c PROPERTIES EXPORT_NAME shardpoint)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/shardpointConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/shardpointConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/shardpoint)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/shardpointConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/shardpointConfig.cmake ${PROJECT_BINARY_DIR}/shardpointConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/shardpoint COMPONENT library)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/shardpoint.pc.in ${PROJECT_BINARY_DIR}/shardpoint.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/shardpoint.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT library)

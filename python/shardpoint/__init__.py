@@ -1,0 +1,151 @@
+"""shardpoint: sharded checkpoints in PyTorch's DCP format on a native engine.
+
+- ``shardpoint.torch``: DCP ``StorageWriter`` / ``StorageReader`` for ``dcp.save``,
+  ``dcp.async_save`` and ``dcp.load`` (imports PyTorch).
+- ``consolidate``, ``reshard``, ``verify``, ``inspect``: what the ``shardpoint`` command line
+  does, returning plain Python objects (no PyTorch needed).
+- ``shardpoint.errors``: the exceptions, one per kind of engine error.
+
+Paths may be local folders or object-store URLs (``s3://``, ``gs://``, ``az://``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Union
+
+from . import _native
+from .errors import (
+    CommError,
+    FormatError,
+    InternalError,
+    NotFoundError,
+    PlanError,
+    ShardpointError,
+    StorageError,
+    UsageError,
+)
+
+__all__ = [
+    "consolidate",
+    "reshard",
+    "verify",
+    "inspect",
+    "native_version",
+    "ShardpointError",
+    "FormatError",
+    "StorageError",
+    "NotFoundError",
+    "PlanError",
+    "UsageError",
+    "CommError",
+    "InternalError",
+]
+
+__version__ = "0.1.0"
+
+PathOrUrl = Union[str, "os.PathLike[str]"]
+
+
+def native_version() -> str:
+    """The version of the loaded libshardpoint."""
+    return _native.version()
+
+
+def consolidate(
+    checkpoint_folder: PathOrUrl,
+    output_file: Optional[PathOrUrl] = None,
+    *,
+    layout: str = "trainer",
+    format: str = "torch",
+    max_shard_bytes: int = 0,
+    memory_budget: int = 256 << 20,
+    verify_checksums: bool = True,
+    durable: bool = True,
+) -> Dict[str, Any]:
+    """Merges a sharded checkpoint folder into one file, as Lightning's
+    ``consolidate_checkpoint`` does, streaming within ``memory_budget`` bytes.
+
+    Args:
+        checkpoint_folder: the DCP folder (Lightning's ``epoch=E-step=S.ckpt/``) or URL.
+        output_file: where to write; default ``<folder>.consolidated``.
+        layout: ``"trainer"`` (Lightning's Trainer checkpoint), ``"fabric"`` or ``"dcp"``
+            (the raw state-dict tree).
+        format: ``"torch"`` (a ``torch.load``-able file) or ``"safetensors"``.
+        max_shard_bytes: safetensors only: split into files of at most this many bytes.
+        memory_budget: bytes the copy may use.
+        verify_checksums: verify the checksum sidecar on every byte read.
+        durable: fsync the output before publishing it.
+
+    Returns:
+        A dict: ``output`` (path written), ``tensors``, ``objects``, ``tensor_bytes``,
+        ``bytes_read``, ``peak_rss_bytes``, ``seconds``.
+
+    Raises:
+        PlanError: Lightning's validation (not a folder, no ``.metadata``/``meta.pt``).
+        FormatError, StorageError: damaged input, I/O.
+    """
+    options: Dict[str, Any] = {
+        "layout": layout,
+        "format": format,
+        "max_shard_bytes": int(max_shard_bytes),
+        "memory_budget": int(memory_budget),
+        "verify_checksums": bool(verify_checksums),
+        "durable": bool(durable),
+    }
+    if output_file is not None:
+        options["output_file"] = os.fspath(output_file)
+    return _native.consolidate(os.fspath(checkpoint_folder), options)
+
+
+def reshard(
+    source: PathOrUrl,
+    destination: PathOrUrl,
+    ranks: int,
+    *,
+    verify_checksums: bool = True,
+    memory_budget: int = 256 << 20,
+    thread_count: int = 1,
+    checksum: str = "crc32c",
+    durable: bool = True,
+) -> Dict[str, Any]:
+    """Rewrites any checkpoint (a DCP folder or a ``torch.save`` file) as a DCP folder laid
+    out as ``ranks`` ranks would save it (dim-0 sharding), streaming within
+    ``memory_budget`` bytes.
+
+    Returns:
+        A dict: ``source_format`` (``"dcp"``/``"torch"``), ``tensors``, ``objects``,
+        ``payload_bytes``, ``bytes_written``, ``seconds``.
+    """
+    options = {
+        "verify_checksums": bool(verify_checksums),
+        "memory_budget": int(memory_budget),
+        "thread_count": int(thread_count),
+        "checksum": checksum,
+        "durable": bool(durable),
+    }
+    return _native.reshard(os.fspath(source), os.fspath(destination), int(ranks), options)
+
+
+def verify(checkpoint: PathOrUrl) -> Dict[str, Any]:
+    """Checks a DCP checkpoint: files present, every tensor and object readable, every byte
+    checked against the checksum sidecar when there is one.
+
+    Returns:
+        A dict: ``ok`` (bool), ``problems`` (one message per damaged item, naming file and
+        item), ``tensors``, ``objects``, ``bytes_read``, ``checksums`` (algorithm or None).
+
+    Raises:
+        NotFoundError: not a committed checkpoint.
+    """
+    return _native.verify(os.fspath(checkpoint))
+
+
+def inspect(checkpoint: PathOrUrl) -> Dict[str, Any]:
+    """The structure of a DCP checkpoint, without reading tensor data.
+
+    Returns:
+        A dict: ``tensors`` ({fqn: {dtype, shape, chunks: [{offsets, sizes, file, offset,
+        length}]}}), ``objects`` ({fqn: {file, offset, length}}), ``files``, ``checksums``.
+    """
+    return _native.inspect(os.fspath(checkpoint))

@@ -1,0 +1,338 @@
+"""ctypes binding of libshardpoint's C API (include/shardpoint/c_api.h).
+
+The only module that knows the C ABI. ctypes releases the GIL around every foreign call,
+so native I/O runs while other Python threads go on. The library is looked up in
+``$SHARDPOINT_LIBRARY`` (a path), then in this package's ``_lib`` folder (wheels).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from . import errors
+
+_c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class SaveOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("thread_count", ctypes.c_int),
+        ("checksum", ctypes.c_int),
+        ("checksum_block_bytes", ctypes.c_uint64),
+        ("durable", ctypes.c_int),
+        ("direct_io", ctypes.c_int),
+    ]
+
+
+class ReaderOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("verify_checksums", ctypes.c_int),
+        ("thread_count", ctypes.c_int),
+    ]
+
+
+class Item(ctypes.Structure):
+    _fields_ = [
+        ("file", ctypes.c_char_p),
+        ("kind", ctypes.c_int),
+        ("fqn", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("offsets", _c_int64_p),
+        ("sizes", _c_int64_p),
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+class TensorRead(ctypes.Structure):
+    _fields_ = [
+        ("file", ctypes.c_char_p),
+        ("blob_offset", ctypes.c_uint64),
+        ("blob_length", ctypes.c_uint64),
+        ("fqn", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("chunk_offsets", _c_int64_p),
+        ("chunk_sizes", _c_int64_p),
+        ("storage_offsets", _c_int64_p),
+        ("lengths", _c_int64_p),
+        ("dest", ctypes.c_void_p),
+        ("dest_nbytes", ctypes.c_uint64),
+    ]
+
+
+ITEM_TENSOR = 0
+ITEM_BYTES = 1
+CHECKSUMS = {"none": 0, "crc32c": 1, "xxh3": 2}
+
+_STATUS_ERRORS = {
+    1: errors.FormatError,
+    2: errors.StorageError,
+    3: errors.NotFoundError,
+    4: errors.PlanError,
+    5: errors.UsageError,
+    6: errors.CommError,
+    7: errors.InternalError,
+}
+
+
+def _library_path() -> str:
+    explicit = os.environ.get("SHARDPOINT_LIBRARY")
+    if explicit:
+        return explicit
+    bundled = Path(__file__).resolve().parent / "_lib" / "libshardpoint.so"
+    if bundled.exists():
+        return str(bundled)
+    raise ImportError(
+        "shardpoint: libshardpoint.so not found: install the wheel (pip install shardpoint-*.whl) "
+        "or set SHARDPOINT_LIBRARY to a built libshardpoint.so"
+    )
+
+
+def _load() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_library_path())
+    P = ctypes.c_void_p
+    status = ctypes.c_int
+    err = ctypes.POINTER(ctypes.c_char_p)
+    out_buf = ctypes.POINTER(ctypes.c_void_p)
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    signatures = {
+        "sp_version": (ctypes.c_char_p, []),
+        "sp_free": (None, [P]),
+        "sp_checkpoint_open": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_checkpoint_close": (None, [P]),
+        "sp_read_object": (status, [P, ctypes.c_char_p, out_buf, size_p, ctypes.POINTER(ctypes.c_int), err]),
+        "sp_write_object": (status, [P, ctypes.c_char_p, P, ctypes.c_size_t, ctypes.c_int, err]),
+        "sp_remove_object": (status, [P, ctypes.c_char_p, err]),
+        "sp_save_options_init": (None, [ctypes.POINTER(SaveOptions)]),
+        "sp_write_items": (
+            status,
+            [P, ctypes.POINTER(Item), ctypes.c_size_t, ctypes.POINTER(SaveOptions), ctypes.POINTER(P), err],
+        ),
+        "sp_commit": (status, [P, P, ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(SaveOptions), err]),
+        "sp_reader_options_init": (None, [ctypes.POINTER(ReaderOptions)]),
+        "sp_reader_open": (status, [P, ctypes.POINTER(ReaderOptions), ctypes.POINTER(P), err]),
+        "sp_reader_close": (None, [P]),
+        "sp_reader_metadata": (None, [P, out_buf, size_p]),
+        "sp_reader_verified": (ctypes.c_int, [P]),
+        "sp_reader_read_tensors": (status, [P, ctypes.POINTER(TensorRead), ctypes.c_size_t, err]),
+        "sp_reader_read_blob": (
+            status,
+            [P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p, out_buf, size_p, err],
+        ),
+        "sp_consolidate": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_reshard": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_inspect": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_verify": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+_lib: Optional[ctypes.CDLL] = None
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (loaded on first use)."""
+    global _lib
+    if _lib is None:
+        _lib = _load()
+    return _lib
+
+
+def _check(status: int, error: ctypes.c_char_p) -> None:
+    if status == 0:
+        return
+    message = "unknown error"
+    if error.value is not None:
+        message = error.value.decode("utf-8", "replace")
+        lib().sp_free(ctypes.cast(error, ctypes.c_void_p))
+    raise _STATUS_ERRORS.get(status, errors.InternalError)(message)
+
+
+def _take_string(p: ctypes.c_void_p) -> str:
+    """The NUL-terminated string the library returned in p, freed."""
+    try:
+        return ctypes.string_at(p.value).decode("utf-8")
+    finally:
+        lib().sp_free(p)
+
+
+def _take_bytes(p: ctypes.c_void_p, size: int) -> bytes:
+    try:
+        return ctypes.string_at(p.value, size) if size else b""
+    finally:
+        lib().sp_free(p)
+
+
+def version() -> str:
+    return lib().sp_version().decode()
+
+
+def int64_array(values: Sequence[int]) -> Any:
+    return (ctypes.c_int64 * max(len(values), 1))(*values)
+
+
+def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, durable: bool, direct_io: bool) -> SaveOptions:
+    if checksum not in CHECKSUMS:
+        raise errors.UsageError(f"checksum must be one of {sorted(CHECKSUMS)}, found {checksum!r}")
+    o = SaveOptions()
+    lib().sp_save_options_init(ctypes.byref(o))
+    o.thread_count = int(thread_count)
+    o.checksum = CHECKSUMS[checksum]
+    o.checksum_block_bytes = int(checksum_block_bytes)
+    o.durable = int(bool(durable))
+    o.direct_io = int(bool(direct_io))
+    return o
+
+
+class Checkpoint:
+    """An opened checkpoint location (folder or object-store prefix)."""
+
+    def __init__(self, path_or_url: str):
+        handle = ctypes.c_void_p()
+        error = ctypes.c_char_p()
+        _check(lib().sp_checkpoint_open(os.fsencode(path_or_url), ctypes.byref(handle), ctypes.byref(error)), error)
+        self._handle = handle
+
+    @property
+    def handle(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise errors.UsageError("checkpoint handle used after close()")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            lib().sp_checkpoint_close(self._handle)
+            self._handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+    def read_object(self, key: str) -> Optional[bytes]:
+        data = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        found = ctypes.c_int()
+        error = ctypes.c_char_p()
+        _check(
+            lib().sp_read_object(self.handle, key.encode(), ctypes.byref(data), ctypes.byref(size), ctypes.byref(found),
+                                 ctypes.byref(error)),
+            error,
+        )
+        return _take_bytes(data, size.value) if found.value else None
+
+    def write_object(self, key: str, data: bytes, durable: bool = True) -> None:
+        error = ctypes.c_char_p()
+        buf = ctypes.create_string_buffer(data, len(data))
+        _check(lib().sp_write_object(self.handle, key.encode(), buf, len(data), int(durable), ctypes.byref(error)), error)
+
+    def remove_object(self, key: str) -> None:
+        error = ctypes.c_char_p()
+        _check(lib().sp_remove_object(self.handle, key.encode(), ctypes.byref(error)), error)
+
+    def write_items(self, items: Sequence[Item], options: SaveOptions) -> list:
+        array = (Item * max(len(items), 1))(*items)
+        out = ctypes.c_void_p()
+        error = ctypes.c_char_p()
+        _check(
+            lib().sp_write_items(self.handle, array, len(items), ctypes.byref(options), ctypes.byref(out),
+                                 ctypes.byref(error)),
+            error,
+        )
+        return json.loads(_take_string(out))
+
+    def commit(self, metadata: bytes, written: list, options: SaveOptions) -> None:
+        error = ctypes.c_char_p()
+        buf = ctypes.create_string_buffer(metadata, len(metadata))
+        _check(
+            lib().sp_commit(self.handle, buf, len(metadata), json.dumps(written).encode(), ctypes.byref(options),
+                            ctypes.byref(error)),
+            error,
+        )
+
+
+class Reader:
+    """An opened committed checkpoint for reads a DCP read plan names."""
+
+    def __init__(self, checkpoint: Checkpoint, verify_checksums: bool, thread_count: int):
+        o = ReaderOptions()
+        lib().sp_reader_options_init(ctypes.byref(o))
+        o.verify_checksums = int(bool(verify_checksums))
+        o.thread_count = int(thread_count)
+        handle = ctypes.c_void_p()
+        error = ctypes.c_char_p()
+        _check(lib().sp_reader_open(checkpoint.handle, ctypes.byref(o), ctypes.byref(handle), ctypes.byref(error)), error)
+        self._checkpoint = checkpoint  # the reader borrows it
+        self._handle = handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            lib().sp_reader_close(self._handle)
+            self._handle = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def metadata_bytes(self) -> bytes:
+        data = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        lib().sp_reader_metadata(self._handle, ctypes.byref(data), ctypes.byref(size))
+        return ctypes.string_at(data.value, size.value)
+
+    def verified(self) -> bool:
+        return bool(lib().sp_reader_verified(self._handle))
+
+    def read_tensors(self, reads: Sequence[TensorRead]) -> None:
+        array = (TensorRead * max(len(reads), 1))(*reads)
+        error = ctypes.c_char_p()
+        _check(lib().sp_reader_read_tensors(self._handle, array, len(reads), ctypes.byref(error)), error)
+
+    def read_blob(self, file: str, offset: int, length: int, fqn: str) -> bytes:
+        data = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        error = ctypes.c_char_p()
+        _check(
+            lib().sp_reader_read_blob(self._handle, file.encode(), offset, length, fqn.encode(), ctypes.byref(data),
+                                      ctypes.byref(size), ctypes.byref(error)),
+            error,
+        )
+        return _take_bytes(data, size.value)
+
+
+def _json_call(fn_name: str, *args: Any) -> dict:
+    out = ctypes.c_void_p()
+    error = ctypes.c_char_p()
+    _check(getattr(lib(), fn_name)(*args, ctypes.byref(out), ctypes.byref(error)), error)
+    return json.loads(_take_string(out))
+
+
+def consolidate(folder: str, options: dict) -> dict:
+    return _json_call("sp_consolidate", os.fsencode(folder), json.dumps(options).encode())
+
+
+def reshard(source: str, destination: str, ranks: int, options: dict) -> dict:
+    return _json_call("sp_reshard", os.fsencode(source), os.fsencode(destination), int(ranks), json.dumps(options).encode())
+
+
+def inspect(path: str) -> dict:
+    return _json_call("sp_inspect", os.fsencode(path))
+
+
+def verify(path: str) -> dict:
+    return _json_call("sp_verify", os.fsencode(path))

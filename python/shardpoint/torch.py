@@ -1,0 +1,443 @@
+"""PyTorch distributed checkpoint (DCP) storage on shardpoint's native engine.
+
+``StorageWriter`` and ``StorageReader`` implement DCP's extension point, so ``dcp.save``,
+``dcp.async_save`` and ``dcp.load`` keep PyTorch's planning and collectives while the bytes
+move through shardpoint: tensor bytes go from the tensor's memory to the file without a
+Python-side copy, every item is checksummed (CRC-32C per 1 MiB block) as it streams out,
+the commit is durable and atomic, and loads read only the bytes the plan needs, straight
+into the destination tensors, verified against the checksums::
+
+    import torch.distributed.checkpoint as dcp
+    from shardpoint.torch import StorageWriter, StorageReader
+
+    dcp.save(state_dict, storage_writer=StorageWriter("/ckpt/step-100"))
+    dcp.load(state_dict, storage_reader=StorageReader("/ckpt/step-100"))
+
+Paths may be local folders or object-store URLs (``s3://bucket/prefix``, ``gs://...``,
+``az://container/prefix``; credentials as for the ``shardpoint`` CLI). The files are PyTorch's
+standard layout (``__<rank>_<n>.distcp`` + ``.metadata``): ``FileSystemReader`` loads what
+``StorageWriter`` wrote, and ``StorageReader`` loads what ``FileSystemWriter`` wrote
+(unverified, said once, when no checksums exist). shardpoint adds two files PyTorch ignores:
+``.shardpoint-checksums.json`` and ``.shardpoint-index``.
+
+Call order (DCP's): every rank calls ``reset`` (when given a checkpoint_id),
+``set_up_storage_*``, ``prepare_local_plan`` and ``write_data``/``read_data``; the
+coordinator alone calls ``prepare_global_plan`` and ``finish``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import io
+import logging
+import os
+import pickle
+import uuid
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch.distributed.checkpoint import (
+    LoadPlan,
+    LoadPlanner,
+    Metadata,
+    SavePlan,
+    SavePlanner,
+)
+from torch.distributed.checkpoint import StorageReader as _DcpStorageReader
+from torch.distributed.checkpoint import StorageWriter as _DcpStorageWriter
+from torch.distributed.checkpoint.filesystem import _StorageInfo, _StoragePrefix
+from torch.distributed.checkpoint.metadata import MetadataIndex, StorageMeta, TensorStorageMetadata
+from torch.distributed.checkpoint.planner import LoadItemType, ReadItem, WriteItem, WriteItemType
+from torch.distributed.checkpoint.storage import WriteResult
+from torch.futures import Future
+
+from . import _native, errors
+
+__all__ = ["StorageWriter", "StorageReader"]
+
+_log = logging.getLogger("shardpoint")
+
+_DATA_SUFFIX = ".distcp"
+# Temporary copies made for non-contiguous or non-CPU destinations, held at once per batch.
+_STAGING_BATCH_BYTES = 256 << 20
+
+PathOrUrl = Union[str, "os.PathLike[str]"]
+
+
+def _location(path: PathOrUrl) -> str:
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        text = os.fsdecode(text)
+    return text
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclasses.dataclass(frozen=True)
+class _WriteResultWithChecksums(WriteResult):
+    """A WriteResult carrying what the engine recorded for the item (its checksums), so the
+    coordinator's ``finish`` can write the checksum sidecar. ``storage_data`` stays PyTorch's
+    own ``_StorageInfo``, so ``.metadata`` holds only PyTorch classes."""
+
+    record: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _split_into_files(items: Sequence[WriteItem], planner: SavePlanner, count: int) -> List[List[WriteItem]]:
+    """Items into ``count`` files of about equal size: bytes items round-robin, then tensors
+    largest first onto the lightest file (as FileSystemWriter spreads them over threads)."""
+    buckets: List[List[WriteItem]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    bytes_items = [i for i in items if i.type == WriteItemType.BYTE_IO]
+    tensor_items = [i for i in items if i.type != WriteItemType.BYTE_IO]
+    for n, item in enumerate(bytes_items):
+        buckets[n % count].append(item)
+
+    def nbytes(item: WriteItem) -> int:
+        td = item.tensor_data
+        if td is None:
+            return 0
+        numel = 1
+        for s in td.size:
+            numel *= int(s)
+        return numel * torch.empty((), dtype=td.properties.dtype).element_size()
+
+    for item in sorted(tensor_items, key=nbytes, reverse=True):
+        i = min(range(count), key=lambda k: sizes[k])
+        buckets[i].append(item)
+        sizes[i] += nbytes(item)
+    return [b for b in buckets if b]
+
+
+class StorageWriter(_DcpStorageWriter):
+    """DCP StorageWriter writing through shardpoint's engine.
+
+    Args:
+        path: the checkpoint folder or object-store URL (``dcp.save(checkpoint_id=...)``
+            replaces it).
+        single_file_per_rank: one file per thread per rank (True, PyTorch's default) or one
+            file per item.
+        sync_files: fsync files and folder before ``.metadata`` is published (durable). Turn
+            off only for benchmarks: after a crash a checkpoint may look complete when not.
+        thread_count: files each rank writes in parallel.
+        checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
+        checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
+            partial reads verify with less widening.
+        direct_io: bypass the page cache (O_DIRECT) for data files where supported.
+        overwrite: allow saving into a folder that holds a checkpoint (its ``.metadata``
+            is removed first, as a new save's files replace the old ones).
+
+    Extra positional or keyword arguments newer PyTorch versions pass are accepted.
+    """
+
+    def __init__(
+        self,
+        path: PathOrUrl,
+        single_file_per_rank: bool = True,
+        sync_files: bool = True,
+        thread_count: int = 1,
+        checksum: str = "crc32c",
+        checksum_block_bytes: int = 1 << 20,
+        direct_io: bool = True,
+        overwrite: bool = True,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if thread_count < 1:
+            raise errors.UsageError(f"thread_count must be >= 1, found {thread_count}")
+        self.path = _location(path)
+        self.single_file_per_rank = single_file_per_rank
+        self.sync_files = sync_files
+        self.thread_count = thread_count
+        self.overwrite = overwrite
+        self._options = _native.save_options(thread_count, checksum, checksum_block_bytes, sync_files, direct_io)
+        self.save_id = uuid.uuid4().hex
+        self.is_coordinator = False
+        self._checkpoint: Optional[_native.Checkpoint] = None
+
+    # -- DCP protocol ----------------------------------------------------------------------
+
+    def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
+        """(all ranks) Starts a new save, into ``checkpoint_id`` when given."""
+        if checkpoint_id is not None:
+            self.path = _location(checkpoint_id)
+        self.save_id = uuid.uuid4().hex
+        self._checkpoint = None
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        """(all ranks) Records the rank's role; opens the location."""
+        self.is_coordinator = is_coordinator
+        self._checkpoint = _native.Checkpoint(self.path)
+
+    def _opened(self) -> _native.Checkpoint:
+        if self._checkpoint is None:
+            self._checkpoint = _native.Checkpoint(self.path)
+        return self._checkpoint
+
+    def storage_meta(self) -> Optional[StorageMeta]:
+        return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        """(all ranks) Unchanged."""
+        return plan
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        """(coordinator) Gives rank i the file prefix ``__i_``. When the folder holds a
+        committed checkpoint, its ``.metadata`` is removed first: the new save's files
+        replace the old ones, so the old checkpoint stops being a checkpoint before any of
+        its files change."""
+        checkpoint = self._opened()
+        if checkpoint.read_object(".metadata") is not None:
+            if not self.overwrite:
+                raise errors.UsageError(f"{self.path}: holds a committed checkpoint and overwrite=False")
+            checkpoint.remove_object(".metadata")
+        return [dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_")) for i, plan in enumerate(plans)]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
+        """(all ranks) Writes this rank's items; the future is already complete."""
+        prefix = plan.storage_data.prefix
+        if self.single_file_per_rank:
+            files = _split_into_files(plan.items, planner, self.thread_count)
+        else:
+            files = [[item] for item in plan.items]
+        keep_alive: List[Any] = []  # tensors, buffers and arrays the native call reads
+        native_items: List[_native.Item] = []
+        by_position: List[WriteItem] = []
+        for n, bucket in enumerate(files):
+            name = f"{prefix}{n}{_DATA_SUFFIX}".encode()
+            for item in bucket:
+                native_items.append(self._native_item(name, item, planner, keep_alive))
+                by_position.append(item)
+        written = self._opened().write_items(native_items, self._options)
+        results: List[WriteResult] = []
+        for item, record in zip(by_position, written):
+            info = _StorageInfo(record["file"], record["offset"], record["length"])
+            results.append(
+                _WriteResultWithChecksums(
+                    index=item.index, size_in_bytes=record["length"], storage_data=info, record=record
+                )
+            )
+        future: Future[List[WriteResult]] = Future()
+        future.set_result(results)
+        return future
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        """(coordinator) Commits: the checksum sidecar, the load index, then ``.metadata``
+        atomically (after which the checkpoint exists for every reader)."""
+        storage_md: Dict[MetadataIndex, _StorageInfo] = {}
+        records: List[Dict[str, Any]] = []
+        for rank_results in results:
+            for wr in rank_results:
+                storage_md[wr.index] = wr.storage_data
+                record = getattr(wr, "record", None)
+                if record:
+                    records.append(record)
+        metadata.storage_data = storage_md
+        metadata.storage_meta = self.storage_meta()
+        self._opened().commit(pickle.dumps(metadata), records, self._options)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _native_item(self, file: bytes, item: WriteItem, planner: SavePlanner, keep_alive: List[Any]) -> _native.Item:
+        fqn = item.index.fqn.encode()
+        keep_alive.append(fqn)
+        data = planner.resolve_data(item)
+        if item.type == WriteItemType.BYTE_IO:
+            # The blob is written verbatim from the BytesIO's own buffer (no copy).
+            view = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytearray(data))
+            n = view.nbytes
+            buf = (ctypes.c_char * n).from_buffer(view) if n else None
+            keep_alive.extend([view, buf])
+            return _native.Item(file, _native.ITEM_BYTES, fqn, None, 0, None, None,
+                                ctypes.addressof(buf) if n else None, n)
+        tensor = data.detach()
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()  # device tensors are copied to host first
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()  # the only copy: the engine writes row-major bytes
+        keep_alive.append(tensor)
+        chunk = item.tensor_data.chunk
+        offsets = _native.int64_array([int(x) for x in chunk.offsets])
+        sizes = _native.int64_array([int(x) for x in chunk.sizes])
+        dtype = _dtype_name(tensor.dtype).encode()
+        keep_alive.extend([offsets, sizes, dtype])
+        if list(tensor.shape) != [int(x) for x in chunk.sizes]:
+            raise errors.UsageError(
+                f'save: item "{item.index.fqn}": planned chunk sizes {list(chunk.sizes)}, '
+                f"resolved tensor has shape {list(tensor.shape)}"
+            )
+        nbytes = tensor.numel() * tensor.element_size()
+        return _native.Item(
+            file, _native.ITEM_TENSOR, fqn, dtype, len(chunk.sizes), offsets, sizes,
+            tensor.data_ptr() if nbytes else None, nbytes,
+        )
+
+
+class StorageReader(_DcpStorageReader):
+    """DCP StorageReader reading through shardpoint's engine.
+
+    Args:
+        path: the checkpoint folder or object-store URL (``dcp.load(checkpoint_id=...)``
+            replaces it).
+        verify_checksums: verify every byte read against the checksum sidecar when the
+            checkpoint has one (shardpoint's saves do; PyTorch's own do not, and load
+            unverified, said once in the log).
+        thread_count: blobs read in parallel.
+    """
+
+    def __init__(
+        self, path: PathOrUrl, verify_checksums: bool = True, thread_count: int = 4, *args: Any, **kwargs: Any
+    ) -> None:
+        super().__init__()
+        self.path = _location(path)
+        self.verify_checksums = verify_checksums
+        self.thread_count = thread_count
+        self.load_id = uuid.uuid4().hex
+        self._reader: Optional[_native.Reader] = None
+        self._storage_data: Dict[MetadataIndex, _StorageInfo] = {}
+        self._chunks: Dict[Tuple[str, Tuple[int, ...]], Tuple[Tuple[int, ...], torch.dtype]] = {}
+
+    def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
+        """(all ranks) Starts a new load, from ``checkpoint_id`` when given."""
+        if checkpoint_id is not None:
+            self.path = _location(checkpoint_id)
+        self.load_id = uuid.uuid4().hex
+        self._close()
+
+    def _close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        self._reader = None
+
+    def _opened(self) -> _native.Reader:
+        if self._reader is None:
+            checkpoint = _native.Checkpoint(self.path)
+            self._reader = _native.Reader(checkpoint, self.verify_checksums, self.thread_count)
+            if not self._reader.verified() and self.verify_checksums:
+                _log.warning("shardpoint: %s has no checksums (written by PyTorch?): loading it unverified", self.path)
+        return self._reader
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        """(all ranks, or the coordinator) The checkpoint's Metadata, from its ``.metadata``."""
+        try:
+            metadata = pickle.loads(self._opened().metadata_bytes())
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError) as e:
+            raise errors.FormatError(f"{self.path}/.metadata: not a DCP Metadata pickle: {e}") from e
+        if not isinstance(metadata, Metadata):
+            raise errors.FormatError(f"{self.path}/.metadata: holds a {type(metadata).__name__}, not DCP Metadata")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        """(all ranks) Indexes where every item's bytes are."""
+        self._storage_data = dict(metadata.storage_data)
+        self._chunks = {}
+        for fqn, entry in metadata.state_dict_metadata.items():
+            if isinstance(entry, TensorStorageMetadata):
+                for chunk in entry.chunks:
+                    key = (fqn, tuple(int(x) for x in chunk.offsets))
+                    self._chunks[key] = (tuple(int(x) for x in chunk.sizes), entry.properties.dtype)
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
+        """(all ranks) Reads every item of the plan: bytes items whole (verified), tensor
+        boxes straight into the destination tensors when they are contiguous CPU tensors of
+        the saved dtype, else through a temporary copy."""
+        reader = self._opened()
+        tensor_items: List[ReadItem] = []
+        for item in plan.items:
+            info = self._info(item)
+            if item.type == LoadItemType.BYTE_IO:
+                blob = reader.read_blob(info.relative_path, info.offset, info.length, item.storage_index.fqn)
+                planner.load_bytes(item, io.BytesIO(blob))
+            else:
+                tensor_items.append(item)
+        batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor]] = []
+        staged = 0
+        for item in tensor_items:
+            target = planner.resolve_tensor(item).detach()
+            fqn = item.storage_index.fqn
+            chunk_key = (fqn, tuple(int(x) for x in item.storage_index.offset))
+            if chunk_key not in self._chunks:
+                raise errors.FormatError(f'{self.path}: .metadata has no chunk of "{fqn}" at {list(chunk_key[1])}')
+            _, saved_dtype = self._chunks[chunk_key]
+            lengths = [int(x) for x in item.lengths]
+            if list(target.shape) != lengths:
+                raise errors.PlanError(
+                    f'load: "{fqn}": the destination has shape {list(target.shape)}, the read plan {lengths}'
+                )
+            direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == saved_dtype
+            dest = target if direct else torch.empty(lengths, dtype=saved_dtype)
+            batch.append((item, target, dest))
+            if not direct:
+                staged += dest.numel() * dest.element_size()
+            if staged >= _STAGING_BATCH_BYTES:
+                self._read_batch(reader, batch, planner)
+                batch, staged = [], 0
+        self._read_batch(reader, batch, planner)
+        future: Future[None] = Future()
+        future.set_result(None)
+        return future
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:
+        return isinstance(checkpoint_id, (str, os.PathLike))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _info(self, item: ReadItem) -> _StorageInfo:
+        info = self._storage_data.get(item.storage_index)
+        if info is None:
+            raise errors.FormatError(f'{self.path}: .metadata names no storage for "{item.storage_index.fqn}"')
+        if getattr(info, "transform_descriptors", None):
+            raise errors.UsageError(
+                f'{self.path}: item "{item.storage_index.fqn}" was written with transforms '
+                f"{list(info.transform_descriptors)}, which shardpoint does not read"
+            )
+        return info
+
+    def _read_batch(self, reader: _native.Reader, batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor]],
+                    planner: LoadPlanner) -> None:
+        if not batch:
+            return
+        keep_alive: List[Any] = []
+        reads: List[_native.TensorRead] = []
+        for item, _, dest in batch:
+            info = self._info(item)
+            fqn = item.storage_index.fqn
+            offsets = tuple(int(x) for x in item.storage_index.offset)
+            sizes, saved_dtype = self._chunks[(fqn, offsets)]
+            arrays = [
+                _native.int64_array(offsets),
+                _native.int64_array(sizes),
+                _native.int64_array([int(x) for x in item.storage_offsets]),
+                _native.int64_array([int(x) for x in item.lengths]),
+            ]
+            strings = [info.relative_path.encode(), fqn.encode(), _dtype_name(saved_dtype).encode()]
+            keep_alive.extend(arrays + strings)
+            nbytes = dest.numel() * dest.element_size()
+            reads.append(
+                _native.TensorRead(
+                    strings[0], info.offset, info.length, strings[1], strings[2], len(sizes), *arrays,
+                    dest.data_ptr() if nbytes else None, nbytes,
+                )
+            )
+        reader.read_tensors(reads)
+        for item, target, dest in batch:
+            if dest is not target:
+                target.copy_(dest)
+            planner.commit_tensor(item, target)

@@ -1,0 +1,155 @@
+"""One rank of the multi-process DCP tests (python/tests/test_dcp_*.py launch it).
+
+    python dcp_worker.py ACTION PATH [OPTIONS]
+
+Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's); gloo on CPU. The state
+is deterministic: every tensor's full value is a function of its name only, so any world
+size can build the expected values of its own shards and check a load bit for bit.
+
+ACTION:
+  save      dcp.save the state (--writer ours|torch, --async, --thread-count N)
+  load      dcp.load into a state of this world size (--reader ours|torch) and check it
+  fail-save dcp.save with a writer whose rank 1 fails in write_data
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import zlib
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+try:  # torch >= 2.5
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+except ImportError:  # pragma: no cover - torch 2.4
+    from torch.distributed._tensor import DTensor, Shard, distribute_tensor  # type: ignore
+from torch.distributed.device_mesh import init_device_mesh
+
+# name -> (shape, dtype); DTensors sharded on dim 0 (FSDP's layout), plus replicated and
+# 0-dim tensors and objects.
+SHARDED = {
+    "model.embedding.weight": ((37, 16), torch.float32),
+    "model.layers.0.weight": ((16, 16), torch.bfloat16),
+    "model.layers.0.bias": ((16,), torch.float32),
+    "model.head.weight": ((11, 5, 3), torch.float16),
+    "optim.state.0.exp_avg": ((37, 16), torch.float32),
+    "optim.state.0.step_count": ((5,), torch.int64),
+}
+REPLICATED = {
+    "model.scale": ((3, 4), torch.float64),
+    "optim.state.0.step": ((), torch.float32),
+}
+
+
+def full_value(name: str, shape, dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    if dtype == torch.int64:
+        return torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int64)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def objects() -> dict:
+    return {"epoch": 3, "name": "shardpoint", "pair": (1.5, "l2"), "nested": {"lr": [0.1, 0.01]}}
+
+
+def make_state(mesh, fill: bool) -> dict:
+    model, optim = {}, {}
+    for name, (shape, dtype) in SHARDED.items():
+        full = full_value(name, shape, dtype) if fill else torch.zeros(shape, dtype=dtype)
+        t = distribute_tensor(full, mesh, [Shard(0)])
+        _place(model, optim, name, t)
+    for name, (shape, dtype) in REPLICATED.items():
+        t = full_value(name, shape, dtype) if fill else torch.zeros(shape, dtype=dtype)
+        _place(model, optim, name, t)
+    state = {"model": model, "optim": optim}
+    state["extra"] = objects() if fill else {"epoch": 0, "name": "", "pair": (0.0, ""), "nested": {"lr": [0.0, 0.0]}}
+    return state
+
+
+def _place(model, optim, name, t):
+    head, rest = name.split(".", 1)
+    (model if head == "model" else optim)[rest] = t
+
+
+def check_state(state) -> None:
+    for name, (shape, dtype) in {**SHARDED, **REPLICATED}.items():
+        head, rest = name.split(".", 1)
+        got = state["model" if head == "model" else "optim"][rest]
+        full = full_value(name, shape, dtype)
+        if isinstance(got, DTensor):
+            local = got.to_local()
+            start = got.device_mesh.get_local_rank() * -(-shape[0] // got.device_mesh.size())
+            want = full[start : start + local.shape[0]]
+        else:
+            local, want = got, full
+        if local.dtype != dtype or not torch.equal(local, want):
+            raise AssertionError(f"{name}: loaded values differ on rank {dist.get_rank()}")
+    if state["extra"] != objects():
+        raise AssertionError(f"objects differ: {state['extra']!r}")
+
+
+def writer_for(kind: str, path: str, thread_count: int):
+    if kind == "torch":
+        return dcp.FileSystemWriter(path, thread_count=thread_count)
+    from shardpoint.torch import StorageWriter
+
+    return StorageWriter(path, thread_count=thread_count)
+
+
+def reader_for(kind: str, path: str):
+    if kind == "torch":
+        return dcp.FileSystemReader(path)
+    from shardpoint.torch import StorageReader
+
+    return StorageReader(path)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("action", choices=["save", "load", "fail-save"])
+    p.add_argument("path")
+    p.add_argument("--writer", default="ours")
+    p.add_argument("--reader", default="ours")
+    p.add_argument("--async", dest="use_async", action="store_true")
+    p.add_argument("--thread-count", type=int, default=2)
+    a = p.parse_args()
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    try:
+        if a.action == "save":
+            state = make_state(mesh, fill=True)
+            writer = writer_for(a.writer, a.path, a.thread_count)
+            if a.use_async:
+                future = dcp.async_save(state, storage_writer=writer)
+                future.result()
+            else:
+                dcp.save(state, storage_writer=writer)
+        elif a.action == "load":
+            state = make_state(mesh, fill=False)
+            dcp.load(state, storage_reader=reader_for(a.reader, a.path))
+            check_state(state)
+        else:
+            from shardpoint.torch import StorageWriter
+
+            class FailingWriter(StorageWriter):
+                def write_data(self, plan, planner):
+                    if dist.get_rank() == 1:
+                        raise OSError("injected failure on rank 1")
+                    return super().write_data(plan, planner)
+
+            dcp.save(make_state(mesh, fill=True), storage_writer=FailingWriter(a.path))
+        dist.barrier()
+        print(f"rank {dist.get_rank()}: {a.action} ok (torch {torch.__version__})", flush=True)
+        return 0
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,540 @@
+// The C API (include/shardpoint/c_api.h) over the engine: converts C arguments into engine
+// values, runs the call, and turns every exception into an sp_status and a message, so
+// nothing is thrown across the boundary.
+#include "shardpoint/c_api.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <map>
+#include <new>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/block_checksum.h"
+#include "engine/checkpoint.h"
+#include "engine/checkpoint_reader.h"
+#include "engine/consolidate.h"
+#include "engine/plan_codec.h"
+#include "engine/planned_io.h"
+#include "comm/communicator_from_env.h"
+#include "engine/reshard.h"
+#include "engine/state_dict.h"
+#include "storage/storage.h"
+#include "storage/storage_registry.h"
+
+struct sp_checkpoint {
+  std::unique_ptr<shardpoint::storage::Storage> storage;
+};
+
+struct sp_reader {
+  std::unique_ptr<shardpoint::engine::PlannedReader> reader;
+};
+
+namespace {
+
+using namespace shardpoint;
+using json = nlohmann::json;
+using format::Shape;
+
+// A malloc'd copy of s (NUL-terminated), or nullptr when out of memory.
+char* copy_string(std::string_view s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (p == nullptr) return nullptr;
+  std::memcpy(p, s.data(), s.size());
+  p[s.size()] = '\0';
+  return p;
+}
+
+void set_error(char** error, std::string_view message) {
+  if (error != nullptr) *error = copy_string(message);
+}
+
+// Runs fn, mapping the engine's exceptions to statuses (core/error.h's hierarchy).
+template <typename Fn>
+sp_status guarded(char** error, Fn&& fn) {
+  try {
+    fn();
+    return SP_OK;
+  } catch (const StorageError& e) {
+    set_error(error, e.what());
+    return e.kind() == StorageError::Kind::kNotFound ? SP_ERROR_NOT_FOUND : SP_ERROR_STORAGE;
+  } catch (const FormatError& e) {
+    set_error(error, e.what());
+    return SP_ERROR_FORMAT;
+  } catch (const PlanError& e) {
+    set_error(error, e.what());
+    return SP_ERROR_PLAN;
+  } catch (const UsageError& e) {
+    set_error(error, e.what());
+    return SP_ERROR_USAGE;
+  } catch (const CommError& e) {
+    set_error(error, e.what());
+    return SP_ERROR_COMM;
+  } catch (const std::bad_alloc&) {
+    set_error(error, "out of memory");
+    return SP_ERROR_INTERNAL;
+  } catch (const std::exception& e) {
+    set_error(error, e.what());
+    return SP_ERROR_INTERNAL;
+  } catch (...) {
+    set_error(error, "unknown error");
+    return SP_ERROR_INTERNAL;
+  }
+}
+
+void require(bool ok, const char* what) {
+  if (!ok) throw UsageError(std::string("shardpoint C API: ") + what);
+}
+
+std::string str(const char* s, const char* what) {
+  require(s != nullptr, what);
+  return s;
+}
+
+DType dtype_of(const char* name, const std::string& fqn) {
+  require(name != nullptr, "dtype is NULL");
+  std::optional<DType> dtype = dtype_from_name(name);
+  if (!dtype) throw UsageError("item \"" + fqn + "\": unsupported dtype \"" + std::string(name) + "\"");
+  return *dtype;
+}
+
+Shape shape_of(const int64_t* dims, int ndim, const char* what) {
+  require(ndim >= 0, "ndim < 0");
+  require(ndim == 0 || dims != nullptr, what);
+  return Shape(dims, dims + ndim);
+}
+
+engine::SaveOptions save_options_of(const sp_save_options* in) {
+  sp_save_options o;
+  sp_save_options_init(&o);
+  if (in != nullptr) std::memcpy(&o, in, std::min(in->struct_size, sizeof(o)));
+  engine::SaveOptions out;
+  out.thread_count = std::max(o.thread_count, 1);
+  switch (o.checksum) {
+    case SP_CHECKSUM_NONE: out.checksum = engine::ChecksumAlgorithm::kNone; break;
+    case SP_CHECKSUM_CRC32C: out.checksum = engine::ChecksumAlgorithm::kCrc32c; break;
+    case SP_CHECKSUM_XXH3: out.checksum = engine::ChecksumAlgorithm::kXxh3; break;
+    default: throw UsageError("save options: unknown checksum " + std::to_string(o.checksum));
+  }
+  require(o.checksum_block_bytes > 0, "save options: checksum_block_bytes must be > 0");
+  out.checksum_block_bytes = o.checksum_block_bytes;
+  out.durable = o.durable != 0;
+  out.direct_io = o.direct_io != 0;
+  return out;
+}
+
+json parse_options(const char* options_json) {
+  if (options_json == nullptr || *options_json == '\0') return json::object();
+  json j = json::parse(options_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw UsageError("options: expected a JSON object, found: " + std::string(options_json));
+  return j;
+}
+
+template <typename T>
+T option(const json& options, const char* name, T fallback) {
+  auto it = options.find(name);
+  if (it == options.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    throw UsageError(std::string("options: \"") + name + "\" has the wrong type: " + it->dump());
+  }
+}
+
+json chunk_json(const format::ChunkStorageMetadata& chunk, const format::StorageInfo* info) {
+  json c{{"offsets", chunk.offsets}, {"sizes", chunk.sizes}};
+  if (info != nullptr) {
+    c["file"] = info->relative_path;
+    c["offset"] = info->offset;
+    c["length"] = info->length;
+  }
+  return c;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* sp_version(void) { return "0.1.0"; }
+
+void sp_free(void* p) { std::free(p); }
+
+sp_status sp_checkpoint_open(const char* path_or_url, sp_checkpoint** out, char** error) {
+  return guarded(error, [&] {
+    require(out != nullptr, "out is NULL");
+    auto handle = std::make_unique<sp_checkpoint>();
+    handle->storage = storage::open_storage(str(path_or_url, "path_or_url is NULL"));
+    *out = handle.release();
+  });
+}
+
+void sp_checkpoint_close(sp_checkpoint* checkpoint) { delete checkpoint; }
+
+sp_status sp_read_object(sp_checkpoint* checkpoint, const char* key, void** data, size_t* size, int* found,
+                         char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr && data != nullptr && size != nullptr && found != nullptr, "NULL argument");
+    *data = nullptr;
+    *size = 0;
+    *found = 0;
+    std::optional<std::string> bytes = checkpoint->storage->try_read_all(str(key, "key is NULL"));
+    if (!bytes) return;
+    void* p = std::malloc(std::max<std::size_t>(bytes->size(), 1));
+    if (p == nullptr) throw std::bad_alloc();
+    std::memcpy(p, bytes->data(), bytes->size());
+    *data = p;
+    *size = bytes->size();
+    *found = 1;
+  });
+}
+
+sp_status sp_write_object(sp_checkpoint* checkpoint, const char* key, const void* data, size_t size, int durable,
+                          char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr && (data != nullptr || size == 0), "NULL argument");
+    storage::WriteOptions options;
+    options.durable = durable != 0;
+    options.direct_io = false;
+    checkpoint->storage->write_atomic(str(key, "key is NULL"), ByteSpan(static_cast<const std::byte*>(data), size),
+                                      options);
+  });
+}
+
+sp_status sp_remove_object(sp_checkpoint* checkpoint, const char* key, char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr, "checkpoint is NULL");
+    checkpoint->storage->remove(str(key, "key is NULL"));
+  });
+}
+
+void sp_save_options_init(sp_save_options* options) {
+  if (options == nullptr) return;
+  *options = sp_save_options{};
+  options->struct_size = sizeof(sp_save_options);
+  options->thread_count = 1;
+  options->checksum = SP_CHECKSUM_CRC32C;
+  options->checksum_block_bytes = engine::kDefaultChecksumBlockSize;
+  options->durable = 1;
+  options->direct_io = 1;
+}
+
+sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count,
+                         const sp_save_options* options, char** written_json, char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr && written_json != nullptr && (items != nullptr || count == 0), "NULL argument");
+    const engine::SaveOptions save = save_options_of(options);
+    std::vector<engine::PlannedFile> files;
+    std::map<std::string, std::size_t> position;
+    for (std::size_t i = 0; i < count; ++i) {
+      const sp_item& in = items[i];
+      const std::string file = str(in.file, "item file is NULL");
+      auto [it, added] = position.emplace(file, files.size());
+      if (added) files.push_back({file, {}});
+      engine::PlannedItem item;
+      item.index.fqn = str(in.fqn, "item fqn is NULL");
+      require(in.data != nullptr || in.nbytes == 0, "item data is NULL");
+      item.bytes = ByteSpan(static_cast<const std::byte*>(in.data), in.nbytes);
+      if (in.kind == SP_ITEM_TENSOR) {
+        item.type = engine::WriteItemType::kTensor;
+        item.dtype = dtype_of(in.dtype, item.index.fqn);
+        item.sizes = shape_of(in.sizes, in.ndim, "item sizes is NULL");
+        item.index.offset = shape_of(in.offsets, in.ndim, "item offsets is NULL");
+      } else if (in.kind == SP_ITEM_BYTES) {
+        item.type = engine::WriteItemType::kBytes;
+      } else {
+        throw UsageError("item \"" + item.index.fqn + "\": unknown kind " + std::to_string(in.kind));
+      }
+      files[it->second].items.push_back(std::move(item));
+    }
+    const std::vector<engine::WrittenItem> written = engine::write_planned_files(*checkpoint->storage, files, save);
+    char* out = copy_string(engine::encode_written_items(written));
+    if (out == nullptr) throw std::bad_alloc();
+    *written_json = out;
+  });
+}
+
+sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t metadata_size, const char* written_json,
+                    const sp_save_options* options, char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr && metadata != nullptr, "NULL argument");
+    const std::vector<engine::WrittenItem> written =
+        engine::decode_written_items(str(written_json, "written_json is NULL"), "sp_commit: written items");
+    engine::commit_planned(*checkpoint->storage,
+                           std::string_view(static_cast<const char*>(metadata), metadata_size), written,
+                           save_options_of(options));
+  });
+}
+
+void sp_reader_options_init(sp_reader_options* options) {
+  if (options == nullptr) return;
+  *options = sp_reader_options{};
+  options->struct_size = sizeof(sp_reader_options);
+  options->verify_checksums = 1;
+  options->thread_count = 4;
+}
+
+sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* options, sp_reader** out,
+                         char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr && out != nullptr, "NULL argument");
+    sp_reader_options o;
+    sp_reader_options_init(&o);
+    if (options != nullptr) std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
+    engine::PlannedReaderOptions ro;
+    ro.verify_checksums = o.verify_checksums != 0;
+    ro.thread_count = std::max(o.thread_count, 1);
+    auto handle = std::make_unique<sp_reader>();
+    handle->reader = std::make_unique<engine::PlannedReader>(*checkpoint->storage, ro);
+    *out = handle.release();
+  });
+}
+
+void sp_reader_close(sp_reader* reader) { delete reader; }
+
+void sp_reader_metadata(const sp_reader* reader, const void** data, size_t* size) {
+  if (reader == nullptr || data == nullptr || size == nullptr) return;
+  *data = reader->reader->metadata_bytes().data();
+  *size = reader->reader->metadata_bytes().size();
+}
+
+int sp_reader_verified(const sp_reader* reader) { return reader != nullptr && reader->reader->verified() ? 1 : 0; }
+
+sp_status sp_reader_read_tensors(sp_reader* reader, const sp_tensor_read* reads, size_t count, char** error) {
+  return guarded(error, [&] {
+    require(reader != nullptr && (reads != nullptr || count == 0), "NULL argument");
+    std::vector<engine::PlannedTensorRead> requests(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      const sp_tensor_read& in = reads[i];
+      engine::PlannedTensorRead& r = requests[i];
+      r.fqn = str(in.fqn, "read fqn is NULL");
+      r.blob = format::StorageInfo{str(in.file, "read file is NULL"), in.blob_offset, in.blob_length, {}};
+      r.dtype = dtype_of(in.dtype, r.fqn);
+      r.chunk.offsets = shape_of(in.chunk_offsets, in.ndim, "chunk_offsets is NULL");
+      r.chunk.sizes = shape_of(in.chunk_sizes, in.ndim, "chunk_sizes is NULL");
+      r.storage_offsets = shape_of(in.storage_offsets, in.ndim, "storage_offsets is NULL");
+      r.lengths = shape_of(in.lengths, in.ndim, "lengths is NULL");
+      std::uint64_t expected = dtype_itemsize(r.dtype);
+      for (std::int64_t d : r.lengths) expected *= static_cast<std::uint64_t>(std::max<std::int64_t>(d, 0));
+      if (expected != in.dest_nbytes || (expected > 0 && in.dest == nullptr)) {
+        throw UsageError("read of \"" + r.fqn + "\": the destination holds " + std::to_string(in.dest_nbytes) +
+                         " bytes, the box needs " + std::to_string(expected));
+      }
+      r.dest = std::span<std::byte>(static_cast<std::byte*>(in.dest), in.dest_nbytes);
+    }
+    reader->reader->read_tensors(requests);
+  });
+}
+
+sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uint64_t offset, uint64_t length, const char* fqn,
+                              void** data, size_t* size, char** error) {
+  return guarded(error, [&] {
+    require(reader != nullptr && data != nullptr && size != nullptr, "NULL argument");
+    std::string bytes = reader->reader->read_blob(format::StorageInfo{str(file, "file is NULL"), offset, length, {}},
+                                                  str(fqn, "fqn is NULL"));
+    void* p = std::malloc(std::max<std::size_t>(bytes.size(), 1));
+    if (p == nullptr) throw std::bad_alloc();
+    std::memcpy(p, bytes.data(), bytes.size());
+    *data = p;
+    *size = bytes.size();
+  });
+}
+
+namespace {
+
+// The state of sp_save / sp_load: a flat dict fqn -> tensor box over the caller's buffers.
+engine::StateNode state_of(const sp_tensor* tensors, size_t count) {
+  require(tensors != nullptr || count == 0, "tensors is NULL");
+  engine::StateDict dict;
+  for (std::size_t i = 0; i < count; ++i) {
+    const sp_tensor& t = tensors[i];
+    engine::TensorShard shard;
+    const std::string fqn = str(t.fqn, "tensor fqn is NULL");
+    shard.dtype = dtype_of(t.dtype, fqn);
+    shard.global_shape = shape_of(t.global_shape, t.ndim, "global_shape is NULL");
+    shard.offsets = shape_of(t.offsets, t.ndim, "offsets is NULL");
+    shard.sizes = shape_of(t.sizes, t.ndim, "sizes is NULL");
+    require(t.data != nullptr || t.nbytes == 0, "tensor data is NULL");
+    shard.data = std::span<std::byte>(static_cast<std::byte*>(t.data), t.nbytes);
+    dict.emplace_back(fqn, engine::StateNode(std::move(shard)));
+  }
+  return engine::StateNode(std::move(dict));
+}
+
+}  // namespace
+
+sp_status sp_save(sp_checkpoint* checkpoint, const sp_tensor* tensors, size_t count, const sp_save_options* options,
+                  char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr, "checkpoint is NULL");
+    const engine::StateNode state = state_of(tensors, count);
+    std::unique_ptr<comm::Communicator> comm = comm::make_communicator_from_env();
+    engine::save(state, *checkpoint->storage, *comm, save_options_of(options));
+  });
+}
+
+sp_status sp_load(sp_checkpoint* checkpoint, const sp_tensor* tensors, size_t count, const sp_reader_options* options,
+                  char** error) {
+  return guarded(error, [&] {
+    require(checkpoint != nullptr, "checkpoint is NULL");
+    sp_reader_options o;
+    sp_reader_options_init(&o);
+    if (options != nullptr) std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
+    engine::LoadOptions lo;
+    lo.verify_checksums = o.verify_checksums != 0;
+    lo.thread_count = std::max(o.thread_count, 1);
+    engine::StateNode state = state_of(tensors, count);
+    std::unique_ptr<comm::Communicator> comm = comm::make_communicator_from_env();
+    engine::load(state, *checkpoint->storage, *comm, lo);
+  });
+}
+
+sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json, char** report_json, char** error) {
+  return guarded(error, [&] {
+    require(report_json != nullptr, "report_json is NULL");
+    const json o = parse_options(options_json);
+    engine::ConsolidateOptions options;
+    options.checkpoint_folder = str(checkpoint_folder, "checkpoint_folder is NULL");
+    options.output_file = option<std::string>(o, "output_file", "");
+    const std::string layout = option<std::string>(o, "layout", "trainer");
+    if (layout == "trainer") {
+      options.layout = engine::ConsolidateLayout::kTrainer;
+    } else if (layout == "fabric") {
+      options.layout = engine::ConsolidateLayout::kFabric;
+    } else if (layout == "dcp") {
+      options.layout = engine::ConsolidateLayout::kDcp;
+    } else {
+      throw UsageError("options: \"layout\" must be trainer, fabric or dcp, found \"" + layout + "\"");
+    }
+    const std::string format = option<std::string>(o, "format", "torch");
+    if (format == "torch") {
+      options.format = engine::ConsolidateFormat::kTorchSave;
+    } else if (format == "safetensors") {
+      options.format = engine::ConsolidateFormat::kSafetensors;
+    } else {
+      throw UsageError("options: \"format\" must be torch or safetensors, found \"" + format + "\"");
+    }
+    options.max_shard_bytes = option<std::uint64_t>(o, "max_shard_bytes", options.max_shard_bytes);
+    options.memory_budget = option<std::size_t>(o, "memory_budget", options.memory_budget);
+    options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
+    options.durable = option<bool>(o, "durable", options.durable);
+    const engine::ConsolidateReport r = engine::consolidate(options);
+    const json out{{"output", r.output},         {"tensors", r.tensors},       {"objects", r.objects},
+                   {"tensor_bytes", r.tensor_bytes}, {"bytes_read", r.bytes_read}, {"peak_rss_bytes", r.peak_rss_bytes},
+                   {"seconds", r.seconds}};
+    *report_json = copy_string(out.dump());
+  });
+}
+
+sp_status sp_reshard(const char* source, const char* destination, int ranks, const char* options_json,
+                     char** report_json, char** error) {
+  return guarded(error, [&] {
+    require(report_json != nullptr, "report_json is NULL");
+    require(ranks >= 1, "ranks must be >= 1");
+    const json o = parse_options(options_json);
+    engine::ReshardOptions options;
+    options.ranks = ranks;
+    options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
+    options.memory_budget_bytes = option<std::uint64_t>(o, "memory_budget", options.memory_budget_bytes);
+    options.save.thread_count = std::max(option<int>(o, "thread_count", options.save.thread_count), 1);
+    options.save.durable = option<bool>(o, "durable", options.save.durable);
+    options.save.checksum = engine::checksum_algorithm_from_name(
+        option<std::string>(o, "checksum", std::string(engine::checksum_algorithm_name(options.save.checksum))),
+        "options \"checksum\"");
+    auto dst = storage::open_storage(str(destination, "destination is NULL"));
+    const engine::ReshardReport r = engine::reshard(str(source, "source is NULL"), *dst, options);
+    const json out{{"source_format", r.source_format}, {"tensors", r.tensors},
+                   {"objects", r.objects},             {"payload_bytes", r.payload_bytes},
+                   {"bytes_written", r.bytes_written}, {"seconds", r.seconds}};
+    *report_json = copy_string(out.dump());
+  });
+}
+
+sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
+  return guarded(error, [&] {
+    require(json_out != nullptr, "json is NULL");
+    auto st = storage::open_storage(str(path_or_url, "path_or_url is NULL"));
+    engine::CheckpointReader reader(*st);  // reads the sidecar, to name its algorithm
+    const format::Metadata& m = reader.metadata();
+    json tensors = json::object();
+    json objects = json::object();
+    std::set<std::string> files;
+    for (const auto& [index, info] : m.storage_data) files.insert(info.relative_path);
+    for (const auto& [fqn, entry] : m.state_dict_metadata) {
+      if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
+        json chunks = json::array();
+        for (const auto& chunk : t->chunks) {
+          auto info = m.storage_data.find(format::MetadataIndex{fqn, chunk.offsets, std::nullopt});
+          chunks.push_back(chunk_json(chunk, info == m.storage_data.end() ? nullptr : &info->second));
+        }
+        tensors[fqn] = json{{"dtype", std::string(dtype_name(t->properties.dtype))}, {"shape", t->size},
+                            {"chunks", std::move(chunks)}};
+      } else {
+        json object = json::object();
+        auto info = m.storage_data.find(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
+        if (info != m.storage_data.end()) {
+          object = json{{"file", info->second.relative_path}, {"offset", info->second.offset},
+                        {"length", info->second.length}};
+        }
+        objects[fqn] = std::move(object);
+      }
+    }
+    json out{{"format", "dcp"}, {"tensors", std::move(tensors)}, {"objects", std::move(objects)},
+             {"files", std::vector<std::string>(files.begin(), files.end())}, {"checksums", nullptr}};
+    if (reader.sidecar()) out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
+    *json_out = copy_string(out.dump());
+  });
+}
+
+sp_status sp_verify(const char* path_or_url, char** report_json, char** error) {
+  return guarded(error, [&] {
+    require(report_json != nullptr, "report_json is NULL");
+    auto st = storage::open_storage(str(path_or_url, "path_or_url is NULL"));
+    engine::CheckpointReader reader(*st);
+    const format::Metadata& m = reader.metadata();
+    json problems = json::array();
+    std::uint64_t tensors = 0;
+    std::uint64_t objects = 0;
+    // Every tensor read whole in boxes of at most 64 MiB (each byte read once, verified
+    // against the sidecar when there is one), every object parsed; one problem per item.
+    constexpr std::uint64_t kBoxBytes = std::uint64_t{64} << 20;
+    std::vector<std::byte> buffer;
+    for (const auto& [fqn, entry] : m.state_dict_metadata) {
+      try {
+        if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
+          ++tensors;
+          Shape offsets;
+          Shape sizes;
+          std::uint64_t bytes = 0;
+          engine::BoxCursor boxes(t->size, dtype_itemsize(t->properties.dtype), kBoxBytes);
+          while (boxes.next(offsets, sizes, bytes)) {
+            buffer.resize(bytes);
+            reader.read_box(fqn, offsets, sizes, std::span<std::byte>(buffer.data(), buffer.size()));
+          }
+        } else {
+          ++objects;
+          reader.read_object(fqn);
+        }
+      } catch (const Error& e) {
+        problems.push_back(e.what());
+      }
+    }
+    const engine::ReadCounts counts = reader.counts();
+    json out{{"ok", problems.empty()},
+             {"problems", std::move(problems)},
+             {"tensors", tensors},
+             {"objects", objects},
+             {"bytes_read", counts.header_bytes + counts.data_bytes},
+             {"checksums", nullptr}};
+    if (reader.sidecar()) out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
+    *report_json = copy_string(out.dump());
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,166 @@
+#include "engine/planned_io.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+#include "engine/block_checksum.h"
+#include "engine/checkpoint_index.h"
+#include "engine/item_reader.h"
+#include "engine/load_plan.h"
+#include "engine/parallel_for.h"
+#include "engine/save_steps.h"
+#include "format/metadata_codec.h"
+
+namespace shardpoint::engine {
+
+std::vector<WrittenItem> write_planned_files(storage::Storage& checkpoint, const std::vector<PlannedFile>& files,
+                                             const SaveOptions& options) {
+  // write_item() takes a planned WriteItem and the leaf it is written from; build both.
+  std::vector<std::vector<WriteItem>> items(files.size());
+  std::vector<std::vector<FlatValue>> values(files.size());
+  std::vector<save_steps::FileToWrite> to_write(files.size());
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    items[f].reserve(files[f].items.size());
+    values[f].reserve(files[f].items.size());
+    to_write[f].name = files[f].name;
+    for (const PlannedItem& planned : files[f].items) {
+      WriteItem& item = items[f].emplace_back();
+      item.index = planned.index;
+      item.type = planned.type;
+      item.file = files[f].name;
+      if (planned.type == WriteItemType::kTensor) {
+        const Shape offsets = planned.index.offset.value_or(Shape(planned.sizes.size(), 0));
+        if (offsets.size() != planned.sizes.size()) {
+          throw UsageError("save: item \"" + planned.index.fqn + "\": chunk offsets and sizes differ in rank");
+        }
+        item.dtype = planned.dtype;
+        item.chunk = format::ChunkStorageMetadata{offsets, planned.sizes};
+        item.nbytes = planned.bytes.size();
+        TensorShard shard;
+        shard.dtype = planned.dtype;
+        shard.offsets = offsets;
+        shard.sizes = planned.sizes;
+        // write_item() only reads the bytes.
+        shard.data = std::span<std::byte>(const_cast<std::byte*>(planned.bytes.data()), planned.bytes.size());
+        std::uint64_t expected = dtype_itemsize(planned.dtype);
+        for (std::int64_t d : planned.sizes) expected *= static_cast<std::uint64_t>(d);
+        if (expected != planned.bytes.size()) {
+          throw UsageError("save: item \"" + planned.index.fqn + "\": expected " + std::to_string(expected) +
+                           " bytes of tensor data, found " + std::to_string(planned.bytes.size()));
+        }
+        values[f].emplace_back(std::move(shard));
+      } else {
+        values[f].emplace_back(pickle::ValuePtr{});
+      }
+    }
+    for (std::size_t i = 0; i < items[f].size(); ++i) {
+      const PlannedItem& planned = files[f].items[i];
+      const bool tensor = planned.type == WriteItemType::kTensor;
+      to_write[f].items.push_back({&items[f][i], tensor ? &values[f][i] : nullptr, tensor ? ByteSpan{} : planned.bytes});
+    }
+  }
+  save_steps::CommittedFiles committed;
+  try {
+    return save_steps::write_item_files(to_write, checkpoint, options, committed);
+  } catch (...) {
+    committed.remove_all(checkpoint);
+    throw;
+  }
+}
+
+void commit_planned(storage::Storage& checkpoint, std::string_view metadata_bytes,
+                    const std::vector<WrittenItem>& written, const SaveOptions& options) {
+  // The load index needs the decoded metadata; a form shardpoint cannot index (a newer
+  // PyTorch's, a raw planner_data pickle) commits without one, which only costs loads
+  // their shortcut.
+  std::optional<format::Metadata> metadata;
+  try {
+    metadata = format::decode_metadata(as_bytes(metadata_bytes), kMetadataKey);
+    if (metadata->planner_data_raw) metadata.reset();
+  } catch (const FormatError&) {
+    metadata.reset();
+  }
+  save_steps::publish_checkpoint(checkpoint, metadata_bytes, metadata ? &*metadata : nullptr, {written}, options);
+}
+
+PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions options)
+    : checkpoint_(checkpoint), options_(options), sources_(std::make_unique<SourceCache>(checkpoint)) {
+  std::optional<std::string> metadata = checkpoint.try_read_all(kMetadataKey);
+  if (!metadata) {
+    throw StorageError(StorageError::Kind::kNotFound,
+                       checkpoint.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+  }
+  metadata_bytes_ = std::move(*metadata);
+  if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey);
+      index && index_matches(*index, as_bytes(metadata_bytes_))) {
+    CheckpointIndex decoded = decode_checkpoint_index(*index, checkpoint.describe_key(kIndexKey));
+    checksums_ = std::move(decoded.checksums);
+    for (const auto& [key, start] : decoded.data_offsets) {
+      auto info = decoded.metadata.storage_data.find(key);
+      if (info != decoded.metadata.storage_data.end()) {
+        data_offsets_.emplace(std::make_pair(info->second.relative_path, info->second.offset), start);
+      }
+    }
+    return;
+  }
+  if (std::optional<std::string> sidecar = checkpoint.try_read_all(kChecksumSidecar)) {
+    checksums_ = ChecksumSidecar::decode(*sidecar, checkpoint.describe_key(kChecksumSidecar));
+  }
+}
+
+PlannedReader::~PlannedReader() = default;
+
+void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
+  // Requests of one blob share the opened blob (its headers are parsed once).
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<const PlannedTensorRead*>> by_blob;
+  for (const PlannedTensorRead& r : requests) by_blob[{r.blob.relative_path, r.blob.offset}].push_back(&r);
+  std::vector<const std::vector<const PlannedTensorRead*>*> blobs;
+  blobs.reserve(by_blob.size());
+  for (const auto& [key, list] : by_blob) blobs.push_back(&list);
+
+  parallel_for(blobs.size(), static_cast<std::size_t>(std::max(options_.thread_count, 1)), [&](std::size_t b) {
+    const PlannedTensorRead& first = *blobs[b]->front();
+    std::optional<std::uint64_t> data_offset;
+    if (auto it = data_offsets_.find({first.blob.relative_path, first.blob.offset}); it != data_offsets_.end()) {
+      data_offset = it->second;
+    }
+    SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
+                         data_offset);
+    BlobChecksums checksums;
+    if (verified()) {
+      checksums.algorithm = checksums_->algorithm();
+      checksums.block_size = checksums_->block_size();
+      checksums.item = checksums_->find(first.blob.relative_path, first.blob.offset);
+    }
+    for (const PlannedTensorRead* r : *blobs[b]) {
+      ReadItem item;
+      item.type = ReadItemType::kTensor;
+      item.dest_index = format::MetadataIndex{r->fqn, Shape(r->lengths.size(), 0), std::nullopt};
+      item.dest_offsets = Shape(r->lengths.size(), 0);
+      item.storage_index = format::MetadataIndex{r->fqn, r->chunk.offsets, std::nullopt};
+      item.storage_offsets = r->storage_offsets;
+      item.lengths = r->lengths;
+      blob.read_into(item, r->dest, r->lengths, checksums);
+    }
+  });
+}
+
+std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std::string& fqn) {
+  std::string bytes(blob.length, '\0');
+  checkpoint_.read(blob.relative_path, blob.offset, std::as_writable_bytes(std::span<char>(bytes)));
+  if (!verified()) return bytes;
+  const ItemChecksums* entry = checksums_->find(blob.relative_path, blob.offset);
+  if (entry == nullptr) return bytes;
+  const std::uint64_t found = checksum_of(checksums_->algorithm(), as_bytes(bytes));
+  if (entry->length != blob.length || found != entry->checksum) {
+    throw FormatError(checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\" at offset " +
+                      std::to_string(blob.offset) + ": checksum mismatch: expected " +
+                      checksum_to_hex(checksums_->algorithm(), entry->checksum) + ", found " +
+                      checksum_to_hex(checksums_->algorithm(), found));
+  }
+  return bytes;
+}
+
+}  // namespace shardpoint::engine

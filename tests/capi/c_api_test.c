@@ -1,0 +1,134 @@
+/* The C API from C: every function, success and failure, on a temporary folder.
+ * Prints one line per check and "N passed, N failed" at the end; exit 1 on any failure. */
+#include <shardpoint/c_api.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                      \
+  do {                                                        \
+    if (cond) {                                               \
+      ++passed;                                               \
+    } else {                                                  \
+      ++failed;                                               \
+      fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                           \
+      fputc('\n', stderr);                                    \
+    }                                                         \
+  } while (0)
+
+static const char* msg(const char* e) { return e ? e : "(no message)"; }
+
+static void test_save_load_reshard(const char* dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ckpt", dir);
+  char* error = NULL;
+  sp_checkpoint* ckpt = NULL;
+  CHECK(sp_checkpoint_open(path, &ckpt, &error) == SP_OK, "open: %s", msg(error));
+
+  int64_t w[4][5];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) w[i][j] = i * 10 + j;
+  const int64_t shape[2] = {4, 5}, zero[2] = {0, 0};
+  double scalar = 2.5;
+  sp_tensor tensors[2] = {
+      {"model.w", "int64", 2, shape, zero, shape, w, sizeof w},
+      {"step", "float64", 0, NULL, NULL, NULL, &scalar, sizeof scalar},
+  };
+  CHECK(sp_save(ckpt, tensors, 2, NULL, &error) == SP_OK, "save: %s", msg(error));
+
+  /* Rows 1..3, columns 2..4 of model.w. */
+  int64_t box[3][3] = {{0}};
+  const int64_t off[2] = {1, 2}, sz[2] = {3, 3};
+  double got_scalar = 0;
+  sp_tensor want[2] = {
+      {"model.w", "int64", 2, shape, off, sz, box, sizeof box},
+      {"step", "float64", 0, NULL, NULL, NULL, &got_scalar, sizeof got_scalar},
+  };
+  CHECK(sp_load(ckpt, want, 2, NULL, &error) == SP_OK, "load: %s", msg(error));
+  CHECK(box[0][0] == 12 && box[2][2] == 34, "box %lld %lld", (long long)box[0][0], (long long)box[2][2]);
+  CHECK(got_scalar == 2.5, "scalar %g", got_scalar);
+
+  /* A dtype that differs is a plan error naming the tensor. */
+  float wrong[3][3];
+  sp_tensor bad = {"model.w", "float32", 2, shape, off, sz, wrong, sizeof wrong};
+  char* e2 = NULL;
+  CHECK(sp_load(ckpt, &bad, 1, NULL, &e2) == SP_ERROR_PLAN, "dtype mismatch: %s", msg(e2));
+  CHECK(e2 != NULL && strstr(e2, "model.w") != NULL, "message: %s", msg(e2));
+  sp_free(e2);
+
+  /* Objects of the folder. */
+  void* data = NULL;
+  size_t size = 0;
+  int found = 0;
+  CHECK(sp_read_object(ckpt, ".metadata", &data, &size, &found, &error) == SP_OK && found && size > 0, "metadata");
+  sp_free(data);
+  CHECK(sp_read_object(ckpt, "absent", &data, &size, &found, &error) == SP_OK && !found && data == NULL, "absent");
+  CHECK(sp_write_object(ckpt, "meta.txt", "hello", 5, 1, &error) == SP_OK, "write_object: %s", msg(error));
+  CHECK(sp_read_object(ckpt, "meta.txt", &data, &size, &found, &error) == SP_OK && size == 5 &&
+            memcmp(data, "hello", 5) == 0,
+        "read back");
+  sp_free(data);
+  CHECK(sp_remove_object(ckpt, "meta.txt", &error) == SP_OK, "remove");
+  sp_checkpoint_close(ckpt);
+
+  /* Tools: inspect, verify, reshard, consolidate. */
+  char* json = NULL;
+  CHECK(sp_inspect(path, &json, &error) == SP_OK && strstr(json, "\"model.w\"") && strstr(json, "crc32c"),
+        "inspect: %s", json ? json : msg(error));
+  sp_free(json);
+  json = NULL;
+  CHECK(sp_verify(path, &json, &error) == SP_OK && strstr(json, "\"ok\":true"), "verify: %s",
+        json ? json : msg(error));
+  sp_free(json);
+  json = NULL;
+  char dst[4096];
+  snprintf(dst, sizeof dst, "%s/three", dir);
+  CHECK(sp_reshard(path, dst, 3, NULL, &json, &error) == SP_OK && strstr(json, "\"tensors\":2"), "reshard: %s",
+        json ? json : msg(error));
+  sp_free(json);
+  json = NULL;
+  char out[4096], options[4200];
+  snprintf(out, sizeof out, "%s/model.pt", dir);
+  snprintf(options, sizeof options, "{\"output_file\": \"%s\", \"layout\": \"dcp\"}", out);
+  CHECK(sp_consolidate(dst, options, &json, &error) == SP_OK && strstr(json, "model.pt"), "consolidate: %s",
+        json ? json : msg(error));
+  sp_free(json);
+}
+
+static void test_errors(const char* dir) {
+  char* error = NULL;
+  sp_checkpoint* ckpt = NULL;
+  CHECK(sp_checkpoint_open("nosuch://x/y", &ckpt, &error) == SP_ERROR_USAGE, "unknown scheme");
+  CHECK(error != NULL && strstr(error, "nosuch") != NULL, "message: %s", msg(error));
+  sp_free(error);
+  error = NULL;
+
+  char path[4096];
+  snprintf(path, sizeof path, "%s/empty", dir);
+  CHECK(sp_checkpoint_open(path, &ckpt, &error) == SP_OK, "open empty");
+  sp_reader* reader = NULL;
+  CHECK(sp_reader_open(ckpt, NULL, &reader, &error) == SP_ERROR_NOT_FOUND, "reader on nothing");
+  CHECK(error != NULL && strstr(error, "not a committed checkpoint") != NULL, "message: %s", msg(error));
+  sp_free(error);
+  error = NULL;
+  CHECK(sp_verify(path, NULL, &error) == SP_ERROR_USAGE, "NULL out");
+  sp_free(error);
+  sp_checkpoint_close(ckpt);
+  CHECK(strlen(sp_version()) >= 5, "version");
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: c_api_test TEMP_DIR\n");
+    return 2;
+  }
+  test_save_load_reshard(argv[1]);
+  test_errors(argv[1]);
+  printf("c_api_test: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
