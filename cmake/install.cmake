@@ -8,22 +8,42 @@
 include(CMakePackageConfigHelpers)
 
 # DT_RPATH (not RUNPATH): it applies to the whole dependency tree loaded through the
-# library, so a bundled libcurl finds its bundled dependencies too.
-set_target_properties(shardpoint_c PROPERTIES INSTALL_RPATH "$ORIGIN")
+# library, so a bundled libcurl finds its bundled dependencies too. Set at link time (build
+# tree included), so the python component can copy the built file as it is.
+set_target_properties(shardpoint_c PROPERTIES INSTALL_RPATH "$ORIGIN" BUILD_WITH_INSTALL_RPATH ON)
 target_link_options(shardpoint_c PRIVATE -Wl,--disable-new-dtags)
 
-install(TARGETS shardpoint_c RUNTIME_DEPENDENCY_SET shardpoint_runtime
-        LIBRARY DESTINATION shardpoint/_lib NAMELINK_SKIP COMPONENT python)
-# Bundled: what other systems have under other sonames or not at all (fmt, isal, curl and
-# its own dependencies). Not bundled: the C and C++ runtimes, zlib and OpenSSL, which every
-# Python host has and which must be the process's one copy.
-install(RUNTIME_DEPENDENCY_SET shardpoint_runtime
-        DESTINATION shardpoint/_lib
-        PRE_EXCLUDE_REGEXES
-          "^ld-linux" "^libc\\.so" "^libm\\.so" "^libdl\\.so" "^librt\\.so" "^libpthread\\.so"
-          "^libresolv\\.so" "^libstdc\\+\\+\\.so" "^libgcc_s\\.so" "^libssl\\.so" "^libcrypto\\.so"
-          "^libz\\.so"
-        COMPONENT python)
+# The python component: shardpoint/_lib/libshardpoint.so (stripped) and, each once under its
+# soname (a wheel is a zip: no symlinks), the shared libraries it needs that a Python host
+# may lack or have under another soname (fmt, isal, curl and curl's own dependencies). Not
+# bundled: the C and C++ runtimes, zlib and OpenSSL, which every Python host has and which
+# must be the process's one copy.
+install(CODE "set(sp_strip \"${CMAKE_STRIP}\")" COMPONENT python)
+install(CODE [[
+  set(dest "${CMAKE_INSTALL_PREFIX}/shardpoint/_lib")
+  file(MAKE_DIRECTORY "${dest}")
+  file(COPY_FILE "$<TARGET_FILE:shardpoint_c>" "${dest}/libshardpoint.so")
+  if(sp_strip)
+    execute_process(COMMAND "${sp_strip}" --strip-debug "${dest}/libshardpoint.so")
+  endif()
+  file(GET_RUNTIME_DEPENDENCIES
+       LIBRARIES "$<TARGET_FILE:shardpoint_c>"
+       RESOLVED_DEPENDENCIES_VAR deps
+       UNRESOLVED_DEPENDENCIES_VAR missing
+       PRE_EXCLUDE_REGEXES
+         "^ld-linux" "^libc\.so" "^libm\.so" "^libdl\.so" "^librt\.so" "^libpthread\.so"
+         "^libresolv\.so" "^libstdc\+\+\.so" "^libgcc_s\.so" "^libssl\.so" "^libcrypto\.so"
+         "^libz\.so")
+  if(missing)
+    message(FATAL_ERROR "libshardpoint.so: unresolved dependencies: ${missing}")
+  endif()
+  foreach(dep IN LISTS deps)
+    get_filename_component(name "${dep}" NAME)
+    file(REAL_PATH "${dep}" real)
+    file(COPY_FILE "${real}" "${dest}/${name}")
+    message(STATUS "Bundled: ${dest}/${name}")
+  endforeach()
+]] COMPONENT python)
 
 install(TARGETS shardpoint_c EXPORT shardpointTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library

@@ -138,6 +138,13 @@ SP_EXPORT sp_status sp_save(sp_checkpoint* checkpoint, const sp_tensor* tensors,
 SP_EXPORT sp_status sp_load(sp_checkpoint* checkpoint, const sp_tensor* tensors, size_t count,
                             const sp_reader_options* options, char** error);
 
+/* Publishes the local folder `staged` (a checkpoint written beside `target`) as `target`:
+ * renamed into place when `target` is absent, else exchanged with it in one step
+ * (renameat2 RENAME_EXCHANGE) and the old folder removed, so a committed checkpoint under
+ * `target` is replaced without a moment where neither the old nor the new one is there.
+ * Local paths only (SP_ERROR_USAGE for URLs); both on one filesystem. */
+SP_EXPORT sp_status sp_replace_folder(const char* staged, const char* target, int durable, char** error);
+
 /* ------------------------------------------------------------------------------------ */
 /* Saving a plan made elsewhere (PyTorch DCP's planner)                                  */
 

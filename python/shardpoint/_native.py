@@ -116,6 +116,7 @@ def _load() -> ctypes.CDLL:
             status,
             [P, ctypes.POINTER(Item), ctypes.c_size_t, ctypes.POINTER(SaveOptions), ctypes.POINTER(P), err],
         ),
+        "sp_replace_folder": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, err]),
         "sp_commit": (status, [P, P, ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(SaveOptions), err]),
         "sp_reader_options_init": (None, [ctypes.POINTER(ReaderOptions)]),
         "sp_reader_open": (status, [P, ctypes.POINTER(ReaderOptions), ctypes.POINTER(P), err]),
@@ -313,6 +314,13 @@ class Reader:
             error,
         )
         return _take_bytes(data, size.value)
+
+
+def replace_folder(staged: str, target: str, durable: bool) -> None:
+    """Publishes the local folder ``staged`` as ``target`` (exchanged in one step when
+    ``target`` exists; the old folder is removed)."""
+    error = ctypes.c_char_p()
+    _check(lib().sp_replace_folder(os.fsencode(staged), os.fsencode(target), int(durable), ctypes.byref(error)), error)
 
 
 def _json_call(fn_name: str, *args: Any) -> dict:

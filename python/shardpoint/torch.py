@@ -33,6 +33,7 @@ import io
 import logging
 import os
 import pickle
+import shutil
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -49,6 +50,7 @@ from torch.distributed.checkpoint import StorageWriter as _DcpStorageWriter
 from torch.distributed.checkpoint.filesystem import _StorageInfo, _StoragePrefix
 from torch.distributed.checkpoint.metadata import MetadataIndex, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, ReadItem, WriteItem, WriteItemType
+from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
@@ -70,6 +72,40 @@ def _location(path: PathOrUrl) -> str:
     if not isinstance(text, str):
         text = os.fsdecode(text)
     return text
+
+
+def _is_local(location: str) -> bool:
+    return "://" not in location
+
+
+_STAGING_MARK = ".sp-replace-"
+
+
+def _staging_folder(target: str, save_id: str) -> str:
+    """The hidden sibling a save into a committed local checkpoint writes to first."""
+    parent, name = os.path.split(os.path.abspath(target))
+    return os.path.join(parent, f".{name}{_STAGING_MARK}{save_id[:16]}")
+
+
+def _remove_stale_staging(target: str) -> None:
+    """Removes staging folders that saves into ``target`` left when they failed."""
+    parent, name = os.path.split(os.path.abspath(target))
+    prefix = f".{name}{_STAGING_MARK}"
+    try:
+        entries = os.listdir(parent)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+
+
+@dataclasses.dataclass
+class _RankFiles(_StoragePrefix):
+    """What the coordinator tells each rank: its file prefix and the folder to write into
+    (the checkpoint itself, or the staging folder beside it)."""
+
+    folder: str = ""
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -111,7 +147,7 @@ def _split_into_files(items: Sequence[WriteItem], planner: SavePlanner, count: i
     return [b for b in buckets if b]
 
 
-class StorageWriter(_DcpStorageWriter):
+class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
     """DCP StorageWriter writing through shardpoint's engine.
 
     Args:
@@ -126,8 +162,16 @@ class StorageWriter(_DcpStorageWriter):
         checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
             partial reads verify with less widening.
         direct_io: bypass the page cache (O_DIRECT) for data files where supported.
-        overwrite: allow saving into a folder that holds a checkpoint (its ``.metadata``
-            is removed first, as a new save's files replace the old ones).
+        cache_staged_state_dict: for ``dcp.async_save``: copy the state into one CPU copy kept
+            between saves (True: the copy is real for CPU tensors too, so training may change
+            the state while the write runs; costs the state's size in host memory once), or
+            PyTorch's default staging (False: a fresh offload per save, which on PyTorch 2.6
+            does not copy tensors that are already on the CPU).
+        overwrite: allow saving into a folder that holds a committed checkpoint. A local one
+            is replaced atomically: the new checkpoint is written into a hidden folder beside
+            it and exchanged with it once committed, so a failed save leaves the previous
+            checkpoint intact. On an object store the old ``.metadata`` is removed first (the
+            old checkpoint stops being one before its files are replaced).
 
     Extra positional or keyword arguments newer PyTorch versions pass are accepted.
     """
@@ -142,10 +186,13 @@ class StorageWriter(_DcpStorageWriter):
         checksum_block_bytes: int = 1 << 20,
         direct_io: bool = True,
         overwrite: bool = True,
+        cache_staged_state_dict: bool = True,
         *args: Any,
         **kwargs: Any,
     ) -> None:
         super().__init__()
+        BlockingAsyncStager.__init__(self, cache_staged_state_dict=cache_staged_state_dict)
+        self._staged: Optional[Dict[str, Any]] = None
         if thread_count < 1:
             raise errors.UsageError(f"thread_count must be >= 1, found {thread_count}")
         self.path = _location(path)
@@ -157,6 +204,8 @@ class StorageWriter(_DcpStorageWriter):
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self._checkpoint: Optional[_native.Checkpoint] = None
+        self._folder = self.path  # where this save writes (coordinator: set by the global plan)
+        self._folder_checkpoint: Optional[_native.Checkpoint] = None
 
     # -- DCP protocol ----------------------------------------------------------------------
 
@@ -166,6 +215,8 @@ class StorageWriter(_DcpStorageWriter):
             self.path = _location(checkpoint_id)
         self.save_id = uuid.uuid4().hex
         self._checkpoint = None
+        self._folder = self.path
+        self._folder_checkpoint = None
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """(all ranks) Records the rank's role; opens the location."""
@@ -177,6 +228,22 @@ class StorageWriter(_DcpStorageWriter):
             self._checkpoint = _native.Checkpoint(self.path)
         return self._checkpoint
 
+    def stage(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
+        """(all ranks, ``dcp.async_save`` only) The copy of the state the background write
+        reads: one CPU copy of every tensor (DTensor and ShardedTensor shards included),
+        allocated on the first save and reused after when ``cache_staged_state_dict``. Pinned
+        only where a GPU is present (pinning needs one; PyTorch 2.6's own stager pins
+        unconditionally and fails on CPU-only machines)."""
+        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+
+        staged = self._staged if self.cache_staged_state_dict else None
+        if staged is None:
+            staged = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
+        _copy_state_dict(state_dict, staged, type_check=False)
+        if self.cache_staged_state_dict:
+            self._staged = staged
+        return staged
+
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
 
@@ -185,16 +252,34 @@ class StorageWriter(_DcpStorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
-        """(coordinator) Gives rank i the file prefix ``__i_``. When the folder holds a
-        committed checkpoint, its ``.metadata`` is removed first: the new save's files
-        replace the old ones, so the old checkpoint stops being a checkpoint before any of
-        its files change."""
+        """(coordinator) Gives rank i the file prefix ``__i_`` and the folder to write into.
+        When the location holds a committed checkpoint: a local one is kept until the new
+        one is committed (the ranks write into a staging folder beside it, which ``finish``
+        exchanges with it); on an object store its ``.metadata`` is removed first, so it
+        stops being a checkpoint before any of its files change."""
         checkpoint = self._opened()
+        self._folder = self.path
+        if _is_local(self.path):
+            _remove_stale_staging(self.path)
         if checkpoint.read_object(".metadata") is not None:
             if not self.overwrite:
                 raise errors.UsageError(f"{self.path}: holds a committed checkpoint and overwrite=False")
-            checkpoint.remove_object(".metadata")
-        return [dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_")) for i, plan in enumerate(plans)]
+            if _is_local(self.path):
+                self._folder = _staging_folder(self.path, self.save_id)
+            else:
+                checkpoint.remove_object(".metadata")
+        return [
+            dataclasses.replace(plan, storage_data=_RankFiles(prefix=f"__{i}_", folder=self._folder))
+            for i, plan in enumerate(plans)
+        ]
+
+    def _writing_to(self, folder: str) -> _native.Checkpoint:
+        if folder == self.path:
+            return self._opened()
+        if self._folder_checkpoint is None or self._folder != folder:
+            self._folder = folder
+            self._folder_checkpoint = _native.Checkpoint(folder)
+        return self._folder_checkpoint
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         """(all ranks) Writes this rank's items; the future is already complete."""
@@ -211,7 +296,8 @@ class StorageWriter(_DcpStorageWriter):
             for item in bucket:
                 native_items.append(self._native_item(name, item, planner, keep_alive))
                 by_position.append(item)
-        written = self._opened().write_items(native_items, self._options)
+        folder = getattr(plan.storage_data, "folder", "") or self.path
+        written = self._writing_to(folder).write_items(native_items, self._options)
         results: List[WriteResult] = []
         for item, record in zip(by_position, written):
             info = _StorageInfo(record["file"], record["offset"], record["length"])
@@ -237,7 +323,11 @@ class StorageWriter(_DcpStorageWriter):
                     records.append(record)
         metadata.storage_data = storage_md
         metadata.storage_meta = self.storage_meta()
-        self._opened().commit(pickle.dumps(metadata), records, self._options)
+        self._writing_to(self._folder).commit(pickle.dumps(metadata), records, self._options)
+        if self._folder != self.path:
+            _native.replace_folder(self._folder, self.path, self.sync_files)
+            self._folder = self.path
+            self._folder_checkpoint = None
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Union[str, os.PathLike]) -> bool:

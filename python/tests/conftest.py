@@ -45,7 +45,7 @@ def _oracle_ready() -> bool:
 INTERPRETERS = ["newest", "torch26"]
 
 
-@pytest.fixture(params=INTERPRETERS)
+@pytest.fixture(scope="module", params=INTERPRETERS)
 def interpreter(request) -> List[str]:
     """The command that starts a Python of the parametrised kind."""
     if request.param == "newest":
@@ -63,6 +63,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Variables the workers need that scripts/oracle-python does not pass into its root (it
+# passes SHARDPOINT_*): sent as SHARDPOINT_WORKER_ENV_<NAME>, restored by the worker.
+FORWARDED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "AZURE_STORAGE_CONNECTION_STRING")
+
+
 def worker_env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "LOCAL_"))}
     env["PYTHONPATH"] = _package_path()
@@ -70,6 +75,9 @@ def worker_env(extra: dict | None = None) -> dict:
     env["USE_LIBUV"] = "0"
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra or {})
+    for name in FORWARDED:
+        if name in env:
+            env["SHARDPOINT_WORKER_ENV_" + name] = env[name]
     return env
 
 

@@ -20,6 +20,12 @@ import os
 import sys
 import zlib
 
+# Variables scripts/oracle-python does not pass into the PyTorch 2.6 root come as
+# SHARDPOINT_WORKER_ENV_<NAME> (conftest.worker_env).
+for _name, _value in list(os.environ.items()):
+    if _name.startswith("SHARDPOINT_WORKER_ENV_"):
+        os.environ.setdefault(_name[len("SHARDPOINT_WORKER_ENV_"):], _value)
+
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -53,6 +59,27 @@ def full_value(name: str, shape, dtype) -> torch.Tensor:
     return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
 
 
+ST_NAME, ST_SHAPE = "model.st_weight", (13, 6)
+
+
+def sharded_tensor(fill: bool):
+    """A ShardedTensor (DCP's older sharded type) split on dim 0, or None where this PyTorch
+    no longer has it."""
+    try:
+        from torch.distributed._shard.metadata import ShardMetadata
+        from torch.distributed._shard.sharded_tensor import Shard as STShard
+        from torch.distributed._shard.sharded_tensor import init_from_local_shards
+    except ImportError:
+        return None
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    step = -(-ST_SHAPE[0] // ws)
+    start, end = rank * step, min(rank * step + step, ST_SHAPE[0])
+    full = full_value(ST_NAME, ST_SHAPE, torch.float32)
+    local = full[start:end].clone() if fill else torch.zeros(end - start, ST_SHAPE[1])
+    meta = ShardMetadata(shard_offsets=[start, 0], shard_sizes=[end - start, ST_SHAPE[1]], placement=f"rank:{rank}/cpu")
+    return init_from_local_shards([STShard(local, meta)], list(ST_SHAPE))
+
+
 def objects() -> dict:
     return {"epoch": 3, "name": "shardpoint", "pair": (1.5, "l2"), "nested": {"lr": [0.1, 0.01]}}
 
@@ -66,6 +93,9 @@ def make_state(mesh, fill: bool) -> dict:
     for name, (shape, dtype) in REPLICATED.items():
         t = full_value(name, shape, dtype) if fill else torch.zeros(shape, dtype=dtype)
         _place(model, optim, name, t)
+    st = sharded_tensor(fill)
+    if st is not None:
+        model[ST_NAME.split(".", 1)[1]] = st
     state = {"model": model, "optim": optim}
     state["extra"] = objects() if fill else {"epoch": 0, "name": "", "pair": (0.0, ""), "nested": {"lr": [0.0, 0.0]}}
     return state
@@ -89,6 +119,13 @@ def check_state(state) -> None:
             local, want = got, full
         if local.dtype != dtype or not torch.equal(local, want):
             raise AssertionError(f"{name}: loaded values differ on rank {dist.get_rank()}")
+    st = state["model"].get(ST_NAME.split(".", 1)[1])
+    if st is not None:
+        full = full_value(ST_NAME, ST_SHAPE, torch.float32)
+        for shard in st.local_shards():
+            start = shard.metadata.shard_offsets[0]
+            if not torch.equal(shard.tensor, full[start : start + shard.tensor.shape[0]]):
+                raise AssertionError(f"{ST_NAME}: loaded ShardedTensor values differ on rank {dist.get_rank()}")
     if state["extra"] != objects():
         raise AssertionError(f"objects differ: {state['extra']!r}")
 

@@ -26,6 +26,7 @@
 #include "comm/communicator_from_env.h"
 #include "engine/reshard.h"
 #include "engine/state_dict.h"
+#include "storage/local_replace.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
 
@@ -211,6 +212,19 @@ sp_status sp_remove_object(sp_checkpoint* checkpoint, const char* key, char** er
   return guarded(error, [&] {
     require(checkpoint != nullptr, "checkpoint is NULL");
     checkpoint->storage->remove(str(key, "key is NULL"));
+  });
+}
+
+sp_status sp_replace_folder(const char* staged, const char* target, int durable, char** error) {
+  return guarded(error, [&] {
+    const std::string from = str(staged, "staged is NULL");
+    const std::string to = str(target, "target is NULL");
+    for (const std::string* p : {&from, &to}) {
+      if (p->find("://") != std::string::npos) {
+        throw UsageError("replace folder: \"" + *p + "\" is a URL; only local folders can be exchanged");
+      }
+    }
+    storage::replace_local_folder(from, to, durable != 0);
   });
 }
 

@@ -12,6 +12,7 @@
 #include "engine/parallel_for.h"
 #include "engine/save_steps.h"
 #include "format/metadata_codec.h"
+#include "pickle/value.h"
 
 namespace shardpoint::engine {
 
@@ -72,12 +73,19 @@ std::vector<WrittenItem> write_planned_files(storage::Storage& checkpoint, const
 
 void commit_planned(storage::Storage& checkpoint, std::string_view metadata_bytes,
                     const std::vector<WrittenItem>& written, const SaveOptions& options) {
-  // The load index needs the decoded metadata; a form shardpoint cannot index (a newer
-  // PyTorch's, a raw planner_data pickle) commits without one, which only costs loads
-  // their shortcut.
+  // The load index needs the decoded metadata. decode_metadata keeps the planner_data
+  // pickle too; when every entry of it decoded as a path (DCP's planners write nothing
+  // else) the decoded map says all of it. A form shardpoint cannot index (an entry that is
+  // not a path, a field the codec does not know) commits without an index, which costs
+  // loads only their shortcut.
   std::optional<format::Metadata> metadata;
   try {
     metadata = format::decode_metadata(as_bytes(metadata_bytes), kMetadataKey);
+    const pickle::ValuePtr& raw = metadata->planner_data_raw;
+    if (raw && (raw->is(pickle::Kind::kNone) ||
+                (raw->is(pickle::Kind::kDict) && raw->entries().size() == metadata->planner_data.size()))) {
+      metadata->planner_data_raw = nullptr;
+    }
     if (metadata->planner_data_raw) metadata.reset();
   } catch (const FormatError&) {
     metadata.reset();
