@@ -242,6 +242,7 @@ class DcpVerifier {
         continue;
       }
       report_.bytes += chunk_bytes;
+      if (info == nullptr) continue;  // not reached: the read needs the storage entry
       const bool in_sidecar = sidecar_entry(info) != nullptr;
       if (in_sidecar) coverage_.sidecar_bytes += chunk_bytes;
       const ArchiveCheck blob = check_blob(*info, fqn, chunk_text);
@@ -266,6 +267,7 @@ class DcpVerifier {
       item_failed(file, fqn, fqn, e.what());
       return;
     }
+    if (info == nullptr) return;  // not reached: the read needs the storage entry
     if (sidecar_entry(info) != nullptr) coverage_.sidecar_bytes += info->length;
     if (check_blob(*info, fqn, "").clean) ++report_.objects;
   }

@@ -24,7 +24,7 @@
 // For a torch.save file (a local file, or an object named by a URL): its zip structure and
 // data.pkl, every record's headers, and (unless quick) every record's CRC-32.
 //
-// A record whose writer stored no CRC-32 (PyTorch >= 2.6 can skip it; zip_record_check.h)
+// A record whose writer stored no CRC-32 (newer PyTorch can skip it; zip_record_check.h)
 // is neither a problem nor verified: its bytes are counted as no_checksum_bytes. Bytes are
 // "verified" only when a checksum covered them and matched.
 //

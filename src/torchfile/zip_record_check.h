@@ -6,12 +6,13 @@
 // 0 and the data-descriptor flag; the real CRC-32 is in the data descriptor and the central
 // directory. ZipArchive only locates records; this is where their bytes are checked.
 //
-// "No checksum": PyTorch >= 2.6 can skip the CRC computation
-// (torch.serialization.config.save.compute_crc32 = False); miniz then leaves the CRC field
-// at its initial value, 0, in the central directory and the descriptor. A record whose
-// central CRC-32 is 0 while its data's CRC-32 is not is therefore reported as kNotRecorded,
-// never as a mismatch: a stored 0 cannot tell "not computed" from "damaged". (An empty
-// record's CRC-32 is 0 and matches.)
+// "No checksum": newer PyTorch can skip the CRC computation
+// (torch.serialization.set_crc32_options(False), and records reserved by
+// PyTorchFileWriter.write_record_metadata, e.g. under torch.serialization.skip_data); it
+// then writes 0 where the CRC-32 goes, in the central directory and the descriptor. A record
+// whose central CRC-32 is 0 while its data's CRC-32 is not is therefore kNotRecorded, never
+// a mismatch: a stored 0 cannot tell "not computed" from "damaged". (An empty record's
+// CRC-32 is 0 and matches.)
 //
 // Header fields checked: signature, method, flags, name (ZipArchive, at open), the local
 // CRC and 32-bit sizes (equal to the central ones, or 0 when the data-descriptor flag is

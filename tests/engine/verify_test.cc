@@ -410,6 +410,49 @@ TEST(VerifyTest, TorchSaveFileOnDisk) {
   EXPECT_THROW(verify(dir.file("missing")), StorageError);
 }
 
+// A torch.save file written by Debian's PyTorch 1.13 (/usr/bin/python3): clean, every byte
+// verified by its records' CRC-32s; a flipped byte of tensor data is a mismatch naming the
+// file, the record and its byte range.
+TEST(VerifyTorchTest, Torch113FileCleanAndDamaged) {
+  SP_REQUIRE_TORCH113(python);
+  TempDir dir;
+  const std::string path = dir.file("t113.pt");
+  auto saved = shardpoint::testing::run_command(
+      python + " -c \"import torch,sys; torch.save({'w': torch.arange(4096, dtype=torch.float32), "
+      "'b': torch.ones(3, dtype=torch.int64), 'step': 3}, sys.argv[1])\" " + path + " 2>&1");
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  VerifyReport r = verify(path);
+  EXPECT_TRUE(r.ok()) << all_messages(r);
+  EXPECT_EQ(r.tensors, 2u);
+  EXPECT_GT(r.bytes, 4096u * 4u);
+  EXPECT_EQ(r.verified_bytes, r.bytes);
+  ASSERT_EQ(r.coverage.size(), 1u);
+  EXPECT_EQ(r.coverage[0].zip_crc32_records, r.coverage[0].records);
+
+  std::string bytes = shardpoint::testing::read_text(path);
+  MemorySource source(as_bytes(bytes), path);
+  torchfile::ZipArchive archive(source);
+  const torchfile::ZipEntry* w = nullptr;
+  for (const auto& e : archive.entries()) {
+    if (e.uncompressed_size == 4096u * 4u) w = &e;
+  }
+  ASSERT_NE(w, nullptr);
+  const torchfile::ZipEntry entry = *w;
+  bytes[static_cast<std::size_t>(entry.data_offset + 1000)] ^= 0x08;
+  shardpoint::testing::write_text(path, bytes);
+  r = verify(path);
+  ASSERT_EQ(r.problems.size(), 1u) << all_messages(r);
+  EXPECT_EQ(r.problems[0].file, path);
+  EXPECT_EQ(r.problems[0].item, entry.name);
+  EXPECT_EQ(r.problems[0].message.rfind(path + ": record \"" + entry.name + "\", bytes [" +
+                                            std::to_string(entry.data_offset) + ", " +
+                                            std::to_string(entry.data_offset + entry.uncompressed_size) +
+                                            "): expected CRC-32 ",
+                                        0),
+            0u)
+      << r.problems[0].message;
+}
+
 // A local folder: verify(path) finds it a DCP checkpoint.
 TEST(VerifyTest, LocalFolder) {
   TempDir dir;
