@@ -48,12 +48,15 @@ std::string range_text(std::uint64_t begin, std::uint64_t length) {
 
 // How the records of one archive checked out.
 struct ArchiveCheck {
-  bool clean = true;           // no problem reported
-  bool all_crc_matched = true;  // every record's CRC-32 computed and matched
+  bool clean = true;                // no problem reported
+  bool all_crc_matched = true;      // every record's CRC-32 computed and matched
+  std::uint64_t stored_bytes = 0;   // data bytes of the STORED records read for their CRC-32
+  std::uint64_t matched_bytes = 0;  // of those, the ones whose CRC-32 matched
 };
 
 // Checks every record of `archive` (zip_record_check.h) and adds what it finds to `report`
-// and `coverage`. `where` prefixes each message (it names the file and the item);
+// and `coverage`. `where` prefixes each message (it names the file, and the item when there
+// is one); problems carry `file` and `item` (a record's name when `item` is empty).
 // `file_base` is the archive's offset in its file, so byte ranges are the file's.
 ArchiveCheck check_archive(const torchfile::ZipArchive& archive, const std::string& where, const std::string& file,
                            const std::string& item, std::uint64_t file_base, bool check_crc,
@@ -61,11 +64,12 @@ ArchiveCheck check_archive(const torchfile::ZipArchive& archive, const std::stri
   ArchiveCheck out;
   for (const torchfile::ZipEntry& entry : archive.entries()) {
     const std::string record = "zip record \"" + entry.name + "\"";
+    const std::string& item_or_record = item.empty() ? entry.name : item;
     torchfile::RecordCheck r;
     try {
       r = torchfile::check_zip_record(archive, entry, check_crc, scratch);
     } catch (const std::exception& e) {
-      report.problems.push_back({file, item, where + ": " + record + ": " + e.what()});
+      report.problems.push_back({file, item_or_record, where + ": " + record + ": " + e.what()});
       out.clean = out.all_crc_matched = false;
       continue;
     }
@@ -73,17 +77,19 @@ ArchiveCheck check_archive(const torchfile::ZipArchive& archive, const std::stri
     coverage.record_bytes += entry.uncompressed_size;
     for (const std::string& p : r.header_problems) {
       report.problems.push_back(
-          {file, item, where + (file_base != 0 ? " (blob at byte " + std::to_string(file_base) + " of the file)" : "") +
-                           ": " + p});
+          {file, item_or_record,
+           where + (file_base != 0 ? " (blob at byte " + std::to_string(file_base) + " of the file)" : "") + ": " + p});
       out.clean = false;
     }
+    if (r.crc != torchfile::RecordCrc::kNotChecked) out.stored_bytes += entry.uncompressed_size;
     switch (r.crc) {
       case torchfile::RecordCrc::kMatch:
         ++coverage.zip_crc32_records;
         coverage.zip_crc32_bytes += entry.uncompressed_size;
+        out.matched_bytes += entry.uncompressed_size;
         break;
       case torchfile::RecordCrc::kMismatch:
-        report.problems.push_back({file, item,
+        report.problems.push_back({file, item_or_record,
                                    where + ": " + record + ", bytes " +
                                        range_text(file_base + r.data.offset, r.data.size) +
                                        " of the file: expected CRC-32 " + torchfile::crc32_hex(r.expected) +
@@ -95,7 +101,7 @@ ArchiveCheck check_archive(const torchfile::ZipArchive& archive, const std::stri
         coverage.no_checksum_bytes += entry.uncompressed_size;
         out.all_crc_matched = false;
         break;
-      case torchfile::RecordCrc::kNotChecked:
+      case torchfile::RecordCrc::kNotChecked:  // compressed (torch.save never writes them), or quick
         out.all_crc_matched = false;
         break;
     }
@@ -117,42 +123,12 @@ void verify_torch_file(const CheckpointLocation& location, const std::string& la
     report.problems.push_back({label, "", label + ": " + e.what()});
     return;
   }
-  std::vector<std::byte> scratch(std::min<std::size_t>(options.slab_bytes, std::size_t{32} << 20));
-  for (const auto& entry : file->archive().entries()) {
-    const std::string record = "record \"" + entry.name + "\"";
-    torchfile::RecordCheck r;
-    try {
-      r = torchfile::check_zip_record(file->archive(), entry, !options.quick, scratch);
-    } catch (const std::exception& e) {
-      report.problems.push_back({label, entry.name, label + ": " + record + ": " + e.what()});
-      continue;
-    }
-    ++coverage.records;
-    coverage.record_bytes += entry.uncompressed_size;
-    coverage.bytes += entry.uncompressed_size;
-    for (const std::string& p : r.header_problems) report.problems.push_back({label, entry.name, label + ": " + p});
-    if (entry.method != 0 || options.quick) continue;  // compressed records: torch.save never writes them
-    report.bytes += entry.uncompressed_size;
-    switch (r.crc) {
-      case torchfile::RecordCrc::kMatch:
-        ++coverage.zip_crc32_records;
-        coverage.zip_crc32_bytes += entry.uncompressed_size;
-        report.verified_bytes += entry.uncompressed_size;
-        break;
-      case torchfile::RecordCrc::kMismatch:
-        report.problems.push_back({label, entry.name,
-                                   label + ": " + record + ", bytes " + range_text(r.data.offset, r.data.size) +
-                                       ": expected CRC-32 " + torchfile::crc32_hex(r.expected) +
-                                       " (central directory), found " + torchfile::crc32_hex(r.found)});
-        break;
-      case torchfile::RecordCrc::kNotRecorded:
-        ++coverage.no_checksum_records;
-        coverage.no_checksum_bytes += entry.uncompressed_size;
-        break;
-      case torchfile::RecordCrc::kNotChecked:
-        break;
-    }
-  }
+  coverage.bytes = file->source().size();
+  std::vector<std::byte> scratch(std::min<std::size_t>(options.slab_bytes, std::size_t{4} << 20));
+  const ArchiveCheck checked =
+      check_archive(file->archive(), label, label, "", 0, !options.quick, scratch, report, coverage);
+  report.bytes += checked.stored_bytes;
+  report.verified_bytes += checked.matched_bytes;
   report.tensors += file->tensors().size();
 }
 
@@ -215,7 +191,7 @@ class DcpVerifier {
  public:
   DcpVerifier(storage::Storage& st, CheckpointReader& reader, const VerifyOptions& options, VerifyReport& report,
               VerifyCoverage& coverage)
-      : st_(st), reader_(reader), options_(options), report_(report), coverage_(coverage), sources_(st),
+      : reader_(reader), options_(options), report_(report), coverage_(coverage), sources_(st),
         slab_(), scratch_(std::min<std::size_t>(options.slab_bytes, std::size_t{4} << 20)) {}
 
   void tensor(const std::string& fqn, const format::TensorStorageMetadata& t) {
@@ -315,7 +291,6 @@ class DcpVerifier {
     }
   }
 
-  storage::Storage& st_;
   CheckpointReader& reader_;
   const VerifyOptions& options_;
   VerifyReport& report_;

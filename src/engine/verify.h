@@ -80,8 +80,8 @@ struct VerifyCoverage {
   std::string name;  // the checkpoint or file, as in messages
   bool is_dcp = false;
   bool quick = false;  // structure only: no checksum was checked
-  // Bytes whose structure was checked: DCP, the blobs of the items that parsed; torch.save,
-  // the file's zip records.
+  // Bytes whose structure was checked: DCP, the blobs of the items read; torch.save, the
+  // whole file.
   std::uint64_t bytes = 0;
   // Zip records found, and of their data bytes: those whose CRC-32 matched the central
   // directory, and those whose writer recorded no CRC-32.

@@ -444,10 +444,10 @@ TEST(VerifyTorchTest, Torch113FileCleanAndDamaged) {
   ASSERT_EQ(r.problems.size(), 1u) << all_messages(r);
   EXPECT_EQ(r.problems[0].file, path);
   EXPECT_EQ(r.problems[0].item, entry.name);
-  EXPECT_EQ(r.problems[0].message.rfind(path + ": record \"" + entry.name + "\", bytes [" +
+  EXPECT_EQ(r.problems[0].message.rfind(path + ": zip record \"" + entry.name + "\", bytes [" +
                                             std::to_string(entry.data_offset) + ", " +
                                             std::to_string(entry.data_offset + entry.uncompressed_size) +
-                                            "): expected CRC-32 ",
+                                            ") of the file: expected CRC-32 ",
                                         0),
             0u)
       << r.problems[0].message;
