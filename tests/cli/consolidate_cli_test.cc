@@ -9,7 +9,8 @@
 //     output directory, full disk on a small tmpfs);
 //   peak RSS of the process under --memory-budget on a checkpoint 4x larger;
 //   SIGTERM mid-copy: exit 143, nothing left;
-//   verify: clean folder/file exit 0, damaged ones exit 1 with the problems.
+//   verify: clean folder/file exit 0, damaged ones exit 1 with the problems; --quick, --json,
+//     and a file whose records carry no CRC-32 (passes, never "verified").
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -36,6 +37,7 @@
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
+#include "torchfile/zip_reader.h"
 
 namespace shardpoint {
 namespace {
@@ -292,6 +294,46 @@ TEST(ConsolidateCliTest, VerifyReportsCrcMismatchInTorchFile) {
   ToolRun v = tool("verify " + q(dir.file("out.pt")), dir);
   EXPECT_EQ(v.code, 1);
   EXPECT_NE(v.out.find("CRC-32"), std::string::npos) << v.out << v.err;
+}
+
+// --quick checks the structure only and says so; --json reports which checks covered which
+// bytes; a torch.save file whose writer stored no CRC-32s (0, as PyTorch with
+// set_crc32_options(False)) passes, and its bytes are never called verified.
+TEST(ConsolidateCliTest, VerifyQuickJsonAndRecordsWithoutChecksum) {
+  TempDir dir;
+  const std::string folder = dir.file("ckpt");
+  save_small(folder);
+  ToolRun quick = tool("verify --quick " + q(folder), dir);
+  EXPECT_EQ(quick.code, 0) << quick.out;
+  EXPECT_NE(quick.out.find("structure only"), std::string::npos) << quick.out;
+  EXPECT_EQ(quick.out.find("verified"), std::string::npos) << quick.out;
+  ToolRun json = tool("verify --json " + q(folder), dir);
+  EXPECT_EQ(json.code, 0) << json.out;
+  for (const char* field : {"\"ok\": true", "\"zip_crc32\": {", "\"algorithm\": \"crc32c\"", "\"checks\": [",
+                            "\"format\": \"torch\""}) {
+    EXPECT_NE(json.out.find(field), std::string::npos) << field << "\n" << json.out;
+  }
+
+  ASSERT_EQ(tool("consolidate " + q(folder) + " --output_file " + q(dir.file("out.pt")), dir).code, 0);
+  std::string bytes = testing::read_text(dir.file("out.pt"));
+  {
+    MemorySource source(as_bytes(bytes), "out.pt");
+    torchfile::ZipArchive archive(source);
+    const std::uint64_t cd = archive.entries().back().data_offset + archive.entries().back().uncompressed_size;
+    for (const auto& e : archive.entries()) {
+      bytes.replace(static_cast<std::size_t>(e.data_offset + e.uncompressed_size + 4), 4, std::string(4, '\0'));
+      const std::size_t central = bytes.find(std::string("PK\x01\x02", 4) , static_cast<std::size_t>(cd));
+      for (std::size_t at = central; at != std::string::npos; at = bytes.find(std::string("PK\x01\x02", 4), at + 1)) {
+        if (bytes.compare(at + 46, e.name.size(), e.name) == 0) bytes.replace(at + 16, 4, std::string(4, '\0'));
+      }
+    }
+  }
+  testing::write_text(dir.file("nocrc.pt"), bytes);
+  ToolRun v = tool("verify " + q(dir.file("nocrc.pt")), dir);
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+  EXPECT_NE(v.out.find(" 0 verified by a checksum"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("with no checksum"), std::string::npos) << v.out;
+  EXPECT_EQ(v.out.find("bytes verified"), std::string::npos) << v.out;
 }
 
 TEST(ConsolidateCliTest, FullDiskLeavesNothing) {
