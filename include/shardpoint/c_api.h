@@ -253,12 +253,18 @@ SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int 
  *  "files": [str], "checksums": "crc32c"|"xxh3"|null}. */
 SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);
 
-/* Checks a checkpoint: every file present, chunks tile each tensor, every tensor blob parses,
- * checksums match (each byte read once). *report_json: {"ok": bool, "problems": [str], "tensors": int,
- *  "objects": int, "bytes_read": int, "checksums": "crc32c"|"xxh3"|null}. A damaged
- * checkpoint returns SP_OK with "ok": false; errors are for checkpoints that cannot be
- * opened at all. */
-SP_EXPORT sp_status sp_verify(const char* path_or_url, char** report_json, char** error);
+/* Checks a checkpoint (a DCP folder or URL, or a torch.save file): files present, chunks
+ * tile each tensor, every blob parses, the sidecar's CRC-32C blocks and every zip record's
+ * CRC-32 match. options_json (may be NULL): {"quick": bool} (structure only: no tensor data
+ * read, no checksum checked). *report_json:
+ *   {"ok": bool, "problems": [{"file", "item", "message"}], "tensors", "objects",
+ *    "bytes" (data read), "verified_bytes" (of those, covered by a checksum that matched),
+ *    "coverage": [{"name", "format": "dcp"|"torch", "quick", "structure_bytes",
+ *      "zip_records", "zip_record_bytes", "zip_crc32_bytes", "no_checksum_bytes",
+ *      "sidecar": "crc32c"|"xxh3"|null, "sidecar_bytes"}]}
+ * A damaged checkpoint returns SP_OK with "ok": false; errors are for checkpoints that
+ * cannot be found or opened at all (SP_ERROR_NOT_FOUND, SP_ERROR_STORAGE). */
+SP_EXPORT sp_status sp_verify(const char* path_or_url, const char* options_json, char** report_json, char** error);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -127,18 +127,23 @@ def reshard(
     return _native.reshard(os.fspath(source), os.fspath(destination), int(ranks), options)
 
 
-def verify(checkpoint: PathOrUrl) -> Dict[str, Any]:
-    """Checks a DCP checkpoint: files present, every tensor and object readable, every byte
-    checked against the checksum sidecar when there is one.
+def verify(checkpoint: PathOrUrl, *, quick: bool = False) -> Dict[str, Any]:
+    """Checks a checkpoint (a DCP folder or URL, or a torch.save file such as ``meta.pt``):
+    files present, chunks tile every tensor, every blob parses, every byte read is checked
+    against the checksum sidecar (shardpoint's saves) and every zip record against the
+    CRC-32 its writer stored (PyTorch's saves too). ``quick``: structure only.
 
     Returns:
-        A dict: ``ok`` (bool), ``problems`` (one message per damaged item, naming file and
-        item), ``tensors``, ``objects``, ``bytes_read``, ``checksums`` (algorithm or None).
+        A dict: ``ok`` (bool); ``problems`` (``{"file", "item", "message"}`` each, the message
+        naming file, item, record and byte range); ``tensors``, ``objects``; ``bytes`` (data
+        read) and ``verified_bytes`` (of those, covered by a checksum that matched: never
+        the bytes no checksum covers); ``coverage`` (per checkpoint and ``meta.pt``: which
+        checks covered how many bytes).
 
     Raises:
-        NotFoundError: not a committed checkpoint.
+        NotFoundError: nothing there to verify.
     """
-    return _native.verify(os.fspath(checkpoint))
+    return _native.verify(os.fspath(checkpoint), {"quick": bool(quick)})
 
 
 def inspect(checkpoint: PathOrUrl) -> Dict[str, Any]:

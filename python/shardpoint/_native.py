@@ -131,7 +131,7 @@ def _load() -> ctypes.CDLL:
         "sp_consolidate": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P), err]),
         "sp_reshard": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(P), err]),
         "sp_inspect": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
-        "sp_verify": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_verify": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P), err]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -342,5 +342,5 @@ def inspect(path: str) -> dict:
     return _json_call("sp_inspect", os.fsencode(path))
 
 
-def verify(path: str) -> dict:
-    return _json_call("sp_verify", os.fsencode(path))
+def verify(path: str, options: dict) -> dict:
+    return _json_call("sp_verify", os.fsencode(path), json.dumps(options).encode())

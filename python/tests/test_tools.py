@@ -35,13 +35,16 @@ def test_inspect(ckpt):
 def test_verify_clean_and_damaged(ckpt):
     report = shardpoint.verify(ckpt)
     assert report["ok"] and report["problems"] == [] and report["tensors"] == 2
+    assert report["verified_bytes"] == report["bytes"] > 0
+    assert report["coverage"][0]["sidecar"] == "crc32c"
     f = next(ckpt.glob("__0_*.distcp"))
     data = bytearray(f.read_bytes())
     data[len(data) // 2] ^= 1
     f.write_bytes(bytes(data))
     report = shardpoint.verify(ckpt)
     assert not report["ok"] and report["problems"]
-    assert f.name in report["problems"][0]
+    assert report["problems"][0]["file"] == f.name and f.name in report["problems"][0]["message"]
+    assert shardpoint.verify(ckpt, quick=True)["coverage"][0]["quick"]
 
 
 def test_verify_missing_checkpoint_raises(tmp_path):
@@ -82,7 +85,9 @@ def test_engine_reads_what_this_pytorch_wrote(tmp_path):
     dcp.save(state(), storage_writer=dcp.FileSystemWriter(path))
     info = shardpoint.inspect(path)
     assert info["tensors"]["model.w"]["shape"] == [33, 8] and info["checksums"] is None
-    assert shardpoint.verify(path)["ok"]
+    report = shardpoint.verify(path)
+    assert report["ok"] and report["coverage"][0]["sidecar"] is None
+    assert report["coverage"][0]["zip_crc32_bytes"] > 0  # PyTorch's own CRC-32s were checked
     out = tmp_path / "theirs.pt"
     shardpoint.consolidate(path, out, layout="dcp")
     assert torch.equal(torch.load(out, weights_only=False)["model"]["w"], state()["model"]["w"])

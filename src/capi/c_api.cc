@@ -26,6 +26,7 @@
 #include "comm/communicator_from_env.h"
 #include "engine/reshard.h"
 #include "engine/state_dict.h"
+#include "engine/verify.h"
 #include "storage/local_replace.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
@@ -506,47 +507,39 @@ sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
   });
 }
 
-sp_status sp_verify(const char* path_or_url, char** report_json, char** error) {
+sp_status sp_verify(const char* path_or_url, const char* options_json, char** report_json, char** error) {
   return guarded(error, [&] {
     require(report_json != nullptr, "report_json is NULL");
-    auto st = storage::open_storage(str(path_or_url, "path_or_url is NULL"));
-    engine::CheckpointReader reader(*st);
-    const format::Metadata& m = reader.metadata();
+    const json o = parse_options(options_json);
+    engine::VerifyOptions options;
+    options.quick = option<bool>(o, "quick", options.quick);
+    const engine::VerifyReport r = engine::verify(str(path_or_url, "path_or_url is NULL"), options);
     json problems = json::array();
-    std::uint64_t tensors = 0;
-    std::uint64_t objects = 0;
-    // Every tensor read whole in boxes of at most 64 MiB (each byte read once, verified
-    // against the sidecar when there is one), every object parsed; one problem per item.
-    constexpr std::uint64_t kBoxBytes = std::uint64_t{64} << 20;
-    std::vector<std::byte> buffer;
-    for (const auto& [fqn, entry] : m.state_dict_metadata) {
-      try {
-        if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
-          ++tensors;
-          Shape offsets;
-          Shape sizes;
-          std::uint64_t bytes = 0;
-          engine::BoxCursor boxes(t->size, dtype_itemsize(t->properties.dtype), kBoxBytes);
-          while (boxes.next(offsets, sizes, bytes)) {
-            buffer.resize(bytes);
-            reader.read_box(fqn, offsets, sizes, std::span<std::byte>(buffer.data(), buffer.size()));
-          }
-        } else {
-          ++objects;
-          reader.read_object(fqn);
-        }
-      } catch (const Error& e) {
-        problems.push_back(e.what());
-      }
+    for (const engine::VerifyProblem& p : r.problems) {
+      problems.push_back(json{{"file", p.file}, {"item", p.item}, {"message", p.message}});
     }
-    const engine::ReadCounts counts = reader.counts();
-    json out{{"ok", problems.empty()},
-             {"problems", std::move(problems)},
-             {"tensors", tensors},
-             {"objects", objects},
-             {"bytes_read", counts.header_bytes + counts.data_bytes},
-             {"checksums", nullptr}};
-    if (reader.sidecar()) out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
+    json coverage = json::array();
+    for (const engine::VerifyCoverage& c : r.coverage) {
+      coverage.push_back(json{{"name", c.name},
+                              {"format", c.is_dcp ? "dcp" : "torch"},
+                              {"quick", c.quick},
+                              {"structure_bytes", c.bytes},
+                              {"zip_records", c.records},
+                              {"zip_record_bytes", c.record_bytes},
+                              {"zip_crc32_bytes", c.zip_crc32_bytes},
+                              {"no_checksum_bytes", c.no_checksum_bytes},
+                              {"sidecar", c.sidecar == engine::ChecksumAlgorithm::kNone
+                                              ? json(nullptr)
+                                              : json(std::string(engine::checksum_algorithm_name(c.sidecar)))},
+                              {"sidecar_bytes", c.sidecar_bytes}});
+    }
+    const json out{{"ok", r.ok()},
+                   {"problems", std::move(problems)},
+                   {"tensors", r.tensors},
+                   {"objects", r.objects},
+                   {"bytes", r.bytes},
+                   {"verified_bytes", r.verified_bytes},
+                   {"coverage", std::move(coverage)}};
     *report_json = copy_string(out.dump());
   });
 }

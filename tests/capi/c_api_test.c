@@ -82,7 +82,7 @@ static void test_save_load_reshard(const char* dir) {
         "inspect: %s", json ? json : msg(error));
   sp_free(json);
   json = NULL;
-  CHECK(sp_verify(path, &json, &error) == SP_OK && strstr(json, "\"ok\":true"), "verify: %s",
+  CHECK(sp_verify(path, NULL, &json, &error) == SP_OK && strstr(json, "\"ok\":true"), "verify: %s",
         json ? json : msg(error));
   sp_free(json);
   json = NULL;
@@ -116,7 +116,7 @@ static void test_errors(const char* dir) {
   CHECK(error != NULL && strstr(error, "not a committed checkpoint") != NULL, "message: %s", msg(error));
   sp_free(error);
   error = NULL;
-  CHECK(sp_verify(path, NULL, &error) == SP_ERROR_USAGE, "NULL out");
+  CHECK(sp_verify(path, NULL, NULL, &error) == SP_ERROR_USAGE, "NULL out");
   sp_free(error);
   sp_checkpoint_close(ckpt);
   CHECK(strlen(sp_version()) >= 5, "version");
