@@ -26,11 +26,12 @@
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_reader.h"
 #include "engine/item_reader.h"
-#include "engine/consolidate.h"
+#include "engine/chunking.h"
 #include "engine/reshard.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
 #include "storage/local_storage.h"
+#include "storage/location.h"
 #include "storage/storage_registry.h"
 #include "torchfile/torch_file.h"
 
@@ -238,10 +239,11 @@ class VerifyCommand : public Command {
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    const bool remote = engine::is_storage_url(path_);
+    const storage::Location where = storage::Location::parse(path_);
+    const bool remote = where.is_remote();
     std::optional<std::string> local;  // the path on the local filesystem, file:// stripped
     if (!remote) {
-      local = path_.starts_with("file://") ? path_.substr(7) : path_;
+      local = where.path();
       struct stat st {};
       if (::stat(local->c_str(), &st) != 0) {
         throw StorageError(StorageError::Kind::kNotFound, "\"" + path_ + "\": no such file or folder");

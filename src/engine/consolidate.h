@@ -119,44 +119,6 @@ class Cancelled : public std::runtime_error {
   Cancelled() : std::runtime_error("interrupted; no output written") {}
 };
 
-// The validation of Lightning's consolidate_checkpoint, in its order, for `folder`
-// (ignoring the meta.pt check for kDcp) and the resolved output path. Throws PlanError with
-// Lightning's exact message (for URLs, worded for a prefix; these checks list / HEAD the
-// object store, so they can also throw StorageError). UsageError for a bucket-root output
-// URL. Returns the output path or URL. No side effects.
-std::string validate_consolidate(const ConsolidateOptions& options);
-
-// Pathlib-style normalisation: "a//b/./c/" -> "a/b/c" ("." stays ".", "/" stays "/").
-std::string normalize_path(const std::string& path);
-
-// The boxes (offsets, sizes, bytes) of a row-major tensor of `shape` in row-major order,
-// each at most max_bytes (but at least one element): blocks along the first dimension
-// whose sub-rows fit in max_bytes, single indices on the dimensions before it. A 0-dim
-// tensor is one box with empty offsets/sizes; a tensor with no elements has none.
-// One at a time, so a huge tensor cut into small boxes is never listed whole.
-class BoxCursor {
- public:
-  BoxCursor(const std::vector<std::int64_t>& shape, std::size_t itemsize, std::uint64_t max_bytes);
-  // The next box; false when there are no more.
-  bool next(std::vector<std::int64_t>& offsets, std::vector<std::int64_t>& sizes, std::uint64_t& bytes);
-
- private:
-  std::vector<std::int64_t> shape_;
-  std::size_t scalar_bytes_ = 0;
-  bool done_ = false;
-  std::size_t d_ = 0;  // the dimension cut into blocks
-  std::uint64_t row_ = 0;
-  std::int64_t block_ = 1;
-  std::int64_t start_ = 0;
-  std::vector<std::int64_t> offsets_;
-  std::vector<std::int64_t> sizes_;
-};
-
-// Visits BoxCursor's boxes in order.
-void for_each_box(const std::vector<std::int64_t>& shape, std::size_t itemsize, std::uint64_t max_bytes,
-                  const std::function<void(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                                           std::uint64_t)>& fn);
-
 // Runs the whole consolidation. `progress` (may be empty) is called from this thread after
 // each slab. Throws PlanError (validation, Lightning's messages; layout problems),
 // FormatError (bad .metadata, blobs, meta.pt), StorageError (missing or short shard files,

@@ -23,6 +23,7 @@
 #include "engine/async_save.h"
 #include "engine/checkpoint.h"
 #include "pickle/value.h"
+#include "storage/location.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
 #include "torch/tensor_adapter.h"
@@ -130,53 +131,45 @@ class TorchFileBuilder {
 
 // --- paths: local paths and object-store URLs -------------------------------------------
 
-bool is_url(const std::string& p) { return p.find("://") != std::string::npos && p.rfind("file://", 0) != 0; }
-
-std::string strip_trailing_slash(std::string p) {
-  const std::size_t scheme = p.find("://");
-  const std::size_t keep = scheme == std::string::npos ? 1 : scheme + 4;
-  while (p.size() > keep && p.back() == '/') p.pop_back();
-  return p;
-}
+bool is_remote(const std::string& p) { return storage::Location::parse(p).is_remote(); }
 
 // Checkpoint names are appended to the root's path, so a URL may not carry "?options".
 void check_no_query(const std::string& url) {
-  if (is_url(url) && url.find('?') != std::string::npos) {
+  if (!storage::Location::parse(url).query().empty()) {
     throw UsageError(fmt::format("{}: options after '?' are not supported in trainer paths; give the endpoint and "
                                  "credentials through the environment (shardpoint verify --help lists them)",
                                  url));
   }
 }
 
-// Absolute and normal for local paths; URLs as given, without a trailing '/'.
+// Absolute and normal for local paths; URLs normalised (storage::Location), so without a
+// trailing '/'.
 std::string normalize_path(const std::string& p) {
   check_no_query(p);
-  if (is_url(p)) return strip_trailing_slash(p);
-  return strip_trailing_slash(fs::absolute(fs::path(strip_trailing_slash(p))).lexically_normal().string());
+  return storage::Location::parse(p).absolute().to_string();
 }
 
 // (parent, name) of a checkpoint path: the storage that holds it and its key there.
-std::pair<std::string, std::string> split_path(const std::string& path) {
-  const std::size_t slash = path.rfind('/');
-  const std::size_t scheme = path.find("://");
-  if (slash == std::string::npos) return {".", path};
-  if (scheme != std::string::npos && slash < scheme + 3) throw UsageError(fmt::format("{}: not a checkpoint path", path));
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+std::pair<std::string, std::string> parent_and_name(const std::string& path) {
+  const storage::Location location = storage::Location::parse(path);
+  const std::optional<storage::Location> parent = location.parent();
+  if (!parent) throw UsageError(fmt::format("{}: not a checkpoint path", path));
+  return {parent->to_string(), location.name()};
 }
 
 bool path_exists(const std::string& path) {
-  if (!is_url(path)) return fs::exists(path);
-  const auto [parent, name] = split_path(path);
+  if (!is_remote(path)) return fs::exists(path);
+  const auto [parent, name] = parent_and_name(path);
   auto st = storage::open_storage(parent);
   return st->try_stat(name).has_value() || !st->list(name + "/").empty();
 }
 
 void remove_path(const std::string& path) {
-  if (!is_url(path)) {
+  if (!is_remote(path)) {
     fs::remove_all(path);
     return;
   }
-  const auto [parent, name] = split_path(path);
+  const auto [parent, name] = parent_and_name(path);
   auto st = storage::open_storage(parent);
   st->remove_prefix(name + "/");
   st->remove(name);
@@ -184,12 +177,12 @@ void remove_path(const std::string& path) {
 
 // "sharded" (holds meta.pt), "full" (a file / object), or "" (neither): Lightning's rule.
 std::string checkpoint_kind(const std::string& path) {
-  if (!is_url(path)) {
+  if (!is_remote(path)) {
     if (fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "meta.pt")) return "sharded";
     return fs::is_regular_file(path) ? "full" : "";
   }
   if (storage::open_storage(path)->try_stat("meta.pt")) return "sharded";
-  const auto [parent, name] = split_path(path);
+  const auto [parent, name] = parent_and_name(path);
   return storage::open_storage(parent)->try_stat(name) ? "full" : "";
 }
 
@@ -201,7 +194,7 @@ bool is_version_dir_name(const std::string& n) {
 std::string next_checkpoints_dir(const std::string& root) {
   check_no_query(root);
   int version = 0;
-  if (!is_url(root)) {
+  if (!is_remote(root)) {
     const fs::path logs = fs::path(root) / "lightning_logs";
     if (fs::is_directory(logs)) {
       for (const auto& e : fs::directory_iterator(logs)) {
@@ -215,7 +208,7 @@ std::string next_checkpoints_dir(const std::string& root) {
     const std::string n = o.key.substr(15, o.key.find('/', 15) - 15);
     if (is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
   }
-  return strip_trailing_slash(root) + fmt::format("/lightning_logs/version_{}/checkpoints", version);
+  return storage::Location::parse(root).child(fmt::format("lightning_logs/version_{}/checkpoints", version)).to_string();
 }
 
 std::int64_t meta_int(const Value& root, const char* key, const std::string& where) {
@@ -266,7 +259,8 @@ std::string resolve_last_checkpoint(const std::string& root) {
   for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
     std::smatch m;
     if (!std::regex_match(o.key, m, kName)) continue;
-    const std::string path = strip_trailing_slash(root) + "/lightning_logs/version_" + m[1].str() + "/checkpoints/" + m[2].str();
+    const std::string path =
+        storage::Location::parse(root).child("lightning_logs/version_" + m[1].str() + "/checkpoints/" + m[2].str()).to_string();
     auto& entry = found[path];
     entry.first = {std::stol(m[1].str()), m[3].matched ? std::stol(m[3].str()) + 1 : 0};
     entry.second.insert(m[4].matched ? m[4].str().substr(1) : "");
@@ -371,7 +365,7 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     }
   } else {
     try {
-      const auto [dir, name] = split_path(path);
+      const auto [dir, name] = parent_and_name(path);
       auto tf = open_torch_file(dir, name);
       const Value& root = *tf->root();
       ValuePtr sd = root.get("state_dict");
@@ -635,7 +629,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.steps_in_epoch = in_epoch;
   loops.is_last_batch = in_epoch == schedule_.steps_per_epoch();
   loops.epoch_processed = in_epoch_end_;
-  const auto [parent, name] = split_path(path);
+  const auto [parent, name] = parent_and_name(path);
   finish_pending(result);  // a new save starts after the previous one is committed
   if (strategy_.state_dict_type() == "sharded") {
     // A file at the path goes; an older checkpoint in the folder loses its commit marker
@@ -693,12 +687,12 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       for (std::size_t i = 0; i < gathered.size(); ++i) full_state[names[i]][key] = gathered[i];
     }
     on_rank0(comm, [&] {
-      if (!is_url(path) && fs::is_directory(path)) {
+      if (!is_remote(path) && fs::is_directory(path)) {
         if (!fs::is_regular_file(fs::path(path) / "meta.pt")) {
           throw UsageError(fmt::format("The checkpoint path exists and is a directory: {}", path));
         }
         fs::remove_all(path);
-      } else if (is_url(path) && storage::open_storage(path)->try_stat("meta.pt")) {
+      } else if (is_remote(path) && storage::open_storage(path)->try_stat("meta.pt")) {
         storage::open_storage(parent)->remove_prefix(name + "/");
       }
       TorchFileBuilder files;
