@@ -1,45 +1,27 @@
 #include "engine/consolidate.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
-#include <set>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/process_memory.h"
 #include "engine/checkpoint_reader.h"
-#include "engine/chunking.h"
 #include "engine/consolidate_validation.h"
+#include "engine/consolidated_tree.h"
 #include "engine/copy_memory_plan.h"
 #include "engine/flatten.h"
-#include "engine/item_reader.h"
-#include "engine/lightning_layout.h"
-#include "engine/load_plan.h"
 #include "engine/shard_read_ahead.h"
 #include "engine/slab_pipeline.h"
-#include "format/metadata_codec.h"
-#include "format/checkpoint_path.h"
 #include "format/safetensors_index.h"
 #include "format/safetensors_writer.h"
-#include "pickle/tree_edit.h"
 #include "storage/local_storage.h"
 #include "storage/location.h"
 #include "storage/storage_registry.h"
@@ -51,10 +33,6 @@
 namespace shardpoint::engine {
 namespace {
 
-using pickle::Kind;
-using pickle::Value;
-using pickle::ValuePtr;
-
 constexpr const char* kMetaPt = "meta.pt";
 // Tensors whose blobs are announced to the kernel (WILLNEED) ahead of the one being read.
 constexpr std::size_t kReadAheadTensors = 16;
@@ -64,20 +42,6 @@ constexpr std::size_t kReadAheadTensors = 16;
 constexpr std::size_t kSlabBuffers = 4;
 // (One when the budget is small: each reader holds checksum-block scratch.)
 constexpr std::size_t kReaderThreads = 2;
-
-// Where the bytes of one output tensor come from.
-struct TensorSource {
-  bool from_meta = false;
-  std::string fqn;                        // DCP tensor
-  torchfile::TensorInfo meta;             // meta.pt tensor
-  DType dtype = DType::kFloat32;
-  Shape shape;
-  std::uint64_t nbytes() const {
-    std::uint64_t n = dtype_itemsize(dtype);
-    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
-    return n;
-  }
-};
 
 // os.path.splitext(file_name)[0]: torch.save's archive folder name for a file name.
 std::string archive_name_for(const std::string& file_name) {
@@ -92,27 +56,15 @@ std::string archive_name_for(const std::string& file_name) {
   return base.empty() ? "archive" : base;
 }
 
-// The fqns of the checkpoint in `order` (Metadata::key_order: the order the file lists
-// them, in which PyTorch's _EmptyStateDictLoadPlanner builds and dcp_to_torch_save writes
-// the state), then any others sorted.
-std::vector<std::string> ordered_fqns(const format::Metadata& md, const std::vector<std::string>& order) {
-  std::vector<std::string> out;
-  std::set<std::string> seen;
-  for (const std::string& fqn : order) {
-    if (md.state_dict_metadata.count(fqn) && seen.insert(fqn).second) out.push_back(fqn);
-  }
-  for (const auto& [fqn, _] : md.state_dict_metadata) {
-    if (seen.insert(fqn).second) out.push_back(fqn);
-  }
-  return out;
-}
-
-format::ObjectPath path_of(const format::Metadata& md, const std::string& fqn) {
-  auto it = md.planner_data.find(fqn);
-  if (it != md.planner_data.end() && !it->second.empty()) return it->second;
-  return format::ObjectPath{fqn};
-}
-
+// One consolidate() call, in order:
+//   1. validate the folder and the output (Lightning's checks) and open the input through
+//      the shared header windows; check every shard file .metadata names;
+//   2. split the memory budget and allocate the slab;
+//   3. torch.save: build the tree (tensors as storage records "0", "1", ...), write
+//      data.pkl, then stream every record; safetensors: choose the model tensors, group
+//      them into files, stream each file, then write the index;
+//   4. commit: the output writer's commit() (local: fsync + rename; object stores: the
+//      upload completes), or TempFolder::publish for a folder of shards.
 class Consolidator {
  public:
   Consolidator(const ConsolidateOptions& options, const std::function<void(const ConsolidateProgress&)>& progress)
@@ -194,93 +146,12 @@ class Consolidator {
     }
   }
 
-  // A stand-in node for a tensor whose bytes come from src (assign_storages() swaps it for
-  // the tensor node). `label` only helps debugging.
-  ValuePtr placeholder_for(TensorSource src, const std::string& label) {
-    ValuePtr p = Value::tuple({Value::str(label)});
-    placeholder_nodes_.push_back(p);
-    placeholders_.emplace(p.get(), sources_.size());
-    sources_.push_back(std::move(src));
-    return p;
-  }
-
-  // The DCP part as a pickle dict, tensors as placeholders (dcp_to_torch_save's tree).
-  ValuePtr build_dcp_tree() {
-    const format::Metadata& md = reader_->metadata();
-    StateNode root{StateDict{}};
-    for (const std::string& fqn : fqns_) {
-      const auto& entry = md.state_dict_metadata.at(fqn);
-      ValuePtr leaf;
-      if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
-        TensorSource src;
-        src.fqn = fqn;
-        src.dtype = t->properties.dtype;
-        src.shape = t->size;
-        leaf = placeholder_for(std::move(src), fqn);
-      } else {
-        leaf = reader_->read_object(fqn);
-        if (leaf && pickle::holds_persistent_id(*leaf)) {
-          throw FormatError("item \"" + fqn + "\": an object item that holds tensors is not supported");
-        }
-        ++report_.objects;
-      }
-      set_at_path(root, path_of(md, fqn), StateNode(std::move(leaf)));
-    }
-    return to_pickle_value(root);
-  }
-
   void open_meta() {
     if (remote_in_) {
       meta_ = torchfile::TorchFile::open(input_->open_source(kMetaPt));
     } else {
       meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
     }
-  }
-
-  ValuePtr build_tree() {
-    ValuePtr tree = build_dcp_tree();
-    if (options_.layout == ConsolidateLayout::kDcp) return tree;
-    open_meta();
-    ValuePtr meta_root = meta_->root();
-    if (!meta_root || !meta_root->is(Kind::kDict)) {
-      throw FormatError(meta_->source().name() + ": expected a dict at the top, found " +
-                        std::string(meta_root ? pickle::kind_name(meta_root->kind()) : "nothing"));
-    }
-    // meta.pt's tensors become placeholders too (read from meta.pt when their turn comes).
-    pickle::replace_nodes(meta_root, [&](const ValuePtr& node) -> ValuePtr {
-      const torchfile::TensorInfo* info = meta_->tensor_of(*node);
-      if (info == nullptr) return nullptr;
-      TensorSource src;
-      src.from_meta = true;
-      src.meta = *info;
-      src.dtype = info->dtype;
-      src.shape = info->shape;
-      return placeholder_for(std::move(src), "meta.pt tensor");
-    });
-    auto& entries = tree->mutable_entries();
-    merge_dict_update(entries, *meta_root);
-    if (options_.layout == ConsolidateLayout::kTrainer) apply_trainer_layout(entries);
-    return tree;
-  }
-
-  // Replaces placeholders by tensor nodes with storage keys "0", "1", ... in the order
-  // the pickle writer meets them; fills order_ (source index per key).
-  void assign_storages(ValuePtr& tree) {
-    pickle::replace_nodes(tree, [&](const ValuePtr& node) -> ValuePtr {
-      auto ph = placeholders_.find(node.get());
-      if (ph == placeholders_.end()) return nullptr;
-      const TensorSource& src = sources_[ph->second];
-      std::string key = std::to_string(order_.size());
-      order_.push_back(ph->second);
-      std::uint64_t numel = 1;
-      for (auto d : src.shape) numel *= static_cast<std::uint64_t>(d);
-      auto strides = torchfile::contiguous_strides(src.shape);
-      bool requires_grad = src.from_meta && src.meta.requires_grad;
-      ValuePtr made = torchfile::make_tensor_node(src.dtype, src.shape, strides, 0, key, numel, "cpu",
-                                                  src.from_meta && !src.meta.is_parameter && requires_grad);
-      if (src.from_meta && src.meta.is_parameter) made = torchfile::make_parameter_node(made, requires_grad);
-      return made;
-    });
   }
 
   // The storage the output goes to, rooted at `root` (a local folder or a URL prefix). Its
@@ -350,30 +221,37 @@ class Consolidator {
   }
 
   void write_torch_save() {
-    ValuePtr tree = build_tree();
-    assign_storages(tree);
-    for (std::size_t i : order_) total_ += sources_[i].nbytes();
+    ConsolidatedTree tree =
+        build_consolidated_tree(*reader_, fqns_, options_.layout, [&]() -> const torchfile::TorchFile& {
+          open_meta();
+          return *meta_;
+        });
+    report_.objects = tree.objects;
+    sources_ = std::move(tree.tensors);
+    std::vector<std::size_t> order(sources_.size());  // storage key k is sources_[k]
+    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+    for (const TensorSource& src : sources_) total_ += src.nbytes();
     if (progress_) progress_(ConsolidateProgress{0, total_});
 
-    auto [root, key] = output_root_and_key();
-    auto out = open_output_storage(root);
+    const OutputPlace place = place_of_output(output_);
+    auto out = open_output_storage(place.parent);
     storage::WriteOptions wo;
     wo.durable = options_.durable;
-    auto sink = out->open_writer(key, wo);
+    auto sink = out->open_writer(place.name, wo);
     torchfile::TorchSaveOptions so;
-    so.archive_name = archive_name_for(key);
+    so.archive_name = archive_name_for(place.name);
     // Records start at page multiples (torch.load takes any alignment; torch.save uses 64),
     // so page-aligned slabs go from our buffer to the O_DIRECT file without a staging copy.
     so.zip.alignment = kSlabPage;
     torchfile::TorchSaveWriter writer(*sink, so);
-    writer.write_pickle(*tree);
+    writer.write_pickle(*tree.root);
     stream_sources(
-        order_, [&](std::size_t k) { writer.begin_storage(std::to_string(k), sources_[order_[k]].nbytes()); },
+        order, [&](std::size_t k) { writer.begin_storage(std::to_string(k), sources_[k].nbytes()); },
         [&](std::span<const std::byte> data) { writer.write(data); },
         [&](std::size_t k) {
           writer.end_storage();
           ++report_.tensors;
-          report_.tensor_bytes += sources_[order_[k]].nbytes();
+          report_.tensor_bytes += sources_[k].nbytes();
         });
     writer.finish();
     check_cancel();
@@ -390,7 +268,7 @@ class Consolidator {
     bool has_model = false;
     for (const std::string& fqn : fqns_) {
       const auto* t = std::get_if<format::TensorStorageMetadata>(&md.state_dict_metadata.at(fqn));
-      format::ObjectPath path = path_of(md, fqn);
+      format::ObjectPath path = object_path_of(md, fqn);
       if (options_.layout != ConsolidateLayout::kDcp) {
         const auto* first = std::get_if<std::string>(&path.front());
         if (first == nullptr || *first != "model") continue;
@@ -441,9 +319,9 @@ class Consolidator {
     };
 
     if (options_.max_shard_bytes == 0) {
-      auto [root, key] = output_root_and_key();
-      auto out = open_output_storage(root);
-      write_file(*out, key, files.front());
+      const OutputPlace place = place_of_output(output_);
+      auto out = open_output_storage(place.parent);
+      write_file(*out, place.name, files.front());
       return;
     }
     // A folder of shards + index. Local: built in a temporary folder renamed at the end.
@@ -483,12 +361,6 @@ class Consolidator {
     }
   }
 
-  // Where the single output object goes: (parent folder or URL prefix, name in it).
-  std::pair<std::string, std::string> output_root_and_key() const {
-    OutputPlace place = place_of_output(output_);
-    return {std::move(place.parent), std::move(place.name)};
-  }
-
   const ConsolidateOptions& options_;
   const std::function<void(const ConsolidateProgress&)>& progress_;
   std::string folder_;
@@ -501,12 +373,7 @@ class Consolidator {
   bool remote_out_ = false;  // the output is an object-store URL
   std::unique_ptr<ShardReadAhead> read_ahead_;  // local input only
   std::mutex meta_mu_;
-  std::vector<TensorSource> sources_;
-  std::unordered_map<const Value*, std::size_t> placeholders_;  // placeholder -> source index
-  // Keeps every placeholder alive, so a placeholder the meta.pt merge drops from the tree
-  // cannot have its address reused by a node that placeholders_ would then match.
-  std::vector<ValuePtr> placeholder_nodes_;
-  std::vector<std::size_t> order_;  // storage key k -> source index
+  std::vector<TensorSource> sources_;  // the tensors streamed to the output
   CopyMemoryPlan memory_;
   std::unique_ptr<SlabPipeline> pipeline_;
   std::uint64_t done_ = 0;
