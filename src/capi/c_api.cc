@@ -20,6 +20,7 @@
 #include "engine/block_checksum.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_reader.h"
+#include "engine/chunking.h"
 #include "engine/consolidate.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"

@@ -8,12 +8,14 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "engine/reshard.h"
+#include "storage/location.h"
 
 namespace shardpoint::cli {
 
 std::unique_ptr<CheckpointListing> open_listing(const std::string& path) {
-  if (!engine::is_storage_url(path)) {
-    const std::string local = path.starts_with("file://") ? path.substr(7) : path;
+  const storage::Location where = storage::Location::parse(path);
+  if (!where.is_remote()) {
+    const std::string& local = where.path();
     struct stat st;
     if (::stat(local.c_str(), &st) != 0) throw_os_error("open", local, errno);
     if (S_ISDIR(st.st_mode)) return open_dcp_listing(path);

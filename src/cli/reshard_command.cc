@@ -13,6 +13,7 @@
 #include "cli/output.h"
 #include "core/error.h"
 #include "engine/reshard.h"
+#include "storage/location.h"
 #include "storage/storage_registry.h"
 
 namespace shardpoint::cli {
@@ -72,19 +73,20 @@ class ReshardCommand : public Command {
     options.memory_budget_bytes = parse_size(budget_);
     if (options.memory_budget_bytes < (std::uint64_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
     options.parallel_files = parallel_;
-    if (!engine::is_storage_url(dst_)) {
+    const bool remote_dst = storage::Location::parse(dst_).is_remote();
+    if (!remote_dst) {
       std::error_code ec;
       if (std::filesystem::exists(dst_, ec)) {
         if (!std::filesystem::is_directory(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not a folder");
         if (!std::filesystem::is_empty(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not empty");
       }
-      if (!engine::is_storage_url(src_) && std::filesystem::equivalent(src_, dst_, ec)) {
+      if (!storage::Location::parse(src_).is_remote() && std::filesystem::equivalent(src_, dst_, ec)) {
         throw Error("reshard: SRC and DST are the same path");
       }
     }
     if (src_ == dst_) throw Error("reshard: SRC and DST are the same location");
     auto destination = storage::open_storage(dst_);
-    if (engine::is_storage_url(dst_) && !destination->list("").empty()) {
+    if (remote_dst && !destination->list("").empty()) {
       throw Error("reshard: DST " + dst_ + " is not empty (objects under the prefix)");
     }
     options.ranks = ranks_;

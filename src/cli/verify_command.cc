@@ -12,6 +12,7 @@
 #include "engine/block_checksum.h"
 #include "engine/reshard.h"
 #include "engine/verify.h"
+#include "storage/location.h"
 
 namespace shardpoint::cli {
 namespace {
@@ -81,7 +82,7 @@ class VerifyCommand : public Command {
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    const bool remote = engine::is_storage_url(path_);
+    const bool remote = storage::Location::parse(path_).is_remote();
     engine::VerifyOptions options;
     options.quick = quick_;
     engine::VerifyReport report = engine::verify(path_, options);

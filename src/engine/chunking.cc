@@ -95,4 +95,64 @@ std::vector<std::pair<Shape, Shape>> shard_boxes(const Shape& global_shape, cons
   return out;
 }
 
+BoxCursor::BoxCursor(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes) : shape_(shape) {
+  if (shape.empty()) {
+    scalar_bytes_ = itemsize;
+    return;
+  }
+  for (auto d : shape) {
+    if (d == 0) done_ = true;  // no elements: no boxes
+  }
+  if (done_) return;
+  const std::size_t rank = shape.size();
+  std::vector<std::uint64_t> tail(rank + 1);  // bytes of one index of dims [0, k)
+  tail[rank] = itemsize;
+  for (std::size_t k = rank; k-- > 0;) tail[k] = tail[k + 1] * static_cast<std::uint64_t>(shape[k]);
+  while (d_ + 1 < rank && tail[d_ + 1] > max_bytes) ++d_;
+  row_ = tail[d_ + 1];
+  block_ = static_cast<std::int64_t>(std::max<std::uint64_t>(1, max_bytes / row_));
+  offsets_.assign(rank, 0);
+  sizes_ = shape;
+  for (std::size_t k = 0; k < d_; ++k) sizes_[k] = 1;
+}
+
+bool BoxCursor::next(Shape& offsets, Shape& sizes, std::uint64_t& n) {
+  if (done_) return false;
+  if (shape_.empty()) {
+    offsets.clear();
+    sizes.clear();
+    n = scalar_bytes_;
+    done_ = true;
+    return true;
+  }
+  offsets_[d_] = start_;
+  sizes_[d_] = std::min(block_, shape_[d_] - start_);
+  offsets = offsets_;
+  sizes = sizes_;
+  n = row_ * static_cast<std::uint64_t>(sizes_[d_]);
+  start_ += block_;
+  if (start_ >= shape_[d_]) {
+    start_ = 0;
+    offsets_[d_] = 0;
+    done_ = true;  // unless the odometer over dims [0, d_) moves on
+    for (std::size_t k = d_; k > 0;) {
+      --k;
+      if (++offsets_[k] < shape_[k]) {
+        done_ = false;
+        break;
+      }
+      offsets_[k] = 0;
+    }
+  }
+  return true;
+}
+
+void for_each_box(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes,
+                  const std::function<void(const Shape&, const Shape&, std::uint64_t)>& fn) {
+  BoxCursor cursor(shape, itemsize, max_bytes);
+  Shape offsets, sizes;
+  std::uint64_t n = 0;
+  while (cursor.next(offsets, sizes, n)) fn(offsets, sizes, n);
+}
+
 }  // namespace shardpoint::engine

@@ -1,5 +1,6 @@
-// Boxes in a tensor's index space, and how DTensor-style placements cut a tensor into them
-// (spec: dcp-format.md §4.3).
+// Boxes in a tensor's index space: how DTensor-style placements cut a tensor into them
+// (spec: dcp-format.md §4.3), and how a tensor is walked in row-major boxes of bounded size
+// (BoxCursor, for streaming copies).
 //
 // A box is [offsets, offsets + sizes) per dimension; a 0-dim tensor's box has no
 // dimensions and one element. Shard(d) on a mesh dimension of size k gives coordinate c the
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,5 +68,33 @@ Box shard_box(const Shape& global_shape, const Shape& mesh_shape,
 // DeviceMesh built from arange), as (offsets, sizes). Same errors as shard_box.
 std::vector<std::pair<Shape, Shape>> shard_boxes(const Shape& global_shape, const Shape& mesh_shape,
                                                  const std::vector<Placement>& placements);
+
+// The boxes (offsets, sizes, bytes) of a row-major tensor of `shape` in row-major order,
+// each at most max_bytes (but at least one element): blocks along the first dimension
+// whose sub-rows fit in max_bytes, single indices on the dimensions before it, so each box
+// is one contiguous run of the tensor's bytes. A 0-dim tensor is one box with empty
+// offsets/sizes; a tensor with no elements has none. One box at a time, so a huge tensor
+// cut into small boxes is never listed whole. A cursor is used by one thread at a time.
+class BoxCursor {
+ public:
+  BoxCursor(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes);
+  // The next box; false when there are no more.
+  bool next(Shape& offsets, Shape& sizes, std::uint64_t& bytes);
+
+ private:
+  Shape shape_;
+  std::size_t scalar_bytes_ = 0;
+  bool done_ = false;
+  std::size_t d_ = 0;  // the dimension cut into blocks
+  std::uint64_t row_ = 0;
+  std::int64_t block_ = 1;
+  std::int64_t start_ = 0;
+  Shape offsets_;
+  Shape sizes_;
+};
+
+// Visits BoxCursor's boxes in order: fn(offsets, sizes, bytes).
+void for_each_box(const Shape& shape, std::size_t itemsize, std::uint64_t max_bytes,
+                  const std::function<void(const Shape&, const Shape&, std::uint64_t)>& fn);
 
 }  // namespace shardpoint::engine

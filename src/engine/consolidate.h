@@ -33,24 +33,15 @@
 // shard objects first, model.safetensors.index.json last; on failure the shards already
 // committed are removed.
 //
-// Streaming: data.pkl is written first from .metadata alone; then each tensor's storage
-// record is filled in row-major order, one box of at most a slab buffer at a time (dim-0
-// slabs; a row larger than that is split along the next dimensions), read with
-// CheckpointReader::read_box (only the needed byte ranges; sidecar checksums verified).
-// The slab is 4 page-aligned buffers: 2 reader threads (1 under a small budget) each take a
-// free buffer and the next batch of boxes (small tensors packed together) and fill it, while
-// this thread appends the filled buffers in order to the output writer (CRC-32 on the way;
-// local output: O_DIRECT, records page-aligned so our buffers are written without a staging
-// copy). Reads overlap each other and the writes. The zip/pickle header reads of every blob
-// (~15 small reads each) are served from 8 shared 128 KiB windows; local shard files are
-// read with pread, never mapped (mapped pages would count in our RSS), and the blobs of the
-// next 16 tensors are announced with posix_fadvise(WILLNEED), merged per file.
-// Memory: what the process holds when the copy starts (code, libraries, metadata, object
-// trees; VmRSS) + a reserve (5 MiB: checksum-block scratch, allocator slack, code pages first touched during the copy, 1 MiB of
-// header windows, 8 MiB of HTTP client buffers with a URL, 4 MiB per extra reader), and of
-// the rest of memory_budget (at most half the budget) the writer's staging (local: 1/6, at
-// most 2 MiB; a URL: 1-4 upload parts of 5 or 8 MiB) and 2/3 of what remains for the slab;
-// independent of the checkpoint's size.
+// Streaming: data.pkl is written first from .metadata alone (engine/consolidated_tree.h);
+// then each tensor's record is filled in row-major order through a fixed slab of buffers
+// (engine/slab_pipeline.h): boxes read with CheckpointReader::read_box (only the needed
+// byte ranges; sidecar checksums verified), written in order while the next are read.
+// Blob headers are read through shared windows (storage/windowed_storage.h); local shard
+// files are read with pread, never mapped, so their pages do not count in our RSS.
+// Memory: what the process holds when the copy starts, a reserve, the writer's staging and
+// the slab, split from memory_budget by engine/copy_memory_plan.h; independent of the
+// checkpoint's size.
 //
 // Atomic output: locally, a temporary file (or folder) next to the output, fsynced and
 // renamed onto the output path at the end; on any error or cancellation the temporary is
@@ -118,44 +109,6 @@ class Cancelled : public std::runtime_error {
  public:
   Cancelled() : std::runtime_error("interrupted; no output written") {}
 };
-
-// The validation of Lightning's consolidate_checkpoint, in its order, for `folder`
-// (ignoring the meta.pt check for kDcp) and the resolved output path. Throws PlanError with
-// Lightning's exact message (for URLs, worded for a prefix; these checks list / HEAD the
-// object store, so they can also throw StorageError). UsageError for a bucket-root output
-// URL. Returns the output path or URL. No side effects.
-std::string validate_consolidate(const ConsolidateOptions& options);
-
-// Pathlib-style normalisation: "a//b/./c/" -> "a/b/c" ("." stays ".", "/" stays "/").
-std::string normalize_path(const std::string& path);
-
-// The boxes (offsets, sizes, bytes) of a row-major tensor of `shape` in row-major order,
-// each at most max_bytes (but at least one element): blocks along the first dimension
-// whose sub-rows fit in max_bytes, single indices on the dimensions before it. A 0-dim
-// tensor is one box with empty offsets/sizes; a tensor with no elements has none.
-// One at a time, so a huge tensor cut into small boxes is never listed whole.
-class BoxCursor {
- public:
-  BoxCursor(const std::vector<std::int64_t>& shape, std::size_t itemsize, std::uint64_t max_bytes);
-  // The next box; false when there are no more.
-  bool next(std::vector<std::int64_t>& offsets, std::vector<std::int64_t>& sizes, std::uint64_t& bytes);
-
- private:
-  std::vector<std::int64_t> shape_;
-  std::size_t scalar_bytes_ = 0;
-  bool done_ = false;
-  std::size_t d_ = 0;  // the dimension cut into blocks
-  std::uint64_t row_ = 0;
-  std::int64_t block_ = 1;
-  std::int64_t start_ = 0;
-  std::vector<std::int64_t> offsets_;
-  std::vector<std::int64_t> sizes_;
-};
-
-// Visits BoxCursor's boxes in order.
-void for_each_box(const std::vector<std::int64_t>& shape, std::size_t itemsize, std::uint64_t max_bytes,
-                  const std::function<void(const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                                           std::uint64_t)>& fn);
 
 // Runs the whole consolidation. `progress` (may be empty) is called from this thread after
 // each slab. Throws PlanError (validation, Lightning's messages; layout problems),

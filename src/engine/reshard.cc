@@ -11,19 +11,20 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "engine/checkpoint_reader.h"
 #include "engine/chunking.h"
-#include "engine/consolidate.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
 #include "engine/parallel_for.h"
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
 #include "pickle/repr.h"
+#include "storage/location.h"
 #include "storage/storage_registry.h"
 
 namespace shardpoint::engine {
@@ -308,26 +309,12 @@ std::vector<FileTask> file_tasks(const GlobalSavePlan& global) {
 
 }  // namespace
 
-bool is_storage_url(const std::string& s) {
-  const std::size_t scheme_end = s.find("://");
-  return scheme_end != std::string::npos && scheme_end > 0 && !s.starts_with("file://");
-}
-
-std::optional<ObjectUrl> split_object_url(const std::string& url) {
-  const std::size_t query = url.find('?');
-  const std::string base = url.substr(0, query);
-  const std::size_t authority = base.find("://") + 3;
-  const std::size_t slash = base.rfind('/');
-  if (slash == std::string::npos || slash <= authority || slash + 1 == base.size()) return std::nullopt;
-  return ObjectUrl{base.substr(0, slash) + (query == std::string::npos ? "" : url.substr(query)),
-                   base.substr(slash + 1)};
-}
-
 CheckpointLocation locate_checkpoint(const std::string& name) {
   CheckpointLocation location;
   location.name = name;
-  if (!is_storage_url(name)) {
-    const std::string path = name.starts_with("file://") ? name.substr(7) : name;
+  const storage::Location where = storage::Location::parse(name);
+  if (!where.is_remote()) {
+    const std::string& path = where.path();
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
     if (S_ISDIR(st.st_mode)) {
@@ -344,18 +331,20 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
     location.storage = std::move(folder);
     return location;
   }
-  // A torch.save object: the URL's last segment is its key.
-  if (std::optional<ObjectUrl> object = split_object_url(name)) {
-    std::shared_ptr<storage::Storage> holder = storage::open_storage(object->parent);
+  // A torch.save object: the URL's last segment is its key (a URL written with a trailing
+  // '/' names a prefix, not an object).
+  const std::optional<storage::Location> parent = where.parent();
+  if (parent && !name.substr(0, name.find('?')).ends_with('/')) {
+    std::shared_ptr<storage::Storage> holder = storage::open_storage(parent->to_string());
     std::optional<std::uint64_t> size;
     try {
-      size = holder->try_stat(object->key);
+      size = holder->try_stat(where.name());
     } catch (const UsageError&) {
       // Not a valid key (e.g. "..."): not an object either.
     }
     if (size) {
       location.storage = std::move(holder);
-      location.key = std::move(object->key);
+      location.key = where.name();
       return location;
     }
   }

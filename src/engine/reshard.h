@@ -44,7 +44,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "engine/checkpoint.h"
@@ -96,19 +95,6 @@ CheckpointLocation locate_checkpoint(const std::string& path_or_url);
 // Opens the torch.save file of a location (REQUIRES !is_dcp) for pread / ranged reads
 // (never mapped). Throws StorageError / FormatError naming it.
 std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location);
-
-// True when `s` has a "scheme://" other than file:// (an object-store or memory URL).
-bool is_storage_url(const std::string& s);
-
-// The object a storage URL's last path segment names: "s3://b/p/x.pt?q" -> parent
-// "s3://b/p?q" (the query stays with the parent), key "x.pt". nullopt when the URL has no
-// segment after its authority ("s3://b") or ends with '/'. Segments are taken as written
-// (no normalisation). REQUIRES is_storage_url(url).
-struct ObjectUrl {
-  std::string parent;  // the URL of the prefix (folder) holding the object
-  std::string key;     // the object's name under it
-};
-std::optional<ObjectUrl> split_object_url(const std::string& url);
 
 // Rewrites the checkpoint at `source` (a path or URL, see locate_checkpoint()) into
 // `destination`, which must be empty. Blocks until the checkpoint is committed. Throws

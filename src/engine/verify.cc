@@ -10,7 +10,8 @@
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_reader.h"
 #include "engine/chunking.h"
-#include "engine/consolidate.h"
+#include "engine/chunking.h"
+#include "storage/location.h"
 #include "engine/item_reader.h"
 #include "engine/reshard.h"
 #include "format/checkpoint_path.h"
@@ -396,8 +397,8 @@ VerifyReport verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::
 VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options) {
   if (options.slab_bytes == 0) throw UsageError("verify: slab_bytes must be > 0");
   std::optional<std::string> local;  // the path on the local filesystem, file:// stripped
-  if (!is_storage_url(path_or_url)) {
-    local = path_or_url.starts_with("file://") ? path_or_url.substr(7) : path_or_url;
+  if (const storage::Location where = storage::Location::parse(path_or_url); !where.is_remote()) {
+    local = where.path();
     struct stat st {};
     if (::stat(local->c_str(), &st) != 0) {
       throw StorageError(StorageError::Kind::kNotFound, "\"" + path_or_url + "\": no such file or folder");

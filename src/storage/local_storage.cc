@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/mapped_region.h"
 #include "core/unique_fd.h"
+#include "storage/location.h"
 
 namespace shardpoint::storage {
 namespace {
@@ -44,10 +45,9 @@ bool is_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kA
 std::string describe_path(std::string_view path) { return "local file \"" + std::string(path) + "\""; }
 std::string describe_dir(std::string_view path) { return "local directory \"" + std::string(path) + "\""; }
 
-std::string parent_of(const std::string& path) {
-  std::size_t slash = path.rfind('/');
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
+// The directory holding `path`. REQUIRES path is absolute and not "/" (every path here is
+// the root joined with a key).
+std::string parent_dir(const std::string& path) { return Location::parse(path).parent()->to_string(); }
 
 // Process-wide, so two LocalStorage objects on one directory never pick the same name.
 std::atomic<std::uint64_t> g_tmp_counter{0};
@@ -96,8 +96,8 @@ void make_dirs(const std::string& dir, bool durable) {
     throw StorageError(StorageError::Kind::kOther, "mkdir " + describe_dir(dir) + ": exists and is not a directory");
   }
   if (errno != ENOENT) throw_os_error("stat", describe_dir(dir), errno);
-  std::string parent = parent_of(dir);
-  if (parent != dir) make_dirs(parent, durable);
+  const std::string parent = parent_dir(dir);
+  make_dirs(parent, durable);
   if (::mkdir(dir.c_str(), 0755) != 0) {
     if (errno == EEXIST) return;  // another thread made it
     throw_os_error("mkdir", describe_dir(dir), errno);
@@ -216,7 +216,7 @@ class LocalWriter final : public StorageWriter {
         description_(describe_path(path_)),
         tmp_path_(temp_path_for(path_)),
         durable_(options.durable) {
-    make_dirs(parent_of(path_), durable_);
+    make_dirs(parent_dir(path_), durable_);
     const int flags = O_WRONLY | O_CREAT | O_EXCL;
     bool want_direct = options.direct_io && shared_->options.direct_io && !shared_->direct_refused.load();
     if (want_direct) {
@@ -365,7 +365,7 @@ class LocalWriter final : public StorageWriter {
     if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw_os_error("rename", description_, errno);
     committed_ = true;
     // 3. fsync the directory so the new name survives a crash.
-    if (durable_) fsync_directory(parent_of(path_));
+    if (durable_) fsync_directory(parent_dir(path_));
   }
 
   const std::string& key() const override { return key_; }
@@ -537,7 +537,7 @@ class LocalStorage final : public Storage {
     if (io_expired(io)) check_io(io, "write " + describe_key(key));
     const std::string path = shared_->path_of(key);
     const std::string description = describe_path(path);
-    make_dirs(parent_of(path), options.durable);
+    make_dirs(parent_dir(path), options.durable);
     // 1. Write a temporary file next to the target (same filesystem, so rename is atomic).
     const std::string tmp = temp_path_for(path);
     UniqueFd fd = open_or_throw(tmp, O_WRONLY | O_CREAT | O_EXCL, description);
@@ -553,7 +553,7 @@ class LocalStorage final : public Storage {
       if (::rename(tmp.c_str(), path.c_str()) != 0) throw_os_error("rename", description, errno);
       renamed = true;
       // 4. fsync the directory, so the rename itself survives a crash.
-      if (options.durable) fsync_directory(parent_of(path));
+      if (options.durable) fsync_directory(parent_dir(path));
     } catch (...) {
       if (!renamed) ::unlink(tmp.c_str());
       throw;
@@ -725,20 +725,10 @@ std::unique_ptr<Storage> open_local_storage_at(const std::string& root, const St
 }
 
 std::unique_ptr<Storage> open_local_storage(std::string_view url, const StorageOptions& options) {
-  constexpr std::string_view kScheme = "file://";
-  if (url.size() >= kScheme.size() && std::equal(kScheme.begin(), kScheme.end(), url.begin(), [](char a, char b) {
-        return a == std::tolower(static_cast<unsigned char>(b));
-      })) {
-    std::string_view rest = url.substr(kScheme.size());
-    if (rest.find_first_of("?#") != std::string_view::npos) {
-      throw UsageError("storage URL \"" + std::string(url) + "\": file URLs take no query or fragment");
-    }
-    if (rest.starts_with("localhost/")) rest.remove_prefix(std::string_view("localhost").size());
-    if (!rest.starts_with("/")) {
-      throw UsageError("storage URL \"" + std::string(url) +
-                       "\": expected file:///absolute/path (host must be empty or localhost)");
-    }
-    return open_local_storage_at(std::string(rest), options);
+  // Location's rules for "file://" URLs and their UsageErrors.
+  if (!url.empty()) {
+    const Location location = Location::parse(url);
+    if (!location.is_remote()) return open_local_storage_at(location.path(), options);
   }
   return open_local_storage_at(std::string(url), options);
 }

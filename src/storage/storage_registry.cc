@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "storage/azure/azure_storage.h"
 #include "storage/local_storage.h"
+#include "storage/location.h"
 #include "storage/memory_storage.h"
 #include "storage/storage.h"
 #ifdef SHARDPOINT_HAVE_OBJECT_STORES
@@ -27,22 +28,6 @@ struct Registry {
 Registry& registry() {
   static Registry r;
   return r;
-}
-
-// "s3://b/p" -> "s3". A string without "://", or whose part before it is not a scheme
-// (letters, digits, + - .), is a local path.
-std::string scheme_of(std::string_view url) {
-  std::size_t pos = url.find("://");
-  if (pos == std::string_view::npos || pos == 0) return "file";
-  std::string scheme(url.substr(0, pos));
-  bool valid = std::isalpha(static_cast<unsigned char>(scheme[0])) &&
-               std::all_of(scheme.begin(), scheme.end(), [](char c) {
-                 return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
-               });
-  if (!valid) return "file";
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
-                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
-  return scheme;
 }
 
 }  // namespace
@@ -83,7 +68,8 @@ std::vector<std::string> registered_storage_schemes() {
 std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions& options) {
   register_builtin_storage();
   if (url.empty()) throw UsageError("storage URL is empty (expected a directory path or scheme://...)");
-  std::string scheme = scheme_of(url);
+  const Location location = Location::parse(url);
+  const std::string scheme = location.is_remote() ? location.scheme() : "file";
   OpenStorageFn fn = nullptr;
   {
     Registry& r = registry();

@@ -12,8 +12,6 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <regex>
-#include <set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -23,11 +21,13 @@
 #include "engine/async_save.h"
 #include "engine/checkpoint.h"
 #include "pickle/value.h"
+#include "storage/location.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
 #include "torch/tensor_adapter.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"
+#include "train/lightning_checkpoint.h"
 
 namespace shardpoint::train {
 namespace {
@@ -45,177 +45,6 @@ std::uint64_t mix(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-ValuePtr s(const char* text) { return Value::str(text); }
-
-// A Lightning progress tracker {"total": {...}, "current": {...}}; counters ready, started,
-// processed, completed.
-struct Counters {
-  std::int64_t ready = 0, started = 0, processed = 0, completed = 0;
-  static Counters all(std::int64_t n) { return {n, n, n, n}; }
-};
-ValuePtr counters_value(const Counters& c) {
-  return Value::dict({{s("ready"), Value::integer(c.ready)},
-                      {s("started"), Value::integer(c.started)},
-                      {s("processed"), Value::integer(c.processed)},
-                      {s("completed"), Value::integer(c.completed)}});
-}
-ValuePtr progress(const Counters& total, const Counters& current, std::optional<bool> is_last_batch = std::nullopt) {
-  pickle::DictEntries e{{s("total"), counters_value(total)}, {s("current"), counters_value(current)}};
-  if (is_last_batch) e.emplace_back(s("is_last_batch"), Value::boolean(*is_last_batch));
-  return Value::dict(std::move(e));
-}
-
-// Where the loops stand when a checkpoint is saved (lightning-behaviour.md §3.3).
-struct LoopState {
-  std::int64_t epoch = 0;            // current_epoch (the epoch of the last step run)
-  std::int64_t global_step = 0;
-  std::int64_t batches_total = 0;    // batches run since the start of training
-  std::int64_t batches_in_epoch = 0;
-  std::int64_t steps_in_epoch = 0;
-  bool is_last_batch = false;        // the epoch's data is exhausted
-  bool epoch_processed = false;      // saved from on_train_epoch_end
-};
-
-ValuePtr loops_value(const LoopState& l) {
-  const Counters steps_total = Counters::all(l.global_step), steps_current = Counters::all(l.steps_in_epoch);
-  const Counters epochs{l.epoch + 1, l.epoch + 1, l.epoch + (l.epoch_processed ? 1 : 0), l.epoch};
-  ValuePtr fit = Value::dict({
-      {s("state_dict"), Value::dict()},
-      {s("epoch_loop.state_dict"), Value::dict({{s("_batches_that_stepped"), Value::integer(l.global_step)}})},
-      {s("epoch_loop.batch_progress"),
-       progress(Counters::all(l.batches_total), Counters::all(l.batches_in_epoch), l.is_last_batch)},
-      {s("epoch_loop.scheduler_progress"), progress({}, {})},
-      {s("epoch_loop.automatic_optimization.optim_progress"),
-       Value::dict({{s("optimizer"), Value::dict({{s("step"), progress(steps_total, steps_current)},
-                                                  {s("zero_grad"), progress(steps_total, steps_current)}})}})},
-      {s("epoch_loop.manual_optimization.optim_step_progress"), progress({}, {})},
-      {s("epoch_progress"), progress(epochs, epochs)},
-  });
-  return Value::dict({{s("fit_loop"), fit},
-                      {s("validate_loop"), Value::dict()},
-                      {s("test_loop"), Value::dict()},
-                      {s("predict_loop"), Value::dict()}});
-}
-
-// Builds a torch.save archive from a pickle tree whose tensor nodes it made (so dict keys
-// may be ints, as a full checkpoint's optimizer state needs). Keeps the tensors alive.
-class TorchFileBuilder {
- public:
-  ValuePtr tensor(const at::Tensor& t) {
-    tensors_.push_back(t.contiguous());
-    const engine::TensorShard shard = torchx::whole_of(tensors_.back());
-    const std::uint64_t numel = static_cast<std::uint64_t>(tensors_.back().numel());
-    return torchfile::make_tensor_node(shard.dtype, shard.global_shape, torchfile::contiguous_strides(shard.global_shape),
-                                       0, std::to_string(tensors_.size() - 1), numel);
-  }
-  ValuePtr scalar(float v) { return tensor(at::full({}, v, at::kFloat)); }
-
-  std::string bytes(const Value& root) {
-    StringSink sink;
-    torchfile::TorchSaveWriter writer(sink);
-    writer.write_pickle(root);
-    for (std::size_t i = 0; i < tensors_.size(); ++i) {
-      const engine::TensorShard shard = torchx::whole_of(tensors_[i]);
-      writer.write_storage(std::to_string(i), shard.data);
-    }
-    writer.finish();
-    return sink.take();
-  }
-
- private:
-  std::vector<at::Tensor> tensors_;
-};
-
-// --- paths: local paths and object-store URLs -------------------------------------------
-
-bool is_url(const std::string& p) { return p.find("://") != std::string::npos && p.rfind("file://", 0) != 0; }
-
-std::string strip_trailing_slash(std::string p) {
-  const std::size_t scheme = p.find("://");
-  const std::size_t keep = scheme == std::string::npos ? 1 : scheme + 4;
-  while (p.size() > keep && p.back() == '/') p.pop_back();
-  return p;
-}
-
-// Checkpoint names are appended to the root's path, so a URL may not carry "?options".
-void check_no_query(const std::string& url) {
-  if (is_url(url) && url.find('?') != std::string::npos) {
-    throw UsageError(fmt::format("{}: options after '?' are not supported in trainer paths; give the endpoint and "
-                                 "credentials through the environment (shardpoint verify --help lists them)",
-                                 url));
-  }
-}
-
-// Absolute and normal for local paths; URLs as given, without a trailing '/'.
-std::string normalize_path(const std::string& p) {
-  check_no_query(p);
-  if (is_url(p)) return strip_trailing_slash(p);
-  return strip_trailing_slash(fs::absolute(fs::path(strip_trailing_slash(p))).lexically_normal().string());
-}
-
-// (parent, name) of a checkpoint path: the storage that holds it and its key there.
-std::pair<std::string, std::string> split_path(const std::string& path) {
-  const std::size_t slash = path.rfind('/');
-  const std::size_t scheme = path.find("://");
-  if (slash == std::string::npos) return {".", path};
-  if (scheme != std::string::npos && slash < scheme + 3) throw UsageError(fmt::format("{}: not a checkpoint path", path));
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
-bool path_exists(const std::string& path) {
-  if (!is_url(path)) return fs::exists(path);
-  const auto [parent, name] = split_path(path);
-  auto st = storage::open_storage(parent);
-  return st->try_stat(name).has_value() || !st->list(name + "/").empty();
-}
-
-void remove_path(const std::string& path) {
-  if (!is_url(path)) {
-    fs::remove_all(path);
-    return;
-  }
-  const auto [parent, name] = split_path(path);
-  auto st = storage::open_storage(parent);
-  st->remove_prefix(name + "/");
-  st->remove(name);
-}
-
-// "sharded" (holds meta.pt), "full" (a file / object), or "" (neither): Lightning's rule.
-std::string checkpoint_kind(const std::string& path) {
-  if (!is_url(path)) {
-    if (fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "meta.pt")) return "sharded";
-    return fs::is_regular_file(path) ? "full" : "";
-  }
-  if (storage::open_storage(path)->try_stat("meta.pt")) return "sharded";
-  const auto [parent, name] = split_path(path);
-  return storage::open_storage(parent)->try_stat(name) ? "full" : "";
-}
-
-bool is_version_dir_name(const std::string& n) {
-  return n.size() > 8 && n.rfind("version_", 0) == 0 && n.find_first_not_of("0123456789", 8) == std::string::npos;
-}
-
-// <root>/lightning_logs/version_<k>/checkpoints with k = 1 + the largest existing version.
-std::string next_checkpoints_dir(const std::string& root) {
-  check_no_query(root);
-  int version = 0;
-  if (!is_url(root)) {
-    const fs::path logs = fs::path(root) / "lightning_logs";
-    if (fs::is_directory(logs)) {
-      for (const auto& e : fs::directory_iterator(logs)) {
-        const std::string n = e.path().filename().string();
-        if (e.is_directory() && is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
-      }
-    }
-    return normalize_path((logs / fmt::format("version_{}", version) / "checkpoints").string());
-  }
-  for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
-    const std::string n = o.key.substr(15, o.key.find('/', 15) - 15);
-    if (is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
-  }
-  return strip_trailing_slash(root) + fmt::format("/lightning_logs/version_{}/checkpoints", version);
 }
 
 std::int64_t meta_int(const Value& root, const char* key, const std::string& where) {
@@ -259,30 +88,6 @@ void on_rank0(comm::Communicator& comm, Fn&& fn) {
 
 }  // namespace
 
-std::string resolve_last_checkpoint(const std::string& root) {
-  // key: (version, -v<n> + 1 (0 for plain "last"))
-  static const std::regex kName(R"(lightning_logs/version_(\d+)/checkpoints/(last(?:-v(\d+))?[^/]*\.ckpt)(/.*)?)");
-  std::map<std::string, std::pair<std::pair<long, long>, std::set<std::string>>> found;  // path -> key, files
-  for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
-    std::smatch m;
-    if (!std::regex_match(o.key, m, kName)) continue;
-    const std::string path = strip_trailing_slash(root) + "/lightning_logs/version_" + m[1].str() + "/checkpoints/" + m[2].str();
-    auto& entry = found[path];
-    entry.first = {std::stol(m[1].str()), m[3].matched ? std::stol(m[3].str()) + 1 : 0};
-    entry.second.insert(m[4].matched ? m[4].str().substr(1) : "");
-  }
-  std::string best;
-  std::pair<long, long> best_key{-1, -1};
-  for (const auto& [path, entry] : found) {
-    const auto& files = entry.second;
-    const bool committed = files.count("") || (files.count("meta.pt") && files.count(".metadata"));
-    if (committed && entry.first > best_key) {
-      best_key = entry.first;
-      best = path;
-    }
-  }
-  return best.empty() ? best : normalize_path(best);
-}
 
 StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const ModelConfig& model,
                     const TextCorpus& data, const DataSchedule& schedule, std::int64_t step, std::uint64_t seed,
@@ -371,7 +176,7 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     }
   } else {
     try {
-      const auto [dir, name] = split_path(path);
+      const auto [dir, name] = parent_and_name(path);
       auto tf = open_torch_file(dir, name);
       const Value& root = *tf->root();
       ValuePtr sd = root.get("state_dict");
@@ -450,7 +255,8 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   if (!ckpt_path.empty()) {
     std::string resolved;
     on_rank0(comm, [&] {
-      resolved = ckpt_path == "last" ? resolve_last_checkpoint(options_.default_root_dir) : normalize_path(ckpt_path);
+      resolved = ckpt_path == "last" ? resolve_last_checkpoint(options_.default_root_dir)
+                                     : normalize_checkpoint_path(ckpt_path);
     });
     resolved = comm.broadcast(resolved);
     if (resolved.empty()) {
@@ -536,89 +342,6 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   return result;
 }
 
-namespace {
-
-// Lightning's checkpoint dict minus state_dict and optimizer_states, as pickle values in its
-// order: epoch, global_step, pytorch-lightning_version, loops, callbacks, lr_schedulers; then
-// shardpoint's own resume data.
-pickle::DictEntries meta_entries(const TrainerOptions& o, const ModelCheckpoint& mc, const LoopState& loops,
-                                 const DataSchedule& schedule, TorchFileBuilder& files) {
-  auto score = [&](const std::optional<float>& v) { return v ? files.scalar(*v) : Value::none(); };
-  pickle::DictEntries best_k;
-  for (const auto& [path, value] : mc.best_k_models()) best_k.emplace_back(Value::str(path), files.scalar(value));
-  ValuePtr state = Value::dict({
-      {s("monitor"), mc.monitor().empty() ? Value::none() : Value::str(mc.monitor())},
-      {s("best_model_score"), score(mc.best_model_score())},
-      {s("best_model_path"), Value::str(mc.best_model_path())},
-      {s("current_score"), score(mc.current_score())},
-      {s("dirpath"), Value::str(mc.dirpath())},
-      {s("best_k_models"), Value::dict(std::move(best_k))},
-      {s("kth_best_model_path"), Value::str(mc.kth_best_model_path())},
-      {s("kth_value"), files.scalar(mc.kth_value())},
-      {s("last_model_path"), Value::str(mc.last_model_path())},
-  });
-  ValuePtr shardpoint = Value::dict({
-      {s("seed"), Value::integer(static_cast<std::int64_t>(o.seed))},
-      {s("global_batch"), Value::integer(o.global_batch)},
-      {s("accumulate_grad_batches"), Value::integer(schedule.accumulate)},
-      {s("model_size"), Value::str(o.model_size)},
-      {s("optimizer"), Value::str(o.optimizer.name)},
-      {s("next_item"), Value::integer(schedule.item(schedule.batches_before(loops.global_step), 0))},
-      {s("rng"), s("dropout generator seeded per item: splitmix64(seed ^ splitmix64(item position))")},
-  });
-  return {{s("epoch"), Value::integer(loops.epoch)},
-          {s("global_step"), Value::integer(loops.global_step)},
-          {s("pytorch-lightning_version"), s(kLightningVersion)},
-          {s("loops"), loops_value(loops)},
-          {s("callbacks"), Value::dict({{Value::str(mc.state_key()), state}})},
-          {s("lr_schedulers"), Value::list()},
-          {s("shardpoint"), shardpoint}};
-}
-
-// meta.pt of a sharded checkpoint: the meta entries alone.
-std::string meta_pt_bytes(const TrainerOptions& o, const ModelCheckpoint& mc, const LoopState& loops,
-                          const DataSchedule& schedule) {
-  TorchFileBuilder files;
-  return files.bytes(*Value::dict(meta_entries(o, mc, loops, schedule, files)));
-}
-
-// Lightning's full checkpoint: the meta entries with state_dict after the first three and
-// optimizer_states before lr_schedulers (dump order); the optimizer state keyed by parameter
-// id and param_groups listing ids, as Lightning rekeys a full FSDP optimizer state.
-std::string full_checkpoint_bytes(pickle::DictEntries meta, const std::vector<std::string>& names,
-                                  const std::vector<at::Tensor>& params,
-                                  const std::map<std::string, std::map<std::string, at::Tensor>>& optimizer_state,
-                                  const engine::StateNode& param_group, TorchFileBuilder& files) {
-  pickle::DictEntries sd;
-  for (std::size_t i = 0; i < params.size(); ++i) sd.emplace_back(Value::str(names[i]), files.tensor(params[i]));
-  pickle::DictEntries state;
-  for (std::size_t id = 0; id < names.size(); ++id) {
-    auto it = optimizer_state.find(names[id]);
-    if (it == optimizer_state.end()) continue;
-    pickle::DictEntries per;
-    for (const auto& [key, t] : it->second) per.emplace_back(Value::str(key), files.tensor(t));
-    state.emplace_back(Value::integer(static_cast<std::int64_t>(id)), Value::dict(std::move(per)));
-  }
-  ValuePtr group = Value::dict();
-  for (const auto& [k, v] : param_group.dict()) {
-    if (k != "params") group->mutable_entries().emplace_back(Value::str(k), v.object());
-  }
-  std::vector<ValuePtr> ids;
-  for (std::size_t id = 0; id < names.size(); ++id) ids.push_back(Value::integer(static_cast<std::int64_t>(id)));
-  group->mutable_entries().emplace_back(s("params"), Value::list(std::move(ids)));
-  ValuePtr optimizer =
-      Value::dict({{s("state"), Value::dict(std::move(state))}, {s("param_groups"), Value::list({group})}});
-  pickle::DictEntries root(meta.begin(), meta.begin() + 3);
-  root.emplace_back(s("state_dict"), Value::dict(std::move(sd)));
-  for (std::size_t i = 3; i < meta.size(); ++i) {
-    if (meta[i].first->as_string() == "lr_schedulers") root.emplace_back(s("optimizer_states"), Value::list({optimizer}));
-    root.push_back(std::move(meta[i]));
-  }
-  return files.bytes(*Value::dict(std::move(root)));
-}
-
-}  // namespace
-
 void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   comm::Communicator& comm = *comm_;
   const int rank = comm.rank(), world = comm.world_size();
@@ -635,7 +358,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.steps_in_epoch = in_epoch;
   loops.is_last_batch = in_epoch == schedule_.steps_per_epoch();
   loops.epoch_processed = in_epoch_end_;
-  const auto [parent, name] = split_path(path);
+  const auto [parent, name] = parent_and_name(path);
   finish_pending(result);  // a new save starts after the previous one is committed
   if (strategy_.state_dict_type() == "sharded") {
     // A file at the path goes; an older checkpoint in the folder loses its commit marker
@@ -693,12 +416,12 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       for (std::size_t i = 0; i < gathered.size(); ++i) full_state[names[i]][key] = gathered[i];
     }
     on_rank0(comm, [&] {
-      if (!is_url(path) && fs::is_directory(path)) {
+      if (!storage::Location::parse(path).is_remote() && fs::is_directory(path)) {
         if (!fs::is_regular_file(fs::path(path) / "meta.pt")) {
           throw UsageError(fmt::format("The checkpoint path exists and is a directory: {}", path));
         }
         fs::remove_all(path);
-      } else if (is_url(path) && storage::open_storage(path)->try_stat("meta.pt")) {
+      } else if (storage::Location::parse(path).is_remote() && storage::open_storage(path)->try_stat("meta.pt")) {
         storage::open_storage(parent)->remove_prefix(name + "/");
       }
       TorchFileBuilder files;

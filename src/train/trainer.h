@@ -61,6 +61,7 @@
 #include "comm/communicator.h"
 #include "engine/async_save.h"
 #include "storage/storage.h"
+#include "train/checkpoint_paths.h"  // resolve_last_checkpoint(), used by fit()
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
 #include "train/model.h"
@@ -121,12 +122,6 @@ StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const M
                     const TextCorpus& data, const DataSchedule& schedule, std::int64_t step, std::uint64_t seed,
                     double gradient_clip_val = 0);
 
-// (rank 0's view, no collectives) The checkpoint ckpt_path="last" means under root: the
-// committed checkpoints named last*.ckpt in <root>/lightning_logs/version_*/checkpoints (a
-// folder counts when it holds .metadata and meta.pt, the commit markers; a file when it
-// exists), the newest being the one of the highest version, then the highest -v<n>.
-// "" when there is none.
-std::string resolve_last_checkpoint(const std::string& root);
 
 class Trainer {
  public:

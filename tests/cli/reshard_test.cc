@@ -151,28 +151,6 @@ TEST(ReshardTest, EmptyDestinationFolderIsAccepted) {
   EXPECT_EQ(inspect(dst), inspect(src));
 }
 
-// The URL split locate_checkpoint (a torch.save object at a URL) and consolidate (the
-// output object, an object where a prefix was expected) share.
-TEST(ReshardTest, SplitObjectUrlTakesTheLastSegmentAndKeepsTheQueryWithTheParent) {
-  auto split = [](const std::string& url) {
-    std::optional<engine::ObjectUrl> o = engine::split_object_url(url);
-    return o ? o->parent + " | " + o->key : std::string("none");
-  };
-  EXPECT_EQ(split("s3://b/p/x.pt"), "s3://b/p | x.pt");
-  EXPECT_EQ(split("s3://b/x.pt"), "s3://b | x.pt");
-  EXPECT_EQ(split("az://acct/c/p/x.pt?sv=1&sig=a/b"), "az://acct/c/p?sv=1&sig=a/b | x.pt");
-  EXPECT_EQ(split("gs://b/a//x.pt"), "gs://b/a/ | x.pt");  // segments as written
-  EXPECT_EQ(split("s3://b"), "none");
-  EXPECT_EQ(split("s3://b?q=1"), "none");
-  EXPECT_EQ(split("s3://b/p/"), "none");
-  EXPECT_EQ(split("memory://name"), "none");
-  EXPECT_TRUE(engine::is_storage_url("s3://b/p"));
-  EXPECT_TRUE(engine::is_storage_url("memory://x"));
-  EXPECT_FALSE(engine::is_storage_url("file:///tmp/x"));
-  EXPECT_FALSE(engine::is_storage_url("/tmp/x"));
-  EXPECT_FALSE(engine::is_storage_url("://x"));
-}
-
 TEST(ReshardTest, ErrorsAreOneLineAndUsageExitsTwo) {
   TempDir tmp;
   std::string src = tmp.file("full.pt"), dst = tmp.file("busy");

@@ -67,5 +67,30 @@ TEST(Boxes, OverlapIsStrict) {
   EXPECT_EQ(shape_to_string({8, 3}), "[8, 3]");
 }
 
+TEST(ForEachBox, CoversRowMajor) {
+  std::vector<std::pair<Shape, Shape>> boxes;
+  auto collect = [&](const Shape& o, const Shape& s, std::uint64_t n) {
+    boxes.emplace_back(o, s);
+    std::uint64_t v = 4;
+    for (auto d : s) v *= static_cast<std::uint64_t>(d);
+    EXPECT_EQ(v, n);
+    EXPECT_LE(n, 48u);
+  };
+  for_each_box({5, 3}, 4, 30, collect);  // 2 rows of 12 bytes per box
+  EXPECT_EQ(boxes, (std::vector<std::pair<Shape, Shape>>{{{0, 0}, {2, 3}}, {{2, 0}, {2, 3}}, {{4, 0}, {1, 3}}}));
+  boxes.clear();
+  for_each_box({2, 10}, 4, 16, collect);  // rows of 40 bytes: split along dim 1
+  ASSERT_EQ(boxes.size(), 6u);
+  EXPECT_EQ(boxes[0], (std::pair<Shape, Shape>{{0, 0}, {1, 4}}));
+  EXPECT_EQ(boxes[2], (std::pair<Shape, Shape>{{0, 8}, {1, 2}}));
+  EXPECT_EQ(boxes[3], (std::pair<Shape, Shape>{{1, 0}, {1, 4}}));
+  boxes.clear();
+  for_each_box({}, 4, 16, collect);
+  EXPECT_EQ(boxes.size(), 1u);
+  boxes.clear();
+  for_each_box({3, 0}, 4, 16, collect);
+  EXPECT_TRUE(boxes.empty());
+}
+
 }  // namespace
 }  // namespace shardpoint::engine

@@ -326,38 +326,6 @@ TEST(ConsolidateTest, ValidationMessagesInLightningOrder) {
   expect_only_folder(dir);
 }
 
-TEST(ConsolidateTest, NormalizePath) {
-  EXPECT_EQ(normalize_path("a//b/./c/"), "a/b/c");
-  EXPECT_EQ(normalize_path("/x/"), "/x");
-  EXPECT_EQ(normalize_path("./"), ".");
-  EXPECT_EQ(normalize_path("/"), "/");
-}
-
-TEST(ConsolidateTest, ForEachBoxCoversRowMajor) {
-  std::vector<std::pair<Shape, Shape>> boxes;
-  auto collect = [&](const Shape& o, const Shape& s, std::uint64_t n) {
-    boxes.emplace_back(o, s);
-    std::uint64_t v = 4;
-    for (auto d : s) v *= static_cast<std::uint64_t>(d);
-    EXPECT_EQ(v, n);
-    EXPECT_LE(n, 48u);
-  };
-  for_each_box({5, 3}, 4, 30, collect);  // 2 rows of 12 bytes per box
-  EXPECT_EQ(boxes, (std::vector<std::pair<Shape, Shape>>{{{0, 0}, {2, 3}}, {{2, 0}, {2, 3}}, {{4, 0}, {1, 3}}}));
-  boxes.clear();
-  for_each_box({2, 10}, 4, 16, collect);  // rows of 40 bytes: split along dim 1
-  ASSERT_EQ(boxes.size(), 6u);
-  EXPECT_EQ(boxes[0], (std::pair<Shape, Shape>{{0, 0}, {1, 4}}));
-  EXPECT_EQ(boxes[2], (std::pair<Shape, Shape>{{0, 8}, {1, 2}}));
-  EXPECT_EQ(boxes[3], (std::pair<Shape, Shape>{{1, 0}, {1, 4}}));
-  boxes.clear();
-  for_each_box({}, 4, 16, collect);
-  EXPECT_EQ(boxes.size(), 1u);
-  boxes.clear();
-  for_each_box({3, 0}, 4, 16, collect);
-  EXPECT_TRUE(boxes.empty());
-}
-
 // Damages the saved checkpoint in one way and expects one clear error and no output.
 class ConsolidateBadInputTest : public ::testing::Test {
  protected:
