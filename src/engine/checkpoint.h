@@ -1,7 +1,7 @@
 // save() and load(): sharded checkpoints in PyTorch's DCP format, SPMD (every rank of the
 // communicator calls them with its own part of the state).
 //
-// Save (spec: dcp-format.md §1-§4; shared/docs/DESIGN.md "Data flow"):
+// Save (docs/dcp-format.md §1-§4; shared/docs/DESIGN.md "Data flow"):
 //   1. (all ranks)   flatten the state, make the local plan.
 //   2. (coordinator) gather the plans, deduplicate replicated items, assign files
 //                    __{rank}_{n}.distcp, scatter the final plans.
@@ -67,7 +67,7 @@
 
 namespace shardpoint::engine {
 
-// The index of a DCP checkpoint; its presence commits the checkpoint (dcp-format.md).
+// The index of a DCP checkpoint; its presence commits the checkpoint (docs/dcp-format.md).
 inline constexpr const char* kMetadataKey = ".metadata";
 
 // Name of the checksum sidecar in a checkpoint folder (format: checksum_sidecar.h).

@@ -1,5 +1,5 @@
 // Boxes in a tensor's index space, and how DTensor-style placements cut a tensor into them
-// (spec: dcp-format.md §4.3).
+// (docs/dcp-format.md §4.3).
 //
 // A box is [offsets, offsets + sizes) per dimension; a 0-dim tensor's box has no
 // dimensions and one element. Shard(d) on a mesh dimension of size k gives coordinate c the

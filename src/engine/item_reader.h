@@ -1,6 +1,6 @@
 // Reading saved items back: one .distcp blob opened as the torch.save archive it is, and
 // only the byte runs a ReadItem needs copied from it straight into the destination buffer
-// (spec: dcp-format.md §2.1; load_plan.h for the runs).
+// (docs/dcp-format.md §2.1; load_plan.h for the runs).
 //
 // Opening a tensor blob reads its zip structure and data.pkl (a few hundred bytes, counted
 // as header bytes). Reads of tensor data go from the file source into the caller's buffer

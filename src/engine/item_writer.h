@@ -1,5 +1,5 @@
 // Writing one save item into a .distcp file: a complete torch.save blob appended at the
-// file's current position (spec: dcp-format.md §2.1), checksummed as its bytes stream out.
+// file's current position (docs/dcp-format.md §2.1), checksummed as its bytes stream out.
 //
 // A tensor item is torch.save of the chunk: archive "archive", root
 // _rebuild_tensor_v2(('storage', torch.<T>Storage, "0", "cpu", numel), 0, sizes,

@@ -68,7 +68,7 @@ inline bool io_expired(const IoOptions& io) {
   return io.stop.stop_requested() || (io.deadline != Clock::time_point::max() && Clock::now() >= io.deadline);
 }
 
-// What a driver can do. The engine picks its commit path from these (STYLE.md §4).
+// What a driver can do. The engine picks its commit path from these.
 struct StorageFeatures {
   // read() of any byte range costs about the bytes read (not the whole object).
   bool range_reads = false;

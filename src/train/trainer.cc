@@ -67,7 +67,7 @@ ValuePtr progress(const Counters& total, const Counters& current, std::optional<
   return Value::dict(std::move(e));
 }
 
-// Where the loops stand when a checkpoint is saved (lightning-behaviour.md §3.3).
+// Where the loops stand when a checkpoint is saved (docs/lightning-layout.md §3.3).
 struct LoopState {
   std::int64_t epoch = 0;            // current_epoch (the epoch of the last step run)
   std::int64_t global_step = 0;

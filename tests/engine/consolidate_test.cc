@@ -59,7 +59,7 @@ void save_state(const std::string& folder, int world, bool trainer_keys = true) 
   group.run([&](comm::Communicator& comm) { save(states[comm.rank()].root, *st, comm); });
 }
 
-// A Lightning-shaped meta.pt (§3.2-3.3) with a tensor inside the ModelCheckpoint state.
+// A Lightning-shaped meta.pt (docs/lightning-layout.md §3.2-3.3) with a tensor inside the ModelCheckpoint state.
 std::vector<float> g_inf{INFINITY};
 void write_meta_pt(const std::string& folder) {
   StateNode root{StateDict{}};
