@@ -55,10 +55,9 @@ struct StagingPoolOptions {
   // tensor bytes than this (counted before deduplication of replicated tensors) fails on
   // every rank with UsageError before anything is written. 0: no bound.
   std::uint64_t max_bytes = 0;
-  // madvise(MADV_HUGEPAGE) on the arena. Off by default: on our machines the first touch
-  // of huge pages ran several times slower (compaction) and made the first save's stall
-  // longer (44 MB staged: ~0.6 s against ~0.15 s on 4 KiB pages, 2 cores under load 10);
-  // later copies run at the same speed either way.
+  // madvise(MADV_HUGEPAGE) on the arena. Off by default: the first touch of huge pages can
+  // be several times slower (compaction), which lengthens the first save's stall, while
+  // later copies run at the same speed either way (bench/README.md).
   bool huge_pages = false;
 };
 

@@ -1,7 +1,44 @@
-// save() and load(): the executor of the plans (steps numbered as in checkpoint.h).
+// save() and load(): the executor of the plans.
 //
-// Messages between ranks carry a one-letter status first, so a failure on one rank turns
-// into the same error on every rank without extra collectives:
+// Save:
+//   1. (all ranks)   flatten the state, make the local plan.
+//   2. (coordinator) gather the plans, deduplicate replicated items, assign files
+//                    __{rank}_{n}.distcp, scatter the final plans.
+//   3. (all ranks)   write the items of each own file (thread_count files in parallel),
+//                    each item a complete torch.save blob, checksummed as it streams out.
+//   4. (all ranks)   every rank learns whether any rank failed; if one did, every rank
+//                    throws an error naming the failed ranks and nothing is committed.
+//   5. (coordinator) gather the write results; write the checksum sidecar
+//                    (kChecksumSidecar) and the load index (kIndexKey), then `.metadata`
+//                    atomically (tmp + fsync + rename + directory fsync). `.metadata` is
+//                    the commit marker: without it no reader sees a checkpoint.
+//   6. (all ranks)   barrier: when save() returns on any rank the checkpoint is committed.
+// Load:
+//   1. (coordinator) read `.metadata`; broadcast the load index when it matches those
+//                    bytes, else `.metadata` and the sidecar (PyTorch's checkpoints).
+//   2. (all ranks)   plan: for every requested box, the overlapping saved chunks, and read
+//                    only the byte ranges needed (never a whole blob for a slice), blobs
+//                    in file order with read-ahead hints (ByteSource::will_need).
+//   3. (all ranks)   copy into the caller's buffers; objects replace the template's leaves.
+//   4. (all ranks, when verifying against a sidecar) exchange the crc32c of the pieces of
+//                    checksum blocks each rank read only part of; each rank checks its
+//                    blocks by combining the pieces (item_reader.cc).
+//   5. (all ranks)   agree on success as in save step 4.
+//
+// Items: each is a complete torch.save blob (archive "archive"): a tensor chunk as
+// _rebuild_tensor_v2 over a storage holding exactly the chunk's row-major bytes, a bytes
+// item as torch.save of the object's pickle value. Blobs of one file follow each other
+// without padding, bytes items first (item_writer.h). Checksums: checksum_sidecar.h.
+//
+// Load reads only what the plan needs: per saved blob its two ends (zip records and
+// data.pkl; parsed unless the load index says where the data starts), then the needed
+// byte runs of the tensor straight into the caller's buffer (item_reader.h). With
+// verify_checksums nothing more: blocks a reshard cuts are checked from the pieces the
+// ranks read (crc32c; an xxh3 sidecar, or a block no rank completes, has its missing part
+// read).
+//
+// Failure: messages between ranks carry a one-letter status first, so a failure on one
+// rank turns into the same error on every rank without extra collectives:
 //   'P' + plan / 'R' + write results / 'M' + metadata parts: success;
 //   'E' + comm::encode_error(...): this rank (or, from the coordinator, the job) failed.
 #include "engine/checkpoint.h"

@@ -1,4 +1,4 @@
-// The steps of save() (numbered as in checkpoint.h) as separate functions, so that save()
+// The steps of save() (numbered as in checkpoint.cc) as separate functions, so that save()
 // and async_save() (async_save.h) run the same code: async_save() runs steps 1-2 on the
 // caller's thread, step 3 on a background thread over staged copies of the tensors, and
 // steps 4-6 in PendingSave::wait(). Internal to the engine; implemented in checkpoint.cc.
