@@ -53,7 +53,7 @@ std::uint32_t fnv1a32(const std::string& s) {
   return h;
 }
 
-// Values of rows [row0, row0 + n_elems / row_elems) of key's tensor.
+// Values of key's tensor from row-major element `first` on, out.size() of them.
 void fill(const std::string& key, std::int64_t first, std::span<float> out) {
   std::uint64_t h = fnv1a32(key);
   std::uint64_t m = (h + 7919ull * static_cast<std::uint64_t>(first)) % 1000;

@@ -1,5 +1,5 @@
 // async_save(): save() with a short training stall. The caller's thread plans the save
-// (save() steps 1-2, collective) and copies this rank's tensor bytes into staging memory,
+// (save() steps 1-2 of checkpoint.cc, collective) and copies this rank's tensor bytes into staging memory,
 // then returns; a background thread writes the files (save() step 3: O_DIRECT, checksums);
 // PendingSave::wait() commits (steps 4-6: sidecar, then `.metadata` atomically). The
 // checkpoint, its files and its errors are those of save() with the same options.

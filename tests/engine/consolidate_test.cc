@@ -47,7 +47,7 @@ void rename_key(StateNode& root, const std::string& from, const std::string& to)
 }
 
 // Saves the test state on `world` ranks into folder, with "optim" renamed to
-// "optimizer_0" (Lightning's Trainer key) unless keep_keys.
+// "optimizer_0" (Lightning's Trainer key) when trainer_keys.
 void save_state(const std::string& folder, int world, bool trainer_keys = true) {
   std::vector<RankState> states;
   for (int r = 0; r < world; ++r) {

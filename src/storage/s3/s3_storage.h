@@ -1,4 +1,4 @@
-// S3Storage: the "s3" driver. Objects live in one bucket under a key prefix:
+// The "s3" driver (make_s3_storage). Objects live in one bucket under a key prefix:
 // "s3://my-bucket/ckpt/run1" roots the storage at "ckpt/run1/", so key "__0_0.distcp" is the
 // S3 object "ckpt/run1/__0_0.distcp". Also serves "gs://" through Google Cloud Storage's
 // S3-interoperable XML API (gcs/gcs_storage.h builds the S3Config).
