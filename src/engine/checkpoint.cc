@@ -545,7 +545,8 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
         checkpoint.remove(kMetadataKey);
         checkpoint.remove(kChecksumSidecar);
         checkpoint.remove(kIndexKey);
-        for (const SavePlan& p : global.plans) pieces.push_back(encode_rank_message(RankStatus::kPlan, encode_save_plan(p)));
+        for (const SavePlan& p : global.plans)
+          pieces.push_back(encode_rank_message(RankStatus::kPlan, encode_save_plan(p)));
         planned.metadata = std::move(global.metadata);
       } catch (...) {
         failures = {{0, encode_current()}};
@@ -717,7 +718,8 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   message = comm.broadcast(std::move(message));
   const RankMessage broadcast = decode_rank_message(message);
   if (broadcast.status != RankStatus::kMetadata) {
-    std::string encoded = message.empty() ? std::string("error\nempty metadata broadcast") : std::string(broadcast.body);
+    std::string encoded =
+        message.empty() ? std::string("error\nempty metadata broadcast") : std::string(broadcast.body);
     throw_encoded(combine_failures("load", {{0, std::move(encoded)}}, comm.world_size()));
   }
 

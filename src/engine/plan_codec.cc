@@ -173,9 +173,7 @@ RankMessage decode_rank_message(std::string_view message) {
     case RankStatus::kPlan:
     case RankStatus::kWriteResult:
     case RankStatus::kMetadata:
-    case RankStatus::kError:
-      m.status = static_cast<RankStatus>(message[0]);
-      break;
+    case RankStatus::kError: m.status = static_cast<RankStatus>(message[0]); break;
   }
   return m;
 }

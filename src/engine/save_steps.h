@@ -56,7 +56,8 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
 
 // Step 3 on this rank (no communicator): writes the files of `plan` from `flat`. Returns
 // the message commit_save() exchanges: RankStatus::kWriteResult + the written items, or
-// RankStatus::kError + this rank's error (plan_codec.h). Does not throw. Adds the blob bytes written to `bytes_written`.
+// RankStatus::kError + this rank's error (plan_codec.h). Does not throw. Adds the blob
+// bytes written to `bytes_written`.
 std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& checkpoint,
                              const SaveOptions& options, CommittedFiles& committed, std::uint64_t& bytes_written);
 
