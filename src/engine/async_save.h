@@ -1,8 +1,9 @@
 // async_save(): save() with a short training stall. The caller's thread plans the save
-// (save() steps 1-2 of checkpoint.cc, collective) and copies this rank's tensor bytes into staging memory,
-// then returns; a background thread writes the files (save() step 3: O_DIRECT, checksums);
-// PendingSave::wait() commits (steps 4-6: sidecar, then `.metadata` atomically). The
-// checkpoint, its files and its errors are those of save() with the same options.
+// (save() steps 1-2, numbered in checkpoint.cc; collective) and copies this rank's tensor
+// bytes into staging memory, then returns; a background thread writes the files (save()
+// step 3: O_DIRECT, checksums); PendingSave::wait() commits (steps 4-6: sidecar, then
+// `.metadata` atomically). The checkpoint, its files and its errors are those of save()
+// with the same options.
 //
 //   StagingPool staging(StagingPoolOptions{.max_bytes = 8ull << 30});   // one per rank
 //   std::unique_ptr<PendingSave> pending;
@@ -20,7 +21,7 @@
 // Stall: planning (a gather and a scatter of plans) plus one memcpy of the bytes this rank
 // writes. Staging memory: StagingPool keeps one arena between saves, as large as the
 // largest save it staged (the tensor bytes of the items this rank writes, each rounded up
-// to 64 bytes), so a training loop allocates (and page-faults) it once; reserve() does
+// to a small alignment), so a training loop allocates (and page-faults) it once; reserve() does
 // that before the first save. Only the items this rank writes are copied: a replicated
 // tensor that the plan gives to another rank costs this rank nothing.
 //
