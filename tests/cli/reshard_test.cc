@@ -299,8 +299,8 @@ void save_large(const std::string& dir) {
   });
 }
 
-// The ranks are no longer threads holding their boxes: a checkpoint larger than the budget
-// is copied with about the budget (+ the output driver's staging buffers) in memory.
+// reshard never holds a rank's boxes whole: a checkpoint larger than the budget is copied
+// with about the budget (+ the output driver's staging buffers) in memory.
 TEST(ReshardTest, PeakRssStaysNearTheMemoryBudget) {
   TempDir tmp;
   const std::string src = tmp.file("large"), dst = tmp.file("large3");
