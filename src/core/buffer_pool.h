@@ -36,7 +36,7 @@ struct BufferPoolOptions {
   // Alignment of every buffer's address and size. 4096 satisfies O_DIRECT on every
   // device we have seen (logical block size <= 4096).
   std::size_t alignment = 4096;
-  // madvise(MADV_HUGEPAGE) on buffers of >= 2 MiB (THP runs in madvise mode here).
+  // madvise(MADV_HUGEPAGE) on buffers of >= 2 MiB (needed where THP runs in madvise mode).
   bool huge_pages = true;
 };
 
