@@ -53,6 +53,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "engine/block_checksum.h"
@@ -579,7 +580,7 @@ std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, st
 }
 
 std::string failed_write_result(std::exception_ptr error) {
-  return encode_rank_message(RankStatus::kError, comm::encode_error(error));
+  return encode_rank_message(RankStatus::kError, comm::encode_error(std::move(error)));
 }
 
 // Step 5 (the coordinator; reshard() too): sidecar, then `.metadata`.
@@ -657,6 +658,7 @@ void commit_save(std::string write_result, format::Metadata metadata, storage::S
       if (failures.empty()) {
         try {
           std::vector<std::vector<WrittenItem>> written;
+          written.reserve(static_cast<std::size_t>(world));
           for (int r = 0; r < world; ++r) {
             written.push_back(decode_written_items(decode_rank_message(results[static_cast<std::size_t>(r)]).body,
                                                    "save: results of rank " + std::to_string(r)));
