@@ -16,9 +16,10 @@
 #   translation units at most, beyond which clang-tidy is skipped with a note (a large merge)
 #   and only clang-format runs, to keep CI within its time.
 # BUILD (default: $LINT_BUILD, else build): the CMake build folder whose
-#   compile_commands.json clang-tidy reads. Files it does not compile (and headers with no
-#   .cc of the same name there) get clang-format only. Without the folder clang-tidy is
-#   skipped with a note.
+#   compile_commands.json clang-tidy reads. Files it does not compile, headers with no .cc
+#   of the same name there, and units that include LibTorch (whose headers clang 14 cannot
+#   compile; the torch and train layers build with GCC only) get clang-format only. Without
+#   the folder clang-tidy is skipped with a note.
 #
 # The diff is taken between BASE and the working tree, so uncommitted edits count too.
 # Exit status: 0 clean, 1 findings (printed), 2 usage or missing tools.
@@ -72,8 +73,13 @@ fi
 plan=$(git diff -U0 --no-color "$base" -- "${files[@]}" | python3 -c '
 import json, os, re, sys
 root = os.getcwd()
-compiled = {os.path.realpath(os.path.join(e["directory"], e["file"]))
-            for e in json.load(open(sys.argv[1]))}
+compiled, torch = set(), set()
+for e in json.load(open(sys.argv[1])):
+    path = os.path.realpath(os.path.join(e["directory"], e["file"]))
+    command = e.get("command") or " ".join(e.get("arguments", []))
+    # LibTorch headers do not compile with clang 14 (the torch and train layers build with
+    # GCC only), so clang-tidy cannot read those units.
+    (torch if "torch/csrc/api/include" in command else compiled).add(path)
 ranges, name = {}, None
 for line in sys.stdin:
     m = re.match(r"^\+\+\+ b/(.*)$", line.rstrip("\n"))
@@ -85,12 +91,17 @@ for line in sys.stdin:
         start, count = int(m.group(1)), int(m.group(2) or 1)
         if count:
             ranges.setdefault(name, []).append([start, start + count - 1])
-units = set()
+units, skipped = set(), set()
 for name in ranges:
     stem, ext = os.path.splitext(name)
     cc = name if ext == ".cc" else stem + ".cc"
-    if os.path.realpath(os.path.join(root, cc)) in compiled:
+    full = os.path.realpath(os.path.join(root, cc))
+    if full in compiled:
         units.add(cc)
+    elif full in torch:
+        skipped.add(cc)
+for cc in sorted(skipped):
+    print("lint-changed: clang-tidy skips " + cc + " (LibTorch; clang-format only)", file=sys.stderr)
 for cc in sorted(units):
     stem = os.path.splitext(cc)[0]
     filt = [{"name": n, "lines": ranges[n]} for n in (cc, stem + ".h") if n in ranges]
