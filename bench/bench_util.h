@@ -1,5 +1,5 @@
 // Small helpers shared by the benchmark programs: wall clock, peak-RSS reset and reading,
-// and the GPT-2-shaped state the peer baseline uses (shared/docs/research/peer-baseline.md).
+// and the GPT-2-shaped state of the DCP benchmark (described in bench/dcp_bench.py).
 #pragma once
 
 #include <chrono>

@@ -5,7 +5,7 @@
 //   dcp_bench save DIR [--layers 24] [--threads 1] [--no-checksum]
 //   dcp_bench load DIR [--layers 24] [--threads 4] [--no-verify]
 //
-// The state is the peer baseline's (shared/docs/research/peer-baseline.md): GPT-2 style
+// The state is the one bench/dcp_bench.py describes (the PyTorch peer's): GPT-2 style
 // parameters plus Adam exp_avg/exp_avg_sq, all float32 and Shard(0) over a 1-D mesh of the
 // world size (DTensor's ceil split), plus a replicated 0-dim float32 `step` per parameter
 // and one param group of 11 keys:
@@ -53,7 +53,7 @@ std::uint32_t fnv1a32(const std::string& s) {
   return h;
 }
 
-// Values of rows [row0, row0 + n_elems / row_elems) of key's tensor.
+// Values of key's tensor from row-major element `first` on, out.size() of them.
 void fill(const std::string& key, std::int64_t first, std::span<float> out) {
   std::uint64_t h = fnv1a32(key);
   std::uint64_t m = (h + 7919ull * static_cast<std::uint64_t>(first)) % 1000;

@@ -3,7 +3,7 @@
 
   /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR] [--only load]
 
-The state is the peer baseline's (shared/docs/research/peer-baseline.md): GPT-2 style,
+The state is the one the PyTorch peer baseline was measured on: GPT-2 style,
 `--layers` layers, d=768, ff=3072, vocab 8192, ctx 1024, + LayerNorm, with Adam exp_avg and
 exp_avg_sq and a 0-dim `step` per parameter (24 layers: 2.126 GB of float32 payload). Every
 tensor is Shard(0) over a 1-D mesh of the world size (PyTorch: DTensor.from_local on a CPU

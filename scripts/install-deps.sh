@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libfmt-dev libcli11-dev nlohmann-json3-dev libzstd-dev libxxhash-dev libisal-dev
   libssl-dev libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy
   python3-torch python3-numpy libtorch-dev libgloo-dev
   libopenmpi-dev openmpi-bin
   fio liburing-dev debootstrap zstd

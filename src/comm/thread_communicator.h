@@ -1,6 +1,6 @@
 // ThreadGroup: a job of N ranks as N threads of one process, each with its own Communicator,
 // for engine and planner tests that need real collectives without processes or sockets
-// (STYLE.md §8: "Engine tests use MemoryStorage and the in-process ThreadCommunicator").
+// (engine tests pair it with MemoryStorage).
 //
 //   ThreadGroup group(4, {.timeout = std::chrono::seconds(5)});
 //   group.run([&](Communicator& comm) {

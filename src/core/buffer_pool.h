@@ -6,9 +6,9 @@
 // token fires. It never falls back to malloc: memory stays bounded however many writers run.
 //
 // Buffers are allocated lazily (the first acquire that finds no free buffer, while the
-// pool is below capacity) and then kept until the pool is destroyed, because first touch
-// of fresh anonymous memory runs at 1-3 GB/s on our machines against ~20 GB/s for reused
-// memory (docs/research/environment.md §4). Buffers of 2 MiB or more are 2 MiB aligned and
+// pool is below capacity) and then kept until the pool is destroyed, because the first
+// touch of fresh anonymous memory is far slower than writing to reused memory
+// (bench/README.md). Buffers of 2 MiB or more are 2 MiB aligned and
 // madvise(MADV_HUGEPAGE)d.
 //
 // Thread-safety: all methods are thread-safe. A Lease is move-only and must be returned
@@ -36,7 +36,7 @@ struct BufferPoolOptions {
   // Alignment of every buffer's address and size. 4096 satisfies O_DIRECT on every
   // device we have seen (logical block size <= 4096).
   std::size_t alignment = 4096;
-  // madvise(MADV_HUGEPAGE) on buffers of >= 2 MiB (THP runs in madvise mode here).
+  // madvise(MADV_HUGEPAGE) on buffers of >= 2 MiB (needed where THP runs in madvise mode).
   bool huge_pages = true;
 };
 

@@ -1,13 +1,13 @@
 // The one exception hierarchy of shardpoint.
 //
-// Few types, chosen by what the catcher does with them (STYLE.md §3):
+// Few types, chosen by what the catcher does with them:
 //   FormatError  - bytes are not what the format says (corrupt, truncated, hostile input).
 //   StorageError - the storage failed (missing file, permission, full disk, transient).
 //   PlanError    - the checkpoint cannot satisfy the request (missing key, shape mismatch).
 //   UsageError   - the caller asked for something invalid (bad option, bad URL).
 //   CommError    - a collective failed or timed out.
 // Messages name the file, the item and what was expected versus found. Context is added
-// once, where it is known, with Error::with_context().
+// once, where it is known, with rethrow_with_context().
 //
 // Thread-safety: exceptions are immutable values; safe to pass across threads as
 // std::exception_ptr.

@@ -1,8 +1,9 @@
 // async_save(): save() with a short training stall. The caller's thread plans the save
-// (save() steps 1-2, collective) and copies this rank's tensor bytes into staging memory,
-// then returns; a background thread writes the files (save() step 3: O_DIRECT, checksums);
-// PendingSave::wait() commits (steps 4-6: sidecar, then `.metadata` atomically). The
-// checkpoint, its files and its errors are those of save() with the same options.
+// (save() steps 1-2, numbered in checkpoint.cc; collective) and copies this rank's tensor
+// bytes into staging memory, then returns; a background thread writes the files (save()
+// step 3: O_DIRECT, checksums); PendingSave::wait() commits (steps 4-6: sidecar, then
+// `.metadata` atomically). The checkpoint, its files and its errors are those of save()
+// with the same options.
 //
 //   StagingPool staging(StagingPoolOptions{.max_bytes = 8ull << 30});   // one per rank
 //   std::unique_ptr<PendingSave> pending;
@@ -20,7 +21,7 @@
 // Stall: planning (a gather and a scatter of plans) plus one memcpy of the bytes this rank
 // writes. Staging memory: StagingPool keeps one arena between saves, as large as the
 // largest save it staged (the tensor bytes of the items this rank writes, each rounded up
-// to 64 bytes), so a training loop allocates (and page-faults) it once; reserve() does
+// to a small alignment), so a training loop allocates (and page-faults) it once; reserve() does
 // that before the first save. Only the items this rank writes are copied: a replicated
 // tensor that the plan gives to another rank costs this rank nothing.
 //
@@ -55,10 +56,9 @@ struct StagingPoolOptions {
   // tensor bytes than this (counted before deduplication of replicated tensors) fails on
   // every rank with UsageError before anything is written. 0: no bound.
   std::uint64_t max_bytes = 0;
-  // madvise(MADV_HUGEPAGE) on the arena. Off by default: on our machines the first touch
-  // of huge pages ran several times slower (compaction) and made the first save's stall
-  // longer (44 MB staged: ~0.6 s against ~0.15 s on 4 KiB pages, 2 cores under load 10);
-  // later copies run at the same speed either way.
+  // madvise(MADV_HUGEPAGE) on the arena. Off by default: the first touch of huge pages can
+  // be several times slower (compaction), which lengthens the first save's stall, while
+  // later copies run at the same speed either way (bench/README.md).
   bool huge_pages = false;
 };
 

@@ -1,9 +1,47 @@
-// save() and load(): the executor of the plans (steps numbered as in checkpoint.h).
+// save() and load(): the executor of the plans.
 //
-// Messages between ranks carry a one-letter status first, so a failure on one rank turns
-// into the same error on every rank without extra collectives:
-//   'P' + plan / 'R' + write results / 'M' + metadata parts: success;
-//   'E' + comm::encode_error(...): this rank (or, from the coordinator, the job) failed.
+// Save:
+//   1. (all ranks)   flatten the state, make the local plan.
+//   2. (coordinator) gather the plans, deduplicate replicated items, assign files
+//                    __{rank}_{n}.distcp, scatter the final plans.
+//   3. (all ranks)   write the items of each own file (thread_count files in parallel),
+//                    each item a complete torch.save blob, checksummed as it streams out.
+//   4. (all ranks)   every rank learns whether any rank failed; if one did, every rank
+//                    throws an error naming the failed ranks and nothing is committed.
+//   5. (coordinator) gather the write results; write the checksum sidecar
+//                    (kChecksumSidecar) and the load index (kIndexKey), then `.metadata`
+//                    atomically (tmp + fsync + rename + directory fsync). `.metadata` is
+//                    the commit marker: without it no reader sees a checkpoint.
+//   6. (all ranks)   barrier: when save() returns on any rank the checkpoint is committed.
+// Load:
+//   1. (coordinator) read `.metadata`; broadcast the load index when it matches those
+//                    bytes, else `.metadata` and the sidecar (PyTorch's checkpoints).
+//   2. (all ranks)   plan: for every requested box, the overlapping saved chunks, and read
+//                    only the byte ranges needed (never a whole blob for a slice), blobs
+//                    in file order with read-ahead hints (ByteSource::will_need).
+//   3. (all ranks)   copy into the caller's buffers; objects replace the template's leaves.
+//   4. (all ranks, when verifying against a sidecar) exchange the crc32c of the pieces of
+//                    checksum blocks each rank read only part of; each rank checks its
+//                    blocks by combining the pieces (item_reader.cc).
+//   5. (all ranks)   agree on success as in save step 4.
+//
+// Items: each is a complete torch.save blob (archive "archive"): a tensor chunk as
+// _rebuild_tensor_v2 over a storage holding exactly the chunk's row-major bytes, a bytes
+// item as torch.save of the object's pickle value. Blobs of one file follow each other
+// without padding, bytes items first (item_writer.h). Checksums: checksum_sidecar.h.
+//
+// Load reads only what the plan needs: per saved blob its two ends (zip records and
+// data.pkl; parsed unless the load index says where the data starts), then the needed
+// byte runs of the tensor straight into the caller's buffer (item_reader.h). With
+// verify_checksums nothing more: blocks a reshard cuts are checked from the pieces the
+// ranks read (crc32c; an xxh3 sidecar, or a block no rank completes, has its missing part
+// read).
+//
+// Failure: messages between ranks start with a RankStatus byte (plan_codec.h), so a
+// failure on one rank turns into the same error on every rank without extra collectives:
+// a step's expected status (kPlan, kWriteResult, kMetadata) + its body on success,
+// kError + comm::encode_error(...) when this rank (or, from the coordinator, the job)
+// failed.
 #include "engine/checkpoint.h"
 
 #include <algorithm>
@@ -15,6 +53,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "engine/block_checksum.h"
@@ -395,15 +434,16 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
 std::exception_ptr verify_pieces_together(comm::Communicator& comm, std::exception_ptr read_error,
                                           PendingChecks& pending, SourceCache& sources, LoadReport& report) {
   std::vector<std::string> all =
-      comm.all_gather(read_error ? std::string("E") : "P" + encode_block_pieces(pending.pieces));
+      comm.all_gather(read_error ? encode_rank_message(RankStatus::kError)
+                                 : encode_rank_message(RankStatus::kPlan, encode_block_pieces(pending.pieces)));
   if (read_error) return read_error;
   if (!pending.sidecar || pending.pieces.empty()) return nullptr;
   try {
     std::vector<BlockPiece> everyone;
     for (std::size_t r = 0; r < all.size(); ++r) {
-      if (all[r].empty() || all[r][0] != 'P') return nullptr;  // that rank failed; step 5 says so
-      decode_block_pieces(std::string_view(all[r]).substr(1), "load: checksum pieces of rank " + std::to_string(r),
-                          everyone);
+      const RankMessage m = decode_rank_message(all[r]);
+      if (m.status != RankStatus::kPlan) return nullptr;  // that rank failed; step 5 says so
+      decode_block_pieces(m.body, "load: checksum pieces of rank " + std::to_string(r), everyone);
     }
     ReadCounts counts;
     verify_block_pieces(pending.pieces, everyone, *pending.sidecar,
@@ -454,9 +494,9 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
     if (options.checksum_block_bytes == 0) throw UsageError("save: checksum_block_bytes must be > 0");
     planned.flat = flatten_state_dict(state);
     if (check_local) check_local(planned.flat);
-    local = "P" + encode_save_plan(make_local_save_plan(planned.flat, rank));
+    local = encode_rank_message(RankStatus::kPlan, encode_save_plan(make_local_save_plan(planned.flat, rank)));
   } catch (...) {
-    local = "E" + encode_current();
+    local = encode_rank_message(RankStatus::kError, encode_current());
   }
 
   // 2. (coordinator) Global plan; scatter each rank's final plan (or the job's failure).
@@ -467,14 +507,15 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
     std::vector<SavePlan> plans;
     for (int r = 0; r < world; ++r) {
       const std::string& m = gathered[static_cast<std::size_t>(r)];
-      if (m.empty() || m[0] != 'P') {
-        failures.push_back({r, m.empty() ? std::string("error\nempty plan message") : m.substr(1)});
+      const RankMessage message = decode_rank_message(m);
+      if (message.status != RankStatus::kPlan) {
+        failures.push_back({r, m.empty() ? std::string("error\nempty plan message") : std::string(message.body)});
       }
     }
     if (failures.empty()) {
       try {
         for (int r = 0; r < world; ++r) {
-          plans.push_back(decode_save_plan(std::string_view(gathered[static_cast<std::size_t>(r)]).substr(1),
+          plans.push_back(decode_save_plan(decode_rank_message(gathered[static_cast<std::size_t>(r)]).body,
                                            "save: plan of rank " + std::to_string(r)));
         }
         SavePlanOptions plan_options;
@@ -487,18 +528,25 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
         checkpoint.remove(kMetadataKey);
         checkpoint.remove(kChecksumSidecar);
         checkpoint.remove(kIndexKey);
-        for (const SavePlan& p : global.plans) pieces.push_back("P" + encode_save_plan(p));
+        for (const SavePlan& p : global.plans)
+          pieces.push_back(encode_rank_message(RankStatus::kPlan, encode_save_plan(p)));
         planned.metadata = std::move(global.metadata);
       } catch (...) {
         failures = {{0, encode_current()}};
       }
     }
-    if (!failures.empty()) pieces.assign(static_cast<std::size_t>(world), "E" + combine_failures("save", failures, world));
+    if (!failures.empty()) {
+      pieces.assign(static_cast<std::size_t>(world),
+                    encode_rank_message(RankStatus::kError, combine_failures("save", failures, world)));
+    }
   }
   gathered.clear();
   const std::string mine = comm.scatter(std::move(pieces));
-  if (mine.empty() || mine[0] != 'P') throw_encoded(mine.empty() ? "error\nsave: empty plan" : mine.substr(1));
-  planned.plan = decode_save_plan(std::string_view(mine).substr(1), "save: final plan");
+  const RankMessage final_plan = decode_rank_message(mine);
+  if (final_plan.status != RankStatus::kPlan) {
+    throw_encoded(mine.empty() ? "error\nsave: empty plan" : std::string(final_plan.body));
+  }
+  planned.plan = decode_save_plan(final_plan.body, "save: final plan");
   return planned;
 }
 
@@ -539,13 +587,15 @@ std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, st
   try {
     std::vector<WrittenItem> written = write_files(plan, flat, checkpoint, options, committed);
     for (const WrittenItem& w : written) bytes_written += w.info.length;
-    return "R" + encode_written_items(written);
+    return encode_rank_message(RankStatus::kWriteResult, encode_written_items(written));
   } catch (...) {
-    return "E" + encode_current();
+    return encode_rank_message(RankStatus::kError, encode_current());
   }
 }
 
-std::string failed_write_result(std::exception_ptr error) { return "E" + comm::encode_error(error); }
+std::string failed_write_result(std::exception_ptr error) {
+  return encode_rank_message(RankStatus::kError, comm::encode_error(std::move(error)));
+}
 
 // Step 5 (the coordinator; reshard() too): sidecar, then `.metadata`.
 
@@ -624,13 +674,17 @@ void commit_save(std::string write_result, format::Metadata metadata, storage::S
       std::vector<Failure> failures;
       for (int r = 0; r < world; ++r) {
         const std::string& m = results[static_cast<std::size_t>(r)];
-        if (m.empty() || m[0] != 'R') failures.push_back({r, m.empty() ? std::string("error\nno result") : m.substr(1)});
+        const RankMessage message = decode_rank_message(m);
+        if (message.status != RankStatus::kWriteResult) {
+          failures.push_back({r, m.empty() ? std::string("error\nno result") : std::string(message.body)});
+        }
       }
       if (failures.empty()) {
         try {
           std::vector<std::vector<WrittenItem>> written;
+          written.reserve(static_cast<std::size_t>(world));
           for (int r = 0; r < world; ++r) {
-            written.push_back(decode_written_items(std::string_view(results[static_cast<std::size_t>(r)]).substr(1),
+            written.push_back(decode_written_items(decode_rank_message(results[static_cast<std::size_t>(r)]).body,
                                                    "save: results of rank " + std::to_string(r)));
           }
           commit_checkpoint(checkpoint, std::move(metadata), written, options);
@@ -682,14 +736,16 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   std::string message;
   if (comm.is_coordinator()) {
     try {
-      message = "M" + read_what_ranks_need(checkpoint, options);
+      message = encode_rank_message(RankStatus::kMetadata, read_what_ranks_need(checkpoint, options));
     } catch (...) {
-      message = "E" + encode_current();
+      message = encode_rank_message(RankStatus::kError, encode_current());
     }
   }
   message = comm.broadcast(std::move(message));
-  if (message.empty() || message[0] != 'M') {
-    std::string encoded = message.empty() ? std::string("error\nempty metadata broadcast") : message.substr(1);
+  const RankMessage broadcast = decode_rank_message(message);
+  if (broadcast.status != RankStatus::kMetadata) {
+    std::string encoded =
+        message.empty() ? std::string("error\nempty metadata broadcast") : std::string(broadcast.body);
     throw_encoded(combine_failures("load", {{0, std::move(encoded)}}, comm.world_size()));
   }
 
@@ -699,7 +755,7 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   PendingChecks pending;
   bool verify_together = false;
   try {
-    const std::vector<std::string> parts = unpack_parts(std::string_view(message).substr(1), "load: metadata broadcast");
+    const std::vector<std::string> parts = unpack_parts(broadcast.body, "load: metadata broadcast");
     // Every rank got the same bytes, so all take part in step 4 or none does.
     verify_together = parts.size() >= 3 && parts[2] == "1";
     const CheckpointFacts facts = decode_what_ranks_need(parts, checkpoint, pending.sidecar);

@@ -1,53 +1,24 @@
-// save() and load(): sharded checkpoints in PyTorch's DCP format, SPMD (every rank of the
-// communicator calls them with its own part of the state).
+// save() and load(): sharded checkpoints in PyTorch's DCP format (docs/dcp-format.md), SPMD:
+// every rank of the communicator calls them with its own part of the state.
 //
-// Save (spec: dcp-format.md §1-§4; shared/docs/DESIGN.md "Data flow"):
-//   1. (all ranks)   flatten the state, make the local plan.
-//   2. (coordinator) gather the plans, deduplicate replicated items, assign files
-//                    __{rank}_{n}.distcp, scatter the final plans.
-//   3. (all ranks)   write the items of each own file (thread_count files in parallel),
-//                    each item a complete torch.save blob, checksummed as it streams out.
-//   4. (all ranks)   every rank learns whether any rank failed; if one did, every rank
-//                    throws an error naming the failed ranks and nothing is committed.
-//   5. (coordinator) gather the write results; write the checksum sidecar
-//                    (kChecksumSidecar) and the load index (kIndexKey), then `.metadata`
-//                    atomically (tmp + fsync + rename + directory fsync). `.metadata` is the commit marker: without it no
-//                    reader (PyTorch's or ours) sees a checkpoint.
-//   6. (all ranks)   barrier: when save() returns on any rank the checkpoint is committed.
-// Load:
-//   1. (coordinator) read `.metadata`; broadcast the load index when it matches those
-//                    bytes, else `.metadata` and the sidecar (PyTorch's checkpoints).
-//   2. (all ranks)   plan: for every requested box, the overlapping saved chunks, and read
-//                    only the byte ranges needed (never a whole blob for a slice), blobs
-//                    in file order with read-ahead hints (WILLNEED) 64 MiB ahead.
-//   3. (all ranks)   copy into the caller's buffers; objects replace the template's leaves.
-//   4. (all ranks, when verifying against a sidecar) exchange the crc32c of the pieces of
-//                    checksum blocks each rank read only part of; each rank checks its
-//                    blocks by combining the pieces (item_reader.h).
-//   5. (all ranks)   agree on success as in save step 4.
+// save() commits atomically: the coordinator writes `.metadata` (kMetadataKey), the commit
+// marker, only after every rank has written its files, so no reader (PyTorch's or ours)
+// sees a partial checkpoint; when save() returns on any rank the checkpoint is committed.
+// Saving into a folder that holds a committed checkpoint first removes its `.metadata`,
+// sidecar and load index (its data files are about to be overwritten); other files are
+// never touched. load() reads only the byte ranges the requested boxes need, from a
+// checkpoint saved by any number of ranks, and verifies them against the checksum sidecar
+// when asked.
 //
-// Failure (save and load): every rank passes its outcome to the others inside the messages
-// of the steps above (a status letter before each plan / result), so when any rank fails in
-// any step every rank throws one error of the lowest failed rank's category whose message
-// names all failed ranks and their messages: "save failed on ranks 1, 3 (of 4): rank 1:
-// <message>; rank 3: <message>". A failed save never writes `.metadata`; each rank removes
-// the files it already committed in this attempt (best effort) and the coordinator the
-// sidecar. Saving into a folder that holds a committed checkpoint first removes its
-// `.metadata` and sidecar (its data files are about to be overwritten); other folders are
-// never touched. A rank that dies makes the others fail with the communicator's CommError
-// (after its timeout) and remove their files the same way.
+// Failure (save and load): when any rank fails in any step, every rank throws one error of
+// the lowest failed rank's category whose message names all failed ranks and their
+// messages: "save failed on ranks 1, 3 (of 4): rank 1: <message>; rank 3: <message>". A
+// failed save never writes `.metadata`; each rank removes the files it already committed
+// in this attempt and the coordinator the sidecar (best effort). A rank that dies makes the
+// others throw the communicator's CommError (after its timeout), with the same cleanup.
 //
-// Items: each is a complete torch.save blob (archive "archive"): a tensor chunk as
-// _rebuild_tensor_v2 over a storage holding exactly the chunk's row-major bytes, a bytes
-// item as torch.save of the object's pickle value. Blobs of one file follow each other
-// without padding, bytes items first (item_writer.h). Checksums: checksum_sidecar.h.
-//
-// Load reads only what the plan needs: per saved blob its two ends (zip records and
-// data.pkl, 512 + 1024 bytes; parsed unless the load index says where the data starts),
-// then the needed byte runs of the tensor straight into the caller's buffer
-// (item_reader.h). With verify_checksums nothing more: blocks a reshard
-// cuts are checked from the pieces the ranks read (crc32c; an xxh3 sidecar, or a block
-// no rank completes, has its missing part read).
+// The numbered steps of both, the messages ranks exchange and the read path are described
+// at the top of checkpoint.cc.
 //
 // Thread-safety: one save()/load() per communicator at a time. Blocking. load() fills the
 // caller's buffers from up to LoadOptions::thread_count threads and writes object leaves
@@ -67,7 +38,7 @@
 
 namespace shardpoint::engine {
 
-// The index of a DCP checkpoint; its presence commits the checkpoint (dcp-format.md).
+// The index of a DCP checkpoint; its presence commits the checkpoint (docs/dcp-format.md §1.1).
 inline constexpr const char* kMetadataKey = ".metadata";
 
 // Name of the checksum sidecar in a checkpoint folder (format: checksum_sidecar.h).
@@ -107,9 +78,9 @@ struct SaveOptions {
 struct SaveReport {
   std::vector<std::string> files;     // this rank's files
   std::uint64_t bytes_written = 0;    // by this rank (blobs, headers included)
-  double plan_seconds = 0;            // steps 1-2
-  double write_seconds = 0;           // step 3
-  double commit_seconds = 0;          // steps 4-6
+  double plan_seconds = 0;            // local and global plan (steps 1-2 in checkpoint.cc)
+  double write_seconds = 0;           // writing this rank's files (step 3)
+  double commit_seconds = 0;          // agreeing, `.metadata`, final barrier (steps 4-6)
 };
 
 struct LoadOptions {
@@ -117,7 +88,7 @@ struct LoadOptions {
   // false: load what matches and return the problems in LoadReport::problems.
   bool strict = true;
   // Verify the sidecar checksums of every byte read (blocks cut by the boxes are checked
-  // from the ranks' pieces, step 4; bytes items are checked whole). Off: trust the storage. Blobs
+  // from the pieces the ranks read; bytes items are checked whole). Off: trust the storage. Blobs
   // without a sidecar entry (checkpoints PyTorch wrote) are read unverified either way.
   // Zip headers and data.pkl are checked structurally by the parser, not by checksum.
   bool verify_checksums = true;

@@ -2,11 +2,10 @@
 // checkpoint shardpoint wrote, in a form every rank decodes in milliseconds. PyTorch
 // ignores the file; `.metadata` stays the checkpoint's truth.
 //
-// Why: every rank of a load needs the whole `.metadata` (a pickle: 0.9 MB, 110,000 nodes
-// for a 2 GB transformer state with Adam moments, ~60 ms to decode on each rank), the
-// checksum sidecar (JSON, ~14 ms) and, per blob it reads, the blob's zip records and
-// data.pkl to find where the tensor bytes start (~10-25 us a blob, 2,000 blobs a rank).
-// Together a fifth of a warm 4 -> 2 load. The index holds the same facts as binary.
+// Why: every rank of a load needs the whole `.metadata` (a pickle of a node per chunk and
+// field), the checksum sidecar (JSON) and, per blob it reads, the blob's zip records and
+// data.pkl to find where the tensor bytes start. Decoding those was a large part of a warm
+// load (bench/README.md). The index holds the same facts as binary.
 //
 // It binds to one `.metadata`: it records that file's length and CRC-32C, and a load uses
 // the index only when the `.metadata` it read has both (else it reads `.metadata` and the

@@ -99,8 +99,8 @@ ChecksumSidecar ChecksumSidecar::decode(std::string_view json, std::string_view 
       item.length = unsigned_at(j, "length", src);
       item.fqn = j.value("fqn", std::string());
       if (j.contains("chunk_offsets")) item.chunk_offsets = shape_at(j, "chunk_offsets", src);
-      // Built only for a message: 3,800 items of a 2 GB state decode in ~10 ms, and
-      // every rank of a load decodes the sidecar.
+      // Built only for a message: every rank of a load decodes the whole sidecar, so the
+      // per-item path stays free of string building.
       auto what = [&](std::string_view suffix) {
         return src + ": item \"" + item.fqn + "\" (" + item.file + " at " + std::to_string(item.offset) + ")" +
                std::string(suffix);

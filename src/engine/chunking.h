@@ -1,5 +1,5 @@
 // Boxes in a tensor's index space: how DTensor-style placements cut a tensor into them
-// (spec: dcp-format.md §4.3), and how a tensor is walked in row-major boxes of bounded size
+// (docs/dcp-format.md §4.3), and how a tensor is walked in row-major boxes of bounded size
 // (BoxCursor, for streaming copies).
 //
 // A box is [offsets, offsets + sizes) per dimension; a 0-dim tensor's box has no

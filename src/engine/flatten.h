@@ -1,5 +1,5 @@
 // Flattening: a nested state dict (StateNode tree) <-> a flat map fqn -> leaf, the way
-// DCP's flatten_state_dict / unflatten_state_dict do it (spec: dcp-format.md §4.1).
+// DCP's flatten_state_dict / unflatten_state_dict do it (docs/dcp-format.md §4.1).
 //
 // A leaf is a tensor shard or an object (pickle value). Keys are path elements joined with
 // "." (list indices in decimal); `planner_data` keeps each key's path so the nesting can be

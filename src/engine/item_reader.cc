@@ -1,3 +1,28 @@
+// Reading saved items back: how SavedTensorBlob reads and verifies.
+//
+// Opening a tensor blob reads its zip structure and data.pkl (a few hundred bytes, counted
+// as header bytes), unless the load index says where the data starts. Reads of tensor data
+// go from the file source into the caller's buffer with no staging when the saved tensor is
+// row-major contiguous little-endian (what shardpoint and DCP write); any other saved
+// layout (permuted strides, big-endian files) takes a slower path through a temporary copy
+// of the chunk.
+//
+// Verification (a sidecar entry given): data is read straight into the destination and
+// each checksum block is checked there, right after its read (while it is in cache). A
+// block the item needs only part of (a reshard boundary) is handled one of two ways:
+//  - alone (read_into without `pieces`, CheckpointReader): the missing parts of the block
+//    are read into a scratch buffer and the checksum runs over the parts in order, so the
+//    read is widened to whole blocks;
+//  - together (crc32c, `pieces` given, load()): the needed part's crc32c is recorded as a
+//    BlockPiece; after every rank read, the ranks exchange pieces and each block is checked
+//    by combining the pieces (crc32c_combine), so a resharding load reads each needed byte
+//    once, with full verification. verify_block_pieces reads only the parts no rank read
+//    (a partial load).
+// Why not smaller blocks: a reshard boundary falls anywhere (rows of ceil(n / world) for
+// any world), so any fixed block size widens every boundary by up to a block, and the
+// sidecar grows as blocks shrink; combining costs one all_gather of a few bytes per
+// boundary and no bytes read.
+// A bytes item is read whole and checked against the item checksum.
 #include "engine/item_reader.h"
 
 #include <algorithm>
@@ -252,8 +277,8 @@ namespace {
 
 // Verified reads (whole blocks and pieces of blocks) go into the destination this many
 // bytes per pread at most and are hashed right after each read, while the bytes are still
-// in the core's cache: with 1 MiB reads the checksum pass went to memory and cost 1.6x as
-// much (warm loads, measured 2026-11-30).
+// in the core's cache; with much larger reads the checksum pass goes to memory instead
+// (bench/README.md, "Figures behind constants in the code").
 constexpr std::uint64_t kVerifiedReadBytes = std::uint64_t{256} << 10;
 
 std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block, std::uint64_t begin,

@@ -1,32 +1,17 @@
-// Reading saved items back: one .distcp blob opened as the torch.save archive it is, and
-// only the byte runs a ReadItem needs copied from it straight into the destination buffer
-// (spec: dcp-format.md §2.1; load_plan.h for the runs).
+// Reading saved items back (layout: docs/dcp-format.md §2.1). SavedTensorBlob opens one
+// tensor blob of a .distcp file as the torch.save archive it is and copies only the byte
+// runs a ReadItem needs (load_plan.h) into the destination buffer; read_saved_object reads
+// a bytes item whole; BlockPiece and verify_block_pieces let the ranks of a load verify
+// together the checksum blocks each of them read only part of.
 //
-// Opening a tensor blob reads its zip structure and data.pkl (a few hundred bytes, counted
-// as header bytes). Reads of tensor data go from the file source into the caller's buffer
-// with no staging when the saved tensor is row-major contiguous little-endian (what
-// shardpoint and DCP write); any other saved layout (permuted strides, big-endian files)
-// takes a slower path through a temporary copy of the chunk.
-//
-// Verification (a sidecar entry given): data is read straight into the destination and
-// each checksum block is checked there, right after its read (while it is in cache). A
-// block the item needs only part of (a reshard boundary) is handled one of two ways:
-//  - alone (read_into without `pieces`, CheckpointReader): the missing parts of the block
-//    are read into a scratch buffer and the checksum runs over the parts in order, so the
-//    read is widened to whole blocks;
-//  - together (crc32c, `pieces` given, load()): the needed part's crc32c is recorded as a
-//    BlockPiece; after every rank read, the ranks exchange pieces and each block is checked
-//    by combining the pieces (crc32c_combine) - a resharding load reads each needed byte
-//    once, 1.00x, with full verification. verify_block_pieces reads only the parts no rank
-//    read (a partial load). Why not smaller blocks: a reshard boundary falls anywhere
-//    (rows of ceil(n / world) for any world), so any fixed block size widens every
-//    boundary by up to a block, and the sidecar grows as blocks shrink; combining costs
-//    one all_gather of a few bytes per boundary and no bytes read.
-// A bytes item is read whole and checked against the item checksum. Mismatches throw
+// With a sidecar entry every byte copied is verified against its checksum block. A block an
+// item needs only part of (a reshard boundary) is either completed by reading its missing
+// parts (read_into without `pieces`) or recorded as a BlockPiece for verify_block_pieces
+// (crc32c with `pieces`). How and why: the top of item_reader.cc. Mismatches throw
 // FormatError naming the file, the fqn, the block and expected vs found.
 //
-// Thread-safety: a SavedItem is used by one thread at a time; different SavedItems over the
-// same file source may be used from different threads.
+// Thread-safety: a SavedTensorBlob is used by one thread at a time; different ones over the
+// same file source may be used from different threads. SourceCache is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -132,17 +117,13 @@ class SavedTensorBlob {
 
   // Copies the part of this chunk that `item` names into `dest` (the rank's box, row-major,
   // sizes `dest_box_sizes`). REQUIRES item.storage_index is this chunk. With
-  // checksums.item set, verifies as described at the top: whole blocks here; partial
+  // checksums.item set, verifies what it reads: whole blocks here; partial
   // blocks here too when `pieces` is null or the algorithm is not crc32c, else appended to
   // *pieces for verify_block_pieces. Throws FormatError / StorageError naming the file
   // and fqn.
   void read_into(const ReadItem& item, std::span<std::byte> dest, const format::Shape& dest_box_sizes,
                  const BlobChecksums& checksums, std::vector<BlockPiece>* pieces = nullptr);
 
-  // The blob bytes [begin, end) that read_into(item) will read, for read-ahead: from the
-  // tensor data start, or (before the blob is opened) the blob's start plus
-  // kHeaderAllowance bytes, so headers are covered. Unverified reads need exactly this;
-  // verified ones may widen to blocks.
   // One copy: `length` bytes at `src` (relative to the chunk's data start) go to `dst`
   // (relative to the destination box's start).
   struct Segment {

@@ -1,3 +1,6 @@
+// Writing one save item. The tensor bytes go from the caller's buffer through the
+// checksumming sink to the storage writer in slices (ItemWriteOptions::slice_bytes); the
+// only copies are the storage writer's aligned staging buffers.
 #include "engine/item_writer.h"
 
 #include <algorithm>

@@ -1,11 +1,10 @@
 // Writing one save item into a .distcp file: a complete torch.save blob appended at the
-// file's current position (spec: dcp-format.md §2.1), checksummed as its bytes stream out.
+// file's current position (docs/dcp-format.md §2.1), checksummed as its bytes stream out.
 //
 // A tensor item is torch.save of the chunk: archive "archive", root
 // _rebuild_tensor_v2(('storage', torch.<T>Storage, "0", "cpu", numel), 0, sizes,
 // contiguous strides, False, OrderedDict()), one storage record data/0 holding exactly the
-// chunk's row-major bytes. The bytes come straight from the caller's buffer; the only
-// copies are the storage writer's aligned staging buffers.
+// chunk's row-major bytes, read from the caller's buffer as it streams out.
 // A bytes item is torch.save of the object's pickle value (no storages).
 //
 // Thread-safety: reentrant; one sink per thread.
@@ -43,9 +42,9 @@ struct ItemWriteOptions {
   ChecksumAlgorithm checksum = ChecksumAlgorithm::kCrc32c;
   std::uint64_t block_size = std::uint64_t{1} << 20;
   // Tensor bytes are handed to the sink in slices of this size, so the zip CRC, the item
-  // checksum and the storage writer's copy touch each slice while it is in cache. 256 KiB
-  // fits a core's L2: zip CRC + copy + CRC-32C cost 0.19 s of CPU per GB against 0.28 s with
-  // 4 MiB slices, which L3 (shared with the other ranks) did not keep (bench/README.md).
+  // checksum and the storage writer's copy touch each slice while it is in cache: the
+  // default fits a core's L2; slices of several MiB fall out of L3, which the ranks share,
+  // and cost more CPU per byte (bench/README.md).
   std::size_t slice_bytes = std::size_t{256} << 10;
 };
 

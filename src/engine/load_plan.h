@@ -1,5 +1,5 @@
 // Load planning with resharding: which pieces of which saved chunks fill the boxes a rank
-// asks for, and the exact byte runs to read for each piece (spec: dcp-format.md §4.1,
+// asks for, and the exact byte runs to read for each piece (docs/dcp-format.md §4.1,
 // §4.4).
 //
 // For every requested tensor box L and every saved chunk S of that fqn that overlaps it,
@@ -109,7 +109,7 @@ struct ByteRange {
 // start of the chunk's data, ascending and merged where contiguous: a read covering the
 // full trailing dimensions is one run; a dim-1 slice is one run per row.
 // REQUIRES the saved data is row-major contiguous with sizes `saved_chunk_sizes`
-// (what shardpoint writes and DCP normally writes; spec §2.3), and the item fits in it
+// (what shardpoint writes and DCP normally writes; docs/dcp-format.md §2.3), and the item fits in it
 // (UsageError otherwise). Empty for a zero-volume item. A bytes item: empty.
 std::vector<ByteRange> saved_chunk_byte_ranges(const ReadItem& item, const Shape& saved_chunk_sizes,
                                                std::size_t itemsize);

@@ -157,6 +157,27 @@ std::vector<WrittenItem> decode_written_items(std::string_view bytes, std::strin
   });
 }
 
+std::string encode_rank_message(RankStatus status, std::string_view body) {
+  std::string out;
+  out.reserve(1 + body.size());
+  out.push_back(static_cast<char>(status));
+  out.append(body);
+  return out;
+}
+
+RankMessage decode_rank_message(std::string_view message) {
+  if (message.empty()) return {};
+  RankMessage m;
+  m.body = message.substr(1);
+  switch (static_cast<RankStatus>(message[0])) {
+    case RankStatus::kPlan:
+    case RankStatus::kWriteResult:
+    case RankStatus::kMetadata:
+    case RankStatus::kError: m.status = static_cast<RankStatus>(message[0]); break;
+  }
+  return m;
+}
+
 std::string pack_parts(const std::vector<std::string>& parts) {
   std::string out;
   std::size_t total = 0;

@@ -1,5 +1,5 @@
 // Save planning: what each rank writes, into which file, and the checkpoint's Metadata
-// skeleton (spec: dcp-format.md §1.2-1.3, §4.2-4.3).
+// skeleton (docs/dcp-format.md §1.2-1.3, §4.2-4.3).
 //
 // Steps (DCP's planner.py split, with no I/O and no communicator here):
 //   1. (all ranks)   make_local_save_plan: one WriteItem per flattened leaf, bytes items and
@@ -118,7 +118,7 @@ GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const Sa
 
 // Where each item of a final `plan` lands when its blob is blob_lengths[i] bytes long
 // (i = position in plan.items): a file is its items' blobs concatenated in index_in_file
-// order, no header, no padding (spec §2.1). The result is this rank's part of
+// order, no header, no padding (docs/dcp-format.md §2.1). The result is this rank's part of
 // Metadata::storage_data. Use it when blob sizes are known before writing (to write at
 // precomputed offsets), or after writing with the lengths actually written.
 // Throws UsageError when blob_lengths.size() != plan.items.size() or an item has no file.

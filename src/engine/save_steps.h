@@ -1,4 +1,4 @@
-// The steps of save() (numbered as in checkpoint.h) as separate functions, so that save()
+// The steps of save() (numbered as in checkpoint.cc) as separate functions, so that save()
 // and async_save() (async_save.h) run the same code: async_save() runs steps 1-2 on the
 // caller's thread, step 3 on a background thread over staged copies of the tensors, and
 // steps 4-6 in PendingSave::wait(). Internal to the engine; implemented in checkpoint.cc.
@@ -76,8 +76,9 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
                                           const SaveOptions& options, CommittedFiles& committed);
 
 // Step 3 on this rank (no communicator): writes the files of `plan` from `flat`. Returns
-// the message commit_save() exchanges: 'R' + the written items, or 'E' + this rank's
-// error. Does not throw. Adds the blob bytes written to `bytes_written`.
+// the message commit_save() exchanges: RankStatus::kWriteResult + the written items, or
+// RankStatus::kError + this rank's error (plan_codec.h). Does not throw. Adds the blob
+// bytes written to `bytes_written`.
 std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, storage::Storage& checkpoint,
                              const SaveOptions& options, CommittedFiles& committed, std::uint64_t& bytes_written);
 

@@ -1,6 +1,6 @@
 // One item of a `.distcp` file, opened as the torch.save archive it is.
 //
-// Layout (spec/dcp-format.md §2): a .distcp file is a plain concatenation of items, no
+// Layout (docs/dcp-format.md §2): a .distcp file is a plain concatenation of items, no
 // header or padding; `_StorageInfo` (StorageInfo) gives each item's [offset, offset+length)
 // in the file. An item is the complete output of torch.save (a zip archive whose internal
 // offsets are relative to the item's start): a tensor chunk (root = the tensor) or a bytes

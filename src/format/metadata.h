@@ -1,7 +1,7 @@
 // The DCP checkpoint index (`.metadata`) as C++ values.
 //
-// Mirrors PyTorch's torch.distributed.checkpoint.metadata dataclasses (spec:
-// shared/docs/spec/dcp-format.md §3): for every flattened key (fqn) either a tensor
+// Mirrors PyTorch's torch.distributed.checkpoint.metadata dataclasses
+// (docs/dcp-format.md §3): for every flattened key (fqn) either a tensor
 // (global size, dtype, and the chunks it was saved in) or a bytes item (a pickled object);
 // `storage_data` says where each chunk / bytes item lives (file, offset, length);
 // `planner_data` maps each fqn to its path in the original nested state dict.

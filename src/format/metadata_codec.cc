@@ -26,7 +26,7 @@ using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
 
-// Module paths written by encode_metadata (§3.7). Readers of every 2.x release have them.
+// Module paths written by encode_metadata (docs/dcp-format.md §3.7). Readers of every 2.x release have them.
 constexpr std::string_view kDcpMetadataModule = "torch.distributed.checkpoint.metadata";
 constexpr std::string_view kDcpFilesystemModule = "torch.distributed.checkpoint.filesystem";
 constexpr std::string_view kShardedTensorModule = "torch.distributed._shard.sharded_tensor.metadata";
@@ -617,7 +617,7 @@ class Encoder {
     pickle::DictEntries entries_;
   };
 
-  // cls.__new__(cls) + BUILD state, the default dataclass pickling (§3.3).
+  // cls.__new__(cls) + BUILD state, the default dataclass pickling (docs/dcp-format.md §3.3).
   static ValuePtr instance(const ValuePtr& cls, ValuePtr state) {
     ValuePtr obj = Value::object(CallKind::kNewObj, cls, Value::tuple());
     obj->set_state(std::move(state));

@@ -2,7 +2,7 @@
 //
 // Layout: a Python pickle (protocol 2-5) of torch.distributed.checkpoint.metadata.Metadata;
 // classes, fields and the history of their module paths are in
-// shared/docs/spec/dcp-format.md §3 (§3.2 paths, §3.3 fields, §3.4 torch values).
+// docs/dcp-format.md §3 (§3.2 paths, §3.3 fields, §3.4 torch values).
 //
 // decode_metadata reads every form PyTorch 1.13 ... newest writes. Classes are recognised
 // by name, not module, because the modules moved between releases (1.13

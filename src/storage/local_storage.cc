@@ -35,7 +35,7 @@ constexpr std::size_t kMaxChunk = std::size_t{64} << 20;
 // Full append() buffers queued or being written per file while the caller fills the next.
 // One is enough (double buffering): the caller's copy and checksums run at several GB/s, the
 // device's share per rank is a fraction of that. Each extra buffer is first-touch memory that
-// a one-shot save pays for in page faults (~0.5 GB/s for fresh huge pages on our VMs).
+// a one-shot save pays for in page faults.
 constexpr std::size_t kBuffersInFlight = 1;
 
 std::uint64_t round_down(std::uint64_t n) { return n / kAlign * kAlign; }

@@ -20,9 +20,6 @@
 // tmpfs before Linux 6.6, some FUSE) is remembered and later writers go buffered. A direct pwrite refused with
 // EINVAL switches that file to buffered I/O (fcntl) and is retried.
 //
-// Measured (2 GiB, one writer, durable): on par with fio --direct=1 --bs=1M --end_fsync=1 on
-// the same directory (both 1.1-1.9 GB/s on the shared, loaded machine).
-//
 // Reads open the file per call (pread); open_source() maps it (at most
 // StorageOptions::max_mmaps mappings alive, then pread sources, as LevelDB's mmap limiter).
 //

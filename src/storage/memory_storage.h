@@ -1,5 +1,5 @@
 // MemoryStorage: the "memory" driver. Objects live in a process-wide in-memory namespace,
-// for engine tests (STYLE.md §8: engine tests fake storage with this, never the disk).
+// for engine tests (they fake storage with this, never the disk).
 //
 // URL "memory://name": every open of the same name sees the same objects, for the life of
 // the process (until drop_memory_storage(name)). "memory://" (empty name) opens a fresh

@@ -68,7 +68,7 @@ inline bool io_expired(const IoOptions& io) {
   return io.stop.stop_requested() || (io.deadline != Clock::time_point::max() && Clock::now() >= io.deadline);
 }
 
-// What a driver can do. The engine picks its commit path from these (STYLE.md §4).
+// What a driver can do. The engine picks its commit path from these.
 struct StorageFeatures {
   // read() of any byte range costs about the bytes read (not the whole object).
   bool range_reads = false;
@@ -95,13 +95,13 @@ struct ObjectInfo {
 
 struct WriteOptions {
   // commit() / write_atomic() make the object durable before returning (local: fsync file,
-  // rename, fsync directory). Cost: one fsync per file and one per directory (~0.2 ms each
-  // on our disk, more when the page cache holds much dirty data). Turn off only for
+  // rename, fsync directory). Cost: one fsync per file and one per directory (more when
+  // the page cache holds much dirty data). Turn off only for
   // benchmarks: after a crash a checkpoint may then look complete when it is not.
   bool durable = true;
   // Bypass the page cache where the driver supports it (features().direct_io). Falls back to
   // buffered I/O by itself where the filesystem refuses O_DIRECT (tmpfs). Leave on for large
-  // shard files: buffered writes of fresh data run 0.4-2.5 GB/s here, O_DIRECT ~2.5 GB/s.
+  // shard files: buffered writes of fresh data are slower and less steady than O_DIRECT.
   bool direct_io = true;
 };
 

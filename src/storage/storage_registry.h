@@ -35,8 +35,8 @@ struct StorageOptions {
   // for the local driver, one full buffer its background thread is writing; a write_at() of
   // unaligned caller memory holds one while it runs. Size the pool for the writers open at
   // once, or they wait (a deadline in IoOptions turns a wait into an error).
-  // nullptr: the driver makes its own pool of `default_pool_bytes` (local: 4 MiB buffers,
-  // others 8 MiB), allocated on first use.
+  // nullptr: the driver makes its own pool of `default_pool_bytes` (buffers sized by the
+  // driver), allocated on first use.
   std::shared_ptr<BufferPool> buffer_pool;
   std::size_t default_pool_bytes = std::size_t{64} << 20;
   // Allow O_DIRECT at all (WriteOptions::direct_io asks per writer). Off: always buffered.

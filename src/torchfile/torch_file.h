@@ -1,7 +1,7 @@
 // TorchFile: a torch.save file (zip format, PyTorch >= 1.6) opened for reading, with its
 // object tree and the location of every tensor's bytes in the source.
 //
-// Layout (spec/dcp-format.md §5): a zip archive (zip_format.h) whose records all start
+// Layout (docs/dcp-format.md §5): a zip archive (zip_format.h) whose records all start
 // with one folder name, "<archive>/": data.pkl (pickle of the object tree; storages are
 // persistent ids), data/<key> (raw storage bytes, STORED, 64-byte aligned), version (or
 // .data/version), optionally byteorder, .format_version, .storage_alignment,

@@ -1,4 +1,4 @@
-// TorchSaveWriter: streams a torch.save file (layout: torch_file.h, spec/dcp-format.md §5)
+// TorchSaveWriter: streams a torch.save file (layout: torch_file.h, docs/dcp-format.md §5)
 // to a ByteSink, one storage at a time, so memory never holds more than the caller's
 // current piece of tensor data plus the zip central directory.
 //

@@ -1,5 +1,5 @@
 // The zip records shardpoint reads and writes, as PyTorch's torch.save lays them out
-// (spec/dcp-format.md §5.2). All integers little-endian. Offsets are relative to the
+// (docs/dcp-format.md §5.2). All integers little-endian. Offsets are relative to the
 // start of the archive (a whole file, or one blob inside a .distcp file).
 //
 //   per record, in order:

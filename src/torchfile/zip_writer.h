@@ -1,5 +1,5 @@
 // ZipWriter: streams a zip archive laid out exactly as PyTorch's torch.save writes it
-// (zip_format.h, spec/dcp-format.md §5.2) to a ByteSink.
+// (zip_format.h, docs/dcp-format.md §5.2) to a ByteSink.
 //
 // Layout choices, all as PyTorch (miniz with MZ_ZIP_FLAG_WRITE_ZIP64 + PyTorch's padding):
 //   - every record STORED; flags 0x0808; version/time/date 0;

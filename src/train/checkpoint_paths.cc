@@ -66,14 +66,16 @@ void remove_path(const std::string& path) {
   st->remove(name);
 }
 
-std::string checkpoint_kind(const std::string& path) {
+std::optional<StateDictType> checkpoint_kind(const std::string& path) {
   if (!is_remote(path)) {
-    if (fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "meta.pt")) return "sharded";
-    return fs::is_regular_file(path) ? "full" : "";
+    if (fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "meta.pt")) return StateDictType::kSharded;
+    if (fs::is_regular_file(path)) return StateDictType::kFull;
+    return std::nullopt;
   }
-  if (storage::open_storage(path)->try_stat("meta.pt")) return "sharded";
+  if (storage::open_storage(path)->try_stat("meta.pt")) return StateDictType::kSharded;
   const auto [parent, name] = parent_and_name(path);
-  return storage::open_storage(parent)->try_stat(name) ? "full" : "";
+  if (storage::open_storage(parent)->try_stat(name)) return StateDictType::kFull;
+  return std::nullopt;
 }
 
 std::string next_checkpoints_dir(const std::string& root) {

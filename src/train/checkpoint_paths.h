@@ -8,8 +8,11 @@
 // Thread-safety: no shared state; results race with anyone changing the files meanwhile.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
+
+#include "train/fsdp_strategy.h"
 
 namespace shardpoint::train {
 
@@ -31,9 +34,9 @@ bool path_exists(const std::string& path);
 // object under it as a prefix (URL). A missing path is not an error.
 void remove_path(const std::string& path);
 
-// Lightning's rule: "sharded" when path is a folder (prefix) holding meta.pt, "full" when
-// it is a regular file (object), "" when neither.
-std::string checkpoint_kind(const std::string& path);
+// Lightning's rule (docs/lightning-layout.md §1): kSharded when path is a folder (prefix)
+// holding meta.pt, kFull when it is a regular file (object), nullopt when neither.
+std::optional<StateDictType> checkpoint_kind(const std::string& path);
 
 // <root>/lightning_logs/version_<k>/checkpoints with k = 1 + the largest existing version
 // (0 when none), normalised. Creates nothing. Throws UsageError for a root URL with

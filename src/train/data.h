@@ -1,4 +1,4 @@
-// Language-model data in WikiText-2 format (spec: lightning-behaviour.md §11.2), as the
+// Language-model data in WikiText-2 format (docs/lightning-layout.md §6.2), as the
 // Lightning demo reads it: `train.txt`, UTF-8, one line at a time; words are the line split
 // on whitespace plus "<eos>" appended to every line (a blank line is just "<eos>");
 // vocabulary in first-occurrence order; the tokens concatenated; item i is the block

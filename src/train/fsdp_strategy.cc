@@ -24,10 +24,14 @@ void append_bytes(std::string& out, const at::Tensor& t) {
 
 }  // namespace
 
-FSDPStrategy::FSDPStrategy(std::string state_dict_type) : state_dict_type_(std::move(state_dict_type)) {
-  if (state_dict_type_ != "full" && state_dict_type_ != "sharded") {
-    throw UsageError(fmt::format("Unknown state_dict_type: \"{}\" (expected \"full\" or \"sharded\")", state_dict_type_));
-  }
+std::string_view state_dict_type_name(StateDictType type) {
+  return type == StateDictType::kSharded ? "sharded" : "full";
+}
+
+StateDictType parse_state_dict_type(std::string_view name) {
+  if (name == "full") return StateDictType::kFull;
+  if (name == "sharded") return StateDictType::kSharded;
+  throw UsageError(fmt::format("Unknown state_dict_type: \"{}\" (expected \"full\" or \"sharded\")", name));
 }
 
 void FSDPStrategy::setup(comm::Communicator& comm, std::vector<ParamSpec> specs,

@@ -13,14 +13,15 @@
 // chosen by make_communicator_from_env() from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) or
 // MPI across processes. Messages are bytes: simple and exact, not the fastest path.
 //
-// state_dict_type decides only how checkpoints are written ("full": one torch.save file
-// gathered on rank 0; "sharded": a DCP folder); loading accepts either (Lightning's rule).
+// StateDictType decides only how checkpoints are written; loading accepts either
+// (Lightning's rule, docs/lightning-layout.md §1).
 // Thread-compatible; every method marked (all ranks) is a collective.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -29,13 +30,23 @@
 
 namespace shardpoint::train {
 
+// How checkpoints are written: Lightning's FSDPStrategy(state_dict_type=...).
+enum class StateDictType {
+  kFull,     // one torch.save file gathered on rank 0 (Lightning Trainer's default)
+  kSharded,  // a DCP folder written by every rank, plus meta.pt
+};
+
+// "full" or "sharded": Lightning's spelling, used on the command line and in messages.
+std::string_view state_dict_type_name(StateDictType type);
+// The inverse of state_dict_type_name. Throws UsageError naming the two legal values for
+// anything else.
+StateDictType parse_state_dict_type(std::string_view name);
+
 class FSDPStrategy {
  public:
-  // state_dict_type: "full" (Lightning Trainer's default) or "sharded". Throws UsageError
-  // naming the two legal values otherwise.
-  explicit FSDPStrategy(std::string state_dict_type = "full");
+  explicit FSDPStrategy(StateDictType state_dict_type = StateDictType::kFull) : state_dict_type_(state_dict_type) {}
 
-  const std::string& state_dict_type() const { return state_dict_type_; }
+  StateDictType state_dict_type() const { return state_dict_type_; }
 
   // Keeps this rank's dim-0 piece of every full initial parameter (same values on every
   // rank). REQUIRES specs and full_params in the same order and shapes.
@@ -68,7 +79,7 @@ class FSDPStrategy {
   engine::StateNode model_state();
 
  private:
-  std::string state_dict_type_;
+  StateDictType state_dict_type_;
   comm::Communicator* comm_ = nullptr;
   std::vector<ParamSpec> specs_;
   std::vector<at::Tensor> local_;

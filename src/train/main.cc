@@ -204,7 +204,7 @@ int spawn_ranks(int devices, int argc, char** argv) {
 
 int try_main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  FSDPStrategy strategy(a.state_dict_type);  // validates before any rank starts
+  FSDPStrategy strategy(parse_state_dict_type(a.state_dict_type));  // validates before any rank starts
   if (a.devices > 1 && std::getenv("RANK") == nullptr && !comm::launched_by_mpirun()) {
     return spawn_ranks(a.devices, argc, argv);
   }

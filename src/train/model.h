@@ -1,5 +1,5 @@
 // The demo Transformer language model of Lightning's `lightning.pytorch.demos.transformer`
-// (spec: lightning-behaviour.md §11.1), written with ATen ops: same architecture, module
+// (docs/lightning-layout.md §6.1), written with ATen ops: same architecture, module
 // names, parameter order and shapes, so its state dict has Lightning's LightningTransformer
 // keys (`model.embedding.weight`, `model.transformer.encoder.layers.0.self_attn.in_proj_weight`,
 // ..., 67 tensors at the defaults).

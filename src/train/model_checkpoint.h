@@ -1,4 +1,4 @@
-// ModelCheckpoint: Lightning's checkpoint callback (lightning-behaviour.md §9), its
+// ModelCheckpoint: Lightning's checkpoint callback (docs/lightning-layout.md §5), its
 // bookkeeping only: when to save, under which name, which older checkpoint to remove after
 // the new one is committed, and the state it records in every checkpoint ("callbacks").
 // The Trainer does the I/O through CheckpointActions; every rank runs the same decisions on
@@ -74,7 +74,7 @@ class ModelCheckpoint {
   void on_train_batch_end(const TrainPosition& p, const CheckpointActions& io);
   void on_train_epoch_end(const TrainPosition& p, const CheckpointActions& io);
 
-  // The state Lightning saves (lightning-behaviour.md §3.3). Scores are float32 values.
+  // The state Lightning saves (docs/lightning-layout.md §3.3). Scores are float32 values.
   const std::string& monitor() const { return options_.monitor; }
   const std::optional<float>& best_model_score() const { return best_model_score_; }
   const std::string& best_model_path() const { return best_model_path_; }

@@ -142,10 +142,12 @@ Trainer::Trainer(TrainerOptions options, FSDPStrategy strategy)
 std::int64_t Trainer::load_checkpoint(const std::string& path) {
   comm::Communicator& comm = *comm_;
   const int rank = comm.rank(), world = comm.world_size();
-  std::string kind;
-  on_rank0(comm, [&] { kind = checkpoint_kind(path); });
-  kind = comm.broadcast(kind);
-  if (kind.empty()) {
+  std::string found;  // rank 0's checkpoint_kind as its name, "" for neither
+  on_rank0(comm, [&] {
+    if (const auto k = checkpoint_kind(path)) found = std::string(state_dict_type_name(*k));
+  });
+  found = comm.broadcast(found);
+  if (found.empty()) {
     throw UsageError(fmt::format(
         "The path '{}' does not point to a valid checkpoint. Make sure the path points to either a directory with "
         "FSDP checkpoint shards, or a single file with a full checkpoint.",
@@ -163,7 +165,8 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     }
   };
   std::exception_ptr error;
-  if (kind == "sharded") {
+  const StateDictType kind = parse_state_dict_type(found);
+  if (kind == StateDictType::kSharded) {
     engine::StateDict root;
     root.emplace_back("model", strategy_.model_state());
     root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
@@ -225,7 +228,7 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
   comm.rethrow_if_any_failed(error);
   const double seconds = seconds_since(t0);
   if (options_.progress && rank == 0) {
-    std::printf("loaded %s checkpoint %s (global_step %lld) in %.3f s\n", kind.c_str(), path.c_str(),
+    std::printf("loaded %s checkpoint %s (global_step %lld) in %.3f s\n", found.c_str(), path.c_str(),
                 static_cast<long long>(step), seconds);
     std::fflush(stdout);
   }
@@ -360,7 +363,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.epoch_processed = in_epoch_end_;
   const auto [parent, name] = parent_and_name(path);
   finish_pending(result);  // a new save starts after the previous one is committed
-  if (strategy_.state_dict_type() == "sharded") {
+  if (strategy_.state_dict_type() == StateDictType::kSharded) {
     // A file at the path goes; an older checkpoint in the folder loses its commit marker
     // first, so a save that dies half way never looks committed.
     on_rank0(comm, [&] {
@@ -435,8 +438,8 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   }
   result.save_seconds = seconds_since(t0);
   if (options_.progress && rank == 0) {
-    std::printf("saved %s checkpoint %s in %.3f s\n", strategy_.state_dict_type().c_str(), path.c_str(),
-                result.save_seconds);
+    const std::string type(state_dict_type_name(strategy_.state_dict_type()));
+    std::printf("saved %s checkpoint %s in %.3f s\n", type.c_str(), path.c_str(), result.save_seconds);
     std::fflush(stdout);
   }
 }

@@ -277,8 +277,8 @@ void save_large(const std::string& dir) {
   });
 }
 
-// The ranks are no longer threads holding their boxes: a checkpoint larger than the budget
-// is copied with about the budget (+ the output driver's staging buffers) in memory.
+// reshard never holds a rank's boxes whole: a checkpoint larger than the budget is copied
+// with about the budget (+ the output driver's staging buffers) in memory.
 TEST(ReshardTest, PeakRssStaysNearTheMemoryBudget) {
   TempDir tmp;
   const std::string src = tmp.file("large"), dst = tmp.file("large3");
@@ -294,8 +294,8 @@ TEST(ReshardTest, PeakRssStaysNearTheMemoryBudget) {
   ASSERT_EQ(::wait4(pid, &status, 0, &ru), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   std::printf("reshard 96 MiB 2 -> 3 ranks with --memory-budget 8MiB: peak RSS %.1f MiB\n", ru.ru_maxrss / 1024.0);
-  // Slabs (8 MiB) + two writers' 8 MiB staging buffers + the program (measured ~53 MiB):
-  // well under the 96 MiB payload, which the old reshard held whole (peak ~2x payload).
+  // Slabs (8 MiB) + two writers' 8 MiB staging buffers + the program:
+  // well under the 96 MiB payload, which is never held whole.
   EXPECT_LT(ru.ru_maxrss, 80 * 1024);
   EXPECT_EQ(inspect(dst), inspect(src));
   EXPECT_EQ(run_command(kTool + " verify " + q(dst) + " >/dev/null").exit_code, 0);

@@ -172,5 +172,39 @@ TEST(PlanCodecTest, WrittenItemsAndPartsRoundTrip) {
   EXPECT_THROW(unpack_parts(cut, "m"), FormatError);
 }
 
+TEST(PlanCodecTest, RankMessageBytesNeverChange) {
+  // The wire byte of each status, fixed: ranks read each other's messages.
+  EXPECT_EQ(encode_rank_message(RankStatus::kPlan, "body"), "Pbody");
+  EXPECT_EQ(encode_rank_message(RankStatus::kWriteResult, "body"), "Rbody");
+  EXPECT_EQ(encode_rank_message(RankStatus::kMetadata, "body"), "Mbody");
+  EXPECT_EQ(encode_rank_message(RankStatus::kError, "error\nboom"), "Eerror\nboom");
+  EXPECT_EQ(encode_rank_message(RankStatus::kError), "E");
+}
+
+TEST(PlanCodecTest, RankMessageRoundTrips) {
+  const std::string body("x\0y", 3);
+  for (RankStatus status : {RankStatus::kPlan, RankStatus::kWriteResult, RankStatus::kMetadata, RankStatus::kError}) {
+    const std::string message = encode_rank_message(status, body);
+    const RankMessage m = decode_rank_message(message);
+    EXPECT_EQ(m.status, status);
+    EXPECT_EQ(m.body, body);
+    const RankMessage bare = decode_rank_message(encode_rank_message(status));
+    EXPECT_EQ(bare.status, status);
+    EXPECT_TRUE(bare.body.empty());
+  }
+}
+
+TEST(PlanCodecTest, RankMessageWithoutAKnownStatusHasNone) {
+  const RankMessage empty = decode_rank_message("");
+  EXPECT_FALSE(empty.status.has_value());
+  EXPECT_TRUE(empty.body.empty());
+  for (char c : {'p', 'X', '\0', '\xff'}) {
+    const std::string message = std::string(1, c) + "rest";
+    const RankMessage m = decode_rank_message(message);
+    EXPECT_FALSE(m.status.has_value()) << static_cast<int>(c);
+    EXPECT_EQ(m.body, "rest");
+  }
+}
+
 }  // namespace
 }  // namespace shardpoint::engine

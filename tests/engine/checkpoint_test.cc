@@ -777,7 +777,7 @@ TEST(CheckpointLoadTest, Dcp23KeysFallBackToTheOldFlattening) {
 
 TEST(CheckpointLoadTest, SavedLayoutsOtherThanRowMajorLoadCorrectly) {
   // A hand-made checkpoint as PyTorch may write it: "t" saved with permuted strides
-  // (column-major [4, 6], spec §2.3), "u" as a view at storage offset 2 of a 5-element
+  // (column-major [4, 6], docs/dcp-format.md §2.3), "u" as a view at storage offset 2 of a 5-element
   // storage. No sidecar: nothing to verify.
   auto tensor_blob = [](const Shape& shape, const Shape& strides, std::int64_t storage_offset,
                         const std::vector<float>& storage) {

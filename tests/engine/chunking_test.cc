@@ -13,7 +13,7 @@ TEST(ShardBoxes, CeilDivisionWithEmptyLastChunks) {
   // 10 rows over 4: chunk 3 -> 3, 3, 3, 1.
   EXPECT_EQ(shard_boxes({10, 2}, {4}, {Placement::shard(0)}),
             (Boxes{{{0, 0}, {3, 2}}, {{3, 0}, {3, 2}}, {{6, 0}, {3, 2}}, {{9, 0}, {1, 2}}}));
-  // 5 rows over 2: 3 + 2 (the ChunkShardingSpec observation of spec §4.3).
+  // 5 rows over 2: 3 + 2 (the ChunkShardingSpec observation of docs/dcp-format.md §4.3).
   EXPECT_EQ(shard_boxes({5}, {2}, {Placement::shard(0)}), (Boxes{{{0}, {3}}, {{3}, {2}}}));
   // 2 rows over 4: chunk 1 -> 1, 1, then empty pieces clamped to the end.
   EXPECT_EQ(shard_boxes({2}, {4}, {Placement::shard(0)}),

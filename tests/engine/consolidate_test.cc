@@ -47,7 +47,7 @@ void rename_key(StateNode& root, const std::string& from, const std::string& to)
 }
 
 // Saves the test state on `world` ranks into folder, with "optim" renamed to
-// "optimizer_0" (Lightning's Trainer key) unless keep_keys.
+// "optimizer_0" (Lightning's Trainer key) when trainer_keys.
 void save_state(const std::string& folder, int world, bool trainer_keys = true) {
   std::vector<RankState> states;
   for (int r = 0; r < world; ++r) {
@@ -59,7 +59,7 @@ void save_state(const std::string& folder, int world, bool trainer_keys = true) 
   group.run([&](comm::Communicator& comm) { save(states[comm.rank()].root, *st, comm); });
 }
 
-// A Lightning-shaped meta.pt (§3.2-3.3) with a tensor inside the ModelCheckpoint state.
+// A Lightning-shaped meta.pt (docs/lightning-layout.md §3.2-3.3) with a tensor inside the ModelCheckpoint state.
 std::vector<float> g_inf{INFINITY};
 void write_meta_pt(const std::string& folder) {
   StateNode root{StateDict{}};

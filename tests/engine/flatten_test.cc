@@ -16,7 +16,7 @@ using testing::same_tree;
 using testing::whole;
 using pickle::Value;
 
-// The optimizer example of spec §4.1:
+// The optimizer example of docs/dcp-format.md §4.1:
 // {"optim": {"param_groups": [{"lr": 0.1, "params": [0, 1]}],
 //            "state": {"0": {"exp_avg": T, "step": 3}}}}
 StateNode optim_example() {

@@ -27,7 +27,7 @@ using testing::sample_metadata;
 
 // ---- hand-built pickles of each PyTorch release's form --------------------------------
 
-// How one PyTorch release (and Python version) pickles Metadata (spec §3.2-§3.5).
+// How one PyTorch release (and Python version) pickles Metadata (docs/dcp-format.md §3.2-§3.5).
 struct Form {
   std::string name;
   std::string meta_module = "torch.distributed.checkpoint.metadata";

@@ -10,8 +10,7 @@ Typical script:
     if __name__ == "__main__":
         dcp_oracle.run_ranks(job, world_size=2, args=(sys.argv[1],))
 
-What run_ranks does for you (lessons from running this torch build, see
-docs/research/peer-baseline.md, "Operational findings"):
+What run_ranks does for you (lessons from running this torch build):
   * picks MASTER_PORT at random in 21000-28999 (outside the kernel's ephemeral range) and
     retries with another port when rank 0 cannot bind it;
   * starts world_size processes with torch.multiprocessing (spawn), each calling

@@ -178,7 +178,7 @@ inline std::optional<std::string> shared_azurite(std::string* why) {
   return endpoint;
 }
 
-// Short retries so failures return quickly (STYLE.md §8).
+// Short retries so failures return quickly.
 inline azure::AzureConfig azurite_config(const std::string& endpoint) {
   azure::AzureConfig config;
   config.account = kAzuriteAccount;

@@ -1,4 +1,4 @@
-// A real moto_server on 127.0.0.1 for the object-store tests (STYLE.md §8): started on a port
+// A real moto_server on 127.0.0.1 for the object-store tests: started on a port
 // in 21000-28999 reserved for it (comm::reserve_port: no other shardpoint launcher or test
 // server on this machine takes it while it runs) with signature checking on (INITIAL_NO_AUTH_ACTION_COUNT=3), prepared
 // by s3_moto_setup.py (IAM user, allow-all policy, access key, buckets), killed by PID.

@@ -1,4 +1,4 @@
-// The conformance suite every Storage driver passes (STYLE.md §8), parameterized over a
+// The conformance suite every Storage driver passes, parameterized over a
 // factory that returns a fresh, empty storage per test.
 //
 // A driver's test file instantiates it:

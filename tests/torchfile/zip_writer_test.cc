@@ -30,7 +30,7 @@ TEST(ZipWriter, LayoutMatchesTorchSave) {
   w.write_record("archive/version", "3\n");
   w.finish();
   const std::string& z = sink.str();
-  // Offsets of spec/dcp-format.md §5.6 (1.13 output for arange(6) float32).
+  // Offsets of docs/dcp-format.md §5.6 (1.13 output for arange(6) float32).
   ASSERT_EQ(w.records().size(), 3u);
   EXPECT_EQ(w.records()[0].local_header_offset, 0u);
   EXPECT_EQ(w.records()[0].data_offset, 64u);

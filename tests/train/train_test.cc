@@ -117,10 +117,15 @@ TEST(DataTest, ScheduleEpochsAndAccumulation) {
 }
 
 TEST(FSDPStrategyTest, StateDictTypeIsFullOrSharded) {
-  EXPECT_EQ(FSDPStrategy().state_dict_type(), "full");
-  EXPECT_EQ(FSDPStrategy("sharded").state_dict_type(), "sharded");
+  EXPECT_EQ(FSDPStrategy().state_dict_type(), StateDictType::kFull);
+  EXPECT_EQ(FSDPStrategy(StateDictType::kSharded).state_dict_type(), StateDictType::kSharded);
+  for (StateDictType t : {StateDictType::kFull, StateDictType::kSharded}) {
+    EXPECT_EQ(parse_state_dict_type(state_dict_type_name(t)), t);
+  }
+  EXPECT_EQ(state_dict_type_name(StateDictType::kFull), "full");
+  EXPECT_EQ(state_dict_type_name(StateDictType::kSharded), "sharded");
   try {
-    FSDPStrategy bad("local");
+    parse_state_dict_type("local");
     FAIL();
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("\"full\" or \"sharded\""), std::string::npos) << e.what();
@@ -136,7 +141,7 @@ std::vector<at::Tensor> train_on(int world, const std::string& opt, int steps) {
   std::vector<at::Tensor> out;
   comm::ThreadGroup group(world, comm::CommOptions{std::chrono::seconds(60)});
   group.run([&](comm::Communicator& comm) {
-    FSDPStrategy s("sharded");
+    FSDPStrategy s(StateDictType::kSharded);
     s.setup(comm, param_specs(cfg), init_params(cfg, 3));
     OptimizerConfig oc = optimizer_config(opt, opt == "sgd" ? 0.1 : 1e-3);
     if (opt == "sgd") oc.momentum = 0.9;
@@ -198,7 +203,7 @@ Trained fit_on(int world, const std::string& type, std::int64_t max_steps, const
     o.optimizer = optimizer_config("adam", 1e-3);
     o.progress = false;
     if (tweak) tweak(o);
-    Trainer t(o, FSDPStrategy(type));
+    Trainer t(o, FSDPStrategy(parse_state_dict_type(type)));
     const FitResult r = t.fit(comm, cfg, data, ckpt);
     std::vector<at::Tensor> all = t.strategy().full_params();
     for (const char* key : {"exp_avg", "exp_avg_sq"}) {

@@ -1,4 +1,4 @@
-// S3Storage: the "s3" driver. Objects live in one bucket under a key prefix:
+// The "s3" driver (make_s3_storage). Objects live in one bucket under a key prefix:
 // "s3://my-bucket/ckpt/run1" roots the storage at "ckpt/run1/", so key "__0_0.distcp" is the
 // S3 object "ckpt/run1/__0_0.distcp". Also serves "gs://" through Google Cloud Storage's
 // S3-interoperable XML API (gcs/gcs_storage.h builds the S3Config).
@@ -82,11 +82,12 @@ struct S3Config {
   int read_threads = 8;
   // open_source() reads objects up to this size whole; larger ones lazily with a cache of
   // source_cache_windows windows of source_window_bytes (http/ranged_reads.h): the engine
-  // reads each blob's headers, small items and data in 4 MiB pieces in order, so one window
+  // reads each blob's headers, small items and data in pieces in order, so one window
   // serves several reads. Each GET costs a round trip (and moto copies the whole object per
   // GET), so windows are large; reads of a window or more go straight into the caller's
-  // buffer. A load with 4 threads reads ~4 places of one blob at once: 8 windows keep them
-  // from evicting each other (4 windows: 139 GETs for a 0.4 GB load, 8: 88; boto3: 54).
+  // buffer. A load reads about one place of a blob per reader thread at once: twice as
+  // many windows as the default reader threads keep them from evicting each other (GET
+  // counts: bench/README.md).
   // Cost: windows x size per source (64 MiB).
   std::size_t source_whole_bytes = std::size_t{1} << 20;
   std::size_t source_window_bytes = std::size_t{8} << 20;
