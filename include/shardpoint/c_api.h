@@ -220,8 +220,7 @@ typedef struct sp_tensor_read {
 
 /* Reads every request (in parallel, each blob's headers parsed once), verified when
  * sp_reader_verified(). On failure destinations may be partly written. */
-SP_EXPORT sp_status sp_reader_read_tensors(sp_reader* reader, const sp_tensor_read* reads, size_t count,
-                                           char** error);
+SP_EXPORT sp_status sp_reader_read_tensors(sp_reader* reader, const sp_tensor_read* reads, size_t count, char** error);
 
 /* The whole blob [offset, offset + length) of `file` (a bytes item), verified against its
  * item checksum when sp_reader_verified(). */

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <map>
+#include <memory>
 #include <new>
 #include <set>
 #include <string>
@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator_from_env.h"
 #include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/checkpoint.h"
@@ -24,7 +25,6 @@
 #include "engine/consolidate.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
-#include "comm/communicator_from_env.h"
 #include "engine/reshard.h"
 #include "engine/state_dict.h"
 #include "engine/verify.h"
@@ -241,8 +241,8 @@ void sp_save_options_init(sp_save_options* options) {
   options->direct_io = 1;
 }
 
-sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count,
-                         const sp_save_options* options, char** written_json, char** error) {
+sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count, const sp_save_options* options,
+                         char** written_json, char** error) {
   return guarded(error, [&] {
     require(checkpoint != nullptr && written_json != nullptr && (items != nullptr || count == 0), "NULL argument");
     const engine::SaveOptions save = save_options_of(options);
@@ -282,9 +282,8 @@ sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t meta
     require(checkpoint != nullptr && metadata != nullptr, "NULL argument");
     const std::vector<engine::WrittenItem> written =
         engine::decode_written_items(str(written_json, "written_json is NULL"), "sp_commit: written items");
-    engine::commit_planned(*checkpoint->storage,
-                           std::string_view(static_cast<const char*>(metadata), metadata_size), written,
-                           save_options_of(options));
+    engine::commit_planned(*checkpoint->storage, std::string_view(static_cast<const char*>(metadata), metadata_size),
+                           written, save_options_of(options));
   });
 }
 
@@ -296,8 +295,7 @@ void sp_reader_options_init(sp_reader_options* options) {
   options->thread_count = 4;
 }
 
-sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* options, sp_reader** out,
-                         char** error) {
+sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* options, sp_reader** out, char** error) {
   return guarded(error, [&] {
     require(checkpoint != nullptr && out != nullptr, "NULL argument");
     sp_reader_options o;
@@ -441,8 +439,9 @@ sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json
     options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
     options.durable = option<bool>(o, "durable", options.durable);
     const engine::ConsolidateReport r = engine::consolidate(options);
-    const json out{{"output", r.output},         {"tensors", r.tensors},       {"objects", r.objects},
-                   {"tensor_bytes", r.tensor_bytes}, {"bytes_read", r.bytes_read}, {"peak_rss_bytes", r.peak_rss_bytes},
+    const json out{{"output", r.output},         {"tensors", r.tensors},
+                   {"objects", r.objects},       {"tensor_bytes", r.tensor_bytes},
+                   {"bytes_read", r.bytes_read}, {"peak_rss_bytes", r.peak_rss_bytes},
                    {"seconds", r.seconds}};
     *report_json = copy_string(out.dump());
   });
@@ -465,9 +464,12 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
         "options \"checksum\"");
     auto dst = storage::open_storage(str(destination, "destination is NULL"));
     const engine::ReshardReport r = engine::reshard(str(source, "source is NULL"), *dst, options);
-    const json out{{"source_format", r.source_format}, {"tensors", r.tensors},
-                   {"objects", r.objects},             {"payload_bytes", r.payload_bytes},
-                   {"bytes_written", r.bytes_written}, {"seconds", r.seconds}};
+    const json out{{"source_format", r.source_format},
+                   {"tensors", r.tensors},
+                   {"objects", r.objects},
+                   {"payload_bytes", r.payload_bytes},
+                   {"bytes_written", r.bytes_written},
+                   {"seconds", r.seconds}};
     *report_json = copy_string(out.dump());
   });
 }
@@ -489,21 +491,25 @@ sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
           auto info = m.storage_data.find(format::MetadataIndex{fqn, chunk.offsets, std::nullopt});
           chunks.push_back(chunk_json(chunk, info == m.storage_data.end() ? nullptr : &info->second));
         }
-        tensors[fqn] = json{{"dtype", std::string(dtype_name(t->properties.dtype))}, {"shape", t->size},
-                            {"chunks", std::move(chunks)}};
+        tensors[fqn] = json{
+            {"dtype", std::string(dtype_name(t->properties.dtype))}, {"shape", t->size}, {"chunks", std::move(chunks)}};
       } else {
         json object = json::object();
         auto info = m.storage_data.find(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
         if (info != m.storage_data.end()) {
-          object = json{{"file", info->second.relative_path}, {"offset", info->second.offset},
-                        {"length", info->second.length}};
+          object = json{
+              {"file", info->second.relative_path}, {"offset", info->second.offset}, {"length", info->second.length}};
         }
         objects[fqn] = std::move(object);
       }
     }
-    json out{{"format", "dcp"}, {"tensors", std::move(tensors)}, {"objects", std::move(objects)},
-             {"files", std::vector<std::string>(files.begin(), files.end())}, {"checksums", nullptr}};
-    if (reader.sidecar()) out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
+    json out{{"format", "dcp"},
+             {"tensors", std::move(tensors)},
+             {"objects", std::move(objects)},
+             {"files", std::vector<std::string>(files.begin(), files.end())},
+             {"checksums", nullptr}};
+    if (reader.sidecar())
+      out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
     *json_out = copy_string(out.dump());
   });
 }

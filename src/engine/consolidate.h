@@ -1,6 +1,6 @@
 // Consolidation: one sharded checkpoint folder (a Lightning FSDP checkpoint, or a plain
 // PyTorch DCP folder) turned into one file that torch.load reads, streaming with a fixed
-// memory budget (spec: lightning-behaviour.md §7, dcp-format.md §6.1).
+// memory budget (docs/lightning-layout.md §4, docs/dcp-format.md §6.1).
 //
 // What is written (torch.save output):
 //   kTrainer  Lightning's `python -m lightning.pytorch.utilities.consolidate_checkpoint`:

@@ -1,6 +1,6 @@
 // The checks consolidate() makes before it writes anything: Lightning's
 // consolidate_checkpoint checks, in its order and with its messages (spec:
-// lightning-behaviour.md §7), for a checkpoint folder and an output that may each be a
+// docs/lightning-layout.md §4), for a checkpoint folder and an output that may each be a
 // local path or a storage URL prefix; where the output goes; and that the shard files the
 // checkpoint's .metadata names are there and long enough.
 //

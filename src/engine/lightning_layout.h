@@ -1,5 +1,5 @@
 // The checkpoint dict Lightning's consolidation writes, as edits of an unpickled top-level
-// dict's entries (spec: lightning-behaviour.md §7.4): meta.pt merged over the DCP state,
+// dict's entries (docs/lightning-layout.md §4.4): meta.pt merged over the DCP state,
 // then, for a Trainer checkpoint, "model" renamed "state_dict" and the optimizer_<i>
 // entries gathered into "optimizer_states". Keys are matched as str keys; other keys are
 // left where they are.

@@ -59,7 +59,8 @@ std::vector<WrittenItem> write_planned_files(storage::Storage& checkpoint, const
     for (std::size_t i = 0; i < items[f].size(); ++i) {
       const PlannedItem& planned = files[f].items[i];
       const bool tensor = planned.type == WriteItemType::kTensor;
-      to_write[f].items.push_back({&items[f][i], tensor ? &values[f][i] : nullptr, tensor ? ByteSpan{} : planned.bytes});
+      to_write[f].items.push_back(
+          {&items[f][i], tensor ? &values[f][i] : nullptr, tensor ? ByteSpan{} : planned.bytes});
     }
   }
   save_steps::CommittedFiles committed;

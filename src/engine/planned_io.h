@@ -38,8 +38,8 @@ struct PlannedItem {
   WriteItemType type = WriteItemType::kTensor;
   format::MetadataIndex index;  // fqn; for tensors the chunk's global offsets
   DType dtype = DType::kFloat32;
-  Shape sizes;                  // tensor chunk sizes
-  ByteSpan bytes;               // tensor data (product(sizes) * itemsize bytes) or the blob
+  Shape sizes;     // tensor chunk sizes
+  ByteSpan bytes;  // tensor data (product(sizes) * itemsize bytes) or the blob
 };
 
 struct PlannedFile {
@@ -64,7 +64,7 @@ void commit_planned(storage::Storage& checkpoint, std::string_view metadata_byte
 // One tensor read: the part [storage_offsets, storage_offsets + lengths) of a saved chunk
 // into `dest`, the row-major box of `lengths`.
 struct PlannedTensorRead {
-  format::StorageInfo blob;            // file, offset and length of the chunk's blob
+  format::StorageInfo blob;  // file, offset and length of the chunk's blob
   std::string fqn;
   format::ChunkStorageMetadata chunk;  // the saved chunk: global offsets and sizes
   DType dtype = DType::kFloat32;

@@ -37,7 +37,7 @@
 // object stores also hold their multipart part buffers, S3: 4 x 8 MiB per writer), plus an
 // object-store source's read cache (S3: 64 MiB per open source file), plus the objects and
 // the metadata. Sources are read with pread / ranged GETs, never mapped, so source pages do
-// not count in the RSS (measured in bench/README.md "reshard").
+// not count in the RSS (bench/README.md, "reshard", has the figures).
 //
 // Thread-safety: reshard() calls may run concurrently on different destinations.
 #pragma once

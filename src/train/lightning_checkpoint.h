@@ -1,5 +1,5 @@
 // The contents of the trainer's checkpoints, as Lightning 2.x writes them, built as pickle
-// trees (spec: lightning-behaviour.md §3): the meta entries (epoch, global_step, version,
+// trees (docs/lightning-layout.md §3): the meta entries (epoch, global_step, version,
 // the loops' progress counters, the ModelCheckpoint callback state, lr_schedulers, and
 // shardpoint's resume data), meta.pt of a sharded checkpoint, and the whole torch.save file
 // of a full checkpoint. Where they are written and when is Trainer's business.
@@ -23,7 +23,7 @@
 
 namespace shardpoint::train {
 
-// Where the loops stand when a checkpoint is saved (lightning-behaviour.md §3.3).
+// Where the loops stand when a checkpoint is saved (docs/lightning-layout.md §3.3).
 struct LoopState {
   std::int64_t epoch = 0;            // current_epoch (the epoch of the last step run)
   std::int64_t global_step = 0;

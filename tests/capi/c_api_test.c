@@ -9,16 +9,16 @@
 
 static int passed, failed;
 
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    if (cond) {                                               \
-      ++passed;                                               \
-    } else {                                                  \
-      ++failed;                                               \
+#define CHECK(cond, ...)                                                \
+  do {                                                                  \
+    if (cond) {                                                         \
+      ++passed;                                                         \
+    } else {                                                            \
+      ++failed;                                                         \
       fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fputc('\n', stderr);                                    \
-    }                                                         \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fputc('\n', stderr);                                              \
+    }                                                                   \
   } while (0)
 
 static const char* msg(const char* e) { return e ? e : "(no message)"; }
