@@ -61,6 +61,9 @@ class TinyTransformer(LightningTransformer):
         self.model = Transformer(vocab_size=vocab_size, ninp=32, nhead=2, nhid=32, nlayers=1)
         self.losses: dict = {}
 
+    def prepare_data(self) -> None:
+        pass  # the demo's downloads WikiText-2; the test hands it a local folder
+
     def training_step(self, batch, batch_idx):
         loss = super().training_step(batch, batch_idx)
         self.losses[self.trainer.global_step + 1] = float(loss.detach())
@@ -138,7 +141,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
     p.add_argument("--strategy", choices=["ours", "stock"], required=True)
-    p.add_argument("--model", choices=["transformer", "mlp"], default="transformer")
+    p.add_argument("--model", default="transformer",
+                   help="transformer, mlp, or both comma-separated (one after the other, each in ROOT/MODEL)")
     p.add_argument("--data", default=None)
     p.add_argument("--state-dict-type", default="sharded")
     p.add_argument("--max-steps", type=int, required=True)
@@ -148,12 +152,21 @@ def main() -> None:
     p.add_argument("--async-save", action="store_true")
     p.add_argument("--resave", default=None, help="save to this path right after the resume")
     p.add_argument("--save-to", default=None, help="trainer.save_checkpoint here at the end")
+    p.add_argument("--remove", default=None, help="trainer.strategy.remove_checkpoint this at the end")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    models = args.model.split(",")
+    for model in models:
+        if len(models) > 1:
+            run(args, model, os.path.join(args.root, model), args.out and f"{args.out}.{model}")
+        else:
+            run(args, model, args.root, args.out)
 
+
+def run(args: argparse.Namespace, model_name: str, root: str, out: str | None) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     torch.manual_seed(1234)
-    if args.model == "transformer":
+    if model_name == "transformer":
         dataset = WikiText2(Path(args.data), block_size=16, download=False)
         model = TinyTransformer(dataset.vocab_size)
         loader = DataLoader(dataset, batch_size=4)
@@ -174,21 +187,24 @@ def main() -> None:
     else:
         strategy = StockCpuFSDPStrategy(**kwargs)
 
-    checkpointing = ModelCheckpoint(dirpath=os.path.join(args.root, "checkpoints"),
+    checkpointing = ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"),
                                     every_n_train_steps=args.every or args.max_steps, save_top_k=-1,
                                     save_last=args.save_last or None)
     recorder = Recorder(probe, args.resave)
     trainer = pl.Trainer(accelerator="cpu", devices=world, strategy=strategy, max_steps=args.max_steps,
-                         default_root_dir=args.root, logger=False, enable_progress_bar=False,
+                         default_root_dir=root, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=[checkpointing, recorder], num_sanity_val_steps=0,
                          limit_val_batches=0)
     started = time.perf_counter()
     trainer.fit(model, train_dataloaders=loader, ckpt_path=args.ckpt_path)
     if args.save_to:
         trainer.save_checkpoint(args.save_to)
+    if args.remove:
+        trainer.strategy.remove_checkpoint(args.remove)
+        trainer.strategy.barrier()
     seconds = time.perf_counter() - started
-    if trainer.is_global_zero and args.out:
-        Path(args.out).write_text(json.dumps({
+    if trainer.is_global_zero and out:
+        Path(out).write_text(json.dumps({
             "world": world, "losses": model.losses, "start_step": recorder.start_step,
             "global_step": trainer.global_step, "loaded": recorder.loaded, "resumed_probe": recorder.resumed_probe,
             "seconds": seconds,
