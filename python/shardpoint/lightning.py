@@ -33,8 +33,8 @@ What it changes, and what it keeps:
   ``default_root_dir`` through fsspec, so they need that scheme's fsspec package
   (``s3fs``, ``gcsfs``, ``adlfs``).
 - **Async saves** (``async_save=True``, sharded only): the state is copied to host memory
-  while training waits, then written by a background thread on a gloo process group of its
-  own; ``meta.pt`` follows the data commit. The next save, a load, ``remove_checkpoint`` and
+  while training waits, then ``dcp.save``-d by a background thread on a gloo process group of
+  its own; ``meta.pt`` follows the data commit. The next save, a load, ``remove_checkpoint`` and
   ``teardown`` wait for the save in flight (and raise its error, if it failed).
 - **CPU.** Lightning refuses ``strategy="fsdp"`` without CUDA, but accepts this subclass with
   ``accelerator="cpu"`` (gloo). On CPU, FSDP is given ``device_id=torch.device("cpu")``
@@ -303,6 +303,35 @@ def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Gener
         yield
 
 
+def _stage(obj: Any) -> Any:
+    """A copy of a state dict whose tensors (plain, ``DTensor``, ``ShardedTensor``: their local
+    data) are host-memory clones, so training can go on changing the originals."""
+    from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
+
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch < 2.5
+        from torch.distributed._tensor import DTensor  # type: ignore
+
+    if isinstance(obj, ShardedTensor):
+        shards = [Shard(tensor=_stage(s.tensor), metadata=s.metadata) for s in obj.local_shards()]
+        return ShardedTensor._init_from_local_shards_and_global_metadata(
+            shards, obj.metadata(), process_group=obj._process_group
+        )
+    if isinstance(obj, DTensor):
+        return DTensor.from_local(_stage(obj.to_local()), obj.device_mesh, obj.placements, run_check=False,
+                                  shape=obj.shape, stride=obj.stride())
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _stage(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_stage(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_stage(v) for v in obj)
+    return obj
+
+
 class FSDPStrategy(_LightningFSDPStrategy):
     """Lightning's ``FSDPStrategy`` with checkpoints through shardpoint (see the module's
     docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
@@ -465,18 +494,20 @@ class FSDPStrategy(_LightningFSDPStrategy):
             self._publish_meta(location, meta)
             return
 
+        # The copy to host memory is what training waits for; dcp.async_save's own stager
+        # cannot copy the ShardedTensors of FSDP's sharded state dict (PyTorch 2.15).
+        staged = _stage(state)
         if self._save_group is None:
             self._save_group = dist.new_group(backend="gloo")  # every rank, in step
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardpoint-save")
-        response = dcp.async_save(state, storage_writer=writer, process_group=self._save_group)
-        upload = getattr(response, "upload_completion", response)  # Future, or AsyncSaveResponse
+        group = self._save_group
 
-        def finish() -> None:
-            upload.result()
+        def write() -> None:
+            dcp.save(staged, storage_writer=writer, process_group=group)
             self._publish_meta(location, meta)
 
-        self._pending = self._executor.submit(finish)
+        self._pending = self._executor.submit(write)
         self._pending_path = location
 
     def _publish_meta(self, location: str, meta: bytes) -> None:

@@ -141,8 +141,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
     p.add_argument("--strategy", choices=["ours", "stock"], required=True)
-    p.add_argument("--model", default="transformer",
-                   help="transformer, mlp, or both comma-separated (one after the other, each in ROOT/MODEL)")
+    p.add_argument("--model", choices=["transformer", "mlp"], default="transformer")
     p.add_argument("--data", default=None)
     p.add_argument("--state-dict-type", default="sharded")
     p.add_argument("--max-steps", type=int, required=True)
@@ -155,12 +154,7 @@ def main() -> None:
     p.add_argument("--remove", default=None, help="trainer.strategy.remove_checkpoint this at the end")
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    models = args.model.split(",")
-    for model in models:
-        if len(models) > 1:
-            run(args, model, os.path.join(args.root, model), args.out and f"{args.out}.{model}")
-        else:
-            run(args, model, args.root, args.out)
+    run(args, args.model, args.root, args.out)
 
 
 def run(args: argparse.Namespace, model_name: str, root: str, out: str | None) -> None:
