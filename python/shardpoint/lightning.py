@@ -370,7 +370,8 @@ class FSDPStrategy(_LightningFSDPStrategy):
         self._pending_path: Optional[str] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._save_group: Optional[Any] = None
-        self.last_save_seconds: Optional[float] = None  # how long the last save blocked training
+        self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
+        self.load_seconds: Optional[float] = None  # the last load_checkpoint
 
     # -- CPU ------------------------------------------------------------------------------
 
@@ -458,7 +459,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
             self._save_sharded(checkpoint, location)
         else:
             raise ValueError(f"Unknown state_dict_type: {self._state_dict_type}")
-        self.last_save_seconds = time.perf_counter() - started
+        self.save_stalls.append(time.perf_counter() - started)
 
     def _save_full(self, checkpoint: Dict[str, Any], location: str) -> None:
         if not _is_url(location):
@@ -532,11 +533,16 @@ class FSDPStrategy(_LightningFSDPStrategy):
         :class:`shardpoint.torch.StorageReader` at any world size; single files through the
         ``CheckpointIO`` (checked) and Lightning's own full-state loading."""
         self.wait_for_save()
+        started = time.perf_counter()
         location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))
         if is_committed(location):
-            return self._load_sharded(location, weights_only)
+            loaded = self._load_sharded(location, weights_only)
+            self.load_seconds = time.perf_counter() - started
+            return loaded
         if self._is_file(location):
-            return self._load_full(location, weights_only)
+            loaded = self._load_full(location, weights_only)
+            self.load_seconds = time.perf_counter() - started
+            return loaded
         if not _is_url(location) and (Path(_local(location)) / _DCP_METADATA).is_file():
             raise ValueError(f"{location}: a DCP checkpoint without Lightning's meta.pt (not committed, or not Lightning's)")
         raise ValueError(

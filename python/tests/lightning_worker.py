@@ -105,6 +105,7 @@ class Recorder(Callback):
         self.resave = resave
         self.loaded: dict = {}
         self.resumed_probe = None
+        self.restored: dict = {}
         self.start_step = None
 
     def _probe(self, pl_module) -> float:
@@ -124,13 +125,17 @@ class Recorder(Callback):
         checkpoint["probe_loss"] = self._probe(pl_module)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        loops = checkpoint["loops"]["fit_loop"]
         self.loaded = {"probe_loss": checkpoint.get("probe_loss"), "global_step": checkpoint.get("global_step"),
                        "epoch": checkpoint.get("epoch"),
-                       "batches_that_stepped": checkpoint["loops"]["fit_loop"]["epoch_loop.state_dict"].get(
-                           "_batches_that_stepped")}
+                       "batches_that_stepped": loops["epoch_loop.state_dict"].get("_batches_that_stepped"),
+                       "batches_completed": loops["epoch_loop.batch_progress"]["total"]["completed"]}
 
     def on_train_start(self, trainer, pl_module):
         self.start_step = trainer.global_step
+        epoch_loop = trainer.fit_loop.epoch_loop
+        self.restored = {"batches_that_stepped": epoch_loop._batches_that_stepped,
+                         "batches_completed": epoch_loop.batch_progress.total.completed}
         if self.loaded:
             self.resumed_probe = self._probe(pl_module)
         if self.resave:
@@ -200,7 +205,7 @@ def run(args: argparse.Namespace, model_name: str, root: str, out: str | None) -
     if trainer.is_global_zero and out:
         Path(out).write_text(json.dumps({
             "world": world, "losses": model.losses, "start_step": recorder.start_step,
-            "global_step": trainer.global_step, "loaded": recorder.loaded, "resumed_probe": recorder.resumed_probe,
+            "global_step": trainer.global_step, "loaded": recorder.loaded, "restored": recorder.restored, "resumed_probe": recorder.resumed_probe,
             "seconds": seconds,
         }))
     print(f"rank {trainer.global_rank}: done, global_step {trainer.global_step}", flush=True)

@@ -95,17 +95,28 @@ def tensors_of(tree, prefix: str = "") -> dict:
     return out
 
 
+class StockCheckpoints(dict):
+    """Sharded checkpoints Lightning's own strategy wrote at step 2, {(model, world): folder},
+    each trained on first use."""
+
+    def __init__(self, tmp_path_factory, data: Path) -> None:
+        super().__init__()
+        self.tmp_path_factory = tmp_path_factory
+        self.data = data
+
+    def __missing__(self, key) -> Path:
+        model, world = key
+        root = self.tmp_path_factory.mktemp(f"stock-{model}-{world}")
+        train(world, root, "stock", self.data, 2, "--model", model)
+        folder = root / "checkpoints" / "epoch=0-step=2.ckpt"
+        assert (folder / "meta.pt").is_file() and (folder / ".metadata").is_file()
+        self[key] = folder
+        return folder
+
+
 @pytest.fixture(scope="module")
-def stock_checkpoints(tmp_path_factory, data_dir) -> dict:
-    """Sharded checkpoints Lightning's own strategy wrote at step 2: {(model, world): folder}."""
-    made = {}
-    for model in ("transformer", "mlp"):
-        for world in (2, 4):
-            root = tmp_path_factory.mktemp(f"stock-{model}-{world}")
-            train(world, root, "stock", data_dir, 2, "--model", model)
-            made[(model, world)] = root / "checkpoints" / "epoch=0-step=2.ckpt"
-            assert (made[(model, world)] / "meta.pt").is_file()
-    return made
+def stock_checkpoints(tmp_path_factory, data_dir) -> StockCheckpoints:
+    return StockCheckpoints(tmp_path_factory, data_dir)
 
 
 # -- 1. resume across strategies and world sizes ---------------------------------------------
@@ -117,7 +128,8 @@ def test_stock_checkpoint_resumes_in_shardpoint_on_another_world_size(stock_chec
     report = train(2, tmp_path, "ours", data_dir, 4, "--ckpt-path", str(source), "--resave", str(resaved))
     # global step and loops restored; training went on to step 4
     assert report["loaded"]["global_step"] == 2 and report["start_step"] == 2 and report["global_step"] == 4
-    assert report["loaded"]["batches_that_stepped"] == 2
+    for counter in ("batches_that_stepped", "batches_completed"):
+        assert report["restored"][counter] == report["loaded"][counter], counter
     assert sorted(int(s) for s in report["losses"]) == [3, 4]
     # the weights are the saved ones: the loss on the fixed batch is what it was at save time
     assert report["resumed_probe"] == pytest.approx(report["loaded"]["probe_loss"], rel=1e-5, abs=1e-6)
@@ -143,6 +155,7 @@ def test_shardpoint_checkpoint_resumes_in_stock_lightning(data_dir, tmp_path):
     assert first["global_step"] == 2
     report = train(3, tmp_path / "b", "stock", data_dir, 3, "--ckpt-path", str(ckpt))
     assert report["loaded"]["global_step"] == 2 and report["start_step"] == 2 and report["global_step"] == 3
+    assert report["restored"] == {k: report["loaded"][k] for k in ("batches_that_stepped", "batches_completed")}
     assert report["resumed_probe"] == pytest.approx(report["loaded"]["probe_loss"], rel=1e-5, abs=1e-6)
 
 
