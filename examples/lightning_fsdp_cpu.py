@@ -83,9 +83,15 @@ def run_phase(workdir: Path, data: Path, devices: int, max_steps: int, report: P
         cmd += ["--ckpt-path", ckpt_path]
     if async_save:
         cmd.append("--async-save")
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+               PYTHONWARNINGS="ignore")
+    log = report.with_suffix(".log")
     started = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL if not os.environ.get("DEMO_VERBOSE") else None)
+    with open(log, "w") as out:  # Lightning's and every rank's output; shown when a phase fails
+        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        sys.stdout.write(log.read_text()[-6000:])
+        raise SystemExit(f"lightning demo: the {devices}-process phase failed (exit {done.returncode}); log: {log}")
     result = json.loads(report.read_text())
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
     return result

@@ -590,9 +590,12 @@ class FSDPStrategy(_LightningFSDPStrategy):
                     key = f"optimizer_{idx}"
                     optim_state = load_sharded_optimizer_state_dict(
                         model_state_dict=module_state["model"], optimizer_key=key, storage_reader=self._reader(location)
-                    )
+                    )[key]
+                    # DCP stores no empty dicts: a stateless optimizer's (plain SGD) "state" is
+                    # gone after the round trip, and FSDP refuses a state dict without it.
+                    optim_state.setdefault("state", {})
                     optimizer.load_state_dict(
-                        FSDP.optim_state_dict_to_load(optim_state_dict=optim_state[key], model=self.model, optim=optimizer)
+                        FSDP.optim_state_dict_to_load(optim_state_dict=optim_state, model=self.model, optim=optimizer)
                     )
         meta = _native.Checkpoint(location).read_object(_META)
         if meta is None:
