@@ -39,7 +39,8 @@ What it changes, and what it keeps:
 - **CPU.** Lightning refuses ``strategy="fsdp"`` without CUDA, but accepts this subclass with
   ``accelerator="cpu"`` (gloo). On CPU, FSDP is given ``device_id=torch.device("cpu")``
   (PyTorch >= 2.5 needs it), and full state dicts are gathered without ``offload_to_cpu``
-  (which fails when the tensors already are on the CPU).
+  (Lightning always asks for it: a needless copy on CPU, reported to crash there on some
+  PyTorch versions, Lightning issue 21804; with PyTorch 2.15 it does not).
 - **"last" that never finished.** When the checkpoint to load is named ``last*`` and is not
   committed (no ``.metadata`` or no ``meta.pt``: the run died while writing it), the newest
   committed checkpoint in the same folder is loaded instead, said in one log line.
