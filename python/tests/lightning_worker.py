@@ -35,6 +35,9 @@ from lightning.pytorch.strategies import FSDPStrategy as LightningFSDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
 
+PLAIN_SGD = False
+
+
 class StockCpuFSDPStrategy(LightningFSDPStrategy):
     """Lightning's FSDPStrategy; the only change: FSDP gets device_id=cpu on CPU."""
 
@@ -70,7 +73,8 @@ class TinyTransformer(LightningTransformer):
         return loss
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+        # momentum: the optimizer has state to restore; plain SGD (the demo's) has none
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.0 if PLAIN_SGD else 0.9)
 
 
 class TinyMLP(pl.LightningModule):
@@ -157,8 +161,11 @@ def main() -> None:
     p.add_argument("--resave", default=None, help="save to this path right after the resume")
     p.add_argument("--save-to", default=None, help="trainer.save_checkpoint here at the end")
     p.add_argument("--remove", default=None, help="trainer.strategy.remove_checkpoint this at the end")
+    p.add_argument("--plain-sgd", action="store_true", help="transformer: SGD without momentum (no state)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    global PLAIN_SGD
+    PLAIN_SGD = args.plain_sgd
     run(args, args.model, args.root, args.out)
 
 
