@@ -540,8 +540,9 @@ class FSDPStrategy(_LightningFSDPStrategy):
             loaded = self._load_sharded(location, weights_only)
             self.load_seconds = time.perf_counter() - started
             return loaded
-        if self._is_file(location):
-            loaded = self._load_full(location, weights_only)
+        data = self._file_bytes(location)
+        if data is not None:
+            loaded = self._load_full(location, data, weights_only)
             self.load_seconds = time.perf_counter() - started
             return loaded
         if not _is_url(location) and (Path(_local(location)) / _DCP_METADATA).is_file():
@@ -552,14 +553,14 @@ class FSDPStrategy(_LightningFSDPStrategy):
         )
 
     @staticmethod
-    def _is_file(location: str) -> bool:
-        if not _is_url(location):
-            return Path(_local(location)).is_file()
+    def _file_bytes(location: str) -> Optional[bytes]:
+        """The whole single-file checkpoint at ``location``, or None when there is none."""
+        if not _is_url(location) and not Path(_local(location)).is_file():
+            return None
         try:
-            _read_file(location)
-            return True
+            return _read_file(location)
         except (FileNotFoundError, errors.NotFoundError):
-            return False
+            return None
 
     def _resolve_last(self, location: str) -> str:
         """An uncommitted ``last*`` checkpoint gives way to the newest committed one beside it
@@ -606,10 +607,9 @@ class FSDPStrategy(_LightningFSDPStrategy):
     def _reader(self, location: str) -> StorageReader:
         return StorageReader(location, verify_checksums=self.verify_checksums)
 
-    def _load_full(self, location: str, weights_only: Optional[bool]) -> Dict[str, Any]:
-        """Verifies the file (CRC-32s of the zip), then Lightning's full-state loading reads
-        it from a local path (a remote file is fetched to a temporary file first)."""
-        data = _read_file(location)
+    def _load_full(self, location: str, data: bytes, weights_only: Optional[bool]) -> Dict[str, Any]:
+        """Verifies the file's bytes (CRC-32s of the zip), then Lightning's full-state loading
+        reads it from a local path (a remote file's bytes go to a temporary file first)."""
         _verify_zip(data, location)
         if not _is_url(location):
             del data

@@ -320,3 +320,14 @@ def test_checkpoint_io_on_object_store(gcs):
     assert gcs() == 0
     with pytest.raises(FileNotFoundError):
         io_.load_checkpoint(url)
+
+
+def test_remote_full_checkpoint_save_resume(data_dir, tmp_path, gcs):
+    url = "gs://bucket/full/epoch=0-step=2.ckpt"
+    first = train(2, tmp_path / "a", "ours", data_dir, 2, "--model", "mlp", "--state-dict-type", "full",
+                  "--save-to", url)
+    assert first["global_step"] == 2 and gcs() == 1
+    resumed = train(2, tmp_path / "b", "ours", data_dir, 3, "--model", "mlp", "--state-dict-type", "full",
+                    "--ckpt-path", url)
+    assert resumed["loaded"]["global_step"] == 2 and resumed["global_step"] == 3
+    assert resumed["resumed_probe"] == pytest.approx(resumed["loaded"]["probe_loss"], rel=1e-6)
