@@ -73,7 +73,7 @@ def worker(args: argparse.Namespace) -> None:
         def __init__(self) -> None:
             self.result: dict = {}
 
-        def on_train_batch_end(self, trainer, *args) -> None:
+        def on_train_batch_end(self, trainer, *_: object) -> None:
             if trainer.global_step != 1:
                 return
             stalls, done = [], []
@@ -123,6 +123,7 @@ def main() -> None:
         worker(args)
         return
     root = Path(args.dir or tempfile.mkdtemp(prefix="shardpoint-lightning-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
     rows = []
     for config in CONFIGS:
         out = root / f"{config}.json"
