@@ -30,10 +30,10 @@ build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job: an end-to-end demonstration (see scripts/demo.sh). Builds only the two
-# commands it runs.
+# commands it runs and libshardpoint.so (its Python part).
 demo: deps
 	$(MAKE) --no-print-directory $(BUILD)/build.ninja
-	cmake --build $(BUILD) -j $(JOBS) --target shardpoint shardpoint-train
+	cmake --build $(BUILD) -j $(JOBS) --target shardpoint shardpoint-train shardpoint_c
 	scripts/demo.sh $(BUILD)
 
 # Every test: the C++ suites (ctest, interop with the oracles included), then the Python

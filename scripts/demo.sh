@@ -7,7 +7,9 @@
 #   3. `shardpoint consolidate` the step-5 checkpoint into one torch.save file with a fixed
 #      memory budget;
 #   4. load the single file with Debian's PyTorch and print its keys, the loss curve,
-#      checkpoint sizes and save/load times.
+#      checkpoint sizes and save/load times;
+#   5. the same in Python (examples/lightning_fsdp_cpu.py): the real Lightning Trainer with
+#      shardpoint.lightning.FSDPStrategy on CPU, 4 processes, resumed on 2, consolidated.
 # DEMO_MODEL_SIZE=tiny|demo (default demo: Lightning's LightningTransformer dimensions).
 set -euo pipefail
 BUILD=${1:-build}
@@ -64,5 +66,23 @@ for t in times:
     print("  " + t.strip())
 print(f"  consolidate: {float(t1) - float(t0):.2f} s")
 PY
+echo
+echo "== 5. the same workflow in Python: Lightning's Trainer with shardpoint.lightning.FSDPStrategy"
+# The project's venv (CPython 3.11, newest PyTorch, Lightning) with the package from the wheel
+# (build-wheel/site, scripts/test-python.sh makes it) or, failing that, python/ over the
+# libshardpoint.so of this build.
+REPO=$(cd "$(dirname "$0")/.." && pwd -P)
+PY=$("$REPO/scripts/setup-python.sh" 2>/dev/null || true)
+if [[ -z "$PY" ]]; then
+  echo "skipped: no Python venv (scripts/setup-python.sh)"
+elif [[ -f "$REPO/build-wheel/site/shardpoint/_lib/libshardpoint.so" ]]; then
+  PYTHONPATH="$REPO/build-wheel/site" "$PY" "$REPO/examples/lightning_fsdp_cpu.py" --workdir "$WORK/py"
+elif [[ -f "$BUILD/src/capi/libshardpoint.so" ]]; then
+  PYTHONPATH="$REPO/python" SHARDPOINT_LIBRARY="$(cd "$BUILD" && pwd -P)/src/capi/libshardpoint.so" \
+    "$PY" "$REPO/examples/lightning_fsdp_cpu.py" --workdir "$WORK/py"
+else
+  echo "skipped: no libshardpoint.so (scripts/test-python.sh builds the wheel)"
+fi
+
 echo
 echo "demo: OK"

@@ -4,6 +4,8 @@
   ``dcp.async_save`` and ``dcp.load`` (imports PyTorch).
 - ``consolidate``, ``reshard``, ``verify``, ``inspect``: what the ``shardpoint`` command line
   does, returning plain Python objects (no PyTorch needed).
+- ``shardpoint.lightning``: PyTorch Lightning's FSDP strategy with its checkpoints through
+  shardpoint, and a ``CheckpointIO`` for single-file checkpoints (imports Lightning).
 - ``shardpoint.errors``: the exceptions, one per kind of engine error.
 
 Paths may be local folders or object-store URLs (``s3://``, ``gs://``, ``az://``).

@@ -87,9 +87,11 @@ def _library_path() -> str:
     explicit = os.environ.get("SHARDPOINT_LIBRARY")
     if explicit:
         return explicit
-    bundled = Path(__file__).resolve().parent / "_lib" / "libshardpoint.so"
-    if bundled.exists():
-        return str(bundled)
+    lib_dir = Path(__file__).resolve().parent / "_lib"
+    # A wheel may carry only the versioned names (pip does not keep the unversioned symlink).
+    for name in ("libshardpoint.so", "libshardpoint.so.0"):
+        if (lib_dir / name).exists():
+            return str(lib_dir / name)
     raise ImportError(
         "shardpoint: libshardpoint.so not found: install the wheel (pip install shardpoint-*.whl) "
         "or set SHARDPOINT_LIBRARY to a built libshardpoint.so"

@@ -1,0 +1,644 @@
+"""PyTorch Lightning integration: an FSDP strategy whose checkpoints go through shardpoint.
+
+``FSDPStrategy`` is Lightning's own ``lightning.pytorch.strategies.FSDPStrategy`` with the
+checkpoint I/O replaced and the changes CPU training needs::
+
+    import lightning.pytorch as pl
+    from shardpoint.lightning import FSDPStrategy
+
+    trainer = pl.Trainer(
+        accelerator="cpu",          # or "cuda"
+        devices=4,
+        strategy=FSDPStrategy(state_dict_type="sharded", async_save=True),
+        max_steps=1000,
+    )
+    trainer.fit(model, ckpt_path="last")        # or a folder or "az://container/run/x.ckpt"
+
+What it changes, and what it keeps:
+
+- **Layout kept.** A sharded checkpoint is Lightning's folder ``epoch=E-step=S.ckpt/`` with
+  DCP's ``.metadata`` and ``__<rank>_<n>.distcp`` files and ``meta.pt`` (everything that is
+  not a module or optimizer state, ``torch.save``-d by rank 0), under the keys ``"model"``,
+  ``"optimizer_0"``, ... Lightning's stock strategy and ``consolidate_checkpoint`` read what
+  this one writes and the reverse (plus two files PyTorch ignores: shardpoint's checksum
+  sidecar and load index).
+- **Commit order.** Data through :class:`shardpoint.torch.StorageWriter` (checksummed,
+  durable, ``.metadata`` published atomically), then ``meta.pt`` published atomically by rank
+  0 only after ``.metadata`` is committed. A folder is a checkpoint when it holds both; an old
+  checkpoint being overwritten loses its ``meta.pt`` before any data file changes.
+- **Remote roots.** Checkpoint paths may be ``s3://``, ``gs://`` or ``az://`` URLs (credentials as
+  for the ``shardpoint`` command line) for saves, loads (``Trainer.fit(ckpt_path=URL)``) and
+  ``remove_checkpoint`` (which deletes the files ``.metadata`` names, through the native
+  engine; no fsspec driver needed). ``ModelCheckpoint`` and the loggers still reach a remote
+  ``default_root_dir`` through fsspec, so they need that scheme's fsspec package
+  (``s3fs``, ``gcsfs``, ``adlfs``).
+- **Async saves** (``async_save=True``, sharded only): the state is copied to host memory
+  while training waits, then ``dcp.save``-d by a background thread on a gloo process group of
+  its own; ``meta.pt`` follows the data commit. The next save, a load, ``remove_checkpoint`` and
+  ``teardown`` wait for the save in flight (and raise its error, if it failed).
+- **CPU.** Lightning refuses ``strategy="fsdp"`` without CUDA, but accepts this subclass with
+  ``accelerator="cpu"`` (gloo). On CPU, FSDP is given ``device_id=torch.device("cpu")``
+  (PyTorch >= 2.5 needs it), and full state dicts are gathered without ``offload_to_cpu``
+  (Lightning always asks for it: a needless copy on CPU, reported to crash there on some
+  PyTorch versions, Lightning issue 21804; with PyTorch 2.15 it does not).
+- **"last" that never finished.** When the checkpoint to load is named ``last*`` and is not
+  committed (no ``.metadata`` or no ``meta.pt``: the run died while writing it), the newest
+  committed checkpoint in the same folder is loaded instead, said in one log line.
+
+``CheckpointIO`` is the plugin for full (single-file) checkpoints: atomic, durable, checked
+on load, remote URLs. ``FSDPStrategy`` uses it by default for ``state_dict_type="full"``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import logging
+import os
+import pickle
+import re
+import shutil
+import tempfile
+import time
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+from lightning.fabric.plugins import CheckpointIO as _LightningCheckpointIO
+from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
+from lightning.pytorch.trainer.states import TrainerFn
+
+from . import _native, errors
+from .torch import StorageReader, StorageWriter
+
+__all__ = ["FSDPStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
+
+_log = logging.getLogger("shardpoint.lightning")
+
+_META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
+_DCP_METADATA = ".metadata"
+_SIDECARS = (".shardpoint-checksums.json", ".shardpoint-index")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
+_STEP = re.compile(r"step=(\d+)")
+
+PathOrUrl = Union[str, "os.PathLike[str]"]
+
+
+# -- locations ------------------------------------------------------------------------------
+
+
+def _text(path: PathOrUrl) -> str:
+    text = os.fspath(path)
+    return text if isinstance(text, str) else os.fsdecode(text)
+
+
+def _is_url(path: PathOrUrl) -> bool:
+    return bool(_URL.match(_text(path))) and not _text(path).startswith("file://")
+
+
+def _local(path: PathOrUrl) -> str:
+    text = _text(path)
+    return text[len("file://"):] if text.startswith("file://") else text
+
+
+def _split(path: PathOrUrl) -> Tuple[str, str]:
+    """(parent location, last name) of a file path or URL."""
+    text = _text(path).rstrip("/")
+    if _is_url(text):
+        scheme, rest = text.split("://", 1)
+        parent, _, name = rest.rpartition("/")
+        if not parent or not name:
+            raise errors.UsageError(f"{text}: a checkpoint URL needs a bucket or container and a name")
+        return f"{scheme}://{parent}", name
+    text = _local(text)
+    return os.path.dirname(os.path.abspath(text)), os.path.basename(text)
+
+
+def is_committed(path: PathOrUrl) -> bool:
+    """Whether ``path`` (folder or URL) holds a complete sharded checkpoint: both
+    ``.metadata`` (the DCP data is committed) and ``meta.pt`` (written after it)."""
+    if not _is_url(path):
+        local = Path(_local(path))
+        return (local / _DCP_METADATA).is_file() and (local / _META).is_file()
+    try:
+        checkpoint = _native.Checkpoint(_text(path))
+        return checkpoint.read_object(_DCP_METADATA) is not None and checkpoint.read_object(_META) is not None
+    except errors.NotFoundError:
+        return False
+
+
+def find_committed_checkpoints(folder: PathOrUrl) -> List[str]:
+    """The committed sharded checkpoints directly in a local ``folder``, oldest first (by the
+    ``step=N`` in their names, then by modification time). Object stores cannot be listed
+    through the engine: a URL raises ``UsageError``."""
+    if _is_url(folder):
+        raise errors.UsageError(f"{_text(folder)}: listing checkpoints needs a local folder")
+    root = Path(_local(folder))
+    found = []
+    for entry in root.iterdir() if root.is_dir() else []:
+        if entry.is_dir() and is_committed(entry):
+            step = _STEP.search(entry.name)
+            found.append(((int(step.group(1)) if step else -1, (entry / _META).stat().st_mtime), str(entry)))
+    return [p for _, p in sorted(found)]
+
+
+def _checkpoint_files(checkpoint: _native.Checkpoint, location: str) -> List[str]:
+    """The data files a committed checkpoint's ``.metadata`` names (none when uncommitted)."""
+    blob = checkpoint.read_object(_DCP_METADATA)
+    if blob is None:
+        return []
+    try:
+        metadata = pickle.loads(blob)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not ours to list"
+        raise errors.FormatError(f"{location}/.metadata: not a DCP Metadata pickle: {e}") from e
+    return sorted({info.relative_path for info in (metadata.storage_data or {}).values()})
+
+
+def _remove(path: PathOrUrl) -> None:
+    """Deletes a sharded checkpoint folder or a checkpoint file, uncommitting first: ``meta.pt``
+    and ``.metadata`` go before the data files, so a crash mid-way leaves no folder that
+    looks complete. Object stores: the files ``.metadata`` names, the sidecars, ``meta.pt``."""
+    if not _is_url(path):
+        local = Path(_local(path))
+        if local.is_dir():
+            for marker in (_META, _DCP_METADATA):
+                (local / marker).unlink(missing_ok=True)
+            shutil.rmtree(local)
+        elif local.exists():
+            local.unlink()
+        return
+    location = _text(path).rstrip("/")
+    checkpoint = _native.Checkpoint(location)
+    files = _checkpoint_files(checkpoint, location)
+    if files or checkpoint.read_object(_META) is not None:
+        for key in [_META, _DCP_METADATA, *files, *_SIDECARS]:
+            checkpoint.remove_object(key)
+        return
+    parent, name = _split(location)  # a single-file checkpoint
+    _native.Checkpoint(parent).remove_object(name)
+
+
+# -- single-file checkpoints ----------------------------------------------------------------
+
+
+def _serialize(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    config = getattr(getattr(torch.utils, "serialization", None), "config", None)
+    save_config = getattr(config, "save", None)
+    previous = getattr(save_config, "compute_crc32", None)
+    if previous is False:  # the CRC-32s are what load verifies
+        save_config.compute_crc32 = True
+    try:
+        torch.save(obj, buffer)
+    finally:
+        if previous is False:
+            save_config.compute_crc32 = previous
+    return buffer.getvalue()
+
+
+def _verify_zip(data: bytes, where: str) -> None:
+    """Checks every record of a ``torch.save`` zip against the CRC-32 the zip stores for it
+    (zlib's, at memory speed); a truncated file has no central directory and fails too."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
+        raise errors.FormatError(f"{where}: not a complete torch.save file: {e}") from e
+    if bad is not None:
+        raise errors.FormatError(f"{where}: record {bad!r} does not match its CRC-32 (damaged file)")
+
+
+def _read_file(path: PathOrUrl) -> bytes:
+    parent, name = _split(path)
+    data = _native.Checkpoint(parent).read_object(name)
+    if data is None:
+        raise FileNotFoundError(f"{_text(path)}: no such checkpoint")
+    return data
+
+
+class CheckpointIO(_LightningCheckpointIO):
+    """Lightning ``CheckpointIO`` for full (single-file) checkpoints over shardpoint's engine.
+
+    - **Atomic**: the file is published in one step (local: temporary file, fsync, rename,
+      folder fsync; object stores: one upload), so a reader sees the old checkpoint or the
+      new one, never a part.
+    - **Durable** (``durable=True``): on disk before ``save_checkpoint`` returns.
+    - **Checked**: the file is a plain ``torch.save`` zip (``torch.load`` reads it); the zip
+      already stores a CRC-32 per record, which saving always computes and
+      ``load_checkpoint`` verifies (``verify=True``) before unpickling: a flipped bit or a
+      truncated file raises ``shardpoint.FormatError`` instead of loading wrong values.
+    - **Remote**: paths may be ``s3://``, ``gs://``, ``az://`` URLs.
+
+    Lightning calls ``save_checkpoint`` and ``remove_checkpoint`` on global rank 0 only, and
+    ``load_checkpoint`` on every rank that loads::
+
+        trainer = pl.Trainer(plugins=[shardpoint.lightning.CheckpointIO()], ...)
+    """
+
+    def __init__(self, durable: bool = True, verify: bool = True) -> None:
+        self.durable = durable
+        self.verify = verify
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathOrUrl, storage_options: Optional[Any] = None) -> None:
+        """(global rank 0) Serializes ``checkpoint`` with ``torch.save`` and publishes it
+        atomically at ``path`` (the parent folder is created when local)."""
+        if storage_options is not None:
+            raise TypeError("shardpoint.lightning.CheckpointIO.save_checkpoint takes no storage_options")
+        parent, name = _split(path)
+        if not _is_url(parent):
+            os.makedirs(parent, exist_ok=True)
+        _native.Checkpoint(parent).write_object(name, _serialize(checkpoint), self.durable)
+
+    def load_checkpoint(
+        self, path: PathOrUrl, map_location: Optional[Callable] = lambda storage, loc: storage,
+        weights_only: Optional[bool] = None,
+    ) -> Dict[str, Any]:
+        """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it.
+
+        Raises:
+            FileNotFoundError: no file at ``path``.
+            shardpoint.FormatError: damaged or truncated.
+        """
+        data = _read_file(path)
+        if self.verify:
+            _verify_zip(data, _text(path))
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path: PathOrUrl) -> None:
+        """(global rank 0) Deletes the file (or a sharded checkpoint folder, uncommitting it
+        first)."""
+        _remove(path)
+
+
+# -- the strategy ---------------------------------------------------------------------------
+
+
+@contextmanager
+def _full_state_dict_context(module: torch.nn.Module, offload: bool, rank0_only: bool = True) -> Generator[None, None, None]:
+    from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.state_dict_type(
+        module=module,
+        state_dict_type=StateDictType.FULL_STATE_DICT,
+        state_dict_config=FullStateDictConfig(offload_to_cpu=offload, rank0_only=rank0_only),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=offload, rank0_only=rank0_only),
+    ):
+        yield
+
+
+@contextmanager
+def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Generator[None, None, None]:
+    from torch.distributed.fsdp import ShardedOptimStateDictConfig, ShardedStateDictConfig, StateDictType
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.state_dict_type(
+        module=module,
+        state_dict_type=StateDictType.SHARDED_STATE_DICT,
+        state_dict_config=ShardedStateDictConfig(offload_to_cpu=offload),
+        optim_state_dict_config=ShardedOptimStateDictConfig(offload_to_cpu=offload),
+    ):
+        yield
+
+
+def _stage(obj: Any) -> Any:
+    """A copy of a state dict whose tensors (plain, ``DTensor``, ``ShardedTensor``: their local
+    data) are host-memory clones, so training can go on changing the originals."""
+    from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
+
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch < 2.5
+        from torch.distributed._tensor import DTensor  # type: ignore
+
+    if isinstance(obj, ShardedTensor):
+        shards = [Shard(tensor=_stage(s.tensor), metadata=s.metadata) for s in obj.local_shards()]
+        return ShardedTensor._init_from_local_shards_and_global_metadata(
+            shards, obj.metadata(), process_group=obj._process_group
+        )
+    if isinstance(obj, DTensor):
+        return DTensor.from_local(_stage(obj.to_local()), obj.device_mesh, obj.placements, run_check=False,
+                                  shape=obj.shape, stride=obj.stride())
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _stage(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_stage(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_stage(v) for v in obj)
+    return obj
+
+
+class FSDPStrategy(_LightningFSDPStrategy):
+    """Lightning's ``FSDPStrategy`` with checkpoints through shardpoint (see the module's
+    docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
+
+    Args:
+        async_save: sharded saves return once the state is copied to host memory; the write
+            goes on in a background thread (the next save, a load, ``remove_checkpoint`` and
+            ``teardown`` wait for it).
+        thread_count: files each rank writes in parallel (``StorageWriter``).
+        sync_files: fsync before publishing (durable); turn off only for benchmarks.
+        verify_checksums: verify every byte loaded against shardpoint's checksums (checkpoints
+            PyTorch wrote have none and load unverified).
+        checkpoint_io: for full state dicts; default :class:`CheckpointIO` (atomic, checked,
+            remote URLs).
+
+    Lightning calls ``save_checkpoint``, ``load_checkpoint`` and ``remove_checkpoint`` on every
+    rank; rank 0 alone writes ``meta.pt`` and deletes files.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        async_save: bool = False,
+        thread_count: int = 1,
+        sync_files: bool = True,
+        verify_checksums: bool = True,
+        checkpoint_io: Optional[_LightningCheckpointIO] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)
+        self.async_save = async_save
+        self.thread_count = thread_count
+        self.sync_files = sync_files
+        self.verify_checksums = verify_checksums
+        self._pending: Optional[concurrent.futures.Future] = None
+        self._pending_path: Optional[str] = None
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._save_group: Optional[Any] = None
+        self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
+        self.load_seconds: Optional[float] = None  # the last load_checkpoint
+
+    # -- CPU ------------------------------------------------------------------------------
+
+    @property
+    def _on_cpu(self) -> bool:
+        return self.root_device.type == "cpu"
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Lightning's wrapping, but on CPU FSDP gets ``device_id=torch.device("cpu")``."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if not self._on_cpu or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            return super()._setup_model(model)
+        wrapped = FullyShardedDataParallel(
+            module=model,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        )
+        # The rest of Lightning's set-up runs on the wrapped model (it skips re-wrapping).
+        kwargs, self.kwargs = self.kwargs, {k: v for k, v in self.kwargs.items() if k != "auto_wrap_policy"}
+        try:
+            return super()._setup_model(wrapped)
+        finally:
+            self.kwargs = kwargs
+
+    @contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        if not self._on_cpu:
+            with super().model_sharded_context():
+                yield
+            return
+        from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import enable_wrap
+
+        with enable_wrap(
+            wrapper_cls=FullyShardedDataParallel,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        ):
+            yield
+
+    def lightning_module_state_dict(self) -> Dict[str, Any]:
+        if self._state_dict_type == "full" and self._on_cpu:
+            assert self.model is not None
+            with _full_state_dict_context(self.model, offload=False):
+                return self.model.state_dict()
+        return super().lightning_module_state_dict()
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+        if self._state_dict_type == "full" and self._on_cpu:
+            from lightning.pytorch.core.optimizer import LightningOptimizer
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp import OptimStateKeyType
+
+            if isinstance(optimizer, LightningOptimizer):
+                optimizer = optimizer._optimizer
+            assert self.model is not None
+            with _full_state_dict_context(self.model, offload=False):
+                state = FSDP.optim_state_dict(self.model, optimizer)
+                if self.global_rank == 0:
+                    state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
+                return state
+        return super().optimizer_state(optimizer)
+
+    # -- saving ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: PathOrUrl, storage_options: Optional[Any] = None) -> None:
+        """(every rank) Saves ``checkpoint`` (Lightning's dict: ``state_dict``,
+        ``optimizer_states`` and the rest) at ``filepath``: a sharded folder, or one file
+        through the ``CheckpointIO`` for ``state_dict_type="full"``."""
+        if storage_options is not None:
+            raise TypeError("shardpoint.lightning.FSDPStrategy.save_checkpoint takes no storage_options")
+        started = time.perf_counter()
+        self.wait_for_save()
+        location = _text(self.broadcast(_text(filepath)))
+        if self._state_dict_type == "full":
+            self._save_full(checkpoint, location)
+        elif self._state_dict_type == "sharded":
+            self._save_sharded(checkpoint, location)
+        else:
+            raise ValueError(f"Unknown state_dict_type: {self._state_dict_type}")
+        self.save_stalls.append(time.perf_counter() - started)
+
+    def _save_full(self, checkpoint: Dict[str, Any], location: str) -> None:
+        if not _is_url(location):
+            local = Path(_local(location))
+            if local.is_dir():
+                if not (local / _META).is_file() and not (local / _DCP_METADATA).is_file():
+                    raise IsADirectoryError(f"The checkpoint path exists and is a directory: {local}")
+                if self.is_global_zero:
+                    _remove(local)
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(checkpoint, location)
+
+    def _save_sharded(self, checkpoint: Dict[str, Any], location: str) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        if not _is_url(location):
+            local = Path(_local(location))
+            if self.is_global_zero and local.is_file():
+                local.unlink()
+            local.mkdir(parents=True, exist_ok=True)
+            location = str(local)
+        if self.is_global_zero:
+            # Uncommit an older checkpoint here before any of its files change (StorageWriter
+            # removes its .metadata once every rank has planned).
+            _native.Checkpoint(location).remove_object(_META)
+        state = {"model": checkpoint.pop("state_dict")}
+        state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
+        meta = _serialize(checkpoint) if self.is_global_zero else b""
+        writer = StorageWriter(location, thread_count=self.thread_count, sync_files=self.sync_files)
+
+        if not self.async_save:
+            dcp.save(state, storage_writer=writer)
+            self._publish_meta(location, meta)
+            return
+
+        # The copy to host memory is what training waits for; dcp.async_save's own stager
+        # cannot copy the ShardedTensors of FSDP's sharded state dict (PyTorch 2.15).
+        staged = _stage(state)
+        if self._save_group is None:
+            self._save_group = dist.new_group(backend="gloo")  # every rank, in step
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardpoint-save")
+        group = self._save_group
+
+        def write() -> None:
+            dcp.save(staged, storage_writer=writer, process_group=group)
+            self._publish_meta(location, meta)
+
+        self._pending = self._executor.submit(write)
+        self._pending_path = location
+
+    def _publish_meta(self, location: str, meta: bytes) -> None:
+        """(rank 0 publishes) ``meta.pt``, after the data's ``.metadata`` is committed."""
+        if self.is_global_zero:
+            _native.Checkpoint(location).write_object(_META, meta, self.sync_files)
+
+    def wait_for_save(self) -> None:
+        """(every rank) Waits for the async save in flight, if any, and raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:
+                raise errors.StorageError(f"async save of {self._pending_path} failed: {e}") from e
+
+    # -- loading --------------------------------------------------------------------------
+
+    def load_checkpoint(self, checkpoint_path: PathOrUrl, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        """(every rank) Loads the model (and, when fitting, optimizer) state into the FSDP
+        model and returns the rest of the checkpoint. Sharded folders are read through
+        :class:`shardpoint.torch.StorageReader` at any world size; single files through the
+        ``CheckpointIO`` (checked) and Lightning's own full-state loading."""
+        self.wait_for_save()
+        started = time.perf_counter()
+        location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))
+        if is_committed(location):
+            loaded = self._load_sharded(location, weights_only)
+            self.load_seconds = time.perf_counter() - started
+            return loaded
+        data = self._file_bytes(location)
+        if data is not None:
+            loaded = self._load_full(location, data, weights_only)
+            self.load_seconds = time.perf_counter() - started
+            return loaded
+        if not _is_url(location) and (Path(_local(location)) / _DCP_METADATA).is_file():
+            raise ValueError(f"{location}: a DCP checkpoint without Lightning's meta.pt (not committed, or not Lightning's)")
+        raise ValueError(
+            f"The path {location!r} does not point to a valid checkpoint: neither a committed sharded checkpoint"
+            " folder (.metadata and meta.pt) nor a single checkpoint file."
+        )
+
+    @staticmethod
+    def _file_bytes(location: str) -> Optional[bytes]:
+        """The whole single-file checkpoint at ``location``, or None when there is none."""
+        if not _is_url(location) and not Path(_local(location)).is_file():
+            return None
+        try:
+            return _read_file(location)
+        except (FileNotFoundError, errors.NotFoundError):
+            return None
+
+    def _resolve_last(self, location: str) -> str:
+        """An uncommitted ``last*`` checkpoint gives way to the newest committed one beside it
+        (decided on rank 0, broadcast)."""
+        name = _split(location)[1]
+        chosen = location
+        if self.is_global_zero and name.startswith("last") and not _is_url(location):
+            local = Path(_local(location))
+            if local.is_dir() and not is_committed(local):
+                committed = [p for p in find_committed_checkpoints(local.parent) if p != str(local)]
+                if committed:
+                    chosen = committed[-1]
+                    _log.warning("shardpoint: %s is not committed (interrupted save); resuming from %s instead",
+                                 location, chosen)
+        return _text(self.broadcast(chosen))
+
+    def _load_sharded(self, location: str, weights_only: Optional[bool]) -> Dict[str, Any]:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        assert self.model is not None and self.lightning_module is not None
+        with _sharded_state_dict_context(self.model, offload=False):
+            module_state = {"model": self.model.state_dict()}
+            dcp.load(module_state, storage_reader=self._reader(location))
+            self.model.load_state_dict(module_state["model"], strict=self.lightning_module.strict_loading)
+            if self.lightning_module.trainer.state.fn == TrainerFn.FITTING and self.optimizers:
+                for idx, optimizer in enumerate(self.optimizers):
+                    key = f"optimizer_{idx}"
+                    optim_state = load_sharded_optimizer_state_dict(
+                        model_state_dict=module_state["model"], optimizer_key=key, storage_reader=self._reader(location)
+                    )[key]
+                    # DCP stores no empty dicts: a stateless optimizer's (plain SGD) "state" is
+                    # gone after the round trip, and FSDP refuses a state dict without it.
+                    optim_state.setdefault("state", {})
+                    optimizer.load_state_dict(
+                        FSDP.optim_state_dict_to_load(optim_state_dict=optim_state, model=self.model, optim=optimizer)
+                    )
+        meta = _native.Checkpoint(location).read_object(_META)
+        if meta is None:
+            raise errors.NotFoundError(f"{location}/{_META}: missing")
+        return torch.load(io.BytesIO(meta), weights_only=weights_only)
+
+    def _reader(self, location: str) -> StorageReader:
+        return StorageReader(location, verify_checksums=self.verify_checksums)
+
+    def _load_full(self, location: str, data: bytes, weights_only: Optional[bool]) -> Dict[str, Any]:
+        """Verifies the file's bytes (CRC-32s of the zip), then Lightning's full-state loading
+        reads it from a local path (a remote file's bytes go to a temporary file first)."""
+        _verify_zip(data, location)
+        if not _is_url(location):
+            del data
+            return self._lightning_load_full(_local(location), weights_only)
+        with tempfile.TemporaryDirectory(prefix="shardpoint-") as tmp:
+            local = os.path.join(tmp, "checkpoint.ckpt")
+            with open(local, "wb") as f:
+                f.write(data)
+            del data
+            return self._lightning_load_full(local, weights_only)
+
+    def _lightning_load_full(self, local: str, weights_only: Optional[bool]) -> Dict[str, Any]:
+        return super().load_checkpoint(local, weights_only=weights_only)
+
+    # -- removing and teardown ------------------------------------------------------------
+
+    def remove_checkpoint(self, filepath: PathOrUrl) -> None:
+        """(every rank; rank 0 deletes) Removes a sharded folder or a file, local or remote,
+        uncommitting it first."""
+        self.wait_for_save()
+        if self.is_global_zero:
+            _remove(filepath)
+
+    def teardown(self) -> None:
+        """Waits for an async save in flight, then Lightning's teardown."""
+        try:
+            self.wait_for_save()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+            super().teardown()
