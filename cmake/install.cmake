@@ -60,5 +60,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/shardpointConfigVersion.c
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/shardpointConfig.cmake ${PROJECT_BINARY_DIR}/shardpointConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/shardpoint COMPONENT library)
+# Relocatable: the prefix is found from where the .pc file lies (cmake --install --prefix P).
+file(RELATIVE_PATH SHARDPOINT_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/shardpoint.pc.in ${PROJECT_BINARY_DIR}/shardpoint.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/shardpoint.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT library)

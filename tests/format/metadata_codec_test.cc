@@ -659,7 +659,7 @@ TEST(MetadataCodecTest, RejectsMalformedValues) {
          auto& e = sdm_entry(r, "model.w")->state()->mutable_entries();
          e.pop_back();
        }},
-      {"state_dict_metadata[\"model.b\"].properties state: expected a 5-tuple",
+      {"state_dict_metadata[\"model.b\"].properties state: expected a 5- or 6-tuple",
        [&](ValuePtr& r) { sdm_entry(r, "model.b")->state()->get("properties")->state()->mutable_items().pop_back(); }},
       {"the pickle's root: expected Metadata, found builtins.list",
        [&](ValuePtr& r) { r = Value::list(); }},
