@@ -33,18 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from benchlib import drop_caches, median, pick_port, print_table, ratio, triple  # noqa: E402
-from dcp_bench import gpt2_parameters, peer_local, shard0_rows  # noqa: E402
+from dcp_bench import _status, gpt2_parameters, peer_local, shard0_rows  # noqa: E402
 
 
 # --- one rank ---------------------------------------------------------------------------
-
-def _status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
 
 def rank_main(args):
     import warnings

@@ -56,25 +56,24 @@ class VerifyCommand : public Command {
  public:
   void add_to(CLI::App& app) override {
     sub_ = app.add_subcommand("verify", "Check that a checkpoint is complete and intact (reads all data)");
-    sub_->footer(
-        "PATH is a DCP checkpoint folder or a torch.save file, or a storage URL of either: a\n"
-        "URL is a DCP checkpoint when <PATH>/.metadata exists, else a torch.save file when its\n"
-        "last segment is an object; a prefix with neither is refused (\"not a committed\n"
-        "checkpoint\", exit 1). Every byte is read (ranged reads on object stores) and\n"
-        "checked against the checksum sidecar where there is one and against the zip CRC-32\n"
-        "of every record of every torch.save archive (each .distcp item, meta.pt); a load\n"
-        "index (.shardpoint-index) must match .metadata and agree with it, the sidecar and\n"
-        "the blobs. Bytes no checksum covered (a record whose writer stored no CRC-32) are\n"
-        "counted as read, never as verified. --quick checks the structure only.\n\n" +
-        std::string(storage_url_help()) +
-        "\n"
-        "--json prints one object: path, format, ok, quick, tensors, objects, bytes,\n"
-        "verified_bytes, problems [{file, item, message}], and checks [{name, format,\n"
-        "structure_bytes, records, record_bytes, zip_crc32 {records, bytes,\n"
-        "no_checksum_records, no_checksum_bytes} or null, sidecar {algorithm, block_size,\n"
-        "bytes} or null}].\n\n"
-        "Exit 0 when clean; otherwise one line per problem and exit 1 (also when PATH cannot\n"
-        "be read, e.g. an authentication error).");
+    sub_->footer("PATH is a DCP checkpoint folder or a torch.save file, or a storage URL of either: a\n"
+                 "URL is a DCP checkpoint when <PATH>/.metadata exists, else a torch.save file when its\n"
+                 "last segment is an object; a prefix with neither is refused (\"not a committed\n"
+                 "checkpoint\", exit 1). Every byte is read (ranged reads on object stores) and\n"
+                 "checked against the checksum sidecar where there is one and against the zip CRC-32\n"
+                 "of every record of every torch.save archive (each .distcp item, meta.pt); a load\n"
+                 "index (.shardpoint-index) must match .metadata and agree with it, the sidecar and\n"
+                 "the blobs. Bytes no checksum covered (a record whose writer stored no CRC-32) are\n"
+                 "counted as read, never as verified. --quick checks the structure only.\n\n" +
+                 std::string(storage_url_help()) +
+                 "\n"
+                 "--json prints one object: path, format, ok, quick, tensors, objects, bytes,\n"
+                 "verified_bytes, problems [{file, item, message}], and checks [{name, format,\n"
+                 "structure_bytes, records, record_bytes, zip_crc32 {records, bytes,\n"
+                 "no_checksum_records, no_checksum_bytes} or null, sidecar {algorithm, block_size,\n"
+                 "bytes} or null}].\n\n"
+                 "Exit 0 when clean; otherwise one line per problem and exit 1 (also when PATH cannot\n"
+                 "be read, e.g. an authentication error).");
     sub_->add_option("PATH", path_, "checkpoint folder or file (path or URL)")->required();
     sub_->add_flag("--quick", quick_, "check the structure only: no tensor data read, no checksum checked");
     sub_->add_flag("--json", json_, "print the report as one JSON object");
@@ -117,7 +116,8 @@ class VerifyCommand : public Command {
     j["bytes"] = r.bytes;
     j["verified_bytes"] = r.verified_bytes;
     j["problems"] = nlohmann::json::array();
-    for (const auto& p : r.problems) j["problems"].push_back({{"file", p.file}, {"item", p.item}, {"message", p.message}});
+    for (const auto& p : r.problems)
+      j["problems"].push_back({{"file", p.file}, {"item", p.item}, {"message", p.message}});
     j["checks"] = nlohmann::json::array();
     for (const auto& c : r.coverage) j["checks"].push_back(coverage_json(c));
     return j;

@@ -25,7 +25,7 @@ inline constexpr std::size_t kHeaderBytes = 24;
 
 // What a message is; the collectives double as the check that all ranks called the same one.
 enum class Kind : std::uint16_t {
-  kHello = 1,       // joining: payload u32 rank, u32 world size; rank 0 answers kHello when all joined
+  kHello = 1,  // joining: payload u32 rank, u32 world size; rank 0 answers kHello when all joined
   kBarrier,
   kBroadcast,
   kGather,
@@ -33,7 +33,7 @@ enum class Kind : std::uint16_t {
   kScatter,
   kAllReduceInt,
   kAllReduceDouble,
-  kError = 0xEE,    // rank 0 -> rank: the collective failed; payload is why
+  kError = 0xEE,  // rank 0 -> rank: the collective failed; payload is why
 };
 
 // "barrier", "all_reduce(int64)", ...; "unknown" for a value not listed.

@@ -165,9 +165,8 @@ std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& 
     files[it->second].items.push_back({&item, &value->second, {}});
   }
   for (FileToWrite& file : files) {
-    std::sort(file.items.begin(), file.items.end(), [](const ItemToWrite& a, const ItemToWrite& b) {
-      return a.item->index_in_file < b.item->index_in_file;
-    });
+    std::sort(file.items.begin(), file.items.end(),
+              [](const ItemToWrite& a, const ItemToWrite& b) { return a.item->index_in_file < b.item->index_in_file; });
   }
   return save_steps::write_item_files(files, st, options, committed);
 }
@@ -565,10 +564,9 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
     std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
     for (const ItemToWrite& entry : files[i].items) {
       try {
-        results[i].push_back(entry.value != nullptr
-                                 ? write_item(*writer, file, *entry.item, *entry.value, item_options)
-                                 : write_serialized_item(*writer, file, entry.item->index, entry.serialized,
-                                                         item_options));
+        results[i].push_back(entry.value != nullptr ? write_item(*writer, file, *entry.item, *entry.value, item_options)
+                                                    : write_serialized_item(*writer, file, entry.item->index,
+                                                                            entry.serialized, item_options));
       } catch (const StorageError&) {
         rethrow_with_context("save: " + file + ": item \"" + entry.item->index.fqn + "\"");
       }

@@ -66,9 +66,8 @@ void validate_remote_folder(const ConsolidateOptions& options, const std::string
     const storage::Location location = storage::Location::parse(folder);
     if (std::optional<storage::Location> parent = location.parent()) {
       if (storage::open_storage(parent->to_string())->try_stat(location.name())) {
-        throw PlanError(
-            "The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder +
-            " is an object, not a prefix with objects under it");
+        throw PlanError("The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder +
+                        " is an object, not a prefix with objects under it");
       }
     }
     throw PlanError("The provided checkpoint folder does not exist: there are no objects under " + folder);
@@ -103,9 +102,8 @@ std::string validate_consolidate(const ConsolidateOptions& options) {
   } else {
     validate_local_folder(options, folder);
   }
-  const storage::Location output_location = options.output_file.empty()
-                                                ? default_output_for(folder_location)
-                                                : storage::Location::parse(options.output_file);
+  const storage::Location output_location =
+      options.output_file.empty() ? default_output_for(folder_location) : storage::Location::parse(options.output_file);
   const std::string output = output_location.to_string();
   if (output_location.is_remote()) {
     validate_remote_output(output);

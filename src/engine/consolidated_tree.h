@@ -29,8 +29,8 @@ namespace shardpoint::engine {
 // Where the bytes of one output tensor come from.
 struct TensorSource {
   bool from_meta = false;
-  std::string fqn;              // a DCP tensor (read by box)
-  torchfile::TensorInfo meta;   // a meta.pt tensor (read whole)
+  std::string fqn;             // a DCP tensor (read by box)
+  torchfile::TensorInfo meta;  // a meta.pt tensor (read whole)
   DType dtype = DType::kFloat32;
   format::Shape shape;
   std::uint64_t nbytes() const;

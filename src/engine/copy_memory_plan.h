@@ -12,13 +12,13 @@
 namespace shardpoint::engine {
 
 struct CopyMemoryInputs {
-  std::uint64_t budget = 0;          // the whole budget (ConsolidateOptions::memory_budget)
-  std::uint64_t base_rss = 0;        // what the process holds when the copy starts
-  std::uint64_t header_cache = 0;    // the input's shared header windows
-  bool remote_input = false;         // read from an object store (HTTP client buffers)
-  bool remote_output = false;        // written to an object store (upload parts)
-  std::size_t slab_buffers = 4;      // buffers the slab is cut into
-  std::size_t max_readers = 2;       // reader threads when there is room for them
+  std::uint64_t budget = 0;        // the whole budget (ConsolidateOptions::memory_budget)
+  std::uint64_t base_rss = 0;      // what the process holds when the copy starts
+  std::uint64_t header_cache = 0;  // the input's shared header windows
+  bool remote_input = false;       // read from an object store (HTTP client buffers)
+  bool remote_output = false;      // written to an object store (upload parts)
+  std::size_t slab_buffers = 4;    // buffers the slab is cut into
+  std::size_t max_readers = 2;     // reader threads when there is room for them
 };
 
 struct CopyMemoryPlan {

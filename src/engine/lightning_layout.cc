@@ -43,8 +43,8 @@ ValuePtr pop_key(pickle::DictEntries& entries, const std::string& key) {
 // re.match("optimizer_[0-9]+", key): a prefix match.
 bool matches_optimizer_prefix(const std::string& key) {
   constexpr std::string_view kPrefix = "optimizer_";
-  return key.size() > kPrefix.size() && key.compare(0, kPrefix.size(), kPrefix) == 0 &&
-         key[kPrefix.size()] >= '0' && key[kPrefix.size()] <= '9';
+  return key.size() > kPrefix.size() && key.compare(0, kPrefix.size(), kPrefix) == 0 && key[kPrefix.size()] >= '0' &&
+         key[kPrefix.size()] <= '9';
 }
 
 }  // namespace

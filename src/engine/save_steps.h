@@ -102,9 +102,8 @@ void commit_checkpoint(storage::Storage& checkpoint, format::Metadata metadata,
 // metadata_bytes) is given, then `.metadata` = metadata_bytes, each with write_atomic. A
 // save planned by PyTorch's DCP (whose `.metadata` pickle Python writes) commits through it.
 // Throws StorageError; a failed write removes the sidecar and index again (best effort).
-void publish_checkpoint(storage::Storage& checkpoint, std::string_view metadata_bytes,
-                        const format::Metadata* metadata, const std::vector<std::vector<WrittenItem>>& written,
-                        const SaveOptions& options);
+void publish_checkpoint(storage::Storage& checkpoint, std::string_view metadata_bytes, const format::Metadata* metadata,
+                        const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options);
 
 // Steps 4-6 (collective): agree on the results, the coordinator commits (sidecar, then
 // `.metadata`), final broadcast. When any rank failed, throws the combined error on every

@@ -7,8 +7,7 @@
 
 namespace shardpoint::engine {
 
-ShardReadAhead::ShardReadAhead(const format::Metadata& md, std::string folder)
-    : md_(md), folder_(std::move(folder)) {}
+ShardReadAhead::ShardReadAhead(const format::Metadata& md, std::string folder) : md_(md), folder_(std::move(folder)) {}
 
 void ShardReadAhead::advise_range(const std::string& file, std::uint64_t start, std::uint64_t end) {
   auto fd = fds_.find(file);
@@ -17,8 +16,7 @@ void ShardReadAhead::advise_range(const std::string& file, std::uint64_t start, 
     fd = fds_.emplace(file, UniqueFd(raw, file)).first;
   }
   if (fd->second.valid()) {
-    ::posix_fadvise(fd->second.get(), static_cast<off_t>(start), static_cast<off_t>(end - start),
-                    POSIX_FADV_WILLNEED);
+    ::posix_fadvise(fd->second.get(), static_cast<off_t>(start), static_cast<off_t>(end - start), POSIX_FADV_WILLNEED);
   }
 }
 

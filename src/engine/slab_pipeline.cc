@@ -113,7 +113,7 @@ void SlabPipeline::run(const std::vector<SlabTensor>& tensors, const SlabCallbac
   std::map<std::size_t, Filled> ready;  // by batch number
   std::vector<std::size_t> free_bufs;
   for (std::size_t b = 0; b < options_.buffers; ++b) free_bufs.push_back(b);
-  std::size_t claimed = 0;  // batches handed to readers
+  std::size_t claimed = 0;    // batches handed to readers
   std::size_t announced = 0;  // tensors announced
   bool stop = false;
   std::exception_ptr error;
@@ -179,8 +179,7 @@ void SlabPipeline::run(const std::vector<SlabTensor>& tensors, const SlabCallbac
       for (const SlabPiece& p : f.pieces) {
         if (p.first && callbacks.begin) callbacks.begin(p.k);
         if (p.n > 0) {
-          callbacks.write(
-              std::span<const std::byte>(buffer(f.buf) + p.buffer_offset, static_cast<std::size_t>(p.n)));
+          callbacks.write(std::span<const std::byte>(buffer(f.buf) + p.buffer_offset, static_cast<std::size_t>(p.n)));
         }
         if (p.last && callbacks.end) callbacks.end(p.k);
       }

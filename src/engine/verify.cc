@@ -10,12 +10,11 @@
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_reader.h"
 #include "engine/chunking.h"
-#include "engine/chunking.h"
-#include "storage/location.h"
 #include "engine/item_reader.h"
 #include "engine/reshard.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
+#include "storage/location.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/zip_record_check.h"
 
@@ -192,8 +191,13 @@ class DcpVerifier {
  public:
   DcpVerifier(storage::Storage& st, CheckpointReader& reader, const VerifyOptions& options, VerifyReport& report,
               VerifyCoverage& coverage)
-      : reader_(reader), options_(options), report_(report), coverage_(coverage), sources_(st),
-        slab_(), scratch_(std::min<std::size_t>(options.slab_bytes, std::size_t{4} << 20)) {}
+      : reader_(reader),
+        options_(options),
+        report_(report),
+        coverage_(coverage),
+        sources_(st),
+        slab_(),
+        scratch_(std::min<std::size_t>(options.slab_bytes, std::size_t{4} << 20)) {}
 
   void tensor(const std::string& fqn, const format::TensorStorageMetadata& t) {
     const std::size_t itemsize = dtype_itemsize(t.properties.dtype);
@@ -258,7 +262,8 @@ class DcpVerifier {
   // The item's message as the load path wrote it, prefixed with the item when it does not
   // name it.
   void item_failed(const std::string& file, const std::string& item, const std::string& fqn, const std::string& what) {
-    report_.problems.push_back({file, item, what.find(fqn) == std::string::npos ? "item \"" + fqn + "\": " + what : what});
+    report_.problems.push_back(
+        {file, item, what.find(fqn) == std::string::npos ? "item \"" + fqn + "\": " + what : what});
   }
 
   const format::StorageInfo* storage_info(const std::string& fqn, const std::optional<format::Shape>& offsets) const {
@@ -281,8 +286,9 @@ class DcpVerifier {
     const std::string where = info.relative_path + ": item \"" + fqn + "\"" + chunk_text;
     coverage_.bytes += info.length;
     try {
-      BlobWindow window(sources_.get(info.relative_path), info.offset, info.length,
-                        info.relative_path + "[" + std::to_string(info.offset) + "+" + std::to_string(info.length) + "]");
+      BlobWindow window(
+          sources_.get(info.relative_path), info.offset, info.length,
+          info.relative_path + "[" + std::to_string(info.offset) + "+" + std::to_string(info.length) + "]");
       torchfile::ZipArchive archive(window);
       return check_archive(archive, where, info.relative_path, item, info.offset, !options_.quick, scratch_, report_,
                            coverage_);

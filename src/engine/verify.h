@@ -67,10 +67,10 @@ struct VerifyOptions {
 // One problem. `message` is the whole line as `shardpoint verify` prints it; it names the
 // file and the item itself.
 struct VerifyProblem {
-  std::string file;     // the file it is in (".metadata", "__1_0.distcp", a torch.save file's
-                        // path); empty when it concerns no one file
-  std::string item;     // "fqn" or "fqn chunk [0:4, 0:8]" (DCP), a record name (torch.save);
-                        // empty when it concerns a whole file
+  std::string file;  // the file it is in (".metadata", "__1_0.distcp", a torch.save file's
+                     // path); empty when it concerns no one file
+  std::string item;  // "fqn" or "fqn chunk [0:4, 0:8]" (DCP), a record name (torch.save);
+                     // empty when it concerns a whole file
   std::string message;
 };
 
@@ -127,7 +127,8 @@ VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options
 // folder's path when the checkpoint is on the local filesystem, so symlinks are checked not
 // to leave it. `name` names the checkpoint in the report. A missing or unreadable
 // `.metadata` is a problem in the report, not an exception.
-VerifyReport verify_dcp(const std::shared_ptr<storage::Storage>& storage, const std::optional<std::string>& local_folder,
-                        const std::string& name, const VerifyOptions& options = {});
+VerifyReport verify_dcp(const std::shared_ptr<storage::Storage>& storage,
+                        const std::optional<std::string>& local_folder, const std::string& name,
+                        const VerifyOptions& options = {});
 
 }  // namespace shardpoint::engine

@@ -327,8 +327,8 @@ class Decoder {
       // in newer PyTorch a sixth element, strides (None or a tuple of ints).
       const auto& items = state->items();
       if (items.size() != 5 && items.size() != 6) {
-        fail(where + " state",
-             "a 5- or 6-tuple (dtype, layout, requires_grad, memory_format, pin_memory[, strides])", state.get());
+        fail(where + " state", "a 5- or 6-tuple (dtype, layout, requires_grad, memory_format, pin_memory[, strides])",
+             state.get());
       }
       p.dtype = dtype(items[0].get(), where + ".dtype");
       layout(items[1].get(), where + ".layout");

@@ -23,8 +23,7 @@ void for_each_child_slot(Value& v, Fn&& fn) {
         fn(x);
       }
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -81,10 +80,8 @@ bool holds_persistent_id(const Value& v, std::unordered_set<const Value*>& seen)
         if (check(k) || check(x)) return true;
       }
       return false;
-    case Kind::kObject:
-      return check(v.callable()) || check(v.args()) || check(v.kwargs()) || check(v.state());
-    default:
-      return false;
+    case Kind::kObject: return check(v.callable()) || check(v.args()) || check(v.kwargs()) || check(v.state());
+    default: return false;
   }
 }
 

@@ -97,8 +97,7 @@ class WindowedStorage final : public StorageWrapper {
  public:
   explicit WindowedStorage(std::shared_ptr<Storage> target)
       : StorageWrapper(target), target_(std::move(target)), cache_(std::make_shared<WindowCache>()) {}
-  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions&,
-                                          const IoOptions& io) override {
+  std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions&, const IoOptions& io) override {
     std::shared_ptr<const ByteSource> inner;
     if (target_->features().local_path) {
       SourceOptions pread;

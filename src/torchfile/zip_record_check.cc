@@ -101,7 +101,8 @@ RecordCheck check_zip_record(const ZipArchive& archive, const ZipEntry& entry, b
 
   std::uint32_t crc = 0;
   for (std::uint64_t done = 0; done < entry.uncompressed_size;) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(scratch.size(), entry.uncompressed_size - done));
+    const std::size_t n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(scratch.size(), entry.uncompressed_size - done));
     archive.source().read(entry.data_offset + done, scratch.first(n), "zip record \"" + entry.name + "\"");
     crc = crc32(crc, scratch.first(n));
     done += n;

@@ -147,7 +147,8 @@ std::string full_checkpoint_bytes(pickle::DictEntries meta, const std::vector<st
   pickle::DictEntries root(meta.begin(), meta.begin() + 3);
   root.emplace_back(s("state_dict"), Value::dict(std::move(sd)));
   for (std::size_t i = 3; i < meta.size(); ++i) {
-    if (meta[i].first->as_string() == "lr_schedulers") root.emplace_back(s("optimizer_states"), Value::list({optimizer}));
+    if (meta[i].first->as_string() == "lr_schedulers")
+      root.emplace_back(s("optimizer_states"), Value::list({optimizer}));
     root.push_back(std::move(meta[i]));
   }
   return files.bytes(*Value::dict(std::move(root)));

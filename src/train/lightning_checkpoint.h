@@ -25,13 +25,13 @@ namespace shardpoint::train {
 
 // Where the loops stand when a checkpoint is saved (docs/lightning-layout.md §3.3).
 struct LoopState {
-  std::int64_t epoch = 0;            // current_epoch (the epoch of the last step run)
+  std::int64_t epoch = 0;  // current_epoch (the epoch of the last step run)
   std::int64_t global_step = 0;
-  std::int64_t batches_total = 0;    // batches run since the start of training
+  std::int64_t batches_total = 0;  // batches run since the start of training
   std::int64_t batches_in_epoch = 0;
   std::int64_t steps_in_epoch = 0;
-  bool is_last_batch = false;        // the epoch's data is exhausted
-  bool epoch_processed = false;      // saved from on_train_epoch_end
+  bool is_last_batch = false;    // the epoch's data is exhausted
+  bool epoch_processed = false;  // saved from on_train_epoch_end
 };
 
 // Builds a torch.save archive from a pickle tree whose tensor nodes it made (so dict keys

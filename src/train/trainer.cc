@@ -88,7 +88,6 @@ void on_rank0(comm::Communicator& comm, Fn&& fn) {
 
 }  // namespace
 
-
 StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const ModelConfig& model,
                     const TextCorpus& data, const DataSchedule& schedule, std::int64_t step, std::uint64_t seed,
                     double gradient_clip_val) {

@@ -122,7 +122,6 @@ StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const M
                     const TextCorpus& data, const DataSchedule& schedule, std::int64_t step, std::uint64_t seed,
                     double gradient_clip_val = 0);
 
-
 class Trainer {
  public:
   Trainer(TrainerOptions options, FSDPStrategy strategy);

@@ -309,8 +309,8 @@ TEST(ConsolidateCliTest, VerifyQuickJsonAndRecordsWithoutChecksum) {
   EXPECT_EQ(quick.out.find("verified"), std::string::npos) << quick.out;
   ToolRun json = tool("verify --json " + q(folder), dir);
   EXPECT_EQ(json.code, 0) << json.out;
-  for (const char* field : {"\"ok\": true", "\"zip_crc32\": {", "\"algorithm\": \"crc32c\"", "\"checks\": [",
-                            "\"format\": \"torch\""}) {
+  for (const char* field :
+       {"\"ok\": true", "\"zip_crc32\": {", "\"algorithm\": \"crc32c\"", "\"checks\": [", "\"format\": \"torch\""}) {
     EXPECT_NE(json.out.find(field), std::string::npos) << field << "\n" << json.out;
   }
 
@@ -322,7 +322,7 @@ TEST(ConsolidateCliTest, VerifyQuickJsonAndRecordsWithoutChecksum) {
     const std::uint64_t cd = archive.entries().back().data_offset + archive.entries().back().uncompressed_size;
     for (const auto& e : archive.entries()) {
       bytes.replace(static_cast<std::size_t>(e.data_offset + e.uncompressed_size + 4), 4, std::string(4, '\0'));
-      const std::size_t central = bytes.find(std::string("PK\x01\x02", 4) , static_cast<std::size_t>(cd));
+      const std::size_t central = bytes.find(std::string("PK\x01\x02", 4), static_cast<std::size_t>(cd));
       for (std::size_t at = central; at != std::string::npos; at = bytes.find(std::string("PK\x01\x02", 4), at + 1)) {
         if (bytes.compare(at + 46, e.name.size(), e.name) == 0) bytes.replace(at + 16, 4, std::string(4, '\0'));
       }

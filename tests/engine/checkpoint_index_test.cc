@@ -47,7 +47,8 @@ ChecksumSidecar sample_sidecar() {
 }
 
 std::map<format::MetadataIndex, std::uint64_t> sample_offsets() {
-  return {{{"model.w", format::Shape{0, 0}, 0}, 448}, {{"model.w", format::Shape{3, 0}, 1}, 512},
+  return {{{"model.w", format::Shape{0, 0}, 0}, 448},
+          {{"model.w", format::Shape{3, 0}, 1}, 512},
           {{"model.scalar", format::Shape{}, 0}, 384}};
 }
 

@@ -121,7 +121,8 @@ TEST(SavedTensorBlobTest, ReadsEverySubBox) {
   for (const std::string fqn : {"model.w", "model.c"}) {
     const Chunk c = chunk_of(*st, fqn);
     const auto& s = spec(fqn);
-    const BlobChecksums verified{sidecar.algorithm(), sidecar.block_size(), sidecar.find(c.info.relative_path, c.info.offset)};
+    const BlobChecksums verified{sidecar.algorithm(), sidecar.block_size(),
+                                 sidecar.find(c.info.relative_path, c.info.offset)};
     ASSERT_NE(verified.item, nullptr);
     for (const BlobChecksums& checks : {verified, BlobChecksums{}}) {
       for (bool from_index : {false, true}) {
@@ -148,7 +149,8 @@ TEST(SavedTensorBlobTest, PartialBlocksBecomePiecesWhenAsked) {
   const ChecksumSidecar sidecar = ChecksumSidecar::decode(st->try_read_all(kChecksumSidecar).value(), "sidecar");
   SourceCache cache(*st);
   const Chunk c = chunk_of(*st, "model.w");
-  const BlobChecksums checks{sidecar.algorithm(), sidecar.block_size(), sidecar.find(c.info.relative_path, c.info.offset)};
+  const BlobChecksums checks{sidecar.algorithm(), sidecar.block_size(),
+                             sidecar.find(c.info.relative_path, c.info.offset)};
   SavedTensorBlob blob(cache.get(c.info.relative_path), c.info, "model.w", c.chunk, c.dtype);
   const format::Shape at{1, 0}, lengths{1, 3};  // 12 bytes from data start + 12: cuts 16-byte blocks
   std::vector<std::byte> dest(12);
@@ -164,7 +166,8 @@ TEST(SavedTensorBlobTest, PartialBlocksBecomePiecesWhenAsked) {
   }
   // The pieces of this one reader complete no block: verify_block_pieces reads the rest.
   ReadCounts counts;
-  verify_block_pieces(pieces, pieces, sidecar, [&](const std::string& f) { return cache.get(f); }, counts);
+  verify_block_pieces(
+      pieces, pieces, sidecar, [&](const std::string& f) { return cache.get(f); }, counts);
   EXPECT_GT(counts.data_bytes, 0u);
 }
 
@@ -194,12 +197,14 @@ TEST(SavedTensorBlobTest, ChecksumMismatchNamesFileFqnAndBlock) {
   const Chunk c = chunk_of(*st, "model.w");
   std::string file = st->try_read_all(c.info.relative_path).value();
   SourceCache clean(*st);
-  const std::uint64_t start = SavedTensorBlob(clean.get(c.info.relative_path), c.info, "model.w", c.chunk, c.dtype).data_start();
+  const std::uint64_t start =
+      SavedTensorBlob(clean.get(c.info.relative_path), c.info, "model.w", c.chunk, c.dtype).data_start();
   file[static_cast<std::size_t>(c.info.offset + start + 20)] ^= 0x01;
   st->write_atomic(c.info.relative_path, as_bytes(file));
   SourceCache cache(*st);
   SavedTensorBlob blob(cache.get(c.info.relative_path), c.info, "model.w", c.chunk, c.dtype);
-  const BlobChecksums checks{sidecar.algorithm(), sidecar.block_size(), sidecar.find(c.info.relative_path, c.info.offset)};
+  const BlobChecksums checks{sidecar.algorithm(), sidecar.block_size(),
+                             sidecar.find(c.info.relative_path, c.info.offset)};
   std::vector<std::byte> dest(10 * 3 * 4);
   try {
     blob.read_into(item_for(c, {0, 0}, {10, 3}), dest, {10, 3}, checks);
@@ -236,11 +241,13 @@ TEST(ReadSavedObjectTest, ReturnsTheObjectAndVerifiesIt) {
     read_saved_object(*damaged.get(info.relative_path), info, "epoch", checks, counts);
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(info.relative_path + ": item \"epoch\": checksum mismatch", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(info.relative_path + ": item \"epoch\": checksum mismatch", 0), 0u)
+        << e.what();
   }
   format::StorageInfo past = info;
   past.offset = file.size();
-  EXPECT_THROW(read_saved_object(*damaged.get(info.relative_path), past, "epoch", BlobChecksums{}, counts), FormatError);
+  EXPECT_THROW(read_saved_object(*damaged.get(info.relative_path), past, "epoch", BlobChecksums{}, counts),
+               FormatError);
 }
 
 TEST(SavedTensorBlobTest, NeededBlobRangesCoverHeadDataAndTail) {

@@ -29,7 +29,9 @@ using testing::tensor_specs;
 
 comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(20)}; }
 
-std::string unique_url(const std::string& name) { return "memory://" + shardpoint::testing::unique_name("reshard-" + name); }
+std::string unique_url(const std::string& name) {
+  return "memory://" + shardpoint::testing::unique_name("reshard-" + name);
+}
 
 void save_on(int world, storage::Storage& st) {
   std::vector<RankState> states;
@@ -45,7 +47,8 @@ void load_and_check(int world, storage::Storage& st) {
   for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
   comm::ThreadGroup group(world, fast());
   group.run([&](comm::Communicator& comm) { load(states[comm.rank()].root, st, comm); });
-  for (int r = 0; r < world; ++r) EXPECT_EQ(compare_with_expected(states[r], r, world), "") << "rank " << r << " of " << world;
+  for (int r = 0; r < world; ++r)
+    EXPECT_EQ(compare_with_expected(states[r], r, world), "") << "rank " << r << " of " << world;
 }
 
 std::uint64_t payload_bytes() {
@@ -86,7 +89,9 @@ TEST(ReshardTest, OutputChunksAreShardZeroBoxes) {
   options.ranks = 4;
   reshard(source, *dst, options);
   const format::Metadata md = read_metadata(*dst);
-  auto chunks = [&](const std::string& fqn) { return std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at(fqn)).chunks; };
+  auto chunks = [&](const std::string& fqn) {
+    return std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at(fqn)).chunks;
+  };
   std::vector<format::ChunkStorageMetadata> w = chunks("model.w");
   ASSERT_EQ(w.size(), 4u);
   EXPECT_EQ(w[0], (format::ChunkStorageMetadata{{0, 0}, {3, 3}}));
@@ -136,7 +141,8 @@ TEST(ReshardTest, TorchSaveSourceConverts) {
     for (const auto& s : tensor_specs()) {
       std::vector<std::byte> got(static_cast<std::size_t>(volume(s.shape)) * dtype_itemsize(s.dtype));
       reader.read_box(s.path, format::Shape(s.shape.size(), 0), s.shape, got);
-      EXPECT_EQ(got, testing::box_bytes(s, Box{format::Shape(s.shape.size(), 0), s.shape})) << s.path << " ranks " << ranks;
+      EXPECT_EQ(got, testing::box_bytes(s, Box{format::Shape(s.shape.size(), 0), s.shape}))
+          << s.path << " ranks " << ranks;
     }
     EXPECT_TRUE(pickle::deep_equal(*reader.read_object("epoch"), *pickle::Value::integer(7)));
   }

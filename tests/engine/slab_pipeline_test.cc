@@ -44,7 +44,9 @@ void expect_copied(const std::vector<SlabTensor>& tensors, const SlabPipelineOpt
     ++begins[k];
     current = k;
   };
-  cb.write = [&](std::span<const std::byte> data) { out[current].insert(out[current].end(), data.begin(), data.end()); };
+  cb.write = [&](std::span<const std::byte> data) {
+    out[current].insert(out[current].end(), data.begin(), data.end());
+  };
   cb.end = [&](std::size_t k) {
     EXPECT_EQ(k, current);
     ++ends[k];
@@ -60,11 +62,11 @@ void expect_copied(const std::vector<SlabTensor>& tensors, const SlabPipelineOpt
 
 TEST(SlabPipelineTest, CopiesEveryByteInOrder) {
   const std::vector<SlabTensor> tensors = {
-      {{100, 50}, 4, true},   // 20000 bytes: several boxes per 4 KiB buffer
-      {{}, 8, true},          // 0-dim
-      {{3, 0}, 4, true},      // no elements: one empty piece
-      {{7}, 2, true},         // packed with others into one buffer
-      {{10000}, 1, false},    // byte ranges
+      {{100, 50}, 4, true},     // 20000 bytes: several boxes per 4 KiB buffer
+      {{}, 8, true},            // 0-dim
+      {{3, 0}, 4, true},        // no elements: one empty piece
+      {{7}, 2, true},           // packed with others into one buffer
+      {{10000}, 1, false},      // byte ranges
       {{2, 3, 5000}, 2, true},  // rows larger than a buffer: split along the last dim
   };
   for (std::size_t readers : {1, 2, 3}) {

@@ -95,7 +95,8 @@ TEST(VerifyTest, UndamagedCheckpointWithSidecarPasses) {
   EXPECT_TRUE(r.is_dcp);
   EXPECT_EQ(r.tensors, 6u);
   std::uint64_t objects = 0;
-  for (const auto& [fqn, e] : read_metadata(*st).state_dict_metadata) objects += std::holds_alternative<format::BytesStorageMetadata>(e);
+  for (const auto& [fqn, e] : read_metadata(*st).state_dict_metadata)
+    objects += std::holds_alternative<format::BytesStorageMetadata>(e);
   EXPECT_EQ(r.objects, objects);
   EXPECT_GT(r.bytes, 0u);
   EXPECT_EQ(r.verified_bytes, r.bytes);
@@ -152,10 +153,11 @@ TEST(VerifyTest, FlippedTensorDataWithoutSidecarFailsItsZipCrc) {
   EXPECT_EQ(p.item, "model.w chunk [0:5, 0:3]");
   const std::string begin = std::to_string(w.offset + data.data_offset);
   const std::string end = std::to_string(w.offset + data.data_offset + data.uncompressed_size);
-  EXPECT_EQ(p.message.rfind(w.relative_path + ": item \"model.w\" chunk [0:5, 0:3]: zip record \"archive/data/0\", bytes [" +
-                                begin + ", " + end + ") of the file: expected CRC-32 ",
-                            0),
-            0u)
+  EXPECT_EQ(
+      p.message.rfind(w.relative_path + ": item \"model.w\" chunk [0:5, 0:3]: zip record \"archive/data/0\", bytes [" +
+                          begin + ", " + end + ") of the file: expected CRC-32 ",
+                      0),
+      0u)
       << p.message;
   EXPECT_EQ(r.tensors, 5u);
 }
@@ -301,17 +303,20 @@ TEST(VerifyTest, SavedBlobsPassIndependentZipReaders) {
   for (const auto& [index, info] : read_metadata(*st).storage_data) {
     const std::string file = read_all(*st, info.relative_path);
     const std::string path = dir.file("blob" + std::to_string(n++) + ".zip");
-    shardpoint::testing::write_text(path, file.substr(static_cast<std::size_t>(info.offset), static_cast<std::size_t>(info.length)));
+    shardpoint::testing::write_text(
+        path, file.substr(static_cast<std::size_t>(info.offset), static_cast<std::size_t>(info.length)));
     paths += " " + path;
   }
   auto py = shardpoint::testing::run_command(
       "/usr/bin/python3 -c \"import zipfile,sys; bad=[p for p in sys.argv[1:] if zipfile.ZipFile(p).testzip()]; "
-      "print('bad', bad) if bad else print('ok', len(sys.argv) - 1)\"" + paths + " 2>&1");
+      "print('bad', bad) if bad else print('ok', len(sys.argv) - 1)\"" +
+      paths + " 2>&1");
   EXPECT_EQ(py.exit_code, 0) << py.output;
   EXPECT_EQ(py.output, "ok " + std::to_string(n) + "\n");
   if (shardpoint::testing::run_command("command -v unzip >/dev/null 2>&1").exit_code == 0) {
     for (int i = 0; i < n; ++i) {
-      auto uz = shardpoint::testing::run_command("unzip -tq " + dir.file("blob" + std::to_string(i) + ".zip") + " 2>&1");
+      auto uz =
+          shardpoint::testing::run_command("unzip -tq " + dir.file("blob" + std::to_string(i) + ".zip") + " 2>&1");
       EXPECT_EQ(uz.exit_code, 0) << uz.output;
     }
   }
@@ -332,7 +337,8 @@ void drop_crc(std::string& bytes, std::uint64_t base, std::uint64_t length, cons
     bytes.replace(dd + 4, 4, std::string(4, '\0'));
     // The central entry: "PK\1\2" ... name; its CRC is at +16.
     std::string sig("PK\x01\x02", 4);
-    for (std::size_t at = bytes.find(sig, static_cast<std::size_t>(base)); at < base + length; at = bytes.find(sig, at + 1)) {
+    for (std::size_t at = bytes.find(sig, static_cast<std::size_t>(base)); at < base + length;
+         at = bytes.find(sig, at + 1)) {
       const std::uint16_t name_len = get_le<std::uint16_t>(as_bytes(bytes).data() + at + 28);
       if (bytes.compare(at + 46, name_len, e.name) == 0) bytes.replace(at + 16, 4, std::string(4, '\0'));
     }
@@ -418,8 +424,10 @@ TEST(VerifyTorchTest, Torch113FileCleanAndDamaged) {
   TempDir dir;
   const std::string path = dir.file("t113.pt");
   auto saved = shardpoint::testing::run_command(
-      python + " -c \"import torch,sys; torch.save({'w': torch.arange(4096, dtype=torch.float32), "
-      "'b': torch.ones(3, dtype=torch.int64), 'step': 3}, sys.argv[1])\" " + path + " 2>&1");
+      python +
+      " -c \"import torch,sys; torch.save({'w': torch.arange(4096, dtype=torch.float32), "
+      "'b': torch.ones(3, dtype=torch.int64), 'step': 3}, sys.argv[1])\" " +
+      path + " 2>&1");
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   VerifyReport r = verify(path);
   EXPECT_TRUE(r.ok()) << all_messages(r);
@@ -444,11 +452,10 @@ TEST(VerifyTorchTest, Torch113FileCleanAndDamaged) {
   ASSERT_EQ(r.problems.size(), 1u) << all_messages(r);
   EXPECT_EQ(r.problems[0].file, path);
   EXPECT_EQ(r.problems[0].item, entry.name);
-  EXPECT_EQ(r.problems[0].message.rfind(path + ": zip record \"" + entry.name + "\", bytes [" +
-                                            std::to_string(entry.data_offset) + ", " +
-                                            std::to_string(entry.data_offset + entry.uncompressed_size) +
-                                            ") of the file: expected CRC-32 ",
-                                        0),
+  EXPECT_EQ(r.problems[0].message.rfind(
+                path + ": zip record \"" + entry.name + "\", bytes [" + std::to_string(entry.data_offset) + ", " +
+                    std::to_string(entry.data_offset + entry.uncompressed_size) + ") of the file: expected CRC-32 ",
+                0),
             0u)
       << r.problems[0].message;
 }

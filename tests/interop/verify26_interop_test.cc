@@ -55,7 +55,8 @@ Blob largest_tensor_blob(const std::string& folder) {
     if (index.offset && info.length > best.info.length) best = Blob{index.fqn, info, {}};
   }
   const std::string file = testing::read_text(folder + "/" + best.info.relative_path);
-  const std::string blob = file.substr(static_cast<std::size_t>(best.info.offset), static_cast<std::size_t>(best.info.length));
+  const std::string blob =
+      file.substr(static_cast<std::size_t>(best.info.offset), static_cast<std::size_t>(best.info.length));
   MemorySource source(as_bytes(blob), "blob");
   torchfile::ZipArchive archive(source);
   best.records = archive.entries();
@@ -78,9 +79,8 @@ TEST(Verify26InteropTest, TorchDcpCheckpointCleanAndDamaged) {
   SP_REQUIRE_TORCH26(python);
   TempDir dir;
   const std::string ckpt = dir.file("torch26");
-  const testing::ProcessResult saved =
-      testing::run_process({python, kScript, "save", ckpt, "--ws", "2", "--manifest", dir.file("m.json")}, {},
-                           std::chrono::seconds(300));
+  const testing::ProcessResult saved = testing::run_process(
+      {python, kScript, "save", ckpt, "--ws", "2", "--manifest", dir.file("m.json")}, {}, std::chrono::seconds(300));
   ASSERT_EQ(saved.exit_code, 0) << "PyTorch 2.6 save: " << saved.describe();
 
   engine::VerifyReport clean = engine::verify(ckpt);
@@ -136,12 +136,12 @@ TEST(Verify26InteropTest, RecordsWrittenWithoutCrcAreNoChecksum) {
   TempDir dir;
   const std::string pt = dir.file("nocrc.pt");
   const std::string ckpt = dir.file("nocrc_dcp");
-  auto r = testing::run_command(
-      python + " -c \"import sys, torch, torch.distributed.checkpoint as dcp; "
-               "torch.serialization.set_crc32_options(False); "
-               "sd = {'w': torch.arange(1000, dtype=torch.float32), 'step': 3}; "
-               "torch.save(sd, sys.argv[1]); dcp.save(sd, checkpoint_id=sys.argv[2])\" " +
-      testing::shell_quote(pt) + " " + testing::shell_quote(ckpt) + " 2>&1");
+  auto r = testing::run_command(python +
+                                " -c \"import sys, torch, torch.distributed.checkpoint as dcp; "
+                                "torch.serialization.set_crc32_options(False); "
+                                "sd = {'w': torch.arange(1000, dtype=torch.float32), 'step': 3}; "
+                                "torch.save(sd, sys.argv[1]); dcp.save(sd, checkpoint_id=sys.argv[2])\" " +
+                                testing::shell_quote(pt) + " " + testing::shell_quote(ckpt) + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   for (const std::string& path : {pt, ckpt}) {

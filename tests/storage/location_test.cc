@@ -127,8 +127,7 @@ TEST(LocationTest, ParentChildRoundTrips) {
 
 TEST(LocationTest, AbsoluteResolvesLocalPathsOnly) {
   const std::string cwd = std::filesystem::current_path().string();
-  EXPECT_EQ(Location::parse("a/./b/../c/").absolute().to_string(),
-            Location::parse(cwd).child("a/c").to_string());
+  EXPECT_EQ(Location::parse("a/./b/../c/").absolute().to_string(), Location::parse(cwd).child("a/c").to_string());
   EXPECT_EQ(Location::parse("/x/y/..").absolute().to_string(), "/x");
   EXPECT_EQ(Location::parse("/").absolute().to_string(), "/");
   EXPECT_EQ(Location::parse("s3://b/a/../c").absolute().to_string(), "s3://b/a/../c");

@@ -117,9 +117,10 @@ TEST(TorchSaveWriter, UsageErrors) {
 TEST(TorchSaveWriter, IndependentZipReadersFindEveryCrcCorrect) {
   std::vector<std::int64_t> big_shape{3 << 18}, small_shape{5}, empty_shape{0};
   std::vector<std::int64_t> strides{1};
-  ValuePtr root = Value::dict({{Value::str("big"), make_tensor_node(DType::kFloat32, big_shape, strides, 0, "0", 3 << 18)},
-                               {Value::str("small"), make_tensor_node(DType::kInt64, small_shape, strides, 0, "1", 5)},
-                               {Value::str("empty"), make_tensor_node(DType::kFloat32, empty_shape, strides, 0, "2", 0)}});
+  ValuePtr root =
+      Value::dict({{Value::str("big"), make_tensor_node(DType::kFloat32, big_shape, strides, 0, "0", 3 << 18)},
+                   {Value::str("small"), make_tensor_node(DType::kInt64, small_shape, strides, 0, "1", 5)},
+                   {Value::str("empty"), make_tensor_node(DType::kFloat32, empty_shape, strides, 0, "2", 0)}});
   testing::TempDir dir;
   for (bool force64 : {false, true}) {
     StringSink sink;
@@ -130,7 +131,8 @@ TEST(TorchSaveWriter, IndependentZipReadersFindEveryCrcCorrect) {
     w.begin_storage("0", std::uint64_t{4} * (3 << 18));
     std::string piece(65537, '\0');
     for (std::uint64_t done = 0; done < std::uint64_t{4} * (3 << 18);) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), std::uint64_t{4} * (3 << 18) - done));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), std::uint64_t{4} * (3 << 18) - done));
       for (std::size_t i = 0; i < n; ++i) piece[i] = static_cast<char>((done + i) * 131 % 251);
       w.write(as_bytes(std::string_view(piece).substr(0, n)));
       done += n;
@@ -143,7 +145,8 @@ TEST(TorchSaveWriter, IndependentZipReadersFindEveryCrcCorrect) {
     testing::write_text(path, sink.str());
     auto py = testing::run_command(
         "/usr/bin/python3 -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); bad=z.testzip(); "
-        "print(bad if bad else 'ok', len(z.infolist()))\" " + path + " 2>&1");
+        "print(bad if bad else 'ok', len(z.infolist()))\" " +
+        path + " 2>&1");
     EXPECT_EQ(py.exit_code, 0) << py.output;
     EXPECT_EQ(py.output.rfind("ok ", 0), 0u) << py.output;
     if (testing::run_command("command -v unzip >/dev/null 2>&1").exit_code == 0) {

@@ -83,7 +83,8 @@ TEST(ZipRecordCheck, ZeroCrcIsNotRecorded) {
   const std::size_t dd = static_cast<std::size_t>(e.data_offset + e.uncompressed_size);
   z.replace(dd + 4, 4, std::string(4, '\0'));
   std::size_t at = z.find(std::string("PK\x01\x02", 4));
-  while (at != std::string::npos && z.compare(at + 46, 8, "a/data/0") != 0) at = z.find(std::string("PK\x01\x02", 4), at + 1);
+  while (at != std::string::npos && z.compare(at + 46, 8, "a/data/0") != 0)
+    at = z.find(std::string("PK\x01\x02", 4), at + 1);
   ASSERT_NE(at, std::string::npos);
   z.replace(at + 16, 4, std::string(4, '\0'));
   Checked c = check_all(z);
@@ -103,9 +104,10 @@ TEST(ZipRecordCheck, HeaderFieldsThatDisagreeAreProblems) {
     const char* needle;
   };
   const std::size_t dd = static_cast<std::size_t>(e.data_offset + e.uncompressed_size);
-  for (const Case& k : {Case{e.local_header_offset + 6, "expected flags"}, Case{e.local_header_offset + 8, "expected method"},
-                        Case{e.local_header_offset + 14, "expected CRC-32"}, Case{e.local_header_offset + 22, "expected size"},
-                        Case{dd + 4, "zip data descriptor of \"a/data/0\""}, Case{dd + 8, "expected sizes"}}) {
+  for (const Case& k :
+       {Case{e.local_header_offset + 6, "expected flags"}, Case{e.local_header_offset + 8, "expected method"},
+        Case{e.local_header_offset + 14, "expected CRC-32"}, Case{e.local_header_offset + 22, "expected size"},
+        Case{dd + 4, "zip data descriptor of \"a/data/0\""}, Case{dd + 8, "expected sizes"}}) {
     std::string z = clean;
     z[static_cast<std::size_t>(k.at)] ^= 0x01;
     Checked c = check_all(z);
@@ -120,9 +122,7 @@ TEST(ZipRecordCheck, CheckCrcFalseComputesNothing) {
   for (const auto& r : c.records) EXPECT_EQ(r.crc, RecordCrc::kNotChecked);
 }
 
-TEST(ZipRecordCheck, Crc32Hex) {
-  EXPECT_EQ(crc32_hex(0x1a2b3c), "001a2b3c");
-}
+TEST(ZipRecordCheck, Crc32Hex) { EXPECT_EQ(crc32_hex(0x1a2b3c), "001a2b3c"); }
 
 }  // namespace
 }  // namespace shardpoint::torchfile
