@@ -163,7 +163,10 @@ void verify_load_index(storage::Storage& st, const CheckpointReader& reader, Ver
     problem("", name + ": its checksums differ from the sidecar's");
   }
   SourceCache sources(st);
-  for (const auto& [key, start] : index.data_offsets) {
+  for (const auto& entry : index.data_offsets) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const format::MetadataIndex& key = entry.first;
+    const std::uint64_t start = entry.second;
     try {
       const auto& info = md.storage_data.at(key);
       const auto& tensor = std::get<format::TensorStorageMetadata>(md.state_dict_metadata.at(key.fqn));
