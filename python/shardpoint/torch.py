@@ -121,29 +121,30 @@ class _WriteResultWithChecksums(WriteResult):
     record: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _split_into_files(items: Sequence[WriteItem], planner: SavePlanner, count: int) -> List[List[WriteItem]]:
+def _chunk_nbytes(item: WriteItem) -> int:
+    """Bytes of the chunk this rank writes for a tensor item (its box, not the whole tensor)."""
+    td = item.tensor_data
+    if td is None:
+        return 0
+    numel = 1
+    for s in td.chunk.sizes:
+        numel *= int(s)
+    return numel * td.properties.dtype.itemsize
+
+
+def _split_into_files(items: Sequence[WriteItem], count: int) -> List[List[WriteItem]]:
     """Items into ``count`` files of about equal size: bytes items round-robin, then tensors
     largest first onto the lightest file (as FileSystemWriter spreads them over threads)."""
     buckets: List[List[WriteItem]] = [[] for _ in range(count)]
     sizes = [0] * count
     bytes_items = [i for i in items if i.type == WriteItemType.BYTE_IO]
-    tensor_items = [i for i in items if i.type != WriteItemType.BYTE_IO]
+    tensor_items = [(_chunk_nbytes(i), n, i) for n, i in enumerate(items) if i.type != WriteItemType.BYTE_IO]
     for n, item in enumerate(bytes_items):
         buckets[n % count].append(item)
-
-    def nbytes(item: WriteItem) -> int:
-        td = item.tensor_data
-        if td is None:
-            return 0
-        numel = 1
-        for s in td.size:
-            numel *= int(s)
-        return numel * torch.empty((), dtype=td.properties.dtype).element_size()
-
-    for item in sorted(tensor_items, key=nbytes, reverse=True):
+    for nbytes, _, item in sorted(tensor_items, key=lambda t: (-t[0], t[1])):
         i = min(range(count), key=lambda k: sizes[k])
         buckets[i].append(item)
-        sizes[i] += nbytes(item)
+        sizes[i] += nbytes
     return [b for b in buckets if b]
 
 
@@ -285,7 +286,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """(all ranks) Writes this rank's items; the future is already complete."""
         prefix = plan.storage_data.prefix
         if self.single_file_per_rank:
-            files = _split_into_files(plan.items, planner, self.thread_count)
+            files = _split_into_files(plan.items, self.thread_count)
         else:
             files = [[item] for item in plan.items]
         keep_alive: List[Any] = []  # tensors, buffers and arrays the native call reads
