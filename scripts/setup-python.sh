@@ -4,10 +4,13 @@
 #
 #   scripts/setup-python.sh          # create or update if missing; quick when ready
 #
-# Where:   ${SHARDPOINT_VENV:-/var/cache/shardpoint/venv-py311}, pip's cache beside it
+# Where:   ${SHARDPOINT_VENV:-/var/cache/shardpoint/venv-py311}, the installer's cache beside it
 #          (${SHARDPOINT_PIP_CACHE:-/var/cache/shardpoint/pip}). Never the system Python.
-# Cost:    several minutes from nothing (PyTorch's wheel and its CUDA libraries, ~3 GB),
-#          well under a second when ready.
+# How:     pip installs uv (pinned, from PyPI) into the venv, and uv installs the requirements:
+#          PyTorch's wheel and its CUDA libraries are ~3 GB, which pip takes many minutes to
+#          download and unpack one file at a time; uv does it in parallel. pip stays in the venv
+#          (the tests build the wheel with `pip wheel`), and is the fallback if uv fails.
+# Cost:    about two minutes from nothing, well under a second when ready.
 # Needs:   python3.11 (with venv), network access to PyPI, a writable cache folder.
 #
 # Protocol: 1. lock "$VENV.lock" so concurrent runs create it once; 2. if the marker holds the
@@ -56,14 +59,21 @@ done
 [[ -n "$PY" ]] || give_up "no CPython 3.11 with venv found"
 
 if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
-  echo "setup-python: creating $VENV from $REQ (several minutes the first time)" >&2
+  echo "setup-python: creating $VENV from $REQ (a few minutes the first time)" >&2
   rm -rf "$VENV"
   "$PY" -m venv "$VENV" || give_up "python -m venv $VENV failed"
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2 || give_up "pip upgrade failed"
 else
   echo "setup-python: updating $VENV from $REQ" >&2
 fi
-"$VENV/bin/python" -m pip install -q -r "$REQ" >&2 || give_up "pip install -r $REQ failed"
+UV_VERSION=0.13.9
+if "$VENV/bin/python" -m pip install -q "uv==$UV_VERSION" >&2 &&
+   UV_CACHE_DIR="$PIP_CACHE_DIR/uv" "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -r "$REQ" >&2; then
+  :
+else
+  echo "setup-python: uv failed; installing with pip (slower)" >&2
+  "$VENV/bin/python" -m pip install -q -r "$REQ" >&2 || give_up "pip install -r $REQ failed"
+fi
 "$VENV/bin/python" -c 'import torch, lightning, pytest' >&2 || give_up "the venv cannot import torch, lightning, pytest"
 printf '%s\n' "$want" >"$MARKER"
 echo "$VENV/bin/python"
