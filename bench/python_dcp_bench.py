@@ -104,6 +104,8 @@ def rank_main(args):
             for _, _, local in locals_:
                 local.fill_(-1.0)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if rank == 0:
+            print(f"  {name}: {t[0].item():.3f} s", flush=True)
         results.append({"job": name, "seconds": t[0].item(), "extra_rss": t[1].item(), "ok": bool(ok.item()),
                         "bytes": own * ws})
 
@@ -114,12 +116,16 @@ def rank_main(args):
                   lambda tc=tc: dcp.save(sd, storage_writer=dcp.FileSystemWriter(f"{base}/fs{tc}", thread_count=tc)), True)
             timed(f"save sp t{tc}", f"{base}/sp{tc}",
                   lambda tc=tc: dcp.save(sd, storage_writer=StorageWriter(f"{base}/sp{tc}", thread_count=tc)), True)
-        # Async: the stall is the time until async_save returns; the write finishes after.
+        # Async: the stall is the time until async_save returns; the write finishes after, in a
+        # background thread whose collectives run on their own group (on the default group they
+        # would interleave with the timing's all_reduce and deadlock).
+        save_group = dist.new_group(backend="gloo")
         for name, make in (("fs", lambda: dcp.FileSystemWriter(f"{base}/fsa", thread_count=4)),
                            ("sp", lambda: StorageWriter(f"{base}/spa", thread_count=4))):
             futures = []
             timed(f"async stall {name}", f"{base}/{name}a",
-                  lambda make=make: futures.append(dcp.async_save(sd, storage_writer=make())), True)
+                  lambda make=make: futures.append(
+                      dcp.async_save(sd, storage_writer=make(), process_group=save_group)), True)
             futures[0].result()
             dist.barrier()
         # The floor of a staging copy: the rank's bytes copied once into preallocated memory.

@@ -65,7 +65,9 @@ def free_port() -> int:
 
 # Variables the workers need that scripts/oracle-python does not pass into its root (it
 # passes SHARDPOINT_*): sent as SHARDPOINT_WORKER_ENV_<NAME>, restored by the worker.
-FORWARDED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "AZURE_STORAGE_CONNECTION_STRING")
+FORWARDED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "AZURE_STORAGE_CONNECTION_STRING",
+             "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL",
+             "GOOGLE_OAUTH_ACCESS_TOKEN", "GCS_JSON_ENDPOINT_URL")
 
 
 def worker_env(extra: dict | None = None) -> dict:
