@@ -48,7 +48,7 @@ test-cpp:
 
 # Builds the wheel, installs it into build-wheel/site, runs python/tests (scripts/test-python.sh).
 test-python:
-	scripts/test-python.sh
+	BUILD=$(BUILD) scripts/test-python.sh
 
 # The Python package as a wheel in dist/ (one wheel for every CPython 3 on Linux x86-64).
 wheel: deps

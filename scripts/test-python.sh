@@ -27,5 +27,7 @@ WHEEL=$(ls build-wheel/dist/shardpoint-*.whl)
 echo "== python: $(basename "$WHEEL") -> build-wheel/site"
 
 export SHARDPOINT_PYTHONPATH="$REPO/build-wheel/site"
+# The C++ build whose shardpoint-train the trainer interop tests run (make passes $(BUILD)).
+export SHARDPOINT_BUILD_DIR="${SHARDPOINT_BUILD_DIR:-$REPO/${BUILD:-build}}"
 cd python/tests
 exec "$PY" -m pytest -q -p no:cacheprovider "$@"

@@ -9,6 +9,8 @@ The real Lightning 2.6 Trainer with FSDP on CPU (gloo), ranks started by the tes
   and 1 decoder layer, width 32) on ``WikiText2`` read from ``--data`` (a folder with
   ``wikitext-2.txt``: the repository's data/tiny-wikitext; no download), SGD with momentum
   (so the optimizer has state);
+- ``trainer-tiny``: the same demo model at ``shardpoint-train --model-size tiny``'s dimensions,
+  for checkpoints that move between shardpoint-train and Lightning;
 - ``mlp``: a two-layer MLP on fixed random data, Adam.
 
 ``stock`` is Lightning's own FSDPStrategy subclassed only as far as CPU needs (FSDP's
@@ -77,6 +79,16 @@ class TinyTransformer(LightningTransformer):
         return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.0 if PLAIN_SGD else 0.9)
 
 
+class TrainerTiny(TinyTransformer):
+    """shardpoint-train's ``--model-size tiny`` (width 32, 2 heads, feed-forward 64, 2 encoder
+    and 2 decoder layers) with its ``--optimizer sgd --lr 0.1 --momentum 0.9``: the same
+    parameter names and shapes, so checkpoints move between the two trainers."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__(vocab_size)
+        self.model = Transformer(vocab_size=vocab_size, ninp=32, nhead=2, nhid=64, nlayers=2)
+
+
 class TinyMLP(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
@@ -117,7 +129,7 @@ class Recorder(Callback):
         pl_module.eval()
         with torch.no_grad():
             x, y = self.probe
-            if isinstance(pl_module, TinyTransformer):
+            if isinstance(pl_module, TinyTransformer):  # TrainerTiny too
                 out = pl_module.trainer.strategy.model(x, y)
                 loss = nn.functional.nll_loss(out, y.reshape(-1))
             else:
@@ -150,7 +162,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
     p.add_argument("--strategy", choices=["ours", "stock"], required=True)
-    p.add_argument("--model", choices=["transformer", "mlp"], default="transformer")
+    p.add_argument("--model", choices=["transformer", "trainer-tiny", "mlp"], default="transformer")
     p.add_argument("--data", default=None)
     p.add_argument("--state-dict-type", default="sharded")
     p.add_argument("--max-steps", type=int, required=True)
@@ -172,10 +184,12 @@ def main() -> None:
 def run(args: argparse.Namespace, model_name: str, root: str, out: str | None) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     torch.manual_seed(1234)
-    if model_name == "transformer":
-        dataset = WikiText2(Path(args.data), block_size=16, download=False)
-        model = TinyTransformer(dataset.vocab_size)
-        loader = DataLoader(dataset, batch_size=4)
+    if model_name in ("transformer", "trainer-tiny"):
+        # shardpoint-train's blocks are 35 tokens and its global batch 4 items
+        tiny = model_name == "trainer-tiny"
+        dataset = WikiText2(Path(args.data), block_size=35 if tiny else 16, download=False)
+        model = (TrainerTiny if tiny else TinyTransformer)(dataset.vocab_size)
+        loader = DataLoader(dataset, batch_size=max(1, 4 // world) if tiny else 4)
         policy = {nn.TransformerEncoderLayer, nn.TransformerDecoderLayer}
         probe = next(iter(DataLoader(dataset, batch_size=4)))
     else:

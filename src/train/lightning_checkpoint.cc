@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -18,43 +19,66 @@ using pickle::ValuePtr;
 
 ValuePtr s(const char* text) { return Value::str(text); }
 
-// A Lightning progress tracker {"total": {...}, "current": {...}}; counters ready, started,
-// processed, completed.
+// Lightning's progress trackers, field for field as Lightning 2.6 pickles them: a dict
+// {"total": {...}, "current": {...}} of counters in the order ready, completed, started,
+// processed; optimizer steps and scheduler steps count only ready and completed, zero_grad
+// adds started, batches and epochs have all four.
+enum class Tracker { kReadyCompleted, kStarted, kProcessed };
 struct Counters {
-  std::int64_t ready = 0, started = 0, processed = 0, completed = 0;
+  std::int64_t ready = 0, completed = 0, started = 0, processed = 0;
   static Counters all(std::int64_t n) { return {n, n, n, n}; }
 };
-ValuePtr counters_value(const Counters& c) {
-  return Value::dict({{s("ready"), Value::integer(c.ready)},
-                      {s("started"), Value::integer(c.started)},
-                      {s("processed"), Value::integer(c.processed)},
-                      {s("completed"), Value::integer(c.completed)}});
+ValuePtr counters_value(Tracker kind, const Counters& c) {
+  pickle::DictEntries e{{s("ready"), Value::integer(c.ready)}, {s("completed"), Value::integer(c.completed)}};
+  if (kind != Tracker::kReadyCompleted) e.emplace_back(s("started"), Value::integer(c.started));
+  if (kind == Tracker::kProcessed) e.emplace_back(s("processed"), Value::integer(c.processed));
+  return Value::dict(std::move(e));
 }
-ValuePtr progress(const Counters& total, const Counters& current, std::optional<bool> is_last_batch = std::nullopt) {
-  pickle::DictEntries e{{s("total"), counters_value(total)}, {s("current"), counters_value(current)}};
+ValuePtr progress(Tracker kind, const Counters& total, const Counters& current,
+                  std::optional<bool> is_last_batch = std::nullopt) {
+  pickle::DictEntries e{{s("total"), counters_value(kind, total)}, {s("current"), counters_value(kind, current)}};
   if (is_last_batch) e.emplace_back(s("is_last_batch"), Value::boolean(*is_last_batch));
   return Value::dict(std::move(e));
 }
+// An evaluation loop that never ran ({"state_dict": {}, "batch_progress": zeros}).
+ValuePtr idle_loop(bool with_last_batch_flag) {
+  return Value::dict({{s("state_dict"), Value::dict()},
+                      {s("batch_progress"), progress(Tracker::kProcessed, {}, {},
+                                                     with_last_batch_flag ? std::optional<bool>(false) : std::nullopt)}});
+}
 
+// The loops as Lightning records them at the moment ModelCheckpoint saves. A save from
+// on_train_batch_end runs before Lightning marks that batch completed and before it counts
+// it in _batches_that_stepped, so both lag the step by one there; a save from
+// on_train_epoch_end sees every batch completed.
 ValuePtr loops_value(const LoopState& l) {
   const Counters steps_total = Counters::all(l.global_step), steps_current = Counters::all(l.steps_in_epoch);
-  const Counters epochs{l.epoch + 1, l.epoch + 1, l.epoch + (l.epoch_processed ? 1 : 0), l.epoch};
+  const std::int64_t lag = l.epoch_processed ? 0 : 1;
+  Counters batches_total = Counters::all(l.batches_total), batches_current = Counters::all(l.batches_in_epoch);
+  batches_total.completed -= std::min<std::int64_t>(lag, batches_total.completed);
+  batches_current.completed -= std::min<std::int64_t>(lag, batches_current.completed);
+  const std::int64_t stepped = l.global_step - std::min<std::int64_t>(lag, l.global_step);
+  const Counters epochs{l.epoch + 1, l.epoch, l.epoch + 1, l.epoch + (l.epoch_processed ? 1 : 0)};
   ValuePtr fit = Value::dict({
       {s("state_dict"), Value::dict()},
-      {s("epoch_loop.state_dict"), Value::dict({{s("_batches_that_stepped"), Value::integer(l.global_step)}})},
-      {s("epoch_loop.batch_progress"),
-       progress(Counters::all(l.batches_total), Counters::all(l.batches_in_epoch), l.is_last_batch)},
-      {s("epoch_loop.scheduler_progress"), progress({}, {})},
+      {s("epoch_loop.state_dict"), Value::dict({{s("_batches_that_stepped"), Value::integer(stepped)}})},
+      {s("epoch_loop.batch_progress"), progress(Tracker::kProcessed, batches_total, batches_current, l.is_last_batch)},
+      {s("epoch_loop.scheduler_progress"), progress(Tracker::kReadyCompleted, {}, {})},
+      {s("epoch_loop.automatic_optimization.state_dict"), Value::dict()},
       {s("epoch_loop.automatic_optimization.optim_progress"),
-       Value::dict({{s("optimizer"), Value::dict({{s("step"), progress(steps_total, steps_current)},
-                                                  {s("zero_grad"), progress(steps_total, steps_current)}})}})},
-      {s("epoch_loop.manual_optimization.optim_step_progress"), progress({}, {})},
-      {s("epoch_progress"), progress(epochs, epochs)},
+       Value::dict({{s("optimizer"),
+                     Value::dict({{s("step"), progress(Tracker::kReadyCompleted, steps_total, steps_current)},
+                                  {s("zero_grad"), progress(Tracker::kStarted, steps_total, steps_current)}})}})},
+      {s("epoch_loop.manual_optimization.state_dict"), Value::dict()},
+      {s("epoch_loop.manual_optimization.optim_step_progress"), progress(Tracker::kReadyCompleted, {}, {})},
+      {s("epoch_loop.val_loop.state_dict"), Value::dict()},
+      {s("epoch_loop.val_loop.batch_progress"), progress(Tracker::kProcessed, {}, {}, false)},
+      {s("epoch_progress"), progress(Tracker::kProcessed, epochs, epochs)},
   });
   return Value::dict({{s("fit_loop"), fit},
-                      {s("validate_loop"), Value::dict()},
-                      {s("test_loop"), Value::dict()},
-                      {s("predict_loop"), Value::dict()}});
+                      {s("validate_loop"), idle_loop(true)},
+                      {s("test_loop"), idle_loop(true)},
+                      {s("predict_loop"), idle_loop(false)}});
 }
 
 }  // namespace

@@ -70,8 +70,8 @@
 
 namespace shardpoint::train {
 
-// The version Lightning 2.6.2 (master) writes.
-inline constexpr const char* kLightningVersion = "2.6.2";
+// The Lightning release whose checkpoint layout meta.pt mirrors (its pytorch-lightning_version).
+inline constexpr const char* kLightningVersion = "2.6.6";
 
 struct TrainerOptions {
   // Training stops when global_step reaches max_steps or the epoch reaches max_epochs; -1
