@@ -42,9 +42,10 @@ ValuePtr progress(Tracker kind, const Counters& total, const Counters& current,
 }
 // An evaluation loop that never ran ({"state_dict": {}, "batch_progress": zeros}).
 ValuePtr idle_loop(bool with_last_batch_flag) {
-  return Value::dict({{s("state_dict"), Value::dict()},
-                      {s("batch_progress"), progress(Tracker::kProcessed, {}, {},
-                                                     with_last_batch_flag ? std::optional<bool>(false) : std::nullopt)}});
+  return Value::dict(
+      {{s("state_dict"), Value::dict()},
+       {s("batch_progress"),
+        progress(Tracker::kProcessed, {}, {}, with_last_batch_flag ? std::optional<bool>(false) : std::nullopt)}});
 }
 
 // The loops as Lightning records them at the moment ModelCheckpoint saves. A save from
