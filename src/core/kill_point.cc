@@ -13,8 +13,8 @@
 namespace shardpoint {
 namespace {
 
-constexpr std::array<KillPoint, 8> kAll = {KillPoint::kPlan,     KillPoint::kDataWrite, KillPoint::kSidecar,
-                                           KillPoint::kLoadIndex, KillPoint::kMetadata, KillPoint::kMetaPt,
+constexpr std::array<KillPoint, 8> kAll = {KillPoint::kPlan,      KillPoint::kDataWrite, KillPoint::kSidecar,
+                                           KillPoint::kLoadIndex, KillPoint::kMetadata,  KillPoint::kMetaPt,
                                            KillPoint::kPublish,   KillPoint::kRemoveOld};
 
 // What SHARDPOINT_TEST_KILL_AT asks for, parsed once.

@@ -41,13 +41,13 @@ using namespace std::chrono_literals;
 // step 1's top-k checkpoint and last.ckpt, save 3 step 2's top-k one, save 4 the rewrite of
 // last.ckpt at step 2 (the case). remove_old is reached only when a committed
 // folder is replaced: the first time is save 4.
-const std::vector<std::string> kKillPoints = {"plan@4",     "data:1@4",    "data:0@4", "sidecar@4", "index@4",
+const std::vector<std::string> kKillPoints = {"plan@4",     "data:1@4",  "data:0@4",  "sidecar@4",   "index@4",
                                               "metadata@4", "meta_pt@4", "publish@4", "remove_old@1"};
 constexpr int kRandomKills = 1;  // per mode
 
 // What a root holds after a run.
 struct RootState {
-  std::int64_t newest_step = -1;  // of the newest version folder holding a committed checkpoint; -1: none
+  std::int64_t newest_step = -1;    // of the newest version folder holding a committed checkpoint; -1: none
   std::set<std::string> committed;  // paths
   std::set<std::string> hidden;     // staging folders and temporary files
   int verified = 0;
@@ -107,10 +107,21 @@ struct TrainRun {
 // One shardpoint-train job in its own process group (so a kill point's SIGKILL takes the
 // launcher and both ranks, and nothing else); killed as a whole after `timeout`.
 TrainRun train(const fs::path& root, bool async, std::int64_t max_steps, bool resume, const std::string& kill_at,
-          std::chrono::milliseconds timeout) {
-  std::vector<std::string> argv{SP_TRAIN_BIN, "--devices", "2", "--state-dict-type", "sharded",
-                                "--every-n-train-steps", "1", "--save-last", "--model-size", "tiny",
-                                "--max-steps", std::to_string(max_steps), "--root", root.string()};
+               std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv{SP_TRAIN_BIN,
+                                "--devices",
+                                "2",
+                                "--state-dict-type",
+                                "sharded",
+                                "--every-n-train-steps",
+                                "1",
+                                "--save-last",
+                                "--model-size",
+                                "tiny",
+                                "--max-steps",
+                                std::to_string(max_steps),
+                                "--root",
+                                root.string()};
   if (async) argv.push_back("--async-save");
   if (resume) argv.insert(argv.end(), {"--ckpt-path", "last"});
   comm::EnvVars env;
@@ -144,12 +155,14 @@ void check_resume(const TrainRun& run, const RootState& before, const RootState&
     EXPECT_NE(out.find("No checkpoint will be loaded"), std::string::npos) << out;
     counts.resumes_correct += out.find("No checkpoint will be loaded") != std::string::npos;
   } else {
-    ASSERT_TRUE(std::regex_search(out, m, kLoaded)) << "resumed from scratch although a checkpoint of step "
-                                                    << before.newest_step << " was committed:\n" << out;
+    ASSERT_TRUE(std::regex_search(out, m, kLoaded))
+        << "resumed from scratch although a checkpoint of step " << before.newest_step << " was committed:\n"
+        << out;
     const std::string path = m[1].str();
     const bool right = std::stoll(m[2].str()) == before.newest_step && before.committed.count(path) > 0;
     EXPECT_TRUE(right) << "loaded " << path << " at global_step " << m[2].str() << ", the newest committed is step "
-                       << before.newest_step << ":\n" << out;
+                       << before.newest_step << ":\n"
+                       << out;
     counts.resumes_correct += right;
     const bool is_last = fs::path(path).filename().string().rfind("last", 0) == 0;
     static const std::regex kNote("note: --ckpt-path last");
@@ -182,7 +195,7 @@ TEST_P(TrainKillTest, EveryKillPointThenRandomKillsLoseNothingCommitted) {
   RootState state;
   VerifiedSet verified;
   double full_run_seconds = 0;  // of the last run that reached its end or its last kill point
-  std::mt19937 rng(15);  // the number: the same random moments in every run of the test
+  std::mt19937 rng(15);         // the number: the same random moments in every run of the test
   auto one_run = [&](const std::string& kill_at, std::chrono::milliseconds timeout, bool expect_kill) {
     const bool resume = counts.runs > 0;
     const std::int64_t start = std::max<std::int64_t>(state.newest_step, 0);
