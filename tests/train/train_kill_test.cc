@@ -43,7 +43,9 @@ using namespace std::chrono_literals;
 // folder is replaced: the first time is save 4.
 const std::vector<std::string> kKillPoints = {"plan@4",     "data:1@4",  "data:0@4",  "sidecar@4",   "index@4",
                                               "metadata@4", "meta_pt@4", "publish@4", "remove_old@1"};
-constexpr int kRandomKills = 1;  // per mode
+// Points a seeded random kill picks from (those every save reaches on every rank).
+const std::vector<std::string> kRandomPoints = {"plan", "data", "sidecar", "index", "metadata"};
+constexpr int kRandomKills = 1;  // per mode: one at a random point, one at a random moment
 
 // What a root holds after a run.
 struct RootState {
@@ -217,10 +219,17 @@ TEST_P(TrainKillTest, EveryKillPointThenRandomKillsLoseNothingCommitted) {
     state = after;
   };
   for (const std::string& kill_at : kKillPoints) one_run(kill_at, 120s, true);
-  // Random moments in the second half of a run's length (the first is mostly start-up),
-  // measured on the run before: the saves happen there on any machine.
-  std::uniform_real_distribution<double> fraction(0.5, 1.0);
+  // Random kills: a seeded point, rank and save (1-4), then a seeded moment late in a run
+  // (start-up, three LibTorch processes, is most of a run's length; the saves are late).
+  std::uniform_int_distribution<std::size_t> point(0, kRandomPoints.size() - 1);
+  std::uniform_int_distribution<int> rank(0, 1), save(1, 4);
+  std::uniform_real_distribution<double> fraction(0.75, 1.0);
   for (int i = 0; i < kRandomKills; ++i) {
+    const std::string name = kRandomPoints[point(rng)];
+    const int r = rank(rng);  // drawn for every point, so the sequence does not depend on the name
+    const bool every_rank = name == "plan" || name == "data";  // the others run on rank 0 only
+    const std::string at = name + (every_rank ? ":" + std::to_string(r) : "") + "@" + std::to_string(save(rng));
+    one_run(at, 120s, false);
     one_run("", std::chrono::milliseconds(static_cast<long>(1000 * full_run_seconds * fraction(rng))), false);
   }
   one_run("", 120s, false);  // the last resume, to the end: leaves nothing behind
@@ -229,7 +238,7 @@ TEST_P(TrainKillTest, EveryKillPointThenRandomKillsLoseNothingCommitted) {
   std::printf("kill matrix (%s saves, local disk): %zu kill points + %d random kills, %d runs, %d killed (%d before "
               "resuming), %d checkpoints verified, %d/%d resumes correct, %d fallback notes, %d leftovers "
               "removed\n",
-              async ? "async" : "sync", kKillPoints.size(), kRandomKills, counts.runs, counts.killed,
+              async ? "async" : "sync", kKillPoints.size(), 2 * kRandomKills, counts.runs, counts.killed,
               counts.killed_before_resume, counts.verified, counts.resumes_correct, counts.resumes, counts.notes,
               counts.leftovers_removed);
 }
