@@ -31,6 +31,7 @@
 
 #include "engine/verify.h"
 #include "launch_ranks.h"
+#include "storage/location.h"
 #include "storage/s3_moto.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
@@ -232,7 +233,7 @@ TEST_P(TrainKillTest, EveryKillPointThenRandomKillsLoseNothingCommitted) {
   std::uniform_int_distribution<int> rank(0, 1), save(1, 4);
   std::uniform_real_distribution<double> fraction(0.75, 1.0);
   for (int i = 0; i < kRandomKills; ++i) {
-    const std::string name = kRandomPoints[point(rng)];
+    const std::string& name = kRandomPoints[point(rng)];
     const int r = rank(rng);  // drawn for every point, so the sequence does not depend on the name
     const bool every_rank = name == "plan" || name == "data";  // the others run on rank 0 only
     const std::string at = name + (every_rank ? ":" + std::to_string(r) : "") + "@" + std::to_string(save(rng));
@@ -270,7 +271,7 @@ TEST(TrainKillObjectStoreTest, KillDuringLastRewriteResumesFromTheNewestCommitte
     std::map<std::string, std::int64_t> committed;  // url -> global_step
     for (const auto& [key, names] : files) {
       if (!names.count(".metadata") || !names.count("meta.pt")) continue;
-      const std::string url = root + "/" + key;
+      const std::string url = storage::Location::parse(root).child(key).to_string();
       const engine::VerifyReport report = engine::verify(url);
       EXPECT_TRUE(report.ok()) << url << ": " << (report.ok() ? "" : report.problems.front().message);
       committed[url] =
