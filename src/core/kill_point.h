@@ -8,7 +8,8 @@
 // (torchrun's) equals it (default: any rank; a process without RANK is rank 0); <n> fires at
 // the n-th time this process reaches the point (default 1). Firing sends SIGKILL to the
 // caller's process group: with `shardpoint-train --devices N` that is the launcher and every
-// rank, as when a scheduler kills a job. Without the variable a point costs one relaxed load.
+// rank, as when a scheduler kills a job. Without the variable a point costs one test of a
+// value parsed at the first call.
 // A malformed value is ignored with one warning on stderr (a test then fails loudly because
 // nothing was killed).
 //
