@@ -41,6 +41,10 @@ What it changes, and what it keeps:
   (PyTorch >= 2.5 needs it), and full state dicts are gathered without ``offload_to_cpu``
   (Lightning always asks for it: a needless copy on CPU, reported to crash there on some
   PyTorch versions, Lightning issue 21804; with PyTorch 2.15 it does not).
+- **Atomic replacement.** A local sharded save is written in a hidden sibling
+  (``.<name>.sp-replace-<id>``) and swapped in with ``meta.pt`` once committed (renameat2
+  exchange), so saving over ``last.ckpt`` or any committed checkpoint never leaves a moment
+  with neither committed; each save removes what killed saves of that name left.
 - **"last" that never finished.** When the checkpoint to load is named ``last*`` and is not
   committed (no ``.metadata`` or no ``meta.pt``: the run died while writing it), the newest
   committed checkpoint in the same folder is loaded instead, said in one log line.
@@ -60,6 +64,7 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,7 +77,7 @@ from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
 from . import _native, errors
-from .torch import StorageReader, StorageWriter
+from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
 
 __all__ = ["FSDPStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
 
@@ -476,15 +481,21 @@ class FSDPStrategy(_LightningFSDPStrategy):
     def _save_sharded(self, checkpoint: Dict[str, Any], location: str) -> None:
         import torch.distributed.checkpoint as dcp
 
+        target = location
         if not _is_url(location):
-            local = Path(_local(location))
-            if self.is_global_zero and local.is_file():
-                local.unlink()
-            local.mkdir(parents=True, exist_ok=True)
-            location = str(local)
-        if self.is_global_zero:
-            # Uncommit an older checkpoint here before any of its files change (StorageWriter
-            # removes its .metadata once every rank has planned).
+            # Local: written in a hidden sibling, meta.pt included, and swapped in once
+            # committed (_publish_meta), so a committed checkpoint at the location stays whole
+            # until its successor is; leftovers of killed saves go first.
+            target = str(Path(_local(location)))
+            staging = ""
+            if self.is_global_zero:
+                _remove_stale_staging(target)
+                staging = _staging_folder(target, uuid.uuid4().hex)
+            location = _text(self.broadcast(staging))
+            Path(location).mkdir(parents=True, exist_ok=True)
+        elif self.is_global_zero:
+            # Object stores cannot swap: uncommit an older checkpoint here before any of its
+            # files change (StorageWriter removes its .metadata once every rank has planned).
             _native.Checkpoint(location).remove_object(_META)
         state = {"model": checkpoint.pop("state_dict")}
         state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
@@ -493,7 +504,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
 
         if not self.async_save:
             dcp.save(state, storage_writer=writer)
-            self._publish_meta(location, meta)
+            self._publish_meta(location, meta, target)
             return
 
         # The copy to host memory is what training waits for; dcp.async_save's own stager
@@ -507,15 +518,18 @@ class FSDPStrategy(_LightningFSDPStrategy):
 
         def write() -> None:
             dcp.save(staged, storage_writer=writer, process_group=group)
-            self._publish_meta(location, meta)
+            self._publish_meta(location, meta, target)
 
         self._pending = self._executor.submit(write)
-        self._pending_path = location
+        self._pending_path = target
 
-    def _publish_meta(self, location: str, meta: bytes) -> None:
-        """(rank 0 publishes) ``meta.pt``, after the data's ``.metadata`` is committed."""
+    def _publish_meta(self, location: str, meta: bytes, target: str) -> None:
+        """(rank 0 publishes) ``meta.pt``, after the data's ``.metadata`` is committed, then
+        swaps the folder written at ``location`` into ``target`` when they differ."""
         if self.is_global_zero:
             _native.Checkpoint(location).write_object(_META, meta, self.sync_files)
+            if location != target:
+                _native.replace_folder(location, target, self.sync_files)
 
     def wait_for_save(self) -> None:
         """(every rank) Waits for the async save in flight, if any, and raises its error."""

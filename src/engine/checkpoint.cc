@@ -56,6 +56,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/kill_point.h"
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
@@ -483,6 +484,7 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
   const int rank = comm.rank();
   const int world = comm.world_size();
   PlannedSave planned;
+  kill_point(KillPoint::kPlan);
 
   // 1. (all ranks) Flatten, local plan.
   std::string local;
@@ -570,6 +572,7 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
       } catch (const StorageError&) {
         rethrow_with_context("save: " + file + ": item \"" + entry.item->index.fqn + "\"");
       }
+      if (i == 0 && results[i].size() == 1) kill_point(KillPoint::kDataWrite);  // once per save and rank
     }
     writer->commit();
     committed.add(file);
@@ -642,9 +645,11 @@ void publish_checkpoint(storage::Storage& st, std::string_view metadata_bytes, c
   try {
     // The sidecar and the index first: once `.metadata` exists, every blob it names has
     // its checksums, and the index that matches it is in place.
+    kill_point(KillPoint::kSidecar);
     if (checksummed) st.write_atomic(kChecksumSidecar, as_bytes(sidecar.encode()), wo);
     // Not durable on its own: an index a crash damages fails its checks and loads ignore
     // it, so it needs no fsync of its own (the `.metadata` commit below syncs the folder).
+    kill_point(KillPoint::kLoadIndex);
     if (metadata != nullptr) {
       storage::WriteOptions index_wo = wo;
       index_wo.durable = false;
@@ -654,6 +659,7 @@ void publish_checkpoint(storage::Storage& st, std::string_view metadata_bytes, c
                       index_wo);
     }
     // The commit marker (tmp + fsync + rename + directory fsync when durable).
+    kill_point(KillPoint::kMetadata);
     st.write_atomic(kMetadataKey, as_bytes(metadata_bytes), wo);
   } catch (...) {
     remove_sidecar_and_index_quietly(st);

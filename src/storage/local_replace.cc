@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/kill_point.h"
 #include "core/unique_fd.h"
 
 namespace shardpoint::storage {
@@ -37,6 +38,7 @@ void sync_folder(const std::string& folder) {
 void replace_local_folder(const std::string& staged, const std::string& target, bool durable) {
   struct stat st {};
   const bool exists = ::lstat(target.c_str(), &st) == 0;
+  kill_point(KillPoint::kPublish);
   if (!exists) {
     if (::rename(staged.c_str(), target.c_str()) != 0) fail("rename", staged, target, errno);
   } else if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
@@ -47,6 +49,7 @@ void replace_local_folder(const std::string& staged, const std::string& target, 
     sync_folder(parent.empty() ? std::string(".") : parent.string());
   }
   if (exists) {
+    kill_point(KillPoint::kRemoveOld);
     std::error_code ignored;  // best effort: the new folder is in place whatever happens here
     std::filesystem::remove_all(staged, ignored);
   }

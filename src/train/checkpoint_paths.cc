@@ -6,6 +6,9 @@
 #include <optional>
 #include <regex>
 #include <set>
+#include <string_view>
+#include <system_error>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -13,6 +16,7 @@
 #include "storage/location.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
+#include "torchfile/torch_file.h"
 
 namespace shardpoint::train {
 namespace {
@@ -29,6 +33,9 @@ void check_no_query(const std::string& url) {
                                  url));
   }
 }
+
+// The mark of a staging folder's name (the Python writer's too: python/shardpoint/torch.py).
+constexpr std::string_view kStagingMarker = ".sp-replace-";
 
 bool is_version_dir_name(const std::string& n) {
   return n.size() > 8 && n.rfind("version_", 0) == 0 && n.find_first_not_of("0123456789", 8) == std::string::npos;
@@ -100,31 +107,135 @@ std::string next_checkpoints_dir(const std::string& root) {
       .to_string();
 }
 
-std::string resolve_last_checkpoint(const std::string& root) {
-  // key: (version, -v<n> + 1 (0 for plain "last"))
-  static const std::regex kName(R"(lightning_logs/version_(\d+)/checkpoints/(last(?:-v(\d+))?[^/]*\.ckpt)(/.*)?)");
-  std::map<std::string, std::pair<std::pair<long, long>, std::set<std::string>>> found;  // path -> key, files
+namespace {
+
+// One checkpoint name found under a root, with the files seen under it.
+struct Candidate {
+  std::string path;  // normalised
+  std::string name;  // e.g. "last-v1.ckpt"
+  long version = 0;
+  bool is_last = false;
+  long v = 0;                   // -v<n> + 1, 0 without a -v suffix
+  std::set<std::string> files;  // "" for an object/file at the name itself
+
+  bool committed() const { return files.count("") > 0 || (files.count("meta.pt") > 0 && files.count(".metadata") > 0); }
+  bool sharded() const { return files.count("meta.pt") > 0; }
+};
+
+std::int64_t global_step_of(const Candidate& c) {
+  std::unique_ptr<torchfile::TorchFile> tf;
+  if (c.sharded()) {
+    tf = torchfile::TorchFile::open(storage::open_storage(c.path)->open_source("meta.pt"));
+  } else {
+    const auto [parent, name] = parent_and_name(c.path);
+    tf = torchfile::TorchFile::open(storage::open_storage(parent)->open_source(name));
+  }
+  const pickle::ValuePtr step = tf->root()->get("global_step");
+  if (!step) throw FormatError(fmt::format("{}: checkpoint has no \"global_step\"", c.path));
+  return step->as_int();
+}
+
+}  // namespace
+
+LastCheckpoint resolve_last_checkpoint(const std::string& root) {
+  // version, checkpoint name (not hidden), what lies under it
+  static const std::regex kName(R"(lightning_logs/version_(\d+)/checkpoints/([^./][^/]*\.ckpt)(/.*)?)");
+  static const std::regex kLast(R"(last(?:-v(\d+))?.*\.ckpt)");
+  static const std::regex kVersioned(R"(.*-v(\d+)\.ckpt)");
+  const storage::Location base = storage::Location::parse(root);
+  std::map<std::string, Candidate> found;  // by path
   for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
     std::smatch m;
     if (!std::regex_match(o.key, m, kName)) continue;
-    const std::string path = storage::Location::parse(root)
-                                 .child("lightning_logs/version_" + m[1].str() + "/checkpoints/" + m[2].str())
-                                 .to_string();
-    auto& entry = found[path];
-    entry.first = {std::stol(m[1].str()), m[3].matched ? std::stol(m[3].str()) + 1 : 0};
-    entry.second.insert(m[4].matched ? m[4].str().substr(1) : "");
+    const std::string name = m[2].str();
+    const std::string path = base.child("lightning_logs/version_" + m[1].str() + "/checkpoints/" + name).to_string();
+    Candidate& c = found[path];
+    if (c.path.empty()) {
+      c.path = path;
+      c.name = name;
+      c.version = std::stol(m[1].str());
+      std::smatch n;
+      c.is_last = std::regex_match(name, n, kLast);
+      if (c.is_last && n[1].matched) c.v = std::stol(n[1].str()) + 1;
+      if (!c.is_last && std::regex_match(name, n, kVersioned)) c.v = std::stol(n[1].str()) + 1;
+    }
+    c.files.insert(m[3].matched ? m[3].str().substr(1) : "");
   }
-  std::string best;
-  std::pair<long, long> best_key{-1, -1};
-  for (const auto& [path, entry] : found) {
-    const auto& files = entry.second;
-    const bool committed = files.count("") || (files.count("meta.pt") && files.count(".metadata"));
-    if (committed && entry.first > best_key) {
-      best_key = entry.first;
-      best = path;
+  const Candidate* newest_last = nullptr;  // committed or not
+  long newest_version = -1;                // of the committed checkpoints
+  for (const auto& [path, c] : found) {
+    if (c.is_last && (!newest_last || std::pair(c.version, c.v) > std::pair(newest_last->version, newest_last->v))) {
+      newest_last = &c;
+    }
+    if (c.committed()) newest_version = std::max(newest_version, c.version);
+  }
+  // The newest committed checkpoint of the newest version folder that has one.
+  const Candidate* best = nullptr;
+  std::tuple<std::int64_t, bool, long> best_key{-1, false, -1};
+  std::int64_t last_step = -1;  // newest_last's, when committed and read
+  for (const auto& [path, c] : found) {
+    if (!c.committed() || c.version != newest_version) continue;
+    const std::int64_t step = global_step_of(c);
+    if (&c == newest_last) last_step = step;
+    const std::tuple<std::int64_t, bool, long> key{step, c.is_last, c.v};
+    if (!best || key > best_key) {
+      best = &c;
+      best_key = key;
     }
   }
-  return best.empty() ? best : normalize_checkpoint_path(best);
+  LastCheckpoint out;
+  if (!best) return out;
+  out.path = normalize_checkpoint_path(best->path);
+  if (best == newest_last) return out;
+  const std::int64_t step = std::get<0>(best_key);
+  if (!newest_last) {
+    out.note = fmt::format("no last*.ckpt under {}; resuming from {} (global_step {}), the newest committed checkpoint",
+                           root, out.path, step);
+  } else if (!newest_last->committed()) {
+    out.note = fmt::format("{} is not committed (its save did not finish); resuming from {} (global_step {}), the "
+                           "newest committed checkpoint",
+                           newest_last->path, out.path, step);
+  } else if (last_step >= 0) {
+    out.note = fmt::format("{} holds global_step {} (its replacement did not finish); resuming from {} (global_step "
+                           "{}), the newest committed checkpoint",
+                           newest_last->path, last_step, out.path, step);
+  } else {
+    out.note = fmt::format("{} is in an older version folder; resuming from {} (global_step {}), the newest committed "
+                           "checkpoint",
+                           newest_last->path, out.path, step);
+  }
+  return out;
+}
+
+std::string staging_path_for(const std::string& path, std::int64_t step) {
+  const auto [parent, name] = parent_and_name(path);
+  return (fs::path(parent) / fmt::format(".{}{}{}", name, kStagingMarker, step)).string();
+}
+
+std::size_t remove_stale_staging(const std::string& dir) {
+  if (is_remote(dir)) return 0;
+  std::error_code ec;
+  std::size_t removed = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    const bool staging = n.size() > 1 && n[0] == '.' && n.find(kStagingMarker) != std::string::npos;
+    if (!staging && n.find(storage::kTempMarker) == std::string::npos) continue;
+    std::error_code ignored;  // best effort: the next save tries again
+    if (fs::remove_all(it->path(), ignored) > 0 && !ignored) ++removed;
+  }
+  return removed;
+}
+
+std::vector<std::string> local_checkpoints_dirs(const std::string& root) {
+  std::vector<std::string> out;
+  if (is_remote(root)) return out;
+  const fs::path logs = fs::path(root) / "lightning_logs";
+  std::error_code ec;
+  for (fs::directory_iterator it(logs, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path dir = it->path() / "checkpoints";
+    if (is_version_dir_name(it->path().filename().string()) && fs::is_directory(dir)) out.push_back(dir.string());
+  }
+  return out;
 }
 
 }  // namespace shardpoint::train

@@ -8,9 +8,12 @@
 // Thread-safety: no shared state; results race with anyone changing the files meanwhile.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "train/fsdp_strategy.h"
 
@@ -43,10 +46,38 @@ std::optional<StateDictType> checkpoint_kind(const std::string& path);
 // "?options".
 std::string next_checkpoints_dir(const std::string& root);
 
-// The checkpoint ckpt_path="last" means under root: the committed checkpoints named
-// last*.ckpt in <root>/lightning_logs/version_*/checkpoints (a folder counts when it holds
-// .metadata and meta.pt, the commit markers; a file when it exists), the newest being the
-// one of the highest version, then the highest -v<n>. Normalised; "" when there is none.
-std::string resolve_last_checkpoint(const std::string& root);
+// What ckpt_path="last" resumes from (resolve_last_checkpoint).
+struct LastCheckpoint {
+  std::string path;  // normalised; "" when root holds no committed checkpoint
+  std::string note;  // one line when path is not the newest last*.ckpt (why), else ""
+};
+
+// The checkpoint ckpt_path="last" means under root: the newest committed checkpoint of
+// <root>/lightning_logs/version_*/checkpoints, by version folder, then global_step, then a
+// last*.ckpt before other names at the same step, then the highest -v<n>. A folder counts
+// when it holds .metadata and meta.pt (the commit markers), a file when it exists; hidden
+// names (staging folders, temporary files) never count, so a half-written checkpoint is
+// never chosen. With atomic replacement the newest committed checkpoint is the newest
+// last*.ckpt; when it is not (that save died: its last*.ckpt is uncommitted, missing or
+// older than the top-k checkpoint saved just before it), `note` says which one was passed
+// over. Reads meta.pt (or the full file's pickle) of each committed checkpoint of the
+// newest version folder. Throws StorageError when listing or reading fails.
+LastCheckpoint resolve_last_checkpoint(const std::string& root);
+
+// The hidden sibling a local sharded save into `path` is written in before it is swapped
+// in (storage::replace_local_folder): <parent>/.<name>.sp-replace-<step>. REQUIRES a local
+// path.
+std::string staging_path_for(const std::string& path, std::int64_t step);
+
+// Removes what killed saves left in a local checkpoints folder: staging folders
+// (".<name>.sp-replace-*") and temporary files of unfinished atomic writes ("*.sp-tmp.*").
+// Returns how many entries went. REQUIRES no save into `dir` is in flight. A missing folder
+// or a URL is nothing to clean (0); a failure to remove one entry is skipped (best effort:
+// the next save tries again).
+std::size_t remove_stale_staging(const std::string& dir);
+
+// The local checkpoints folders <root>/lightning_logs/version_*/checkpoints that exist
+// (none for a URL root).
+std::vector<std::string> local_checkpoints_dirs(const std::string& root);
 
 }  // namespace shardpoint::train

@@ -47,8 +47,10 @@ run:
   --root DIR|URL           default_root_dir (default "."); s3://, gs://, az:// URLs work
   --ckpt-path PATH|URL|last
                            resume from a checkpoint (either format, any world size); "last":
-                           the newest committed last*.ckpt under <root>/lightning_logs
-                           (needs --save-last in the earlier run; none: starts from scratch)
+                           the newest committed checkpoint under <root>/lightning_logs:
+                           the newest last*.ckpt (--save-last), or, when its save did not
+                           finish, the newest committed one (said in one line); none:
+                           starts from scratch
   --seed N                 parameter init and dropout seed (default 0)
   --data DIR               WikiText-2-format folder with train.txt (default: shipped tiny corpus)
   --model-size S           tiny | demo (Lightning's demo dimensions) | 1b-shape

@@ -18,9 +18,11 @@
 
 #include "core/byte_stream.h"
 #include "core/error.h"
+#include "core/kill_point.h"
 #include "engine/async_save.h"
 #include "engine/checkpoint.h"
 #include "pickle/value.h"
+#include "storage/local_replace.h"
 #include "storage/location.h"
 #include "storage/storage.h"
 #include "storage/storage_registry.h"
@@ -257,8 +259,13 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   if (!ckpt_path.empty()) {
     std::string resolved;
     on_rank0(comm, [&] {
-      resolved = ckpt_path == "last" ? resolve_last_checkpoint(options_.default_root_dir)
-                                     : normalize_checkpoint_path(ckpt_path);
+      if (ckpt_path != "last") {
+        resolved = normalize_checkpoint_path(ckpt_path);
+        return;
+      }
+      const LastCheckpoint last = resolve_last_checkpoint(options_.default_root_dir);
+      resolved = last.path;
+      if (!last.note.empty()) std::fprintf(stderr, "note: --ckpt-path last: %s\n", last.note.c_str());
     });
     resolved = comm.broadcast(resolved);
     if (resolved.empty()) {
@@ -291,8 +298,10 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   if (options_.max_steps >= 0) last_step = std::min(last_step, options_.max_steps);
   CheckpointActions io;
   io.exists = [&](const std::string& path) {
-    // A path whose removal waits for the save in flight: answer as after that removal.
-    if (std::find(pending_removals_.begin(), pending_removals_.end(), path) != pending_removals_.end()) {
+    // A path whose removal waits for the save in flight, or the save's own path (a local
+    // one appears only when committed): answer as after that commit.
+    if (path == pending_path_ ||
+        std::find(pending_removals_.begin(), pending_removals_.end(), path) != pending_removals_.end()) {
       finish_pending(result);
     }
     std::string answer;
@@ -362,18 +371,26 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.epoch_processed = in_epoch_end_;
   const auto [parent, name] = parent_and_name(path);
   finish_pending(result);  // a new save starts after the previous one is committed
+  const bool local = !storage::Location::parse(path).is_remote();
+  if (local) on_rank0(comm, [&] { remove_leftovers(parent); });
   if (strategy_.state_dict_type() == StateDictType::kSharded) {
-    // A file at the path goes; an older checkpoint in the folder loses its commit marker
-    // first, so a save that dies half way never looks committed.
-    on_rank0(comm, [&] {
-      auto dir = storage::open_storage(parent);
-      if (dir->try_stat(name)) dir->remove(name);
-      storage::open_storage(path)->remove("meta.pt");
-    });
+    // Local: written in a hidden sibling, swapped in once committed (publish()), so the
+    // checkpoint at the path stays whole until its successor is. Object stores cannot swap
+    // (docs/durability.md): a file at the path goes and an older checkpoint there loses its
+    // commit marker first, so a save that dies half way never looks committed; resuming
+    // from "last" then takes the newest committed checkpoint of the run.
+    const std::string folder = local ? staging_path_for(path, step) : path;
+    if (!local) {
+      on_rank0(comm, [&] {
+        auto dir = storage::open_storage(parent);
+        if (dir->try_stat(name)) dir->remove(name);
+        storage::open_storage(path)->remove("meta.pt");
+      });
+    }
     engine::StateDict root;
     root.emplace_back("model", strategy_.model_state());
     root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
-    auto st = storage::open_storage(path);
+    auto st = storage::open_storage(folder);
     if (options_.async_save) {
       // Stall: plan + copy into staging; meta.pt is built now (this save's loop counters and
       // callback state) and written by finish_pending() after the commit.
@@ -385,6 +402,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       pending_ = engine::async_save(engine::StateNode(std::move(root)), *st, comm, async_options);
       pending_storage_ = std::move(st);
       pending_path_ = path;
+      pending_folder_ = folder;
       pending_meta_ = std::move(meta);
       result.save_seconds = pending_->report().stall_seconds;
       if (options_.progress && rank == 0) {
@@ -398,8 +416,10 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       result.checkpoint_bytes = report.bytes_written;
       on_rank0(comm, [&] {
         const std::string bytes = meta_pt_bytes(options_, *checkpoint_, loops, schedule_);
+        kill_point(KillPoint::kMetaPt);
         st->write_atomic("meta.pt", as_bytes(bytes));
         result.checkpoint_bytes += bytes.size();
+        publish(folder, path);
       });
     }
   } else {
@@ -451,14 +471,17 @@ void Trainer::finish_pending(FitResult& result) {
   const std::unique_ptr<storage::Storage> st = std::move(pending_storage_);
   const std::unique_ptr<engine::PendingSave> pending = std::move(pending_);
   const std::string path = std::exchange(pending_path_, {});
+  const std::string folder = std::exchange(pending_folder_, {});
   const std::string meta = std::exchange(pending_meta_, {});
   const std::vector<std::string> removals = std::exchange(pending_removals_, {});
   const auto t0 = Clock::now();
   const engine::SaveReport report = pending->wait();
   std::uint64_t bytes = report.bytes_written;
   on_rank0(comm, [&] {
+    kill_point(KillPoint::kMetaPt);
     st->write_atomic("meta.pt", as_bytes(meta));
     bytes += meta.size();
+    publish(folder, path);
   });
   result.checkpoint_bytes = bytes;
   if (options_.progress && comm.rank() == 0) {
@@ -466,6 +489,28 @@ void Trainer::finish_pending(FitResult& result) {
     std::fflush(stdout);
   }
   for (const std::string& old : removals) remove_checkpoint(old);
+}
+
+void Trainer::publish(const std::string& folder, const std::string& path) {
+  if (folder == path) return;  // written in place (object stores)
+  storage::replace_local_folder(folder, path, /*durable=*/true);
+}
+
+void Trainer::remove_leftovers(const std::string& dir) {
+  // The first save of a fit also cleans the other version folders: a resumed run writes
+  // into a new one, and what the killed run left lies in its own.
+  std::vector<std::string> dirs{dir};
+  if (!cleaned_other_versions_) {
+    dirs = local_checkpoints_dirs(options_.default_root_dir);
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+    cleaned_other_versions_ = true;
+  }
+  std::size_t removed = 0;
+  for (const std::string& d : dirs) removed += remove_stale_staging(d);
+  if (removed > 0 && options_.progress) {
+    std::printf("removed %zu leftover(s) of unfinished saves\n", removed);
+    std::fflush(stdout);
+  }
 }
 
 void Trainer::remove_checkpoint(const std::string& path) {

@@ -19,7 +19,13 @@
 //      boundaries, accumulation), rank 0 printing step, loss, tokens/s; after each step the
 //      ModelCheckpoint hooks run (on_train_batch_end, and on_train_epoch_end at an epoch's
 //      last step or when max_steps stops the epoch), which save through save_checkpoint()
-//      and remove superseded checkpoints only after the new one is committed;
+//      and remove superseded checkpoints only after the new one is committed. A local
+//      sharded checkpoint is written in a hidden sibling (.<name>.sp-replace-<step>) and
+//      swapped in once committed (renameat2 RENAME_EXCHANGE, then the replaced one is
+//      removed), so replacing last.ckpt or any other committed checkpoint never leaves a
+//      moment with neither committed; each save first removes what killed saves left
+//      (remove_stale_staging; the first save of a fit in every version folder).
+//      docs/durability.md has the protocol, the object-store scheme and the kill -9 matrix;
 //   5. save_checkpoint(path) writes one checkpoint, Lightning's layout and content:
 //      "sharded": a DCP folder with keys "model" and "optimizer_0" (engine::save, all ranks)
 //      then meta.pt written last by rank 0 (atomic publish: the commit marker) with epoch,
@@ -127,7 +133,9 @@ class Trainer {
   Trainer(TrainerOptions options, FSDPStrategy strategy);
 
   // (all ranks) See the top comment. ckpt_path "" starts from scratch; "last" resumes from
-  // resolve_last_checkpoint(root), or starts from scratch with a warning when there is none.
+  // resolve_last_checkpoint(root) (rank 0 prints its note, one line, when it passed over the
+  // newest last*.ckpt), or starts from scratch with a warning when the root holds no
+  // committed checkpoint.
   // Throws UsageError for a ckpt_path that is neither a full file nor a sharded folder (on
   // every rank), PlanError when the checkpoint does not fit the model, what save/load throw
   // otherwise.
@@ -153,6 +161,12 @@ class Trainer {
  private:
   std::int64_t load_checkpoint(const std::string& path);  // (all ranks) returns global_step
   void remove_checkpoint(const std::string& path);         // (rank 0 acts) a superseded one
+  // (rank 0) Swaps the committed folder written beside path into path and removes what it
+  // replaced (storage::replace_local_folder); nothing when folder == path.
+  void publish(const std::string& folder, const std::string& path);
+  // (rank 0) remove_stale_staging() of dir (and, at the first save of a fit, of every local
+  // version folder under the root); prints how many leftovers went.
+  void remove_leftovers(const std::string& dir);
 
   TrainerOptions options_;
   FSDPStrategy strategy_;
@@ -163,6 +177,7 @@ class Trainer {
   DataSchedule schedule_;
   TrainPosition position_;      // after the last step run
   bool in_epoch_end_ = false;   // saving from on_train_epoch_end (loops: epoch processed)
+  bool cleaned_other_versions_ = false;  // remove_leftovers() has cleaned every version folder
 
   // async_save: the save in flight. Declared so that pending_ is destroyed before the
   // storage and staging memory it uses.
@@ -170,6 +185,7 @@ class Trainer {
   std::unique_ptr<storage::Storage> pending_storage_;
   std::unique_ptr<engine::PendingSave> pending_;
   std::string pending_path_;
+  std::string pending_folder_;                    // where it is written (path, or its staging sibling)
   std::string pending_meta_;                      // rank 0: meta.pt, written after the commit
   std::vector<std::string> pending_removals_;     // superseded by pending_, removed after it
 };

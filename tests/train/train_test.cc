@@ -21,6 +21,7 @@
 #include "storage/storage_registry.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
+#include "train/lightning_checkpoint.h"
 #include "train/model.h"
 #include "train/model_checkpoint.h"
 #include "train/sharded_optimizer.h"
@@ -333,7 +334,7 @@ TEST(TrainerTest, ObjectStoreRootAndResumeFromLast) {
   std::vector<std::byte> bytes(st->stat(metadata));
   st->read(metadata, 0, bytes);
   st->write_atomic("lightning_logs/version_7/checkpoints/last.ckpt/.metadata", bytes);
-  EXPECT_EQ(resolve_last_checkpoint(root), half.checkpoint);
+  EXPECT_EQ(resolve_last_checkpoint(root).path, half.checkpoint);
   const Trained resumed = fit_on(2, "full", 4, root, "last", last);
   EXPECT_EQ(resumed.result.resumed_from, half.checkpoint);
   EXPECT_EQ(resumed.start_step, 2);
@@ -477,25 +478,75 @@ TEST(ModelCheckpointTest, InvalidConfigurationsAreUsageErrors) {
   EXPECT_NE(message(options([](O& o) { o.mode = "avg"; })).find("mode"), std::string::npos);
 }
 
-TEST(ResolveLastTest, LocalFoldersNeedTheirCommitMarkers) {
+// A torch.save file holding {"global_step": step}: what the resolver reads of a meta.pt or
+// a full checkpoint.
+void write_step_file(const std::filesystem::path& p, std::int64_t step) {
+  std::filesystem::create_directories(p.parent_path());
+  TorchFileBuilder files;
+  std::ofstream(p, std::ios::binary) << files.bytes(
+      *pickle::Value::dict({{pickle::Value::str("global_step"), pickle::Value::integer(step)}}));
+}
+
+TEST(ResolveLastTest, NewestCommittedCheckpointWithANoteWhenNotTheNewestLast) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(::testing::TempDir()) / ("sp_resolve_last_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  EXPECT_EQ(resolve_last_checkpoint(root.string()), "");
+  EXPECT_EQ(resolve_last_checkpoint(root.string()).path, "");
   auto touch = [](const fs::path& p) {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << "x";
   };
-  touch(root / "lightning_logs/version_0/checkpoints/last.ckpt");                 // full file
-  touch(root / "lightning_logs/version_1/checkpoints/last.ckpt/.metadata");       // sharded, committed
-  touch(root / "lightning_logs/version_1/checkpoints/last.ckpt/meta.pt");
-  touch(root / "lightning_logs/version_1/checkpoints/last-v1.ckpt/.metadata");    // no meta.pt
-  touch(root / "lightning_logs/version_2/checkpoints/epoch=0-step=3.ckpt");       // not a last
-  touch(root / "lightning_logs/version_3/checkpoints/last.ckpt/meta.pt");         // no .metadata
-  EXPECT_EQ(resolve_last_checkpoint(root.string()), (root / "lightning_logs/version_1/checkpoints/last.ckpt").string());
-  touch(root / "lightning_logs/version_1/checkpoints/last-v1.ckpt/meta.pt");
-  EXPECT_EQ(resolve_last_checkpoint(root.string() + "/"),
-            (root / "lightning_logs/version_1/checkpoints/last-v1.ckpt").string());
+  auto sharded = [&](const fs::path& dir, std::int64_t step) {  // committed
+    touch(dir / ".metadata");
+    write_step_file(dir / "meta.pt", step);
+  };
+  const fs::path v1 = root / "lightning_logs/version_1/checkpoints";
+  write_step_file(root / "lightning_logs/version_0/checkpoints/last.ckpt", 9);  // full file, older version
+  sharded(v1 / "last.ckpt", 3);
+  sharded(v1 / "epoch=0-step=2.ckpt", 2);
+  touch(v1 / "last-v1.ckpt/.metadata");                                               // no meta.pt
+  touch(root / "lightning_logs/version_3/checkpoints/last.ckpt/meta.pt");             // no .metadata
+  sharded(root / "lightning_logs/version_3/checkpoints/.last.ckpt.sp-replace-4", 4);  // staging: hidden
+  touch(root / "lightning_logs/version_3/checkpoints/last.ckpt.sp-tmp.1.2");          // a temporary file
+  LastCheckpoint last = resolve_last_checkpoint(root.string());
+  EXPECT_EQ(last.path, (v1 / "last.ckpt").string());
+  EXPECT_NE(last.note.find("version_3/checkpoints/last.ckpt is not committed"), std::string::npos) << last.note;
+  // The same step: a higher -v wins.
+  write_step_file(v1 / "last-v1.ckpt/meta.pt", 3);
+  EXPECT_EQ(resolve_last_checkpoint(root.string() + "/").path, (v1 / "last-v1.ckpt").string());
+  // A top-k checkpoint newer than every last*: its replacement of last died.
+  fs::remove_all(root / "lightning_logs/version_3");
+  sharded(v1 / "epoch=0-step=4.ckpt", 4);
+  last = resolve_last_checkpoint(root.string());
+  EXPECT_EQ(last.path, (v1 / "epoch=0-step=4.ckpt").string());
+  EXPECT_NE(last.note.find("last-v1.ckpt holds global_step 3"), std::string::npos) << last.note;
+  // No last* at all: still the newest committed one, never scratch.
+  fs::remove_all(v1 / "last.ckpt");
+  fs::remove_all(v1 / "last-v1.ckpt");
+  fs::remove_all(root / "lightning_logs/version_0");
+  last = resolve_last_checkpoint(root.string());
+  EXPECT_EQ(last.path, (v1 / "epoch=0-step=4.ckpt").string());
+  EXPECT_NE(last.note.find("no last*.ckpt"), std::string::npos) << last.note;
+  fs::remove_all(root);
+}
+
+TEST(ResolveLastTest, StagingLeftoversAreRemoved) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / ("sp_stale_staging_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const fs::path dir = root / "lightning_logs/version_0/checkpoints";
+  fs::create_directories(dir / ".last.ckpt.sp-replace-3");
+  fs::create_directories(dir / "last.ckpt");
+  std::ofstream(dir / ".last.ckpt.sp-replace-3/__0_0.distcp") << "x";
+  std::ofstream(dir / "epoch=0-step=3.ckpt.sp-tmp.12.0") << "x";
+  std::ofstream(dir / "epoch=0-step=2.ckpt") << "x";
+  EXPECT_EQ(local_checkpoints_dirs(root.string()), std::vector<std::string>{dir.string()});
+  EXPECT_EQ(staging_path_for((dir / "last.ckpt").string(), 4), (dir / ".last.ckpt.sp-replace-4").string());
+  EXPECT_EQ(remove_stale_staging(dir.string()), 2u);
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"epoch=0-step=2.ckpt", "last.ckpt"}));
+  EXPECT_EQ(remove_stale_staging((root / "missing").string()), 0u);
   fs::remove_all(root);
 }
 
