@@ -495,7 +495,9 @@ const DataRecord* SavedTensorBlob::zip_data_record(ZipCrcLedger& ledger) {
   if (!zip_records_checked_) {
     const torchfile::ZipEntry* data = file_->record("data/" + tensor_->storage_key);
     const std::string data_name = data != nullptr ? data->name : std::string();
-    ledger.count(check_records_but(file_->archive(), data_name, info_.offset, describe()));
+    if (ledger.claim_blob(info_.relative_path, info_.offset)) {
+      ledger.count(check_records_but(file_->archive(), data_name, info_.offset, describe()));
+    }
     if (data != nullptr && data->method == torchfile::zip::kMethodStored) {
       zip_data_ = DataRecord{info_.relative_path, info_.offset,       data->name, data->data_offset,
                              data->uncompressed_size, data->crc32, describe()};

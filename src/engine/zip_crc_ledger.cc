@@ -61,6 +61,11 @@ void ZipCrcLedger::add_piece(const DataRecord& record, std::uint64_t begin, std:
   }
 }
 
+bool ZipCrcLedger::claim_blob(const std::string& file, std::uint64_t blob_offset) {
+  std::lock_guard lock(mu_);
+  return claimed_.emplace(file, blob_offset).second;
+}
+
 void ZipCrcLedger::count(const ZipCrcCounts& whole) {
   std::lock_guard lock(mu_);
   whole_ += whole;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -62,6 +63,10 @@ class ZipCrcLedger {
   // (zip_crc_mismatch) when the combined CRC-32 differs from record.expected and that is
   // not 0. A piece overlapping one already added leaves the record unchecked (partial).
   void add_piece(const DataRecord& record, std::uint64_t begin, std::uint64_t end, std::uint32_t crc);
+  // True on the first call for the blob (file, blob_offset), false after: its small
+  // records are checked (check_records_but) once per ledger however often it is opened
+  // (consolidate opens a blob once per slab).
+  bool claim_blob(const std::string& file, std::uint64_t blob_offset);
   // Adds the counts of records checked whole elsewhere (check_records_but).
   void count(const ZipCrcCounts& whole);
   // What was checked so far; records_partial counts records with pieces not yet covering them.
@@ -75,6 +80,7 @@ class ZipCrcLedger {
   };
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::uint64_t>, Pieces> records_;  // (file, blob offset)
+  std::set<std::pair<std::string, std::uint64_t>> claimed_;
   ZipCrcCounts whole_;
 };
 

@@ -85,5 +85,13 @@ TEST(ZipCrcLedger, ZeroIsNoChecksumAndOverlapsStayPartial) {
   EXPECT_EQ(c.bytes_checked, 300u);
 }
 
+TEST(ZipCrcLedger, EachBlobIsClaimedOnce) {
+  ZipCrcLedger ledger;
+  EXPECT_TRUE(ledger.claim_blob("__0_0.distcp", 0));
+  EXPECT_FALSE(ledger.claim_blob("__0_0.distcp", 0));
+  EXPECT_TRUE(ledger.claim_blob("__0_0.distcp", 4096));
+  EXPECT_TRUE(ledger.claim_blob("__1_0.distcp", 0));
+}
+
 }  // namespace
 }  // namespace shardpoint::engine

@@ -249,6 +249,18 @@ TEST(Load26InteropTest, CleanLoadsCheckedPartialReadsSaySoAndTheCheckTurnsOff) {
   EXPECT_GE(clean.zip_crc.bytes_checked, 2 * 2048 * 4 + 100 * 8u);
   EXPECT_EQ(clean.zip_crc.records_partial, 0u);
   EXPECT_EQ(clean.zip_crc.records_no_checksum, 0u);
+  // consolidate reads every tensor in slabs (a blob opened once per slab): the same records
+  // checked, each once.
+  engine::ConsolidateOptions co;
+  co.checkpoint_folder = ckpt;
+  co.output_file = dir.file("clean.pt");
+  co.layout = engine::ConsolidateLayout::kDcp;
+  co.durable = false;
+  co.memory_budget = 1 << 20;
+  const engine::ConsolidateReport consolidated = engine::consolidate(co);
+  EXPECT_EQ(consolidated.zip_crc.records_checked, clean.zip_crc.records_checked);
+  EXPECT_EQ(consolidated.zip_crc.bytes_checked, clean.zip_crc.bytes_checked);
+  EXPECT_EQ(consolidated.zip_crc.records_partial, 0u);
 
   // Rows 0..31 of a: its data record is read in part, so not checked, and said so.
   std::vector<float> half(32 * 32);
