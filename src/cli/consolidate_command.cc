@@ -116,7 +116,8 @@ class ConsolidateCommand : public Command {
                      "{\"tensors\": %llu, \"tensor_bytes\": %llu, \"bytes_read\": %llu, \"seconds\": %.3f, "
                      "\"slab_bytes\": %zu, \"base_rss_bytes\": %llu, \"peak_rss_bytes\": %llu, "
                      "\"zip_crc_records\": %llu, \"zip_crc_bytes\": %llu}\n",
-                     static_cast<unsigned long long>(report.tensors), static_cast<unsigned long long>(report.tensor_bytes),
+                     static_cast<unsigned long long>(report.tensors),
+                     static_cast<unsigned long long>(report.tensor_bytes),
                      static_cast<unsigned long long>(report.bytes_read), report.seconds, report.slab_bytes,
                      static_cast<unsigned long long>(report.base_rss_bytes),
                      static_cast<unsigned long long>(report.peak_rss_bytes),

@@ -160,7 +160,7 @@ std::string hex(ChecksumAlgorithm a, std::uint64_t v) { return checksum_to_hex(a
 // The zip CRC-32 mismatch of the blob's data.pkl (zip_crc_mismatch's message), if it has
 // one and its zip structure still opens; for blobs whose pickle did not parse.
 std::optional<std::string> data_pkl_crc_mismatch(std::shared_ptr<const ByteSource> file,
-                                                  const format::StorageInfo& info, const std::string& where) {
+                                                 const format::StorageInfo& info, const std::string& where) {
   try {
     const CountedWindow window(std::move(file), info.offset, info.length, where);
     const torchfile::ZipArchive archive(window);
@@ -499,8 +499,8 @@ const DataRecord* SavedTensorBlob::zip_data_record(ZipCrcLedger& ledger) {
       ledger.count(check_records_but(file_->archive(), data_name, info_.offset, describe()));
     }
     if (data != nullptr && data->method == torchfile::zip::kMethodStored) {
-      zip_data_ = DataRecord{info_.relative_path, info_.offset,       data->name, data->data_offset,
-                             data->uncompressed_size, data->crc32, describe()};
+      zip_data_ = DataRecord{info_.relative_path,     info_.offset, data->name, data->data_offset,
+                             data->uncompressed_size, data->crc32,  describe()};
     }
     zip_records_checked_ = true;
   }
@@ -701,8 +701,8 @@ pickle::ValuePtr read_saved_object(const ByteSource& file, const format::Storage
                         hex(checksums.algorithm, found));
     }
   }
-  auto source = std::make_unique<OwnedSource>(
-      std::move(blob), info.relative_path + "[" + std::to_string(info.offset) + "+" + std::to_string(info.length) + "]");
+  auto source = std::make_unique<OwnedSource>(std::move(blob), info.relative_path + "[" + std::to_string(info.offset) +
+                                                                   "+" + std::to_string(info.length) + "]");
   if (checksums.item == nullptr && checksums.zip_crc != nullptr) {
     // Before the pickle is parsed, so a damaged data.pkl is named as a CRC-32 mismatch.
     std::optional<torchfile::ZipArchive> archive;

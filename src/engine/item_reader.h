@@ -192,7 +192,8 @@ class SavedTensorBlob {
 
 // Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set (else
 // checks its zip CRC-32s when checksums.zip_crc is set), and returns the object torch.load
-// would (the root of its data.pkl). Adds the blob's length to counts.data_bytes. Throws FormatError naming the file and fqn, StorageError.
+// would (the root of its data.pkl). Adds the blob's length to counts.data_bytes. Throws FormatError naming the file and
+// fqn, StorageError.
 pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
                                    const BlobChecksums& checksums, ReadCounts& counts);
 

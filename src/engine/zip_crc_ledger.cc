@@ -99,11 +99,8 @@ ZipCrcCounts check_records_but(const torchfile::ZipArchive& archive, const std::
         throw FormatError(
             zip_crc_mismatch(where, entry.name, at, at + entry.compressed_size, check.expected, check.found));
       }
-      case torchfile::RecordCrc::kNotRecorded:
-        ++out.records_no_checksum;
-        break;
-      case torchfile::RecordCrc::kNotChecked:
-        break;  // the skipped record, or a compressed one
+      case torchfile::RecordCrc::kNotRecorded: ++out.records_no_checksum; break;
+      case torchfile::RecordCrc::kNotChecked: break;  // the skipped record, or a compressed one
     }
   }
   return out;

@@ -42,13 +42,13 @@ struct ZipCrcCounts {
 
 // The data record of one tensor blob, as a ledger tracks it.
 struct DataRecord {
-  std::string file;                // the .distcp file (relative path)
-  std::uint64_t blob_offset = 0;   // where the blob starts in it
-  std::string name;                // "archive/data/0"
-  std::uint64_t data_offset = 0;   // blob-relative start of the record's data
-  std::uint64_t length = 0;        // its data bytes
-  std::uint32_t expected = 0;      // the central directory's CRC-32
-  std::string where;               // "<file>: item \"fqn\" chunk [..]", for errors
+  std::string file;               // the .distcp file (relative path)
+  std::uint64_t blob_offset = 0;  // where the blob starts in it
+  std::string name;               // "archive/data/0"
+  std::uint64_t data_offset = 0;  // blob-relative start of the record's data
+  std::uint64_t length = 0;       // its data bytes
+  std::uint32_t expected = 0;     // the central directory's CRC-32
+  std::string where;              // "<file>: item \"fqn\" chunk [..]", for errors
 };
 
 // "<where>: zip record \"name\" (file bytes [a, b)): CRC-32 mismatch: expected X (central

@@ -22,7 +22,8 @@ std::string data_bytes() {
 }
 
 DataRecord record_of(const std::string& data, std::uint32_t expected) {
-  return DataRecord{"__0_0.distcp", 4096, "archive/data/0", 448, data.size(), expected, "__0_0.distcp: item \"w\" chunk [0:10]"};
+  return DataRecord{
+      "__0_0.distcp", 4096, "archive/data/0", 448, data.size(), expected, "__0_0.distcp: item \"w\" chunk [0:10]"};
 }
 
 std::uint32_t crc_of(const std::string& s, std::size_t begin, std::size_t end) {

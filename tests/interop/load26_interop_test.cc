@@ -37,13 +37,12 @@ using testing::TempDir;
 
 // a: arange as float32 [64, 32]; b: 2 * arange as float32 [32, 64] (the same byte size as
 // a, another shape); c: arange(100) int64; step: the object 7. Exit 3: not PyTorch 2.6.
-const char* const kSaveScript =
-    "import sys, torch, torch.distributed.checkpoint as dcp\n"
-    "if not torch.__version__.startswith('2.6'): sys.exit(3)\n"
-    "sd = {'a': torch.arange(2048, dtype=torch.float32).reshape(64, 32),\n"
-    "      'b': (2 * torch.arange(2048, dtype=torch.float32)).reshape(32, 64),\n"
-    "      'c': torch.arange(100), 'step': 7}\n"
-    "dcp.save(sd, checkpoint_id=sys.argv[1])\n";
+const char* const kSaveScript = "import sys, torch, torch.distributed.checkpoint as dcp\n"
+                                "if not torch.__version__.startswith('2.6'): sys.exit(3)\n"
+                                "sd = {'a': torch.arange(2048, dtype=torch.float32).reshape(64, 32),\n"
+                                "      'b': (2 * torch.arange(2048, dtype=torch.float32)).reshape(32, 64),\n"
+                                "      'c': torch.arange(100), 'step': 7}\n"
+                                "dcp.save(sd, checkpoint_id=sys.argv[1])\n";
 
 // The checkpoint, written by the one oracle start of this test binary.
 struct Torch26Checkpoint {
@@ -60,11 +59,12 @@ const Torch26Checkpoint& torch26_checkpoint() {
     const std::string script = dir.file("save.py");
     testing::write_text(script, kSaveScript);
     out.folder = dir.file("torch26");
-    auto r = testing::run_command(std::string(SP_SOURCE_DIR) + "/scripts/oracle-python " + testing::shell_quote(script) +
-                                  " " + testing::shell_quote(out.folder) + " 2>&1");
+    auto r = testing::run_command(std::string(SP_SOURCE_DIR) + "/scripts/oracle-python " +
+                                  testing::shell_quote(script) + " " + testing::shell_quote(out.folder) + " 2>&1");
     out.available = r.exit_code != 126 && r.exit_code != 127 && r.exit_code != 3;
     out.saved = r.exit_code == 0;
-    if (!out.available) out.why = "oracle missing: PyTorch 2.6 root; run `make oracle` (scripts/setup-oracle.sh, as root)";
+    if (!out.available)
+      out.why = "oracle missing: PyTorch 2.6 root; run `make oracle` (scripts/setup-oracle.sh, as root)";
     if (out.available && !out.saved) out.why = "PyTorch 2.6 save failed: " + r.output;
     return out;
   }();
@@ -194,8 +194,7 @@ TEST(Load26InteropTest, DamageIsFoundByLoadAndConsolidate) {
        [&](const std::string& f) {
          flip(f, step.info.offset + step_pkl.data_offset + step_pkl.uncompressed_size / 2);
        }},
-      {"truncated file", truncated_item, "",
-       [&](const std::string& f) { fs::resize_file(f, fs::file_size(f) - 10); }},
+      {"truncated file", truncated_item, "", [&](const std::string& f) { fs::resize_file(f, fs::file_size(f) - 10); }},
       {"blobs of equal size swapped", "a", "shape",
        [&](const std::string& f) {
          std::string bytes = testing::read_text(f);
