@@ -215,7 +215,9 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
     file_ = torchfile::TorchFile::open(std::move(window));
   } catch (const Error&) {
     // A damaged data.pkl often fails to parse: name the cause when its CRC-32 shows it.
-    if (std::optional<std::string> crc = data_pkl_crc_mismatch(file, info_, describe())) throw FormatError(*crc);
+    if (std::optional<std::string> crc = data_pkl_crc_mismatch(std::move(file), info_, describe())) {
+      throw FormatError(*crc);
+    }
     rethrow_with_context(describe());
   }
   tensor_ = file_->tensor_of(*file_->root());
