@@ -3,7 +3,7 @@
 // only multi-process one this program links, so no rank carries LibTorch).
 //
 //   dcp_bench save DIR [--layers 24] [--threads 1] [--no-checksum]
-//   dcp_bench load DIR [--layers 24] [--threads 4] [--no-verify]
+//   dcp_bench load DIR [--layers 24] [--threads 4] [--no-verify] [--no-zip-crc]
 //
 // The state is the one bench/dcp_bench.py describes (the PyTorch peer's): GPT-2 style
 // parameters plus Adam exp_avg/exp_avg_sq, all float32 and Shard(0) over a 1-D mesh of the
@@ -21,7 +21,8 @@
 //    "peak_rss" (VmHWM during the call), "rss_before", "bytes_written" | "bytes_needed",
 //    "bytes_read", "data_bytes_read", "device_read_bytes" (/proc/self/io read_bytes),
 //    "cpu_seconds" (user + system CPU of the process during the call, all threads),
-//    "major_faults", "verified"}
+//    "major_faults", "zip_crc_records" / "zip_crc_bytes" / "zip_crc_partial" (load: the zip
+//    CRC-32 checks of blobs no sidecar covers), "verified"}
 // Exit codes: 0 ok, 1 a loaded value differs, 2 an exception.
 #include <sys/resource.h>
 
@@ -194,18 +195,20 @@ std::uint64_t count_mismatches(const RankState& st) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: dcp_bench save|load DIR [--layers N] [--threads N] [--no-checksum] [--no-verify]\n";
+    std::cerr << "usage: dcp_bench save|load DIR [--layers N] [--threads N] [--no-checksum] [--no-verify] "
+                 "[--no-zip-crc]\n";
     return 2;
   }
   const std::string mode = argv[1], dir = argv[2];
   int layers = 24, threads = -1;
-  bool checksum = true, verify = true;
+  bool checksum = true, verify = true, zip_crc = true;
   for (int a = 3; a < argc; ++a) {
     std::string arg = argv[a];
     if (arg == "--layers" && a + 1 < argc) layers = std::stoi(argv[++a]);
     else if (arg == "--threads" && a + 1 < argc) threads = std::stoi(argv[++a]);
     else if (arg == "--no-checksum") checksum = false;
     else if (arg == "--no-verify") verify = false;
+    else if (arg == "--no-zip-crc") zip_crc = false;
     else {
       std::cerr << "dcp_bench: unknown argument " << arg << "\n";
       return 2;
@@ -247,6 +250,7 @@ int main(int argc, char** argv) {
       se::LoadOptions options;
       if (threads > 0) options.thread_count = threads;
       options.verify_checksums = verify;
+      options.check_zip_crc = zip_crc;
       double t0 = sb::now_seconds();
       se::LoadReport r = se::load(st.root, *storage, *comm, options);
       out["seconds"] = sb::now_seconds() - t0;
@@ -258,6 +262,9 @@ int main(int argc, char** argv) {
       out["bytes_needed"] = r.bytes_needed;
       out["bytes_read"] = r.bytes_read;
       out["data_bytes_read"] = r.data_bytes_read;
+      out["zip_crc_records"] = r.zip_crc.records_checked;
+      out["zip_crc_bytes"] = r.zip_crc.bytes_checked;
+      out["zip_crc_partial"] = r.zip_crc.records_partial;
       out["device_read_bytes"] = proc_io("read_bytes") - io_before;
       out["verified"] = count_mismatches(st) == 0;
     } else {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Benchmark: save on 4 ranks and load on 2 and 3 ranks, shardpoint vs PyTorch 2.6 DCP, vs fio.
 
-  /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR] [--only load]
+  /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR] [--only load|zip-crc]
 
 The state is the one the PyTorch peer baseline was measured on: GPT-2 style,
 `--layers` layers, d=768, ff=3072, vocab 8192, ctx 1024, + LayerNorm, with Adam exp_avg and
@@ -19,7 +19,9 @@ every write):
   2. shardpoint save, 4 ranks -> A        3. PyTorch dcp.save, 4 ranks -> B
   4. shardpoint load A on 2 ranks cold, warm twice (first and second re-read), on 3 ranks cold
   5. PyTorch dcp.load B on 2 ranks cold, warm twice, on 3 ranks cold
-  6. shardpoint load B (PyTorch's checkpoint) on 2 ranks cold (interop check, no sidecar)
+  6. shardpoint load B (PyTorch's checkpoint) on 2 ranks (interop check, no sidecar: the zip
+     CRC-32s are checked): cold with the check on and off (the order alternates between
+     rounds), then warm: one untimed re-read, then off, on, off, on
 Time = the longest rank's call (ranks start after a barrier); GB/s = payload / time. Peak
 RSS = VmHWM during the call (reset with clear_refs just before). Every load is verified
 against the values. Needs root (drop_caches, oracle-python).
@@ -36,6 +38,8 @@ than wall time on a shared machine). RESULTS=FILE appends the raw per-job JSON l
 
 --only load (needs --dir): the loads and the read ceilings only, for quick iterations on the
 load path; both checkpoints are saved into DIR once (untimed) when missing, and kept.
+--only zip-crc (needs --dir): step 6 and PyTorch's loads of B (cold, warm) only: the cost of
+the zip CRC-32 check on load, with the peer in the same run.
 """
 import argparse
 import json
@@ -269,6 +273,61 @@ def summarize(ranks):
     return s
 
 
+def zip_crc_round(tool, ckpt, layers, rnd, res, raw, scratch, peer=True):
+    """Step 6: shardpoint loads PyTorch's checkpoint on 2 ranks with the zip CRC-32 check on
+    and off, cold (order alternating by round) and warm (after one untimed re-read: off, on,
+    off, on); with peer, PyTorch's own cold and warm loads of it too."""
+    import benchlib
+
+    def job(name, fn):
+        ranks = fn()
+        s = summarize(ranks)
+        if not s["verified"]:
+            raise RuntimeError(f"{name}: loaded values differ")
+        s["zip_crc_records"] = sum(r.get("zip_crc_records", 0) for r in ranks)
+        res[name].append(s)
+        if raw:
+            raw.write(json.dumps({"round": rnd, "job": name, "summary": s, "ranks": ranks}) + "\n")
+            raw.flush()
+
+    on = lambda: run_shardpoint(tool, "load", ckpt, 2, layers)  # noqa: E731
+    off = lambda: run_shardpoint(tool, "load", ckpt, 2, layers, extra=("--no-zip-crc",))  # noqa: E731
+    for name, fn in ([("sp_l2c_pt", on), ("sp_l2c_pt_off", off)] if rnd % 2 == 0 else
+                     [("sp_l2c_pt_off", off), ("sp_l2c_pt", on)]):
+        benchlib.drop_caches()
+        job(name, fn)
+    job("sp_l2w_pt_warmup", on)
+    for name, fn in [("sp_l2w_pt_off", off), ("sp_l2w_pt", on), ("sp_l2w_pt_off", off), ("sp_l2w_pt", on)]:
+        job(name, fn)
+    if peer:
+        benchlib.drop_caches()
+        job("pt_l2c", lambda: run_peer("load", ckpt, 2, layers, scratch))
+        job("pt_l2w", lambda: run_peer("load", ckpt, 2, layers, scratch))
+
+
+def print_zip_crc_table(res, g, m):
+    """The zip CRC-32 check's cost: shardpoint loading PyTorch's checkpoint with it on and off."""
+    import benchlib
+
+    def cost(on, off):
+        t_on = benchlib.median([s["seconds"] for s in res[on]])
+        t_off = benchlib.median([s["seconds"] for s in res[off]])
+        return f"{(t_on / t_off - 1) * 100:+.1f} %" if t_on and t_off else "-"
+
+    def records(name):
+        return str(int(benchlib.median([s.get("zip_crc_records", 0) for s in res[name]]))) if res[name] else "-"
+
+    benchlib.print_table(
+        "zip CRC-32 check on load: shardpoint loads PyTorch 2.6's checkpoint (4 ranks -> 2, no sidecar), "
+        "check on vs off (GB/s min/median/max; cost from median times)",
+        ["job", "check on", "check off", "cost of the check", "records checked (on / off)", "PyTorch 2.6 dcp.load",
+         "target"],
+        [["cold", benchlib.triple(g["sp_l2c_pt"]), benchlib.triple(g["sp_l2c_pt_off"]), cost("sp_l2c_pt", "sp_l2c_pt_off"),
+          f"{records('sp_l2c_pt')} / {records('sp_l2c_pt_off')}", benchlib.triple(g["pt_l2c"]), "<= 3 %"],
+         ["warm", benchlib.triple(g["sp_l2w_pt"]), benchlib.triple(g["sp_l2w_pt_off"]), cost("sp_l2w_pt", "sp_l2w_pt_off"),
+          f"{records('sp_l2w_pt')} / {records('sp_l2w_pt_off')}", benchlib.triple(g["pt_l2w"]), "<= 10 %"]])
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "peer":
         peer_main(sys.argv[2:])
@@ -280,12 +339,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layers", type=int, default=24, help="model depth (24 = ~2 GiB state; 2-4 for smoke runs)")
     ap.add_argument("--dir", default=None, help="scratch folder on the disk to measure (default: a temp dir under the build dir)")
-    ap.add_argument("--only", choices=["all", "load"], default="all",
-                    help="load: skip the saves and write ceilings; checkpoints are kept in --dir")
+    ap.add_argument("--only", choices=["all", "load", "zip-crc"], default="all",
+                    help="load: skip the saves and write ceilings; zip-crc: only the loads of PyTorch's "
+                         "checkpoint, zip CRC-32 check on and off; checkpoints are kept in --dir")
     args = ap.parse_args()
     only_load = args.only == "load"
-    if only_load and args.dir is None:
-        sys.exit("dcp_bench.py: --only load needs --dir (the checkpoints are kept there between runs)")
+    only_crc = args.only == "zip-crc"
+    if (only_load or only_crc) and args.dir is None:
+        sys.exit(f"dcp_bench.py: --only {args.only} needs --dir (the checkpoints are kept there between runs)")
 
     tool = os.path.join(os.path.abspath(args.build_dir), "bench", "dcp_bench")
     if not os.path.exists(tool):
@@ -297,15 +358,15 @@ def main():
     can_drop = benchlib.drop_caches()
     raw = open(os.environ["RESULTS"], "a") if os.environ.get("RESULTS") else None
     jobs = ["sp_save", "pt_save", "sp_l2c", "sp_l2w", "sp_l2s", "sp_l3c", "pt_l2c", "pt_l2w", "pt_l2s", "pt_l3c",
-            "sp_l2c_pt"]
+            "sp_l2c_pt", "sp_l2c_pt_off", "sp_l2w_pt_warmup", "sp_l2w_pt", "sp_l2w_pt_off"]
     res = {k: [] for k in jobs}
     ceil = {k: [] for k in ["odirect4", "buf4", "read1", "read4"]}
     # fio total = the payload (per-rank numbers are what matter; at least 256 MiB)
     payload_est = sum(3 * 4 * (s[0] * (s[1] if len(s) > 1 else 1)) for _, s in gpt2_parameters(args.layers))
     fio_mib = max(256, payload_est // MIB)
     loadavg = []
-    if only_load:
-        if not os.path.exists(os.path.join(a, ".metadata")):
+    if only_load or only_crc:
+        if only_load and not os.path.exists(os.path.join(a, ".metadata")):
             rm(a)
             run_shardpoint(tool, "save", a, 4, args.layers)
         if not os.path.exists(os.path.join(b, ".metadata")):
@@ -315,6 +376,9 @@ def main():
         for rnd in range(args.rounds):
             loadavg.append(os.getloadavg()[0])
             print(f"round {rnd + 1}/{args.rounds} (load average {loadavg[-1]:.1f}) ...", file=sys.stderr)
+            if only_crc:
+                zip_crc_round(tool, b, args.layers, rnd, res, raw, scratch)
+                continue
             # 1. ceilings
             benchlib.drop_caches()
             if only_load:
@@ -365,9 +429,8 @@ def main():
             job("pt_l2s", lambda: run_peer("load", b, 2, args.layers, scratch))
             benchlib.drop_caches()
             job("pt_l3c", lambda: run_peer("load", b, 3, args.layers, scratch))
-            # 6. shardpoint reads PyTorch's checkpoint
-            benchlib.drop_caches()
-            job("sp_l2c_pt", lambda: run_shardpoint(tool, "load", b, 2, args.layers))
+            # 6. shardpoint reads PyTorch's checkpoint, zip CRC-32 check on and off
+            zip_crc_round(tool, b, args.layers, rnd, res, raw, scratch, peer=False)
             if not only_load:
                 for ck in (a, b):
                     rm(ck)
@@ -388,6 +451,12 @@ def main():
     g = {k: gbps(k) for k in jobs}
     m = {k: benchlib.median(v) for k, v in g.items()}
     c = {k: benchlib.median(v) for k, v in ceil.items()}
+    if only_crc:
+        print(f"\npayload {res['sp_l2c_pt'][0]['bytes'] / 1e9:.3f} GB ({args.layers} layers), {args.rounds} rounds; "
+              f"drop_caches {'on' if can_drop else 'NOT available: cold figures are warm'}; load average at round "
+              f"start {', '.join(f'{x:.1f}' for x in loadavg)} on {os.cpu_count()} CPUs")
+        print_zip_crc_table(res, g, m)
+        return
     cold_ceiling = max(x for x in (c["read1"], c["read4"]) if x) if (c["read1"] or c["read4"]) else None
     payload = (res["sp_save"] or res["sp_l2c"])[0]["bytes"]
     print(f"\npayload {payload / 1e9:.3f} GB ({args.layers} layers), {args.rounds} rounds; drop_caches "
@@ -415,6 +484,8 @@ def main():
             ["shardpoint loads PyTorch's checkpoint 4->2, cold", benchlib.triple(g["sp_l2c_pt"]), "-", "-", "-",
              benchlib.fraction(m["sp_l2c_pt"], cold_ceiling), "-"],
         ])
+
+    print_zip_crc_table(res, g, m)
 
     def amp(name, key):
         v = [s[key] / s["needed"] for s in res[name] if s.get("needed")]

@@ -103,6 +103,10 @@ typedef struct sp_reader_options {
   size_t struct_size;
   int verify_checksums; /* verify against the sidecar when the checkpoint has one; default 1 */
   int thread_count;     /* blobs read in parallel; default 4 */
+  /* Where no sidecar covers a blob (PyTorch's checkpoints), check the zip CRC-32 of every
+   * record read whole (a mismatch is SP_ERROR_FORMAT naming file, item, record and byte
+   * range); only with verify_checksums. Default 1. */
+  int check_zip_crc;
 } sp_reader_options;
 SP_EXPORT void sp_reader_options_init(sp_reader_options* options);
 
@@ -200,6 +204,15 @@ SP_EXPORT void sp_reader_metadata(const sp_reader* reader, const void** data, si
  * own) or verification is off. */
 SP_EXPORT int sp_reader_verified(const sp_reader* reader);
 
+/* 1 when blobs no sidecar covers have their zip CRC-32s checked (sp_reader_options). */
+SP_EXPORT int sp_reader_checks_zip_crc(const sp_reader* reader);
+
+/* The zip CRC-32 checks of the reads so far: records whose CRC-32 matched, records read
+ * only in part (a resharding read: not checked), records written without a CRC-32. Any
+ * pointer may be NULL. */
+SP_EXPORT void sp_reader_zip_crc_counts(const sp_reader* reader, uint64_t* records_checked, uint64_t* records_partial,
+                                        uint64_t* records_no_checksum);
+
 /* One tensor read: the box [storage_offsets, storage_offsets + lengths) of the saved chunk
  * (global `chunk_offsets`, `chunk_sizes`) whose blob is [blob_offset, blob_offset +
  * blob_length) of `file`, into `dest`: the row-major box of `lengths`, dest_nbytes bytes. */
@@ -232,14 +245,15 @@ SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uin
 
 /* Lightning's consolidate_checkpoint, streaming. options_json (may be NULL):
  *   {"output_file": str, "layout": "trainer"|"fabric"|"dcp", "format": "torch"|"safetensors",
- *    "max_shard_bytes": int, "memory_budget": int, "verify_checksums": bool, "durable": bool}
+ *    "max_shard_bytes": int, "memory_budget": int, "verify_checksums": bool, "check_zip_crc": bool,
+ *    "durable": bool}
  * *report_json: {"output", "tensors", "objects", "tensor_bytes", "bytes_read", "peak_rss_bytes",
  * "seconds"}. */
 SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json, char** report_json,
                                    char** error);
 
 /* Rewrites any checkpoint (DCP folder or torch.save file) as a DCP folder saved by `ranks`
- * ranks. options_json (may be NULL): {"verify_checksums": bool, "memory_budget": int,
+ * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
  * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none"}.
  * *report_json: {"source_format", "tensors", "objects", "payload_bytes", "bytes_written",
  * "seconds"}. */

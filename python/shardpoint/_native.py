@@ -11,7 +11,7 @@ import ctypes
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
 from . import errors
 
@@ -34,6 +34,7 @@ class ReaderOptions(ctypes.Structure):
         ("struct_size", ctypes.c_size_t),
         ("verify_checksums", ctypes.c_int),
         ("thread_count", ctypes.c_int),
+        ("check_zip_crc", ctypes.c_int),
     ]
 
 
@@ -125,6 +126,11 @@ def _load() -> ctypes.CDLL:
         "sp_reader_close": (None, [P]),
         "sp_reader_metadata": (None, [P, out_buf, size_p]),
         "sp_reader_verified": (ctypes.c_int, [P]),
+        "sp_reader_checks_zip_crc": (ctypes.c_int, [P]),
+        "sp_reader_zip_crc_counts": (
+            None,
+            [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
+        ),
         "sp_reader_read_tensors": (status, [P, ctypes.POINTER(TensorRead), ctypes.c_size_t, err]),
         "sp_reader_read_blob": (
             status,
@@ -270,10 +276,11 @@ class Checkpoint:
 class Reader:
     """An opened committed checkpoint for reads a DCP read plan names."""
 
-    def __init__(self, checkpoint: Checkpoint, verify_checksums: bool, thread_count: int):
+    def __init__(self, checkpoint: Checkpoint, verify_checksums: bool, thread_count: int, check_zip_crc: bool = True):
         o = ReaderOptions()
         lib().sp_reader_options_init(ctypes.byref(o))
         o.verify_checksums = int(bool(verify_checksums))
+        o.check_zip_crc = int(bool(check_zip_crc))
         o.thread_count = int(thread_count)
         handle = ctypes.c_void_p()
         error = ctypes.c_char_p()
@@ -300,6 +307,15 @@ class Reader:
 
     def verified(self) -> bool:
         return bool(lib().sp_reader_verified(self._handle))
+
+    def checks_zip_crc(self) -> bool:
+        return bool(lib().sp_reader_checks_zip_crc(self._handle))
+
+    def zip_crc_counts(self) -> Tuple[int, int, int]:
+        """(records checked, records read only in part: unchecked, records without a CRC-32)."""
+        checked, partial, none = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+        lib().sp_reader_zip_crc_counts(self._handle, ctypes.byref(checked), ctypes.byref(partial), ctypes.byref(none))
+        return checked.value, partial.value, none.value
 
     def read_tensors(self, reads: Sequence[TensorRead]) -> None:
         array = (TensorRead * max(len(reads), 1))(*reads)

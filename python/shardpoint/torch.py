@@ -378,18 +378,29 @@ class StorageReader(_DcpStorageReader):
         path: the checkpoint folder or object-store URL (``dcp.load(checkpoint_id=...)``
             replaces it).
         verify_checksums: verify every byte read against the checksum sidecar when the
-            checkpoint has one (shardpoint's saves do; PyTorch's own do not, and load
-            unverified, said once in the log).
+            checkpoint has one (shardpoint's saves do; PyTorch's own do not: see
+            check_zip_crc). False: nothing is checked.
         thread_count: blobs read in parallel.
+        check_zip_crc: where no sidecar covers a blob (PyTorch's checkpoints), check the
+            zip CRC-32 of every torch.save record read whole; a record this rank reads only
+            in part (resharding) is not checked, said once in the log. A mismatch raises
+            FormatError naming file, item, record and byte range.
     """
 
     def __init__(
-        self, path: PathOrUrl, verify_checksums: bool = True, thread_count: int = 4, *args: Any, **kwargs: Any
+        self,
+        path: PathOrUrl,
+        verify_checksums: bool = True,
+        thread_count: int = 4,
+        *args: Any,
+        check_zip_crc: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__()
         self.path = _location(path)
         self.verify_checksums = verify_checksums
         self.thread_count = thread_count
+        self.check_zip_crc = check_zip_crc
         self.load_id = uuid.uuid4().hex
         self._reader: Optional[_native.Reader] = None
         self._storage_data: Dict[MetadataIndex, _StorageInfo] = {}
@@ -410,8 +421,8 @@ class StorageReader(_DcpStorageReader):
     def _opened(self) -> _native.Reader:
         if self._reader is None:
             checkpoint = _native.Checkpoint(self.path)
-            self._reader = _native.Reader(checkpoint, self.verify_checksums, self.thread_count)
-            if not self._reader.verified() and self.verify_checksums:
+            self._reader = _native.Reader(checkpoint, self.verify_checksums, self.thread_count, self.check_zip_crc)
+            if not self._reader.verified() and self.verify_checksums and not self._reader.checks_zip_crc():
                 _log.warning("shardpoint: %s has no checksums (written by PyTorch?): loading it unverified", self.path)
         return self._reader
 
@@ -480,6 +491,12 @@ class StorageReader(_DcpStorageReader):
                 self._read_batch(reader, batch, planner)
                 batch, staged = [], 0
         self._read_batch(reader, batch, planner)
+        _, partial, _ = reader.zip_crc_counts()
+        if partial:
+            _log.info(
+                "shardpoint: %s: %d zip records read only in part by this rank (resharding): their CRC-32 was not "
+                "checked", self.path, partial,
+            )
         future: Future[None] = Future()
         future.set_result(None)
         return future

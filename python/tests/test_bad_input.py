@@ -108,13 +108,28 @@ def test_no_checkpoint_is_not_found(tmp_path):
     assert "not a committed checkpoint" in message
 
 
-def test_pytorch_written_checkpoint_loads_unverified(tmp_path, caplog):
+def test_pytorch_written_checkpoint_is_checked_by_its_zip_crcs(tmp_path, caplog):
     path = tmp_path / "theirs"
     dcp.save(state(), storage_writer=dcp.FileSystemWriter(path))
     target = state(fill=False)
     with caplog.at_level("WARNING", logger="shardpoint"):
         dcp.load(target, storage_reader=StorageReader(path))
     assert torch.equal(target["w"], state()["w"])
+    assert not any("unverified" in r.message for r in caplog.records)
+
+    # No sidecar: a flipped data byte is found by the record's zip CRC-32 ...
+    info = blob_of(path, "w")
+    f = path / info.relative_path
+    data = bytearray(f.read_bytes())
+    data[info.offset + info.length // 2] ^= 0x40
+    f.write_bytes(bytes(data))
+    message = load_error(path)
+    assert info.relative_path in message and '"w"' in message and "CRC-32 mismatch" in message
+    # ... and loaded as it is, said once in the log, with the check off.
+    target = state(fill=False)
+    with caplog.at_level("WARNING", logger="shardpoint"):
+        dcp.load(target, storage_reader=StorageReader(path, check_zip_crc=False))
+    assert not torch.equal(target["w"], state()["w"])
     assert any("unverified" in r.message for r in caplog.records)
 
 

@@ -293,6 +293,7 @@ void sp_reader_options_init(sp_reader_options* options) {
   options->struct_size = sizeof(sp_reader_options);
   options->verify_checksums = 1;
   options->thread_count = 4;
+  options->check_zip_crc = 1;
 }
 
 sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* options, sp_reader** out, char** error) {
@@ -303,6 +304,7 @@ sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* opt
     if (options != nullptr) std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
     engine::PlannedReaderOptions ro;
     ro.verify_checksums = o.verify_checksums != 0;
+    ro.check_zip_crc = o.check_zip_crc != 0;
     ro.thread_count = std::max(o.thread_count, 1);
     auto handle = std::make_unique<sp_reader>();
     handle->reader = std::make_unique<engine::PlannedReader>(*checkpoint->storage, ro);
@@ -319,6 +321,19 @@ void sp_reader_metadata(const sp_reader* reader, const void** data, size_t* size
 }
 
 int sp_reader_verified(const sp_reader* reader) { return reader != nullptr && reader->reader->verified() ? 1 : 0; }
+
+int sp_reader_checks_zip_crc(const sp_reader* reader) {
+  return reader != nullptr && reader->reader->checks_zip_crc() ? 1 : 0;
+}
+
+void sp_reader_zip_crc_counts(const sp_reader* reader, uint64_t* records_checked, uint64_t* records_partial,
+                              uint64_t* records_no_checksum) {
+  if (reader == nullptr) return;
+  const engine::ZipCrcCounts c = reader->reader->zip_crc_counts();
+  if (records_checked != nullptr) *records_checked = c.records_checked;
+  if (records_partial != nullptr) *records_partial = c.records_partial;
+  if (records_no_checksum != nullptr) *records_no_checksum = c.records_no_checksum;
+}
 
 sp_status sp_reader_read_tensors(sp_reader* reader, const sp_tensor_read* reads, size_t count, char** error) {
   return guarded(error, [&] {
@@ -402,6 +417,7 @@ sp_status sp_load(sp_checkpoint* checkpoint, const sp_tensor* tensors, size_t co
     if (options != nullptr) std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
     engine::LoadOptions lo;
     lo.verify_checksums = o.verify_checksums != 0;
+    lo.check_zip_crc = o.check_zip_crc != 0;
     lo.thread_count = std::max(o.thread_count, 1);
     engine::StateNode state = state_of(tensors, count);
     std::unique_ptr<comm::Communicator> comm = comm::make_communicator_from_env();
@@ -437,6 +453,7 @@ sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json
     options.max_shard_bytes = option<std::uint64_t>(o, "max_shard_bytes", options.max_shard_bytes);
     options.memory_budget = option<std::size_t>(o, "memory_budget", options.memory_budget);
     options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
+    options.check_zip_crc = option<bool>(o, "check_zip_crc", options.check_zip_crc);
     options.durable = option<bool>(o, "durable", options.durable);
     const engine::ConsolidateReport r = engine::consolidate(options);
     const json out{{"output", r.output},         {"tensors", r.tensors},
@@ -456,6 +473,7 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
     engine::ReshardOptions options;
     options.ranks = ranks;
     options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
+    options.check_zip_crc = option<bool>(o, "check_zip_crc", options.check_zip_crc);
     options.memory_budget_bytes = option<std::uint64_t>(o, "memory_budget", options.memory_budget_bytes);
     options.save.thread_count = std::max(option<int>(o, "thread_count", options.save.thread_count), 1);
     options.save.durable = option<bool>(o, "durable", options.save.durable);

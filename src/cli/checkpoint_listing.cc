@@ -12,17 +12,17 @@
 
 namespace shardpoint::cli {
 
-std::unique_ptr<CheckpointListing> open_listing(const std::string& path) {
+std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool check_zip_crc) {
   const storage::Location where = storage::Location::parse(path);
   if (!where.is_remote()) {
     const std::string& local = where.path();
     struct stat st;
     if (::stat(local.c_str(), &st) != 0) throw_os_error("open", local, errno);
-    if (S_ISDIR(st.st_mode)) return open_dcp_listing(path);
+    if (S_ISDIR(st.st_mode)) return open_dcp_listing(path, check_zip_crc);
     return open_torch_listing(local);
   }
   engine::CheckpointLocation location = engine::locate_checkpoint(path);
-  if (location.is_dcp) return open_dcp_listing(path);
+  if (location.is_dcp) return open_dcp_listing(path, check_zip_crc);
   return open_torch_listing(path, engine::open_torch_file(location));
 }
 

@@ -45,15 +45,17 @@ class CheckpointListing {
 
 // Opens a torch.save file or a DCP folder, by local path or storage URL
 // (engine::locate_checkpoint: a URL with `.metadata` under it is DCP, else an object at the
-// URL is a torch.save file). Throws FormatError / StorageError naming the path or URL.
-std::unique_ptr<CheckpointListing> open_listing(const std::string& path);
+// URL is a torch.save file). check_zip_crc: a DCP folder's tensor reads (stream_tensor)
+// check the zip CRC-32s of blobs no sidecar covers (engine::CheckpointReaderOptions).
+// Throws FormatError / StorageError naming the path or URL.
+std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool check_zip_crc = true);
 
 // Implementations, one per format.
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path);
 // A torch.save file already opened (e.g. an object behind a URL), named `name`.
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
                                                       std::unique_ptr<torchfile::TorchFile> file);
-std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path);
+std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path, bool check_zip_crc = true);
 
 // SHA-256 hex of entry i's elements.
 std::string tensor_sha256(const CheckpointListing& listing, std::size_t i);

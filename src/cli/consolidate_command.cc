@@ -75,7 +75,10 @@ class ConsolidateCommand : public Command {
     sub_->add_option("--max-shard-size", max_shard_, "safetensors: split into files of at most SIZE (e.g. 5GB)");
     sub_->add_option("--memory-budget", budget_, "memory for the copy (default 256MiB)");
     sub_->add_flag("--quiet,-q", quiet_, "no progress bar");
-    sub_->add_flag("--no-verify-checksums", no_verify_, "do not check the checksum sidecar while reading");
+    sub_->add_flag("--no-verify-checksums", no_verify_,
+                   "do not check the checksum sidecar (or, without one, the zip CRC-32s) while reading");
+    sub_->add_flag("--no-zip-crc", no_zip_crc_,
+                   "do not check the zip CRC-32s of records no checksum sidecar covers (PyTorch's checkpoints)");
     sub_->add_flag("--stats", stats_, "print one JSON line of measurements on stderr when done");
   }
   bool parsed() const override { return sub_->parsed(); }
@@ -99,6 +102,7 @@ class ConsolidateCommand : public Command {
     options.memory_budget = static_cast<std::size_t>(parse_size(budget_));
     if (options.memory_budget < (std::size_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
     options.verify_checksums = !no_verify_;
+    options.check_zip_crc = !no_zip_crc_;
     options.cancel = &g_signal;
 
     SignalGuard guard;
@@ -110,11 +114,15 @@ class ConsolidateCommand : public Command {
       if (stats_) {
         std::fprintf(stderr,
                      "{\"tensors\": %llu, \"tensor_bytes\": %llu, \"bytes_read\": %llu, \"seconds\": %.3f, "
-                     "\"slab_bytes\": %zu, \"base_rss_bytes\": %llu, \"peak_rss_bytes\": %llu}\n",
-                     static_cast<unsigned long long>(report.tensors), static_cast<unsigned long long>(report.tensor_bytes),
+                     "\"slab_bytes\": %zu, \"base_rss_bytes\": %llu, \"peak_rss_bytes\": %llu, "
+                     "\"zip_crc_records\": %llu, \"zip_crc_bytes\": %llu}\n",
+                     static_cast<unsigned long long>(report.tensors),
+                     static_cast<unsigned long long>(report.tensor_bytes),
                      static_cast<unsigned long long>(report.bytes_read), report.seconds, report.slab_bytes,
                      static_cast<unsigned long long>(report.base_rss_bytes),
-                     static_cast<unsigned long long>(report.peak_rss_bytes));
+                     static_cast<unsigned long long>(report.peak_rss_bytes),
+                     static_cast<unsigned long long>(report.zip_crc.records_checked),
+                     static_cast<unsigned long long>(report.zip_crc.bytes_checked));
       }
     } catch (const engine::Cancelled& e) {
       bar.finish();
@@ -145,6 +153,7 @@ class ConsolidateCommand : public Command {
   std::string budget_ = "256MiB";
   bool quiet_ = false;
   bool no_verify_ = false;
+  bool no_zip_crc_ = false;
   bool stats_ = false;
 };
 

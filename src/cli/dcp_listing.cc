@@ -32,8 +32,10 @@ std::string box_text(const format::Shape& offsets, const format::Shape& sizes) {
 
 class DcpListing final : public CheckpointListing {
  public:
-  explicit DcpListing(const std::string& path)
-      : path_(path), storage_(storage::open_storage(path)), reader_(*storage_) {
+  DcpListing(const std::string& path, bool check_zip_crc)
+      : path_(path),
+        storage_(storage::open_storage(path)),
+        reader_(*storage_, engine::CheckpointReaderOptions{.check_zip_crc = check_zip_crc}) {
     for (const auto& [fqn, entry] : reader_.metadata().state_dict_metadata) {
       ListingEntry e;
       e.key = fqn;
@@ -124,8 +126,8 @@ class DcpListing final : public CheckpointListing {
 
 }  // namespace
 
-std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path) {
-  return std::make_unique<DcpListing>(path);
+std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path, bool check_zip_crc) {
+  return std::make_unique<DcpListing>(path, check_zip_crc);
 }
 
 }  // namespace shardpoint::cli

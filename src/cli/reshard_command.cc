@@ -62,7 +62,10 @@ class ReshardCommand : public Command {
         ->check(CLI::Range(1, 64));
     sub_->add_option("--memory-budget", budget_, "tensor bytes held at once while copying (default 256MiB)");
     sub_->add_option("--parallel", parallel_, "files written at once (default 4)")->check(CLI::Range(1, 256));
-    sub_->add_flag("--no-verify", no_verify_, "do not verify the source's checksums while reading");
+    sub_->add_flag("--no-verify", no_verify_,
+                   "do not verify the source's checksums (sidecar, or zip CRC-32s) while reading");
+    sub_->add_flag("--no-zip-crc", no_zip_crc_,
+                   "do not check the zip CRC-32s of source records no checksum sidecar covers");
     sub_->add_flag("--no-direct-io", no_direct_, "write through the page cache instead of O_DIRECT");
     sub_->add_flag("--quiet,-q", quiet_, "print nothing on success");
   }
@@ -91,6 +94,7 @@ class ReshardCommand : public Command {
     }
     options.ranks = ranks_;
     options.verify_checksums = !no_verify_;
+    options.check_zip_crc = !no_zip_crc_;
     options.save.thread_count = threads_;
     options.save.direct_io = !no_direct_;
     engine::ReshardReport report = engine::reshard(src_, *destination, options);
@@ -110,6 +114,7 @@ class ReshardCommand : public Command {
   int parallel_ = 0;
   std::string budget_ = "256MiB";
   bool no_verify_ = false;
+  bool no_zip_crc_ = false;
   bool no_direct_ = false;
   bool quiet_ = false;
 };

@@ -42,40 +42,47 @@ std::uint32_t crc32c(std::uint32_t prev, ByteSpan data) {
 
 namespace {
 
-// Polynomials over GF(2) modulo the CRC-32C polynomial, in the reflected bit order the CRC
+// Polynomials over GF(2) modulo a CRC polynomial, in the reflected bit order the CRC
 // register uses: bit 31 is x^0, bit 0 is x^31.
 constexpr std::uint32_t kCrc32cReflected = 0x82f63b78u;
+constexpr std::uint32_t kCrc32Reflected = 0xedb88320u;  // the zip CRC-32's
 
+template <std::uint32_t kPoly>
 std::uint32_t multiply_mod_p(std::uint32_t a, std::uint32_t b) {
   std::uint32_t product = 0;
   for (std::uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
     if (a & bit) product ^= b;
-    b = (b & 1) ? (b >> 1) ^ kCrc32cReflected : b >> 1;  // b *= x
+    b = (b & 1) ? (b >> 1) ^ kPoly : b >> 1;  // b *= x
   }
   return product;
 }
 
 // x^(8 * bytes) modulo p, by squaring: powers[k] = x^(2^k).
+template <std::uint32_t kPoly>
 std::uint32_t x_to_8n_mod_p(std::uint64_t bytes) {
   static const auto powers = [] {
     std::array<std::uint32_t, 64> p{};
     p[0] = 1u << 30;  // x^1
-    for (std::size_t k = 1; k < p.size(); ++k) p[k] = multiply_mod_p(p[k - 1], p[k - 1]);
+    for (std::size_t k = 1; k < p.size(); ++k) p[k] = multiply_mod_p<kPoly>(p[k - 1], p[k - 1]);
     return p;
   }();
   std::uint32_t result = 1u << 31;  // x^0
   std::size_t k = 3;                // 8 * bytes = bytes * 2^3
   for (; bytes != 0 && k < powers.size(); bytes >>= 1, ++k) {
-    if (bytes & 1) result = multiply_mod_p(powers[k], result);
+    if (bytes & 1) result = multiply_mod_p<kPoly>(powers[k], result);
   }
   return result;
 }
 
 }  // namespace
 
+// The pre/post inversions of crc_a and crc_b cancel: only crc_a is shifted by len_b bytes.
 std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) {
-  // The pre/post inversions of crc_a and crc_b cancel: only crc_a is shifted by len_b bytes.
-  return multiply_mod_p(x_to_8n_mod_p(len_b), crc_a) ^ crc_b;
+  return multiply_mod_p<kCrc32cReflected>(x_to_8n_mod_p<kCrc32cReflected>(len_b), crc_a) ^ crc_b;
+}
+
+std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b) {
+  return multiply_mod_p<kCrc32Reflected>(x_to_8n_mod_p<kCrc32Reflected>(len_b), crc_a) ^ crc_b;
 }
 
 Xxh3::Xxh3() : state_(XXH3_createState()) { reset(); }

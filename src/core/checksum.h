@@ -27,6 +27,10 @@ std::uint32_t crc32c(std::uint32_t prev, ByteSpan data);
 // multiplies the first CRC by x^(8 * len_b) modulo the polynomial). O(log len_b).
 std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b);
 
+// crc32_combine: the same for the zip CRC-32 (crc32 above): pieces of one zip record read
+// at different times (slabs of a consolidate, items of a load) checked as the whole record.
+std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t len_b);
+
 // Streaming XXH3-64 (seed 0).
 class Xxh3 {
  public:

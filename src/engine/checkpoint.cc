@@ -35,7 +35,9 @@
 // byte runs of the tensor straight into the caller's buffer (item_reader.h). With
 // verify_checksums nothing more: blocks a reshard cuts are checked from the pieces the
 // ranks read (crc32c; an xxh3 sidecar, or a block no rank completes, has its missing part
-// read).
+// read). A blob without a sidecar entry has the zip CRC-32s of its records checked instead,
+// over the same reads (zip_crc_ledger.h); no extra bytes are read for it, and a record this
+// rank reads only part of stays unchecked (LoadReport::zip_crc.records_partial).
 //
 // Failure: messages between ranks start with a RankStatus byte (plan_codec.h), so a
 // failure on one rank turns into the same error on every rank without extra collectives:
@@ -352,6 +354,8 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     return std::tie(a.info->relative_path, a.info->offset) < std::tie(b.info->relative_path, b.info->offset);
   });
 
+  ZipCrcLedger zip_crc;
+  const bool check_zip = options.verify_checksums && options.check_zip_crc;
   auto checksums_for = [&](const format::StorageInfo& info) {
     BlobChecksums cs;
     if (sidecar) {
@@ -359,6 +363,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
       cs.block_size = sidecar->block_size();
       cs.item = sidecar->find(info.relative_path, info.offset);
     }
+    if (cs.item == nullptr && check_zip) cs.zip_crc = &zip_crc;
     return cs;
   };
 
@@ -384,10 +389,12 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     if (task < groups.size()) {
       const Group& g = groups[task];
       const format::MetadataIndex& key = g.items->front()->storage_index;
-      auto data_offset = facts.data_offsets.find(key);  // ordering ignores the chunk position
+      const BlobChecksums cs = checksums_for(*g.info);
+      // The zip CRC-32s are in the blob's central directory: a blob checked by them is parsed.
+      auto data_offset = cs.zip_crc != nullptr ? facts.data_offsets.end()
+                                               : facts.data_offsets.find(key);  // ordering ignores the chunk position
       SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk, g.tensor->properties.dtype,
                            data_offset != facts.data_offsets.end() ? std::optional(data_offset->second) : std::nullopt);
-      const BlobChecksums cs = checksums_for(*g.info);
       const std::size_t itemsize = dtype_itemsize(g.tensor->properties.dtype);
       for (const ReadItem* item : *g.items) {
         const auto& dest = std::get<TensorShard>(flat.items.at(item->dest_index.fqn));
@@ -424,6 +431,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
   ReadCounts total;
   for (const ReadCounts& c : counts) total += c;
   report.bytes_needed = needed.load();
+  report.zip_crc = zip_crc.counts();
   report.data_bytes_read = total.data_bytes;
   report.bytes_read = total.data_bytes + total.header_bytes;
 }

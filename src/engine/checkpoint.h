@@ -33,6 +33,7 @@
 #include "comm/communicator.h"
 #include "engine/load_plan.h"
 #include "engine/state_dict.h"
+#include "engine/zip_crc_ledger.h"
 #include "format/metadata.h"
 #include "storage/storage.h"
 
@@ -88,10 +89,17 @@ struct LoadOptions {
   // false: load what matches and return the problems in LoadReport::problems.
   bool strict = true;
   // Verify the sidecar checksums of every byte read (blocks cut by the boxes are checked
-  // from the pieces the ranks read; bytes items are checked whole). Off: trust the storage. Blobs
-  // without a sidecar entry (checkpoints PyTorch wrote) are read unverified either way.
-  // Zip headers and data.pkl are checked structurally by the parser, not by checksum.
+  // from the pieces the ranks read; bytes items are checked whole). Off: trust the storage
+  // (no check at all, check_zip_crc included). Blobs without a sidecar entry (checkpoints
+  // PyTorch wrote) are checked by their zip CRC-32s instead (check_zip_crc).
   bool verify_checksums = true;
+  // Where no sidecar entry covers a blob (checkpoints PyTorch wrote, or shardpoint's saved
+  // without checksums), check the zip CRC-32 each torch.save record carries: every record a
+  // rank reads whole, computed right after each read while the bytes are in cache. A record
+  // a resharding load reads only in part on this rank is not checked
+  // (LoadReport::zip_crc.records_partial). Applies only with verify_checksums. Off: such
+  // blobs are read unverified. Cost: bench/README.md ("zip CRC-32 on load").
+  bool check_zip_crc = true;
   // Parallel readers per rank.
   int thread_count = 4;
 };
@@ -108,6 +116,9 @@ struct LoadReport {
   // True when the load planned from the load index (kIndexKey) instead of decoding
   // `.metadata` and the sidecar, which it does for checkpoints without a matching index.
   bool used_index = false;
+  // The zip CRC-32 checks of this rank (check_zip_crc): records checked, written without a
+  // CRC-32, and read only in part (unchecked).
+  ZipCrcCounts zip_crc;
   double seconds = 0;
 };
 

@@ -47,6 +47,9 @@ BlobChecksums CheckpointReader::checksums_for(const format::StorageInfo& info) c
     cs.block_size = sidecar_->block_size();
     cs.item = sidecar_->find(info.relative_path, info.offset);
   }
+  if (cs.item == nullptr && options_.verify_checksums && options_.check_zip_crc) {
+    cs.zip_crc = &zip_crc_;
+  }
   return cs;
 }
 

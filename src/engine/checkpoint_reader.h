@@ -5,7 +5,8 @@
 //
 // Opening reads `.metadata` and, when present and asked for, the checksum sidecar. Reads
 // go through the same path as load(): only the byte runs of the saved chunks that overlap
-// the requested box are read, widened to checksum blocks when verifying.
+// the requested box are read, widened to checksum blocks when verifying against a sidecar;
+// without one, the zip CRC-32s of the records read are checked (check_zip_crc).
 //
 // Thread-safety: read_box() and read_object() may be called from several threads at once.
 #pragma once
@@ -20,6 +21,7 @@
 #include "engine/checksum_sidecar.h"
 #include "engine/item_reader.h"
 #include "engine/state_dict.h"
+#include "engine/zip_crc_ledger.h"
 #include "format/metadata.h"
 #include "pickle/value.h"
 #include "storage/storage.h"
@@ -29,6 +31,10 @@ namespace shardpoint::engine {
 struct CheckpointReaderOptions {
   // Verify every byte read against the sidecar (when the checkpoint has one).
   bool verify_checksums = true;
+  // Where no sidecar entry covers a blob, check the zip CRC-32 of each record once all of
+  // it has been read (by any read_box/read_object calls; zip_crc_ledger.h). Applies only
+  // with verify_checksums. Off: such blobs are read unverified.
+  bool check_zip_crc = true;
 };
 
 class CheckpointReader {
@@ -58,6 +64,8 @@ class CheckpointReader {
 
   // Bytes read so far (headers and data).
   ReadCounts counts() const;
+  // The zip CRC-32 checks so far; records_partial counts records read only in part so far.
+  ZipCrcCounts zip_crc_counts() const { return zip_crc_.counts(); }
 
  private:
   std::shared_ptr<const ByteSource> source(const std::string& relative_path);
@@ -74,6 +82,7 @@ class CheckpointReader {
   mutable std::mutex mu_;  // per_tensor_, counts_
   std::map<std::string, std::unique_ptr<format::Metadata>> per_tensor_;
   ReadCounts counts_;
+  mutable ZipCrcLedger zip_crc_;  // thread-safe; what reads checked, not the reader's state
 };
 
 }  // namespace shardpoint::engine

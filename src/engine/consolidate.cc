@@ -91,7 +91,9 @@ class Consolidator {
       target = storage::open_local_storage_at(folder_, in_options);
     }
     input_ = storage::make_windowed_storage(target);
-    reader_ = std::make_unique<CheckpointReader>(*input_, CheckpointReaderOptions{options_.verify_checksums});
+    reader_ = std::make_unique<CheckpointReader>(*input_,
+                                                 CheckpointReaderOptions{.verify_checksums = options_.verify_checksums,
+                                                                         .check_zip_crc = options_.check_zip_crc});
     fqns_ = ordered_fqns(reader_->metadata(), reader_->metadata().key_order);
     // Before anything is written, so a broken folder fails early with one line.
     check_item_files(reader_->metadata(), *input_, remote_in_ ? std::string() : folder_);
@@ -106,6 +108,7 @@ class Consolidator {
     report_.output = output_;
     ReadCounts counts = reader_->counts();
     report_.bytes_read = counts.header_bytes + counts.data_bytes;
+    report_.zip_crc = reader_->zip_crc_counts();
     report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report_.peak_rss_bytes = process_peak_rss_bytes();
     return report_;

@@ -58,6 +58,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/zip_crc_ledger.h"
+
 namespace shardpoint::engine {
 
 enum class ConsolidateLayout { kTrainer, kFabric, kDcp };
@@ -81,6 +83,10 @@ struct ConsolidateOptions {
   std::size_t memory_budget = std::size_t{256} << 20;
   // Verify the checksum sidecar (when the checkpoint has one) on every byte read.
   bool verify_checksums = true;
+  // Where no sidecar covers a blob (PyTorch's checkpoints), check the zip CRC-32 of every
+  // record read, folded into the reads (checkpoint_reader.h); a mismatch fails before the
+  // output is published. Applies only with verify_checksums.
+  bool check_zip_crc = true;
   // fsync the output before the rename. Turn off only for benchmarks.
   bool durable = true;
   // Checked between slabs; when it becomes non-zero, consolidate() throws Cancelled.
@@ -101,6 +107,7 @@ struct ConsolidateReport {
   std::size_t slab_bytes = 0;        // size of the one copy buffer
   std::uint64_t base_rss_bytes = 0;  // VmRSS when the copy was planned
   std::uint64_t peak_rss_bytes = 0;  // VmHWM at the end (the process's peak so far)
+  ZipCrcCounts zip_crc;              // zip CRC-32 checks of blobs no sidecar covers
   double seconds = 0;
 };
 

@@ -36,6 +36,8 @@
 #include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
+#include "torchfile/zip_format.h"
+#include "torchfile/zip_record_check.h"
 
 namespace shardpoint::engine {
 
@@ -155,6 +157,28 @@ std::vector<Segment> pair_runs(const std::vector<ByteRange>& saved, const std::v
 
 std::string hex(ChecksumAlgorithm a, std::uint64_t v) { return checksum_to_hex(a, v); }
 
+// The zip CRC-32 mismatch of the blob's data.pkl (zip_crc_mismatch's message), if it has
+// one and its zip structure still opens; for blobs whose pickle did not parse.
+std::optional<std::string> data_pkl_crc_mismatch(std::shared_ptr<const ByteSource> file,
+                                                 const format::StorageInfo& info, const std::string& where) {
+  try {
+    const CountedWindow window(std::move(file), info.offset, info.length, where);
+    const torchfile::ZipArchive archive(window);
+    std::vector<std::byte> scratch(std::size_t{64} << 10);
+    for (const torchfile::ZipEntry& e : archive.entries()) {
+      if (!e.name.ends_with("/data.pkl")) continue;
+      const torchfile::RecordCheck c = torchfile::check_zip_record(archive, e, true, scratch);
+      if (c.crc == torchfile::RecordCrc::kMismatch) {
+        const std::uint64_t at = info.offset + e.data_offset;
+        return zip_crc_mismatch(where, e.name, at, at + e.compressed_size, c.expected, c.found);
+      }
+    }
+  } catch (const Error&) {
+    // The zip structure itself is damaged: the parser's error says so.
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
@@ -171,7 +195,7 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
                       std::to_string(file->size()) + " bytes)");
   }
   auto window = std::make_unique<CountedWindow>(
-      std::move(file), info_.offset, info_.length,
+      file, info_.offset, info_.length,
       info_.relative_path + "[" + std::to_string(info_.offset) + "+" + std::to_string(info_.length) + "]");
   window_ = window.get();
   if (data_offset) {
@@ -190,6 +214,10 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
   try {
     file_ = torchfile::TorchFile::open(std::move(window));
   } catch (const Error&) {
+    // A damaged data.pkl often fails to parse: name the cause when its CRC-32 shows it.
+    if (std::optional<std::string> crc = data_pkl_crc_mismatch(std::move(file), info_, describe())) {
+      throw FormatError(*crc);
+    }
     rethrow_with_context(describe());
   }
   tensor_ = file_->tensor_of(*file_->root());
@@ -236,9 +264,17 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
   const std::string what = describe() + " data";
   const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
 
+  ZipCrcLedger* const zip_ledger = !verify && file_ != nullptr ? checksums.zip_crc : nullptr;
+  const DataRecord* const zip_record = zip_ledger != nullptr ? zip_data_record(*zip_ledger) : nullptr;
+
   if (!direct()) {
     // Slow path: the saved layout is not row-major little-endian; let the torch.save reader
     // gather (and byte-swap) the whole chunk, then copy the needed parts.
+    if (zip_record != nullptr) {
+      std::vector<std::byte> record(static_cast<std::size_t>(zip_record->length));
+      window_->read_data(zip_record->data_offset, record, what);
+      zip_ledger->add_piece(*zip_record, 0, record.size(), crc32(0, record));
+    }
     if (verify) {
       std::vector<std::byte> blob(static_cast<std::size_t>(info_.length));
       window_->read_data(0, blob, what);
@@ -262,6 +298,12 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
   }
 
   const std::uint64_t data_start = layout_.data_start;
+  if (zip_record != nullptr) {
+    for (const Segment& s : segments) {
+      read_zip_checked(data_start + s.src, data_start + s.src + s.length, dest.data() + s.dst, *zip_ledger, what);
+    }
+    return;
+  }
   if (!verify) {
     for (const Segment& s : segments) {
       window_->read_data(data_start + s.src,
@@ -451,6 +493,34 @@ void SavedTensorBlob::read_then_hash(std::uint64_t begin, std::uint64_t end, std
   }
 }
 
+const DataRecord* SavedTensorBlob::zip_data_record(ZipCrcLedger& ledger) {
+  if (!zip_records_checked_) {
+    const torchfile::ZipEntry* data = file_->record("data/" + tensor_->storage_key);
+    const std::string data_name = data != nullptr ? data->name : std::string();
+    if (ledger.claim_blob(info_.relative_path, info_.offset)) {
+      ledger.count(check_records_but(file_->archive(), data_name, info_.offset, describe()));
+    }
+    if (data != nullptr && data->method == torchfile::zip::kMethodStored) {
+      zip_data_ = DataRecord{info_.relative_path,     info_.offset, data->name, data->data_offset,
+                             data->uncompressed_size, data->crc32,  describe()};
+    }
+    zip_records_checked_ = true;
+  }
+  return zip_data_ ? &*zip_data_ : nullptr;
+}
+
+void SavedTensorBlob::read_zip_checked(std::uint64_t begin, std::uint64_t end, std::byte* out, ZipCrcLedger& ledger,
+                                       const std::string& what) {
+  const DataRecord& record = *zip_data_;
+  if (begin < record.data_offset || end > record.data_offset + record.length) {
+    throw FormatError(describe() + ": tensor bytes [" + std::to_string(begin) + ", " + std::to_string(end) +
+                      ") lie outside its zip record \"" + record.name + "\"");
+  }
+  std::uint32_t crc = 0;
+  read_then_hash(begin, end, out, what, [&](std::uint64_t, ByteSpan bytes) { crc = crc32(crc, bytes); });
+  ledger.add_piece(record, begin - record.data_offset, end - record.data_offset, crc);
+}
+
 std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
   std::lock_guard lock(mu_);
   auto it = sources_.find(key);
@@ -633,10 +703,21 @@ pickle::ValuePtr read_saved_object(const ByteSource& file, const format::Storage
                         hex(checksums.algorithm, found));
     }
   }
+  auto source = std::make_unique<OwnedSource>(std::move(blob), info.relative_path + "[" + std::to_string(info.offset) +
+                                                                   "+" + std::to_string(info.length) + "]");
+  if (checksums.item == nullptr && checksums.zip_crc != nullptr) {
+    // Before the pickle is parsed, so a damaged data.pkl is named as a CRC-32 mismatch.
+    std::optional<torchfile::ZipArchive> archive;
+    try {
+      archive.emplace(*source);
+    } catch (const Error&) {
+      rethrow_with_context(where);
+    }
+    checksums.zip_crc->count(check_records_but(*archive, "", info.offset, where));
+  }
   std::unique_ptr<torchfile::TorchFile> torch_file;
   try {
-    torch_file = torchfile::TorchFile::open(std::make_unique<OwnedSource>(
-        std::move(blob), info.relative_path + "[" + std::to_string(info.offset) + "+" + std::to_string(info.length) + "]"));
+    torch_file = torchfile::TorchFile::open(std::move(source));
   } catch (const Error&) {
     rethrow_with_context(where);
   }

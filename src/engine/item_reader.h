@@ -4,9 +4,12 @@
 // a bytes item whole; BlockPiece and verify_block_pieces let the ranks of a load verify
 // together the checksum blocks each of them read only part of.
 //
-// With a sidecar entry every byte copied is verified against its checksum block. A block an
-// item needs only part of (a reshard boundary) is either completed by reading its missing
-// parts (read_into without `pieces`) or recorded as a BlockPiece for verify_block_pieces
+// With a sidecar entry every byte copied is verified against its checksum block. Without
+// one (PyTorch's checkpoints) and with BlobChecksums::zip_crc set, the zip CRC-32 of every
+// record is checked instead: the small records when the blob is first read, the tensor data
+// as pieces in the ledger (zip_crc_ledger.h), a record read only in part left unchecked.
+// A block an item needs only part of (a reshard boundary) is either completed by reading
+// its missing parts (read_into without `pieces`) or recorded as a BlockPiece for verify_block_pieces
 // (crc32c with `pieces`). How and why: the top of item_reader.cc. Mismatches throw
 // FormatError naming the file, the fqn, the block and expected vs found.
 //
@@ -29,6 +32,7 @@
 #include "engine/checkpoint.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/load_plan.h"
+#include "engine/zip_crc_ledger.h"
 #include "format/metadata.h"
 #include "pickle/value.h"
 #include "torchfile/torch_file.h"
@@ -46,11 +50,13 @@ struct ReadCounts {
   }
 };
 
-// How to verify one blob: the sidecar's algorithm and block size and the blob's entry.
+// How to verify one blob: the sidecar's algorithm and block size and the blob's entry;
+// without an entry, the zip CRC-32s of its records into zip_crc when that is set.
 struct BlobChecksums {
   ChecksumAlgorithm algorithm = ChecksumAlgorithm::kNone;
   std::uint64_t block_size = 0;
   const ItemChecksums* item = nullptr;
+  ZipCrcLedger* zip_crc = nullptr;  // not owned; outlives the reads
 };
 
 // The part [begin, end) of checksum block begin / block_size of the blob at blob_offset of
@@ -119,8 +125,10 @@ class SavedTensorBlob {
   // sizes `dest_box_sizes`). REQUIRES item.storage_index is this chunk. With
   // checksums.item set, verifies what it reads: whole blocks here; partial
   // blocks here too when `pieces` is null or the algorithm is not crc32c, else appended to
-  // *pieces for verify_block_pieces. Throws FormatError / StorageError naming the file
-  // and fqn.
+  // *pieces for verify_block_pieces. Without it and with checksums.zip_crc set (REQUIRES
+  // the blob was parsed: no data_offset), checks the zip CRC-32s (above). Throws
+  // FormatError / StorageError naming the file and fqn (and the zip record and byte range
+  // on a CRC-32 mismatch).
   void read_into(const ReadItem& item, std::span<std::byte> dest, const format::Shape& dest_box_sizes,
                  const BlobChecksums& checksums, std::vector<BlockPiece>* pieces = nullptr);
 
@@ -156,6 +164,12 @@ class SavedTensorBlob {
   // to `hash` (with its blob offset) right after it, while the bytes are in cache.
   void read_then_hash(std::uint64_t begin, std::uint64_t end, std::byte* out, const std::string& what,
                       const std::function<void(std::uint64_t at, ByteSpan bytes)>& hash);
+  // The zip CRC-32 checks of read_into: checks the small records on first use and returns
+  // the data record, or nullptr when its CRC-32 cannot be checked (a compressed record).
+  const DataRecord* zip_data_record(ZipCrcLedger& ledger);
+  // Blob bytes [begin, end) of the chunk's data into out, their CRC-32 added to the ledger.
+  void read_zip_checked(std::uint64_t begin, std::uint64_t end, std::byte* out, ZipCrcLedger& ledger,
+                        const std::string& what);
 
   std::string fqn_;
   format::StorageInfo info_;
@@ -172,11 +186,14 @@ class SavedTensorBlob {
     bool direct = true;            // row-major contiguous little-endian
   };
   Layout layout_;
+  bool zip_records_checked_ = false;
+  std::optional<DataRecord> zip_data_;  // set by zip_data_record
 };
 
-// Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set, and
-// returns the object torch.load would (the root of its data.pkl). Adds the blob's length
-// to counts.data_bytes. Throws FormatError naming the file and fqn, StorageError.
+// Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set (else
+// checks its zip CRC-32s when checksums.zip_crc is set), and returns the object torch.load
+// would (the root of its data.pkl). Adds the blob's length to counts.data_bytes. Throws FormatError naming the file and
+// fqn, StorageError.
 pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
                                    const BlobChecksums& checksums, ReadCounts& counts);
 

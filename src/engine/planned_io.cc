@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -11,8 +12,10 @@
 #include "engine/load_plan.h"
 #include "engine/parallel_for.h"
 #include "engine/save_steps.h"
+#include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
 #include "pickle/value.h"
+#include "torchfile/zip_reader.h"
 
 namespace shardpoint::engine {
 
@@ -131,18 +134,20 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
 
   parallel_for(blobs.size(), static_cast<std::size_t>(std::max(options_.thread_count, 1)), [&](std::size_t b) {
     const PlannedTensorRead& first = *blobs[b]->front();
-    std::optional<std::uint64_t> data_offset;
-    if (auto it = data_offsets_.find({first.blob.relative_path, first.blob.offset}); it != data_offsets_.end()) {
-      data_offset = it->second;
-    }
-    SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
-                         data_offset);
     BlobChecksums checksums;
     if (verified()) {
       checksums.algorithm = checksums_->algorithm();
       checksums.block_size = checksums_->block_size();
       checksums.item = checksums_->find(first.blob.relative_path, first.blob.offset);
     }
+    if (checksums.item == nullptr && checks_zip_crc()) checksums.zip_crc = &zip_crc_;
+    std::optional<std::uint64_t> data_offset;
+    if (auto it = data_offsets_.find({first.blob.relative_path, first.blob.offset});
+        it != data_offsets_.end() && checksums.zip_crc == nullptr) {
+      data_offset = it->second;  // not with zip CRC-32s: they are in the blob's central directory
+    }
+    SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
+                         data_offset);
     for (const PlannedTensorRead* r : *blobs[b]) {
       ReadItem item;
       item.type = ReadItemType::kTensor;
@@ -159,9 +164,21 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
 std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std::string& fqn) {
   std::string bytes(blob.length, '\0');
   checkpoint_.read(blob.relative_path, blob.offset, std::as_writable_bytes(std::span<char>(bytes)));
-  if (!verified()) return bytes;
-  const ItemChecksums* entry = checksums_->find(blob.relative_path, blob.offset);
-  if (entry == nullptr) return bytes;
+  const ItemChecksums* entry = verified() ? checksums_->find(blob.relative_path, blob.offset) : nullptr;
+  if (entry == nullptr) {
+    if (checks_zip_crc()) {
+      const std::string where = checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\"";
+      const MemorySource source(as_bytes(bytes), where);
+      std::optional<torchfile::ZipArchive> archive;
+      try {
+        archive.emplace(source);
+      } catch (const Error&) {
+        rethrow_with_context(where);
+      }
+      zip_crc_.count(check_records_but(*archive, "", blob.offset, where));
+    }
+    return bytes;
+  }
   const std::uint64_t found = checksum_of(checksums_->algorithm(), as_bytes(bytes));
   if (entry->length != blob.length || found != entry->checksum) {
     throw FormatError(checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\" at offset " +

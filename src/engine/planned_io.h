@@ -76,6 +76,10 @@ struct PlannedTensorRead {
 struct PlannedReaderOptions {
   // Verify every byte read against the checksum sidecar, when the checkpoint has one.
   bool verify_checksums = true;
+  // Where no sidecar entry covers a blob (PyTorch's checkpoints), check the zip CRC-32 of
+  // every record read whole, over the reader's life (zip_crc_ledger.h). Applies only with
+  // verify_checksums.
+  bool check_zip_crc = true;
   // Blobs read in parallel.
   int thread_count = 4;
 };
@@ -95,6 +99,10 @@ class PlannedReader {
   const std::string& metadata_bytes() const { return metadata_bytes_; }
   // True when reads are verified (a sidecar or index holds checksums and options ask).
   bool verified() const { return checksums_.has_value() && options_.verify_checksums; }
+  // True when blobs no sidecar covers have their zip CRC-32s checked.
+  bool checks_zip_crc() const { return options_.verify_checksums && options_.check_zip_crc; }
+  // The zip CRC-32 checks so far; records_partial: records read only in part so far.
+  ZipCrcCounts zip_crc_counts() const { return zip_crc_.counts(); }
 
   // Reads every request, the requests of one blob through one opened blob, blobs in
   // parallel. Throws FormatError / StorageError naming the file and fqn; destinations may
@@ -102,7 +110,8 @@ class PlannedReader {
   void read_tensors(std::span<const PlannedTensorRead> requests);
 
   // The whole blob `blob` (a bytes item: torch.save output), verified against its item
-  // checksum when verified(). Throws FormatError on a mismatch, StorageError.
+  // checksum when verified(), else its zip CRC-32s when checks_zip_crc(). Throws
+  // FormatError on a mismatch, StorageError.
   std::string read_blob(const format::StorageInfo& blob, const std::string& fqn);
 
  private:
@@ -112,6 +121,7 @@ class PlannedReader {
   std::optional<ChecksumSidecar> checksums_;
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;  // (file, blob offset)
   std::unique_ptr<SourceCache> sources_;
+  ZipCrcLedger zip_crc_;
 };
 
 }  // namespace shardpoint::engine

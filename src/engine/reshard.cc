@@ -60,6 +60,8 @@ class ReshardSource {
  public:
   virtual ~ReshardSource() = default;
   virtual std::string format() const = 0;
+  // The zip CRC-32 checks of the reads so far (none for a torch.save source).
+  virtual ZipCrcCounts zip_crc_counts() const { return {}; }
   const std::vector<SourceLeaf>& leaves() const { return leaves_; }
   // Copies the box [offsets, offsets + sizes) of tensor leaf i into dest (row-major).
   // REQUIRES the box is contiguous in the tensor's row-major order (a run of whole rows, or
@@ -72,8 +74,10 @@ class ReshardSource {
 
 class DcpSource final : public ReshardSource {
  public:
-  DcpSource(std::shared_ptr<storage::Storage> storage, bool verify)
-      : storage_(std::move(storage)), reader_(*storage_, CheckpointReaderOptions{.verify_checksums = verify}) {
+  DcpSource(std::shared_ptr<storage::Storage> storage, const ReshardOptions& options)
+      : storage_(std::move(storage)),
+        reader_(*storage_, CheckpointReaderOptions{.verify_checksums = options.verify_checksums,
+                                                   .check_zip_crc = options.check_zip_crc}) {
     const format::Metadata& md = reader_.metadata();
     bool sharded = false;
     for (const auto& [fqn, entry] : md.state_dict_metadata) {
@@ -101,6 +105,7 @@ class DcpSource final : public ReshardSource {
   }
 
   std::string format() const override { return "dcp"; }
+  ZipCrcCounts zip_crc_counts() const override { return reader_.zip_crc_counts(); }
 
   void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) override {
     reader_.read_box(leaves_[i].fqn, offsets, sizes, dest);
@@ -240,10 +245,10 @@ auto naming_source(const std::string& name, Fn&& fn) {
   }
 }
 
-std::unique_ptr<ReshardSource> open_source(const std::string& name, bool verify) {
+std::unique_ptr<ReshardSource> open_source(const std::string& name, const ReshardOptions& options) {
   return naming_source(name, [&]() -> std::unique_ptr<ReshardSource> {
     CheckpointLocation location = locate_checkpoint(name);
-    if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, verify);
+    if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, options);
     return std::make_unique<TorchSource>(location);
   });
 }
@@ -373,7 +378,7 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
   }
 
   // 1. Open the source and list its leaves.
-  std::unique_ptr<ReshardSource> source = open_source(source_name, options.verify_checksums);
+  std::unique_ptr<ReshardSource> source = open_source(source_name, options);
   const std::vector<SourceLeaf>& leaves = source->leaves();
   ReshardReport report;
   report.source_format = source->format();
@@ -466,6 +471,7 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
     throw;
   }
   report.copied_bytes = copied.load();
+  report.zip_crc = source->zip_crc_counts();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -57,6 +57,9 @@ struct ReshardOptions {
   int ranks = 1;
   // Verify the source's sidecar checksums while reading (DCP sources that have one).
   bool verify_checksums = true;
+  // DCP sources: where no sidecar covers a blob, check the zip CRC-32 of every record read
+  // (checkpoint_reader.h). Applies only with verify_checksums.
+  bool check_zip_crc = true;
   // As for save(): checksums, durability, O_DIRECT, dedup; thread_count = files per rank.
   SaveOptions save;
   // Bytes of tensor data read from the source and held at once (the slabs of the files
@@ -74,6 +77,7 @@ struct ReshardReport {
   std::uint64_t copied_bytes = 0;  // tensor bytes read from the source (slabs)
   std::uint64_t slab_bytes = 0;    // largest slab of one file writer
   std::uint64_t bytes_written = 0; // all ranks, blobs with headers
+  ZipCrcCounts zip_crc;            // DCP sources: zip CRC-32 checks of blobs no sidecar covers
   double seconds = 0;              // the whole call
 };
 

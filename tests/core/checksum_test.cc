@@ -47,5 +47,20 @@ TEST(Checksum, Crc32cCombineEqualsWhole) {
   EXPECT_EQ(crc32c_combine(ab, crc32c(0, all.subspan(6000)), s.size() - 6000), crc32c(0, all));
 }
 
+// The zip CRC-32 of a record read in slabs: the pieces' CRCs combine into the record's.
+TEST(Checksum, Crc32CombineEqualsWhole) {
+  std::string s(300000, 'x');
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>((i * 2654435761u) >> 11);
+  auto all = as_bytes(s);
+  // "123456789" is the CRC-32 check string: 0xcbf43926.
+  EXPECT_EQ(crc32_combine(crc32(0, as_bytes(std::string("1234"))), crc32(0, as_bytes(std::string("56789"))), 5),
+            0xcbf43926u);
+  for (std::size_t split : {std::size_t{0}, std::size_t{1}, std::size_t{4097}, s.size() - 1, s.size()}) {
+    const std::uint32_t a = crc32(0, all.first(split));
+    const std::uint32_t b = crc32(0, all.subspan(split));
+    EXPECT_EQ(crc32_combine(a, b, s.size() - split), crc32(0, all)) << "split " << split;
+  }
+}
+
 }  // namespace
 }  // namespace shardpoint
