@@ -107,8 +107,7 @@ class TreeBuilder {
       const TensorSource& src = sources_[ph->second];
       if (src.kind == TensorSourceKind::kObjectStorage) {
         // References to one storage of an item share its key, as torch.save's do.
-        auto [it, added] =
-            object_keys.try_emplace({src.archive.get(), src.storage.key}, std::to_string(by_key.size()));
+        auto [it, added] = object_keys.try_emplace({src.archive.get(), src.storage.key}, std::to_string(by_key.size()));
         if (added) by_key.push_back(src);
         return torchfile::rename_storage_pid(*pids_.at(ph->second), it->second);
       }

@@ -71,8 +71,7 @@ pickle::ValuePtr rename_storage_pid(const pickle::Value& node, const std::string
   return Value::persistent_id(Value::tuple(std::move(items)));
 }
 
-std::vector<RenamedStorage> renumber_storages(pickle::ValuePtr& root, const std::string& where,
-                                              std::size_t first_key) {
+std::vector<RenamedStorage> renumber_storages(pickle::ValuePtr& root, const std::string& where, std::size_t first_key) {
   std::vector<RenamedStorage> out;
   std::map<std::string, std::string> new_key;  // source key -> key
   pickle::replace_nodes(root, [&](const ValuePtr& node) -> ValuePtr {

@@ -92,10 +92,9 @@ TEST(TreeStorages, BigEndianStoragesAreWrittenLittleEndian) {
                                 make_tensor_node(DType::kComplex64, one, one, 0, "1", 1)});
   const std::string be("\x3f\x80\x00\x00\xc0\x40\x00\x00", 8);  // 1, -3
   const std::string le("\x00\x00\x80\x3f\x00\x00\x40\xc0", 8);
-  const std::string z = archive_of(*root, {{"archive/byteorder", "big"},
-                                           {"archive/data/0", be},
-                                           {"archive/data/1", be},
-                                           {"archive/version", "3\n"}});
+  const std::string z = archive_of(
+      *root,
+      {{"archive/byteorder", "big"}, {"archive/data/0", be}, {"archive/data/1", be}, {"archive/version", "3\n"}});
   auto file = TorchFile::open(std::make_unique<MemorySource>(as_bytes(z), "be.pt"));
   const std::string out = written_alone(*file->root(), *file);
   auto alone = TorchFile::open(std::make_unique<MemorySource>(as_bytes(out), "alone.pt"));
@@ -120,15 +119,14 @@ TEST(TreeStorages, BadPersistentIdsAndRecordsAreFormatErrors) {
   EXPECT_EQ(renamed->pid()->items()[2]->as_string(), "0");
   EXPECT_EQ(renamed->pid()->items()[1], good->pid()->items()[1]);
 
-  for (const ValuePtr& bad :
-       {pid({Value::str("storage")}),
-        pid({Value::str("tensor"), Value::global("torch", "FloatStorage"), Value::str("0"), Value::str("cpu"),
-             Value::integer(1)}),
-        pid({Value::str("storage"), Value::global("torch", "QInt8Storage"), Value::str("0"), Value::str("cpu"),
-             Value::integer(1)}),
-        pid({Value::str("storage"), Value::global("torch", "FloatStorage"), Value::str("0"), Value::str("cpu"),
-             Value::integer(-1)}),
-        Value::persistent_id(Value::str("storage"))}) {
+  for (const ValuePtr& bad : {pid({Value::str("storage")}),
+                              pid({Value::str("tensor"), Value::global("torch", "FloatStorage"), Value::str("0"),
+                                   Value::str("cpu"), Value::integer(1)}),
+                              pid({Value::str("storage"), Value::global("torch", "QInt8Storage"), Value::str("0"),
+                                   Value::str("cpu"), Value::integer(1)}),
+                              pid({Value::str("storage"), Value::global("torch", "FloatStorage"), Value::str("0"),
+                                   Value::str("cpu"), Value::integer(-1)}),
+                              Value::persistent_id(Value::str("storage"))}) {
     EXPECT_THROW(parse_storage_pid(*bad, "x"), FormatError);
   }
 
