@@ -100,15 +100,19 @@ class TreeBuilder {
   // returns the source of each key.
   std::vector<TensorSource> assign_storages(ValuePtr& tree) {
     std::vector<TensorSource> by_key;
-    std::map<std::pair<const torchfile::TorchFile*, std::string>, std::string> object_keys;
+    // (item archive, storage key) -> the str node of its output key, one node per storage.
+    std::map<std::pair<const torchfile::TorchFile*, std::string>, ValuePtr> object_keys;
     pickle::replace_nodes(tree, [&](const ValuePtr& node) -> ValuePtr {
       auto ph = placeholders_.find(node.get());
       if (ph == placeholders_.end()) return nullptr;
       const TensorSource& src = sources_[ph->second];
       if (src.kind == TensorSourceKind::kObjectStorage) {
         // References to one storage of an item share its key, as torch.save's do.
-        auto [it, added] = object_keys.try_emplace({src.archive.get(), src.storage.key}, std::to_string(by_key.size()));
-        if (added) by_key.push_back(src);
+        auto [it, added] = object_keys.try_emplace({src.archive.get(), src.storage.key}, nullptr);
+        if (added) {
+          it->second = Value::str(std::to_string(by_key.size()));
+          by_key.push_back(src);
+        }
         return torchfile::rename_storage_pid(*pids_.at(ph->second), it->second);
       }
       std::string key = std::to_string(by_key.size());

@@ -65,20 +65,29 @@ StorageRef parse_storage_pid(const pickle::Value& node, const std::string& where
   return ref;
 }
 
-pickle::ValuePtr rename_storage_pid(const pickle::Value& node, const std::string& key) {
+pickle::ValuePtr rename_storage_pid(const pickle::Value& node, const pickle::ValuePtr& key) {
   std::vector<ValuePtr> items = node.pid()->items();
-  items[2] = Value::str(key);
+  items[2] = key;
   return Value::persistent_id(Value::tuple(std::move(items)));
 }
 
 std::vector<RenamedStorage> renumber_storages(pickle::ValuePtr& root, const std::string& where, std::size_t first_key) {
   std::vector<RenamedStorage> out;
-  std::map<std::string, std::string> new_key;  // source key -> key
+  // Source key -> the str node of its new key, shared by every reference (as torch.save's
+  // pickler memoizes the one key string), so the pickle is the one torch.save writes.
+  std::map<std::string, ValuePtr> new_key;
   pickle::replace_nodes(root, [&](const ValuePtr& node) -> ValuePtr {
     if (!node->is(Kind::kPersistentId)) return nullptr;
     StorageRef ref = parse_storage_pid(*node, where);
-    auto [it, inserted] = new_key.try_emplace(ref.key, std::to_string(first_key + out.size()));
-    if (inserted) out.push_back(RenamedStorage{ref, it->second});
+    const ValuePtr& old_key = node->pid()->items()[2];
+    auto [it, inserted] = new_key.try_emplace(ref.key, nullptr);
+    if (inserted) {
+      const std::string key = std::to_string(first_key + out.size());
+      // A key that stays the same keeps its node (and its sharing with the source's tree).
+      it->second = old_key->is(Kind::kStr) && old_key->as_string() == key ? old_key : Value::str(key);
+      out.push_back(RenamedStorage{ref, key});
+    }
+    if (it->second == old_key) return nullptr;
     return rename_storage_pid(*node, it->second);
   });
   return out;

@@ -43,8 +43,10 @@ struct StorageRef {
 StorageRef parse_storage_pid(const pickle::Value& node, const std::string& where);
 
 // A new persistent id node like `node` (REQUIRES parse_storage_pid accepts it) that names
-// storage `key`; the type, location and numel nodes are shared with `node`.
-pickle::ValuePtr rename_storage_pid(const pickle::Value& node, const std::string& key);
+// the storage whose key is the str node `key` (share one node among the references to a
+// storage, as torch.save's memo does); the type, location and numel nodes are shared with
+// `node`.
+pickle::ValuePtr rename_storage_pid(const pickle::Value& node, const pickle::ValuePtr& key);
 
 struct RenamedStorage {
   StorageRef source;  // as the archive the tree came from names it
@@ -53,7 +55,8 @@ struct RenamedStorage {
 
 // Gives the storages `root` references the keys first_key, first_key + 1, ... (decimal) in
 // the order the pickle writer meets their persistent ids, one key per source key, and
-// replaces every persistent id node in place. Returns the storages in new-key order.
+// replaces in place every persistent id node whose key changes (the others are kept).
+// Returns the storages in new-key order.
 // Throws FormatError (`where`) for a persistent id parse_storage_pid refuses.
 std::vector<RenamedStorage> renumber_storages(pickle::ValuePtr& root, const std::string& where,
                                               std::size_t first_key = 0);

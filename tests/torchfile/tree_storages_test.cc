@@ -115,7 +115,7 @@ TEST(TreeStorages, BadPersistentIdsAndRecordsAreFormatErrors) {
                           Value::str("cpu"), Value::integer(6)});
   EXPECT_EQ(parse_storage_pid(*untyped, "x").nbytes, 6u);
   EXPECT_EQ(parse_storage_pid(*untyped, "x").swap_width, 1u);
-  ValuePtr renamed = rename_storage_pid(*good, "0");
+  ValuePtr renamed = rename_storage_pid(*good, Value::str("0"));
   EXPECT_EQ(renamed->pid()->items()[2]->as_string(), "0");
   EXPECT_EQ(renamed->pid()->items()[1], good->pid()->items()[1]);
 
