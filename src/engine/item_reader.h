@@ -177,7 +177,7 @@ class SavedTensorBlob {
 // Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set, and
 // returns it opened: a torch.save archive in memory whose root is the object torch.load
 // would return; the storages of tensors the object holds are its data/<key> records
-// (docs/dcp-format.md §2.2). Adds the blob's length to counts.data_bytes. Throws
+// (docs/dcp-format.md §2.5). Adds the blob's length to counts.data_bytes. Throws
 // FormatError naming the file and fqn, StorageError.
 std::unique_ptr<torchfile::TorchFile> open_saved_object(const ByteSource& file, const format::StorageInfo& info,
                                                         const std::string& fqn, const BlobChecksums& checksums,

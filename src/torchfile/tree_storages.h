@@ -1,6 +1,6 @@
 // The storages an object tree of a torch.save archive references, for writing that object
 // into another archive as torch.save writes it. A DCP bytes item is a whole torch.save
-// archive of one object (docs/dcp-format.md §2.2); when the object holds tensors (a tuple
+// archive of one object (docs/dcp-format.md §2.5); when the object holds tensors (a tuple
 // `(tensor, 'l2')`, a namespace holding a dict of tensors), its tree refers to storages by
 // persistent id, ('storage', torch.<Type>Storage, key, location, numel), and the bytes are
 // the archive's data/<key> records. Writing the object elsewhere (a resharded item, the

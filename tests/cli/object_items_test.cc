@@ -1,5 +1,5 @@
 // Objects that hold tensors (DCP bytes items whose torch.save archive has storage records,
-// docs/dcp-format.md §2.2) end to end against PyTorch 2.6, with two oracle starts for all
+// docs/dcp-format.md §2.5) end to end against PyTorch 2.6, with two oracle starts for all
 // cases (tests/cli/object_items_oracle.py): PyTorch saves a tuple (tensor, 'l2'), views of
 // one storage, a SimpleNamespace holding a dict of tensors, a bf16 Parameter and a 3 MiB
 // tensor with a view of it inside a nested dict; then
