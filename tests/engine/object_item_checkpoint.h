@@ -21,9 +21,9 @@
 namespace shardpoint::engine::testing {
 
 struct ObjectItemCheckpoint {
-  std::string pair_blob;      // the bytes item "pair", as stored
-  std::string pair_storage;   // its storage's 12 bytes
-  std::string w_bytes;        // the 24 bytes of "w"
+  std::string pair_blob;     // the bytes item "pair", as stored
+  std::string pair_storage;  // its storage's 12 bytes
+  std::string w_bytes;       // the 24 bytes of "w"
 };
 
 inline std::string float_bytes(const std::vector<float>& values) {
@@ -39,9 +39,9 @@ inline ObjectItemCheckpoint write_object_item_checkpoint(storage::Storage& st) {
   c.pair_storage = float_bytes({1.5F, 2.5F, 3.5F});
   c.w_bytes = float_bytes({0, 1, 2, 3, 4, 5});
   const std::vector<std::int64_t> three{3}, two{2}, one{1};
-  pickle::ValuePtr pair = Value::tuple({torchfile::make_tensor_node(DType::kFloat32, three, one, 0, "0", 3),
-                                        Value::str("l2"),
-                                        torchfile::make_tensor_node(DType::kFloat32, two, one, 1, "0", 3)});
+  pickle::ValuePtr pair =
+      Value::tuple({torchfile::make_tensor_node(DType::kFloat32, three, one, 0, "0", 3), Value::str("l2"),
+                    torchfile::make_tensor_node(DType::kFloat32, two, one, 1, "0", 3)});
   StringSink sink;
   torchfile::TorchSaveWriter writer(sink);
   writer.write_pickle(*pair);
