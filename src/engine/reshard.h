@@ -37,8 +37,9 @@
 // slabs, plus the destination driver's staging buffers (StorageOptions: 64 MiB by default;
 // object stores also hold their multipart part buffers, S3: 4 x 8 MiB per writer), plus an
 // object-store source's read cache (S3: 64 MiB per open source file), plus the objects (a
-// DCP object item that holds tensors: its whole item, storages included) and the metadata. Sources are read with pread / ranged GETs, never mapped, so source pages do
-// not count in the RSS (bench/README.md, "reshard", has the figures).
+// DCP object item that holds tensors: its whole item, storages included) and the metadata.
+// Sources are read with pread / ranged GETs, never mapped, so source pages do not count in
+// the RSS (bench/README.md, "reshard", has the figures).
 //
 // Thread-safety: reshard() calls may run concurrently on different destinations.
 #pragma once
