@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/output.h"
 #include "core/checksum.h"
 #include "core/error.h"
 #include "engine/reshard.h"
+#include "pickle/repr.h"
 #include "storage/location.h"
 
 namespace shardpoint::cli {
@@ -36,6 +38,20 @@ const char* storage_url_help() {
          "(AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or\n"
          "AZURE_STORAGE_SAS_TOKEN; AZURE_STORAGE_BLOB_ENDPOINT), file:///ABS/PATH. Secrets are\n"
          "never printed; authentication errors name the variable the credentials came from.\n";
+}
+
+std::string object_repr(const pickle::Value& object, const torchfile::TorchFile& file) {
+  pickle::ReprOptions options;
+  options.node_text = [&](const pickle::Value& node) -> std::optional<std::string> {
+    const torchfile::TensorInfo* t = file.tensor_of(node);
+    if (t == nullptr) return std::nullopt;
+    std::string text = fmt::format("{}({}, [{}]", t->is_parameter ? "Parameter" : "tensor", dtype_name(t->dtype),
+                                   fmt::join(t->shape, ", "));
+    if (t->requires_grad) text += ", requires_grad=True";
+    if (t->location != "cpu") text += ", device='" + t->location + "'";
+    return text + ")";
+  };
+  return pickle::repr(object, options);
 }
 
 std::string tensor_sha256(const CheckpointListing& listing, std::size_t i) {

@@ -57,6 +57,12 @@ std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
                                                       std::unique_ptr<torchfile::TorchFile> file);
 std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path, bool check_zip_crc = true);
 
+// The Python-like repr of `object`, a node of file's tree, with each tensor it holds shown
+// as tensor(float32, [2]) (Parameter(...) for a parameter; requires_grad and a device
+// other than cpu added) instead of its rebuild call: a bytes item whose object holds
+// tensors, or an object of a torch.save file that inspect does not descend into.
+std::string object_repr(const pickle::Value& object, const torchfile::TorchFile& file);
+
 // SHA-256 hex of entry i's elements.
 std::string tensor_sha256(const CheckpointListing& listing, std::size_t i);
 

@@ -46,7 +46,8 @@ class DcpListing final : public CheckpointListing {
         e.nbytes = volume(t->size) * dtype_itemsize(t->properties.dtype);
         e.detail = t->chunks.size() == 1 ? "1 chunk" : fmt::format("{} chunks", t->chunks.size());
       } else {
-        e.repr = pickle::repr(*reader_.read_object(fqn));
+        std::shared_ptr<const torchfile::TorchFile> item = reader_.read_object_file(fqn);
+        e.repr = object_repr(*item->root(), *item);
       }
       entries_.push_back(std::move(e));
     }

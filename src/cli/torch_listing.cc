@@ -114,7 +114,7 @@ class TorchListing final : public CheckpointListing {
     }
     ListingEntry e;
     e.key = key;
-    e.repr = pickle::repr(v);
+    e.repr = object_repr(v, *file_);
     entries_.push_back(std::move(e));
   }
 

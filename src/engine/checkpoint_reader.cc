@@ -105,7 +105,9 @@ const format::Metadata& CheckpointReader::tensor_metadata(const std::string& fqn
   return *per_tensor_.emplace(fqn, std::move(md)).first->second;
 }
 
-pickle::ValuePtr CheckpointReader::read_object(const std::string& fqn) {
+pickle::ValuePtr CheckpointReader::read_object(const std::string& fqn) { return read_object_file(fqn)->root(); }
+
+std::shared_ptr<const torchfile::TorchFile> CheckpointReader::read_object_file(const std::string& fqn) {
   auto it = metadata_.state_dict_metadata.find(fqn);
   if (it == metadata_.state_dict_metadata.end()) throw PlanError("checkpoint has no key \"" + fqn + "\"");
   if (!std::holds_alternative<format::BytesStorageMetadata>(it->second)) {
@@ -113,10 +115,11 @@ pickle::ValuePtr CheckpointReader::read_object(const std::string& fqn) {
   }
   const format::StorageInfo& info = storage_info(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
   ReadCounts counts;
-  pickle::ValuePtr value = read_saved_object(*source(info.relative_path), info, fqn, checksums_for(info), counts);
+  std::shared_ptr<const torchfile::TorchFile> file =
+      open_saved_object(*source(info.relative_path), info, fqn, checksums_for(info), counts);
   std::lock_guard lock(mu_);
   counts_ += counts;
-  return value;
+  return file;
 }
 
 ReadCounts CheckpointReader::counts() const {

@@ -8,7 +8,7 @@
 // the requested box are read, widened to checksum blocks when verifying against a sidecar;
 // without one, the zip CRC-32s of the records read are checked (check_zip_crc).
 //
-// Thread-safety: read_box() and read_object() may be called from several threads at once.
+// Thread-safety: read_box(), read_object() and read_object_file() may be called from several threads at once.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +61,10 @@ class CheckpointReader {
 
   // The object saved under fqn (a bytes item), as torch.load would return it.
   pickle::ValuePtr read_object(const std::string& fqn);
+  // The bytes item under fqn opened as the torch.save archive it is (held in memory): its
+  // root is read_object()'s object, and the storages of the tensors that object holds are
+  // the archive's records (torchfile/tree_storages.h copies them). Throws as read_object().
+  std::shared_ptr<const torchfile::TorchFile> read_object_file(const std::string& fqn);
 
   // Bytes read so far (headers and data).
   ReadCounts counts() const;

@@ -175,15 +175,20 @@ class Consolidator {
     if (!read_ahead_) return;
     std::vector<std::string> fqns;
     for (std::size_t i = from; i < to; ++i) {
-      if (!sources_[seq[i]].from_meta) fqns.push_back(sources_[seq[i]].fqn);
+      if (sources_[seq[i]].kind == TensorSourceKind::kDcpTensor) fqns.push_back(sources_[seq[i]].fqn);
     }
     read_ahead_->advise(fqns);
   }
 
   // Reads one piece of sources_[seq[piece.k]] into dest. Called from reader threads.
   void read_piece(const TensorSource& src, const SlabPiece& p, std::span<std::byte> dest) {
-    if (!src.from_meta) {
+    if (src.kind == TensorSourceKind::kDcpTensor) {
       reader_->read_box(src.fqn, p.offsets, p.sizes, dest);
+      return;
+    }
+    if (src.kind == TensorSourceKind::kObjectStorage) {
+      // The item's archive is in memory; pieces start at multiples of the slab buffer size.
+      torchfile::read_storage_bytes(*src.archive, src.storage, p.at, dest.first(static_cast<std::size_t>(p.n)));
       return;
     }
     // meta.pt tensors are small (trainer state); read whole, keep the piece's bytes.
@@ -196,6 +201,7 @@ class Consolidator {
   // Streams the bytes of sources_[seq[0]], sources_[seq[1]], ... (each row-major) to the
   // caller through the slab pipeline: begin(k) before source seq[k], write(span) for each
   // piece, end(k) after it. DCP tensors are read box by box (CheckpointReader::read_box),
+  // object items' storages by byte range from their archives,
   // meta.pt tensors by byte range. Progress is reported and cancellation checked after
   // each slab buffer.
   void stream_sources(const std::vector<std::size_t>& seq, const std::function<void(std::size_t)>& begin,
@@ -205,7 +211,7 @@ class Consolidator {
     tensors.reserve(seq.size());
     for (std::size_t i : seq) {
       const TensorSource& src = sources_[i];
-      tensors.push_back(SlabTensor{src.shape, dtype_itemsize(src.dtype), !src.from_meta});
+      tensors.push_back(SlabTensor{src.shape, dtype_itemsize(src.dtype), src.kind == TensorSourceKind::kDcpTensor});
     }
     SlabCallbacks callbacks;
     callbacks.read = [&](const SlabPiece& p, std::span<std::byte> dest) { read_piece(sources_[seq[p.k]], p, dest); };

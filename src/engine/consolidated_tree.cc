@@ -1,5 +1,6 @@
 #include "engine/consolidated_tree.h"
 
+#include <map>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -44,15 +45,33 @@ class TreeBuilder {
         src.shape = t->size;
         leaf = placeholder_for(std::move(src), fqn);
       } else {
-        leaf = reader.read_object(fqn);
-        if (leaf && pickle::holds_persistent_id(*leaf)) {
-          throw FormatError("item \"" + fqn + "\": an object item that holds tensors is not supported");
-        }
+        std::shared_ptr<const torchfile::TorchFile> item = reader.read_object_file(fqn);
+        leaf = item->root();
+        if (leaf && pickle::holds_persistent_id(*leaf)) object_storages(fqn, item, leaf);
         ++objects;
       }
       set_at_path(root, object_path_of(md, fqn), StateNode(std::move(leaf)));
     }
     return to_pickle_value(root);
+  }
+
+  // Swaps each storage persistent id of `object` (the root of `item`, changed in place) for
+  // a placeholder whose storage is copied from the item's archive.
+  void object_storages(const std::string& fqn, const std::shared_ptr<const torchfile::TorchFile>& item,
+                       ValuePtr& object) {
+    const std::string where = item->source().name() + ": item \"" + fqn + "\"";
+    pickle::replace_nodes(object, [&](const ValuePtr& node) -> ValuePtr {
+      if (!node->is(Kind::kPersistentId)) return nullptr;
+      TensorSource src;
+      src.kind = TensorSourceKind::kObjectStorage;
+      src.fqn = fqn;
+      src.archive = item;
+      src.storage = torchfile::parse_storage_pid(*node, where);
+      src.dtype = DType::kUInt8;
+      src.shape = {static_cast<std::int64_t>(src.storage.nbytes)};
+      pids_.emplace(sources_.size(), node);
+      return placeholder_for(std::move(src), fqn + " storage");
+    });
   }
 
   // meta.pt's root with its tensors replaced by placeholders (read from meta.pt when their
@@ -67,7 +86,7 @@ class TreeBuilder {
       const torchfile::TensorInfo* info = meta.tensor_of(*node);
       if (info == nullptr) return nullptr;
       TensorSource src;
-      src.from_meta = true;
+      src.kind = TensorSourceKind::kMetaTensor;
       src.meta = *info;
       src.dtype = info->dtype;
       src.shape = info->shape;
@@ -76,23 +95,36 @@ class TreeBuilder {
     return meta_root;
   }
 
-  // Replaces placeholders by tensor nodes with storage keys "0", "1", ... in the order
-  // the pickle writer meets them; returns the source of each key.
+  // Replaces placeholders by tensor nodes (object storages: persistent ids) with storage
+  // keys "0", "1", ... in the order the pickle writer meets them, one key per storage;
+  // returns the source of each key.
   std::vector<TensorSource> assign_storages(ValuePtr& tree) {
     std::vector<TensorSource> by_key;
+    // (item archive, storage key) -> the str node of its output key, one node per storage.
+    std::map<std::pair<const torchfile::TorchFile*, std::string>, ValuePtr> object_keys;
     pickle::replace_nodes(tree, [&](const ValuePtr& node) -> ValuePtr {
       auto ph = placeholders_.find(node.get());
       if (ph == placeholders_.end()) return nullptr;
       const TensorSource& src = sources_[ph->second];
+      if (src.kind == TensorSourceKind::kObjectStorage) {
+        // References to one storage of an item share its key, as torch.save's do.
+        auto [it, added] = object_keys.try_emplace({src.archive.get(), src.storage.key}, nullptr);
+        if (added) {
+          it->second = Value::str(std::to_string(by_key.size()));
+          by_key.push_back(src);
+        }
+        return torchfile::rename_storage_pid(*pids_.at(ph->second), it->second);
+      }
       std::string key = std::to_string(by_key.size());
       by_key.push_back(src);
       std::uint64_t numel = 1;
       for (auto d : src.shape) numel *= static_cast<std::uint64_t>(d);
       auto strides = torchfile::contiguous_strides(src.shape);
-      bool requires_grad = src.from_meta && src.meta.requires_grad;
+      const bool from_meta = src.kind == TensorSourceKind::kMetaTensor;
+      bool requires_grad = from_meta && src.meta.requires_grad;
       ValuePtr made = torchfile::make_tensor_node(src.dtype, src.shape, strides, 0, key, numel, "cpu",
-                                                  src.from_meta && !src.meta.is_parameter && requires_grad);
-      if (src.from_meta && src.meta.is_parameter) made = torchfile::make_parameter_node(made, requires_grad);
+                                                  from_meta && !src.meta.is_parameter && requires_grad);
+      if (from_meta && src.meta.is_parameter) made = torchfile::make_parameter_node(made, requires_grad);
       return made;
     });
     return by_key;
@@ -104,6 +136,7 @@ class TreeBuilder {
   // cannot have its address reused by a node that placeholders_ would then match.
   std::vector<ValuePtr> placeholder_nodes_;
   std::vector<TensorSource> sources_;
+  std::unordered_map<std::size_t, ValuePtr> pids_;  // object storages: sources_ index -> its persistent id
 };
 
 }  // namespace

@@ -1,11 +1,14 @@
 // The object tree consolidate() writes with torch.save, built from a DCP checkpoint's
 // .metadata (and meta.pt for the Lightning layouts) before any tensor data is read:
 //   - the DCP state, nesting rebuilt from planner_data, keys in the given fqn order,
-//     object items read whole (an object item that holds tensors is refused);
+//     object items read whole; an object that holds tensors keeps its tree, and each
+//     storage it references becomes a storage of the output, copied from the item's
+//     archive (as dcp_to_torch_save's torch.load + torch.save: views and sharing kept);
 //   - kTrainer / kFabric: meta.pt merged on top and Lightning's layout applied
 //     (engine/lightning_layout.h);
-//   - every tensor a contiguous CPU tensor node whose storage key is "k", k counting in
-//     the order the pickle writer meets them; tensors[k] says where its bytes are.
+//   - every DCP and meta.pt tensor a contiguous CPU tensor node; every storage (of those
+//     tensors and of the objects' tensors) gets the key "k", k counting in the order the
+//     pickle writer meets them; tensors[k] says where its bytes are.
 // DCP tensors get requires_grad false; meta.pt tensors keep requires_grad and Parameter-ness.
 //
 // Thread-safety: build_consolidated_tree() reads through the reader (thread-safe) and
@@ -14,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,14 +27,26 @@
 #include "format/metadata.h"
 #include "pickle/value.h"
 #include "torchfile/torch_file.h"
+#include "torchfile/tree_storages.h"
 
 namespace shardpoint::engine {
 
-// Where the bytes of one output tensor come from.
+enum class TensorSourceKind {
+  kDcpTensor,      // a DCP tensor, read by box
+  kMetaTensor,     // a meta.pt tensor, read whole
+  kObjectStorage,  // a storage record of an object item's archive, read by byte range
+};
+
+// Where the bytes of one output storage come from.
 struct TensorSource {
-  bool from_meta = false;
-  std::string fqn;             // a DCP tensor (read by box)
-  torchfile::TensorInfo meta;  // a meta.pt tensor (read whole)
+  TensorSourceKind kind = TensorSourceKind::kDcpTensor;
+  std::string fqn;             // kDcpTensor: the tensor; kObjectStorage: the object item
+  torchfile::TensorInfo meta;  // kMetaTensor
+  // kObjectStorage: the item's archive (in memory) and the storage in it
+  // (torchfile::read_storage_bytes reads it).
+  std::shared_ptr<const torchfile::TorchFile> archive;
+  torchfile::StorageRef storage;
+  // kObjectStorage: uint8 and {bytes}.
   DType dtype = DType::kFloat32;
   format::Shape shape;
   std::uint64_t nbytes() const;
@@ -53,7 +69,7 @@ format::ObjectPath object_path_of(const format::Metadata& md, const std::string&
 // Builds the tree (see the top of this file). fqns: every fqn of reader.metadata(), in
 // output order. open_meta: returns meta.pt (which must outlive the call); called once,
 // after the DCP part is built, and only for kTrainer / kFabric. Throws FormatError (an
-// object item holding tensors; meta.pt's root not a dict), PlanError (Lightning's
+// object item's bad persistent ids; meta.pt's root not a dict), PlanError (Lightning's
 // KeyErrors, apply_trainer_layout()), and what reading an object item or open_meta throws.
 ConsolidatedTree build_consolidated_tree(CheckpointReader& reader, const std::vector<std::string>& fqns,
                                          ConsolidateLayout layout,

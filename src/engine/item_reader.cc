@@ -677,8 +677,9 @@ class OwnedSource final : public ByteSource {
 
 }  // namespace
 
-pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
-                                   const BlobChecksums& checksums, ReadCounts& counts) {
+std::unique_ptr<torchfile::TorchFile> open_saved_object(const ByteSource& file, const format::StorageInfo& info,
+                                                        const std::string& fqn, const BlobChecksums& checksums,
+                                                        ReadCounts& counts) {
   const std::string where = info.relative_path + ": item \"" + fqn + "\"";
   if (!info.transform_descriptors.empty()) {
     throw FormatError(where + ": stream transforms are not supported yet (found \"" +
@@ -721,7 +722,12 @@ pickle::ValuePtr read_saved_object(const ByteSource& file, const format::Storage
   } catch (const Error&) {
     rethrow_with_context(where);
   }
-  return torch_file->root();
+  return torch_file;
+}
+
+pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
+                                   const BlobChecksums& checksums, ReadCounts& counts) {
+  return open_saved_object(file, info, fqn, checksums, counts)->root();
 }
 
 }  // namespace shardpoint::engine

@@ -191,9 +191,16 @@ class SavedTensorBlob {
 };
 
 // Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set (else
-// checks its zip CRC-32s when checksums.zip_crc is set), and returns the object torch.load
-// would (the root of its data.pkl). Adds the blob's length to counts.data_bytes. Throws FormatError naming the file and
-// fqn, StorageError.
+// checks its zip CRC-32s when checksums.zip_crc is set), and returns it opened: a torch.save
+// archive in memory whose root is the object torch.load would return; the storages of
+// tensors the object holds are its data/<key> records (docs/dcp-format.md §2.5). Adds the
+// blob's length to counts.data_bytes. Throws FormatError naming the file and fqn,
+// StorageError.
+std::unique_ptr<torchfile::TorchFile> open_saved_object(const ByteSource& file, const format::StorageInfo& info,
+                                                        const std::string& fqn, const BlobChecksums& checksums,
+                                                        ReadCounts& counts);
+
+// open_saved_object(...)->root().
 pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
                                    const BlobChecksums& checksums, ReadCounts& counts);
 

@@ -10,6 +10,7 @@
 #include "engine/chunking.h"
 #include "pickle/value.h"
 #include "torchfile/torch_save_writer.h"
+#include "torchfile/tree_storages.h"
 
 namespace shardpoint::engine {
 
@@ -76,6 +77,26 @@ WrittenItem write_item(ByteSink& file, const std::string& file_name, const Write
   torchfile::TorchSaveWriter writer(sink);
   const pickle::ValuePtr& v = *object ? *object : pickle::Value::none();
   writer.write_pickle(*v);
+  writer.finish();
+  out.info.length = sum.length();
+  out.checksum = sum.finish_item();
+  out.blocks = sum.take_blocks();
+  return out;
+}
+
+WrittenItem write_object_item(ByteSink& file, const std::string& file_name, const WriteItem& item,
+                              const pickle::Value& object, const torchfile::TorchFile& archive,
+                              const ItemWriteOptions& options) {
+  if (item.type != WriteItemType::kBytes) mismatch(item, "planned as a tensor, found an object");
+  WrittenItem out;
+  out.index = item.index;
+  out.info.relative_path = file_name;
+  out.info.offset = file.position();
+
+  BlockChecksummer sum(options.checksum, options.block_size);
+  ChecksummingSink sink(file, sum);
+  torchfile::TorchSaveWriter writer(sink);
+  torchfile::write_object_with_storages(writer, object, archive);
   writer.finish();
   out.info.length = sum.length();
   out.checksum = sum.finish_item();

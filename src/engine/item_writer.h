@@ -5,7 +5,8 @@
 // _rebuild_tensor_v2(('storage', torch.<T>Storage, "0", "cpu", numel), 0, sizes,
 // contiguous strides, False, OrderedDict()), one storage record data/0 holding exactly the
 // chunk's row-major bytes, read from the caller's buffer as it streams out.
-// A bytes item is torch.save of the object's pickle value (no storages).
+// A bytes item is torch.save of the object's pickle value: no storages, or, for an object
+// that holds tensors, the storages it references copied from the archive it was read from.
 //
 // Thread-safety: reentrant; one sink per thread.
 #pragma once
@@ -21,6 +22,8 @@
 #include "engine/flatten.h"
 #include "engine/save_plan.h"
 #include "format/metadata.h"
+#include "pickle/value.h"
+#include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {
 
@@ -54,6 +57,16 @@ struct ItemWriteOptions {
 // box, or a tensor without data of the planned size); StorageError from the sink.
 WrittenItem write_item(ByteSink& file, const std::string& file_name, const WriteItem& item, const FlatValue& value,
                        const ItemWriteOptions& options = {});
+
+// write_item() for a kBytes item whose object holds tensors: `object` is a node of
+// `archive`'s tree (a bytes item opened with CheckpointReader::read_object_file(), or a part
+// of a torch.save file), written as torch.save writes that object alone
+// (torchfile/tree_storages.h: storages renumbered, their bytes copied from `archive`).
+// Throws UsageError naming the fqn when the item is not kBytes; FormatError for bad
+// persistent ids or storage records; StorageError from the sink.
+WrittenItem write_object_item(ByteSink& file, const std::string& file_name, const WriteItem& item,
+                              const pickle::Value& object, const torchfile::TorchFile& archive,
+                              const ItemWriteOptions& options = {});
 
 // Streams a tensor item's data: calls `write` with consecutive pieces of the chunk's
 // row-major little-endian bytes, item.nbytes in all.

@@ -24,6 +24,7 @@
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
 #include "pickle/repr.h"
+#include "pickle/tree_edit.h"
 #include "storage/location.h"
 #include "storage/storage_registry.h"
 
@@ -45,6 +46,9 @@ struct SourceLeaf {
   bool requires_grad = false;
   bool replicated = false;       // written whole once
   pickle::ValuePtr object;       // objects (read at open)
+  // An object that holds tensors: the archive whose records hold their storages (the bytes
+  // item itself, or the torch.save source file); null for other objects.
+  std::shared_ptr<const torchfile::TorchFile> object_archive;
 };
 
 std::uint64_t element_count(const Shape& shape) {
@@ -98,7 +102,9 @@ class DcpSource final : public ReshardSource {
                            std::all_of(t->chunks[0].offsets.begin(), t->chunks[0].offsets.end(),
                                        [](std::int64_t o) { return o == 0; }));
       } else {
-        leaf.object = reader_.read_object(fqn);
+        std::shared_ptr<const torchfile::TorchFile> item = reader_.read_object_file(fqn);
+        leaf.object = item->root();
+        if (leaf.object && pickle::holds_persistent_id(*leaf.object)) leaf.object_archive = std::move(item);
       }
       leaves_.push_back(std::move(leaf));
     }
@@ -224,12 +230,13 @@ class TorchSource final : public ReshardSource {
     leaf.path = path;
     // Shares the node of the file's tree; the TorchFile outlives the writes.
     leaf.object = node;
+    if (pickle::holds_persistent_id(v)) leaf.object_archive = file_;
     infos_.push_back(nullptr);
     leaves_.push_back(std::move(leaf));
   }
 
   std::string name_;
-  std::unique_ptr<torchfile::TorchFile> file_;
+  std::shared_ptr<const torchfile::TorchFile> file_;
   std::vector<const torchfile::TensorInfo*> infos_;  // per leaf; nullptr for objects
 };
 
@@ -430,11 +437,23 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
       std::unique_ptr<storage::StorageWriter> writer = destination.open_writer(task.file, write_options);
       for (const WriteItem* item : task.items) {
         const FlatValue& value = flat.items.at(item->index.fqn);
+        const auto found = leaf_of_path.find(flat.planner_data.at(item->index.fqn));
         if (item->type == WriteItemType::kBytes) {
-          written[t].push_back(write_item(*writer, task.file, *item, value, item_options));
+          const SourceLeaf* object = found != leaf_of_path.end() ? &leaves[found->second] : nullptr;
+          if (object != nullptr && object->object_archive) {
+            written[t].push_back(naming_source(source_name, [&] {
+              return write_object_item(*writer, task.file, *item, *object->object, *object->object_archive,
+                                       item_options);
+            }));
+          } else {
+            written[t].push_back(write_item(*writer, task.file, *item, value, item_options));
+          }
           continue;
         }
-        const std::size_t leaf = leaf_of_path.at(flat.planner_data.at(item->index.fqn));
+        if (found == leaf_of_path.end()) {
+          throw Error("reshard: item \"" + item->index.fqn + "\" has no source tensor (internal error)");
+        }
+        const std::size_t leaf = found->second;
         const format::ChunkStorageMetadata& chunk = item->chunk;
         auto produce = [&](const std::function<void(ByteSpan)>& write) {
           for_each_box(chunk.sizes, dtype_itemsize(item->dtype), slab_bytes,

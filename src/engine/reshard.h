@@ -2,8 +2,9 @@
 // laid out as a job of N ranks would save it with dim-0 sharding: every tensor with
 // dimensions is split on dim 0 as DTensor's Shard(0) on a 1-D mesh of N does (ceil
 // division; the last ranks may get empty boxes), 0-dim tensors and replicated-looking
-// tensors are written whole once, objects are kept. With ranks = 1 and a torch.save
-// source it is the torch.save -> DCP conversion.
+// tensors are written whole once, objects are kept (an object that holds tensors with its
+// storages, as torch.save writes it: docs/dcp-format.md §2.5). With ranks = 1 and a
+// torch.save source it is the torch.save -> DCP conversion.
 //
 // Sources: a local DCP folder or torch.save file, or a storage URL (s3://, gs://, az://,
 // abfs://, file://, memory://; storage_registry.h). A URL names a DCP checkpoint when
@@ -35,9 +36,10 @@
 // Memory: bounded by the options, whatever the checkpoint size: memory_budget_bytes of
 // slabs, plus the destination driver's staging buffers (StorageOptions: 64 MiB by default;
 // object stores also hold their multipart part buffers, S3: 4 x 8 MiB per writer), plus an
-// object-store source's read cache (S3: 64 MiB per open source file), plus the objects and
-// the metadata. Sources are read with pread / ranged GETs, never mapped, so source pages do
-// not count in the RSS (bench/README.md, "reshard", has the figures).
+// object-store source's read cache (S3: 64 MiB per open source file), plus the objects (a
+// DCP object item that holds tensors: its whole item, storages included) and the metadata.
+// Sources are read with pread / ranged GETs, never mapped, so source pages do not count in
+// the RSS (bench/README.md, "reshard", has the figures).
 //
 // Thread-safety: reshard() calls may run concurrently on different destinations.
 #pragma once

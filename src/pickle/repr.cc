@@ -138,7 +138,7 @@ bool is_plain_call(const Value& v) {
 
 class Printer {
  public:
-  explicit Printer(std::size_t max_chars) : max_chars_(max_chars) {}
+  explicit Printer(const ReprOptions& options) : max_chars_(options.max_chars), node_text_(options.node_text) {}
 
   std::string finish() {
     if (out_.size() <= max_chars_) return std::move(out_);
@@ -166,6 +166,12 @@ class Printer {
     if (active_.contains(&v)) {
       print_recursion(v);
       return;
+    }
+    if (node_text_) {
+      if (std::optional<std::string> text = node_text_(v)) {
+        out_ += *text;
+        return;
+      }
     }
     ++active_[&v];
     print_kind(v, depth);
@@ -357,6 +363,7 @@ class Printer {
   }
 
   std::size_t max_chars_;
+  const std::function<std::optional<std::string>(const Value&)>& node_text_;
   std::string out_;
   std::unordered_map<const Value*, int> active_;
 };
@@ -364,7 +371,7 @@ class Printer {
 }  // namespace
 
 std::string repr(const Value& value, const ReprOptions& options) {
-  Printer printer(options.max_chars);
+  Printer printer(options);
   printer.print(value, 0);
   return printer.finish();
 }

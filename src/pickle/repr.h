@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "pickle/value.h"
@@ -28,6 +30,10 @@ namespace shardpoint::pickle {
 
 struct ReprOptions {
   std::size_t max_chars = 1000;
+  // When set, called for each node before it is printed: a result is printed instead of
+  // the node (and its children). `inspect` shows the tensors inside an object this way
+  // rather than as their rebuild calls. Empty: every node prints as above.
+  std::function<std::optional<std::string>(const Value&)> node_text;
 };
 
 std::string repr(const Value& value, const ReprOptions& options = {});

@@ -47,9 +47,16 @@ class NodeReplacer {
     visited_.insert(slot.get());
     Value& v = *slot;
     if (v.is(Kind::kObject)) {
-      for (const ValuePtr* p : {&v.callable(), &v.args(), &v.kwargs(), &v.state()}) {
+      // The pickler's order: the call, then appended items and set entries, then BUILD.
+      for (const ValuePtr* p : {&v.callable(), &v.args(), &v.kwargs()}) {
         if (*p) for_each_child_slot(**p, [&](ValuePtr& s) { visit(s); });
       }
+      for (auto& i : v.mutable_items()) visit(i);
+      for (auto& [k, x] : v.mutable_entries()) {
+        visit(k);
+        visit(x);
+      }
+      if (v.state()) for_each_child_slot(*v.state(), [&](ValuePtr& s) { visit(s); });
       return;
     }
     for_each_child_slot(v, [&](ValuePtr& s) { visit(s); });
@@ -80,7 +87,15 @@ bool holds_persistent_id(const Value& v, std::unordered_set<const Value*>& seen)
         if (check(k) || check(x)) return true;
       }
       return false;
-    case Kind::kObject: return check(v.callable()) || check(v.args()) || check(v.kwargs()) || check(v.state());
+    case Kind::kObject:
+      if (check(v.callable()) || check(v.args()) || check(v.kwargs()) || check(v.state())) return true;
+      for (const auto& i : v.items()) {
+        if (check(i)) return true;
+      }
+      for (const auto& [k, x] : v.entries()) {
+        if (check(k) || check(x)) return true;
+      }
+      return false;
     default: return false;
   }
 }

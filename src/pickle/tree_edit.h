@@ -11,8 +11,9 @@
 
 namespace shardpoint::pickle {
 
-// Walks the graph from `root` (depth first, children in order: items; dict keys and
-// values; for an object, the children of its callable, args, kwargs and state containers)
+// Walks the graph from `root` (depth first, in the order the pickle writer meets the nodes:
+// items; dict keys and values; for an object, the children of its callable, args and
+// kwargs containers, its appended items and set entries, then the children of its state)
 // and calls replacement(node) on every slot's node, root included. A non-null result
 // replaces the node in that slot, and in every other slot holding the same node (the
 // function is called once per node); null means "keep it and look inside" (each node is

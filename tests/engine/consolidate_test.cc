@@ -1,7 +1,8 @@
 // consolidate(): Lightning's layouts over checkpoints saved by save() on 2-3 in-process
 // ranks (uneven dim-0 shards, dim-1 shards, bf16, 0-dim, nested optimizer state), read back
 // with TorchFile; validation messages; atomic output on failures and cancellation; peak RSS
-// under the budget on a checkpoint 4x larger than the budget; safetensors output.
+// under the budget on a checkpoint 4x larger than the budget; safetensors output; a bytes
+// item whose object holds tensors.
 #include "engine/consolidate.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
+#include "engine/object_item_checkpoint.h"
 #include "engine/torch_save.h"
 #include "format/metadata_codec.h"
 #include "format/safetensors_writer.h"
@@ -121,6 +123,37 @@ void expect_only_folder(const TempDir& dir) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"ckpt"});
+}
+
+// A bytes item whose object holds tensors keeps its tree; its storage (referenced by two
+// views) is copied once under the output's next key, as dcp_to_torch_save writes it.
+TEST(ConsolidateTest, ObjectItemHoldingTensorsKeepsItsTreeAndStorage) {
+  TempDir dir;
+  const std::string folder = dir.file("ckpt");
+  fs::create_directories(folder);
+  const testing::ObjectItemCheckpoint c =
+      testing::write_object_item_checkpoint(*storage::open_local_storage_at(folder));
+  ConsolidateOptions o = options_for(folder, dir.file("out.pt"));
+  o.layout = ConsolidateLayout::kDcp;
+  const ConsolidateReport report = consolidate(o);
+  EXPECT_EQ(report.objects, 1u);
+  EXPECT_EQ(report.tensors, 2u);  // records: "w" and the object's one storage
+
+  auto f = torchfile::TorchFile::open(dir.file("out.pt"));
+  const ValuePtr pair = f->root()->get("pair");
+  ASSERT_TRUE(pair && pair->is(Kind::kTuple) && pair->items().size() == 3);
+  EXPECT_EQ(pair->items()[1]->as_string(), "l2");
+  const torchfile::TensorInfo* a = f->tensor_of(*pair->items()[0]);
+  const torchfile::TensorInfo* b = f->tensor_of(*pair->items()[2]);
+  const torchfile::TensorInfo* w = f->tensor_of(*f->root()->get("w"));
+  ASSERT_TRUE(a && b && w);
+  EXPECT_EQ(a->storage_key, b->storage_key);
+  EXPECT_NE(a->storage_key, w->storage_key);
+  EXPECT_EQ(b->storage_offset, 1);
+  EXPECT_EQ(b->shape, (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(f->storages().size(), 2u);
+  EXPECT_EQ(f->archive().read(*f->record("data/" + a->storage_key)), c.pair_storage);
+  EXPECT_EQ(f->archive().read(*f->record("data/" + w->storage_key)), c.w_bytes);
 }
 
 TEST(ConsolidateTest, TrainerLayoutMatchesLightning) {

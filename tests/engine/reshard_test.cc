@@ -2,18 +2,20 @@
 // files: N -> M for several world sizes (loaded back on M ranks with every value checked),
 // the report's counts, the output's layout (Shard(0) boxes, replicated tensors once, files
 // __r_0.distcp), a torch.save source converted with ranks = 1 and 2, the memory budget
-// setting the slabs, and the usage errors.
+// setting the slabs, a bytes item whose object holds tensors, and the usage errors.
 #include "engine/reshard.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "comm/thread_communicator.h"
 #include "core/error.h"
 #include "engine/checkpoint.h"
 #include "engine/checkpoint_reader.h"
 #include "engine/checkpoint_test_state.h"
+#include "engine/object_item_checkpoint.h"
 #include "engine/torch_save.h"
 #include "storage/memory_storage.h"
 #include "storage/storage_registry.h"
@@ -145,6 +147,33 @@ TEST(ReshardTest, TorchSaveSourceConverts) {
           << s.path << " ranks " << ranks;
     }
     EXPECT_TRUE(pickle::deep_equal(*reader.read_object("epoch"), *pickle::Value::integer(7)));
+  }
+}
+
+// A bytes item whose object holds tensors comes out as the same object with its storage
+// record (one record for both views), on any number of ranks. (Byte equality with
+// PyTorch's own items is checked against PyTorch in tests/cli/object_items_test.cc.)
+TEST(ReshardTest, ObjectItemHoldingTensorsIsWrittenWithItsStorage) {
+  const std::string source = unique_url("object-src");
+  const testing::ObjectItemCheckpoint c = testing::write_object_item_checkpoint(*storage::open_storage(source));
+  auto original = torchfile::TorchFile::open(std::make_unique<MemorySource>(as_bytes(c.pair_blob), "pair"));
+  for (int to : {1, 3}) {
+    auto dst = storage::open_storage(unique_url("object-dst"));
+    ReshardOptions options;
+    options.ranks = to;
+    const ReshardReport report = reshard(source, *dst, options);
+    EXPECT_EQ(report.objects, 1u);
+    CheckpointReader reader(*dst);
+    std::shared_ptr<const torchfile::TorchFile> item = reader.read_object_file("pair");
+    EXPECT_TRUE(pickle::deep_equal(*item->root(), *original->root())) << to << " ranks";
+    ASSERT_EQ(item->tensors().size(), 2u);
+    EXPECT_EQ(item->tensors()[0].storage_key, "0");
+    EXPECT_EQ(item->tensors()[1].storage_key, "0");
+    EXPECT_EQ(item->storages().size(), 1u);
+    EXPECT_EQ(item->archive().read(*item->record("data/0")), c.pair_storage);
+    std::vector<std::byte> w(24);
+    reader.read_box("w", {0, 0}, {2, 3}, w);
+    EXPECT_EQ(std::memcmp(w.data(), c.w_bytes.data(), w.size()), 0);
   }
 }
 

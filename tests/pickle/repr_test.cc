@@ -105,5 +105,18 @@ TEST(Repr, LongOutputIsCut) {
   EXPECT_EQ(repr(*Value::str("\xc3\xa9\xc3\xa9"), ReprOptions{.max_chars = 2}), "'...");
 }
 
+// node_text replaces chosen nodes (inspect: tensors inside objects) and skips their children.
+TEST(Repr, NodeTextReplacesChosenNodes) {
+  ValuePtr tensor = Value::call("torch._utils", "_rebuild_tensor_v2", {Value::integer(0)});
+  ValuePtr pair = Value::tuple({tensor, Value::str("l2"), Value::list({tensor})});
+  ReprOptions options;
+  options.node_text = [&](const Value& v) -> std::optional<std::string> {
+    if (&v == tensor.get()) return std::string("tensor(float32, [2])");
+    return std::nullopt;
+  };
+  EXPECT_EQ(repr(*pair, options), "(tensor(float32, [2]), 'l2', [tensor(float32, [2])])");
+  EXPECT_EQ(repr(*pair), "(torch._utils._rebuild_tensor_v2(0), 'l2', [torch._utils._rebuild_tensor_v2(0)])");
+}
+
 }  // namespace
 }  // namespace shardpoint::pickle

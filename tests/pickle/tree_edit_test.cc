@@ -1,8 +1,12 @@
 // replace_nodes / holds_persistent_id: shared nodes replaced once, cycles terminate,
-// replacements are not entered.
+// replacements are not entered, objects' appended items and set entries are reached in the
+// pickle writer's order.
 #include "pickle/tree_edit.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace shardpoint::pickle {
 namespace {
@@ -49,6 +53,26 @@ TEST(TreeEditTest, CyclesTerminateAndTheRootCanBeReplaced) {
 TEST(TreeEditTest, HoldsPersistentId) {
   EXPECT_FALSE(holds_persistent_id(*Value::dict({{Value::str("a"), Value::list({Value::integer(1)})}})));
   EXPECT_TRUE(holds_persistent_id(*Value::list({Value::tuple({Value::persistent_id(Value::str("storage"))})})));
+}
+
+// An object's own items (APPENDS) and entries (SETITEMS) are children too, met after its
+// call's arguments and before its BUILD state, as the pickle writer emits them.
+TEST(TreeEditTest, ObjectItemsAndEntriesInPicklerOrder) {
+  ValuePtr object = Value::call("collections", "OrderedDict", {Value::str("arg")});
+  object->mutable_items().push_back(Value::str("item"));
+  object->mutable_entries().emplace_back(Value::str("key"), Value::persistent_id(Value::str("pid")));
+  object->set_state(Value::dict({{Value::str("state"), Value::str("value")}}));
+  EXPECT_TRUE(holds_persistent_id(*object));
+
+  std::vector<std::string> met;
+  ValuePtr root = object;
+  replace_nodes(root, [&](const ValuePtr& node) -> ValuePtr {
+    if (node->is(Kind::kStr)) met.push_back(node->as_string());
+    if (node->is(Kind::kPersistentId)) return Value::str("replaced");
+    return nullptr;
+  });
+  EXPECT_EQ(met, (std::vector<std::string>{"arg", "item", "key", "state", "value"}));
+  EXPECT_TRUE(is_str(object->entries()[0].second, "replaced"));
 }
 
 }  // namespace
