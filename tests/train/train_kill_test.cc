@@ -280,25 +280,7 @@ TEST(TrainKillObjectStoreTest, KillDuringLastRewriteResumesFromTheNewestCommitte
     return committed;
   };
   auto run = [&](bool async, std::int64_t max_steps, bool resume, const std::string& kill_at) {
-    std::vector<std::string> argv{SP_TRAIN_BIN,
-                                  "--devices",
-                                  "2",
-                                  "--state-dict-type",
-                                  "sharded",
-                                  "--every-n-train-steps",
-                                  "1",
-                                  "--save-last",
-                                  "--model-size",
-                                  "tiny",
-                                  "--max-steps",
-                                  std::to_string(max_steps),
-                                  "--root",
-                                  root};
-    if (async) argv.push_back("--async-save");
-    if (resume) argv.insert(argv.end(), {"--ckpt-path", "last"});
-    comm::EnvVars env;
-    if (!kill_at.empty()) env.emplace_back("SHARDPOINT_TEST_KILL_AT", kill_at);
-    return testing::run_process(argv, env, 120s);
+    return train(root, async, max_steps, resume, kill_at, 120s).result;
   };
   const std::string checkpoints = root + "/lightning_logs/version_";
   auto r = run(false, 2, false, "meta_pt@4");
