@@ -1,62 +1,32 @@
+// decode_metadata() (metadata_codec.h): the `.metadata` pickle of any PyTorch release
+// 1.13 ... newest into format::Metadata. Classes are recognised by name, fields checked
+// by kind; nothing in the pickle is executed.
 #include "format/metadata_codec.h"
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <limits>
-#include <map>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
-#include "format/checkpoint_path.h"
+#include "format/metadata_codec_text.h"
 #include "pickle/reader.h"
 #include "pickle/repr.h"
-#include "pickle/writer.h"
 
 namespace shardpoint::format {
 namespace {
 
+using codec_text::quote;
+using codec_text::shape_text;
 using pickle::CallKind;
 using pickle::Kind;
 using pickle::Value;
 using pickle::ValuePtr;
 
-// Module paths written by encode_metadata (docs/dcp-format.md §3.7). Readers of every 2.x release have them.
-constexpr std::string_view kDcpMetadataModule = "torch.distributed.checkpoint.metadata";
-constexpr std::string_view kDcpFilesystemModule = "torch.distributed.checkpoint.filesystem";
-constexpr std::string_view kShardedTensorModule = "torch.distributed._shard.sharded_tensor.metadata";
-
 // Names of the memory-format enum members (value = position).
-constexpr std::array<std::string_view, 3> kMemFormatNames = {
-    "TORCH_CONTIGUOUS_FORMAT", "TORCH_CHANNELS_LAST", "TORCH_PRESERVE_FORMAT"};
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-std::string shape_text(const Shape& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
-bool has_negative(const Shape& s) {
-  return std::any_of(s.begin(), s.end(), [](std::int64_t x) { return x < 0; });
-}
+constexpr std::array<std::string_view, 3> kMemFormatNames = {"TORCH_CONTIGUOUS_FORMAT", "TORCH_CHANNELS_LAST",
+                                                             "TORCH_PRESERVE_FORMAT"};
 
 // The class a kObject instantiates: NEWOBJ(cls, ...) or, defensively, the
 // copyreg.__newobj__ / copyreg._reconstructor REDUCE forms of protocols 0-1.
@@ -66,8 +36,7 @@ const Value* class_of(const Value& v) {
   if (!callable.is(Kind::kGlobal)) return nullptr;
   if (v.call_kind() != CallKind::kReduce) return &callable;
   if (callable.module() == "copyreg" &&
-      (callable.name() == "__newobj__" || callable.name() == "__newobj_ex__" ||
-       callable.name() == "_reconstructor")) {
+      (callable.name() == "__newobj__" || callable.name() == "__newobj_ex__" || callable.name() == "_reconstructor")) {
     const ValuePtr& args = v.args();
     if (args && args->is(Kind::kTuple) && !args->items().empty() && args->items()[0] &&
         args->items()[0]->is(Kind::kGlobal)) {
@@ -119,8 +88,7 @@ std::string describe(const Value* v) {
 class Fields {
  public:
   Fields() = default;
-  explicit Fields(const Value* primary, const Value* secondary = nullptr)
-      : primary_(primary), secondary_(secondary) {}
+  explicit Fields(const Value* primary, const Value* secondary = nullptr) : primary_(primary), secondary_(secondary) {}
   const Value* get(std::string_view key) const {
     for (const Value* d : {primary_, secondary_}) {
       if (d == nullptr) continue;
@@ -192,8 +160,7 @@ class Decoder {
 
  private:
   [[noreturn]] void fail(const std::string& where, const std::string& expected, const Value* found) const {
-    throw FormatError(std::string(source_) + ": " + where + ": expected " + expected + ", found " +
-                      describe(found));
+    throw FormatError(std::string(source_) + ": " + where + ": expected " + expected + ", found " + describe(found));
   }
   [[noreturn]] void fail_text(const std::string& where, const std::string& detail) const {
     throw FormatError(std::string(source_) + ": " + where + ": " + detail);
@@ -272,8 +239,7 @@ class Decoder {
     const Value* seq = v;
     if (const Value* fn = reduce_callable(*v)) {
       const auto* args = reduce_args(*v);
-      if (!(fn->module() == "torch" && fn->name() == "Size") || args == nullptr || args->size() != 1 ||
-          !(*args)[0]) {
+      if (!(fn->module() == "torch" && fn->name() == "Size") || args == nullptr || args->size() != 1 || !(*args)[0]) {
         fail(where, expected, v);
       }
       seq = (*args)[0].get();
@@ -309,9 +275,9 @@ class Decoder {
       chunk.offsets = shape(&required(cf, "offsets", cw), cw + ".offsets");
       chunk.sizes = shape(&required(cf, "sizes", cw), cw + ".sizes");
       if (chunk.offsets.size() != t.size.size() || chunk.sizes.size() != t.size.size()) {
-        fail_text(cw, "expected offsets and sizes of rank " + std::to_string(t.size.size()) +
-                          " (the tensor's size " + shape_text(t.size) + "), found offsets " +
-                          shape_text(chunk.offsets) + " and sizes " + shape_text(chunk.sizes));
+        fail_text(cw, "expected offsets and sizes of rank " + std::to_string(t.size.size()) + " (the tensor's size " +
+                          shape_text(t.size) + "), found offsets " + shape_text(chunk.offsets) + " and sizes " +
+                          shape_text(chunk.sizes));
       }
       t.chunks.push_back(std::move(chunk));
     }
@@ -369,8 +335,8 @@ class Decoder {
     if (v->is_global("torch", "strided")) return;
     const Value* fn = reduce_callable(*v);
     const auto* args = fn ? reduce_args(*v) : nullptr;
-    if (fn == nullptr || fn->name() != "_get_layout" || args == nullptr || args->size() != 1 ||
-        !(*args)[0] || !(*args)[0]->is(Kind::kStr)) {
+    if (fn == nullptr || fn->name() != "_get_layout" || args == nullptr || args->size() != 1 || !(*args)[0] ||
+        !(*args)[0]->is(Kind::kStr)) {
       fail(where, expected, v);
     }
     const std::string& name = (*args)[0]->as_string();
@@ -514,222 +480,6 @@ class Decoder {
   std::string_view source_;
 };
 
-// ---- encoding ----------------------------------------------------------------------
-
-class Encoder {
- public:
-  std::string encode(const Metadata& md) {
-    validate(md);
-    DictBuilder state_dict_metadata(*this);
-    for (const auto& [fqn, entry] : md.state_dict_metadata) {
-      if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
-        state_dict_metadata.add(fqn, tensor(*t));
-      } else {
-        // BUILD {} as in §3.7; PyTorch on Python >= 3.11 omits it, both load.
-        state_dict_metadata.add(fqn, instance(bytes_cls_, Value::dict()));
-      }
-    }
-
-    DictBuilder planner_data(*this);
-    for (const auto& [fqn, path] : effective_planner_data(md)) {
-      std::vector<ValuePtr> items;
-      for (const PathElement& e : path) {
-        if (const auto* s = std::get_if<std::string>(&e)) {
-          items.push_back(text(*s));
-        } else {
-          items.push_back(Value::integer(std::get<std::int64_t>(e)));
-        }
-      }
-      planner_data.add(fqn, Value::tuple(std::move(items)));
-    }
-
-    pickle::DictEntries storage_data;
-    for (const auto& [index, info] : md.storage_data) {
-      storage_data.emplace_back(metadata_index(md, index), storage_info(info));
-    }
-
-    DictBuilder root_state(*this);
-    root_state.add("state_dict_metadata", state_dict_metadata.take());
-    root_state.add("planner_data", planner_data.take());
-    root_state.add("storage_data", Value::dict(std::move(storage_data)));
-    ValuePtr root = instance(metadata_cls_, root_state.take());
-    return pickle::pickle_to_string(*root, pickle::WriteOptions{.protocol = 2});
-  }
-
-  static std::map<std::string, ObjectPath> effective_planner_data(const Metadata& md) {
-    std::map<std::string, ObjectPath> out = md.planner_data;
-    for (const auto& [fqn, entry] : md.state_dict_metadata) {
-      if (!out.contains(fqn)) out.emplace(fqn, ObjectPath{fqn});
-    }
-    return out;
-  }
-
- private:
-  // What decode_metadata would refuse (and PyTorch could not use) is a UsageError here, so
-  // that every output decodes.
-  static void validate(const Metadata& md) {
-    auto fail = [](const std::string& where, const std::string& what) {
-      throw UsageError("encode_metadata: " + where + ": " + what);
-    };
-    for (const auto& [fqn, entry] : md.state_dict_metadata) {
-      const auto* t = std::get_if<TensorStorageMetadata>(&entry);
-      if (t == nullptr) continue;
-      const std::string where = "state_dict_metadata[" + quote(fqn) + "]";
-      if (has_negative(t->size)) fail(where, "negative size " + shape_text(t->size));
-      if (t->properties.memory_format < 0 || t->properties.memory_format > 2) {
-        fail(where, "memory_format " + std::to_string(t->properties.memory_format) + " is not 0, 1 or 2");
-      }
-      for (std::size_t i = 0; i < t->chunks.size(); ++i) {
-        const ChunkStorageMetadata& c = t->chunks[i];
-        if (c.offsets.size() != t->size.size() || c.sizes.size() != t->size.size() || has_negative(c.offsets) ||
-            has_negative(c.sizes)) {
-          fail(where + ".chunks[" + std::to_string(i) + "]",
-               "offsets " + shape_text(c.offsets) + " and sizes " + shape_text(c.sizes) +
-                   " must be non-negative and of the tensor's rank " + std::to_string(t->size.size()));
-        }
-      }
-    }
-    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    for (const auto& [index, info] : md.storage_data) {
-      const std::string where = "storage_data[" + quote(index.fqn) + "]";
-      if (index.offset && has_negative(*index.offset)) fail(where, "negative offset " + shape_text(*index.offset));
-      if (info.offset > kMax || info.length > kMax) fail(where, "offset/length beyond 2^63-1");
-    }
-  }
-
-  // One node per distinct text. The writer memoizes by node, so a repeated key, fqn or file
-  // name costs a BINGET instead of another copy, as in PyTorch's own files (Python shares
-  // those string objects); the file is about half the size and decodes faster.
-  ValuePtr text(const std::string& s) {
-    auto [it, inserted] = texts_.try_emplace(s);
-    if (inserted) it->second = Value::str(s);
-    return it->second;
-  }
-
-  class DictBuilder {
-   public:
-    explicit DictBuilder(Encoder& encoder) : encoder_(encoder) {}
-    void add(const std::string& key, ValuePtr value) { entries_.emplace_back(encoder_.text(key), std::move(value)); }
-    ValuePtr take() { return Value::dict(std::move(entries_)); }
-
-   private:
-    Encoder& encoder_;
-    pickle::DictEntries entries_;
-  };
-
-  // cls.__new__(cls) + BUILD state, the default dataclass pickling (docs/dcp-format.md §3.3).
-  static ValuePtr instance(const ValuePtr& cls, ValuePtr state) {
-    ValuePtr obj = Value::object(CallKind::kNewObj, cls, Value::tuple());
-    obj->set_state(std::move(state));
-    return obj;
-  }
-
-  ValuePtr size(const Shape& shape) {
-    std::vector<ValuePtr> dims;
-    dims.reserve(shape.size());
-    for (std::int64_t d : shape) dims.push_back(Value::integer(d));
-    return Value::object(CallKind::kReduce, torch_size_, Value::tuple({Value::tuple(std::move(dims))}));
-  }
-
-  ValuePtr tensor(const TensorStorageMetadata& t) {
-    const TensorProperties& p = t.properties;
-    std::vector<ValuePtr> fields{Value::global("torch", std::string(dtype_name(p.dtype))), strided_layout_,
-                                 Value::boolean(p.requires_grad), memory_format(p.memory_format),
-                                 Value::boolean(p.pin_memory)};
-    if (p.strides) {
-      std::vector<ValuePtr> strides;
-      for (std::int64_t d : *p.strides) strides.push_back(Value::integer(d));
-      fields.push_back(Value::tuple(std::move(strides)));
-    }
-    ValuePtr props = instance(properties_cls_, Value::tuple(std::move(fields)));
-    std::vector<ValuePtr> chunks;
-    chunks.reserve(t.chunks.size());
-    for (const ChunkStorageMetadata& c : t.chunks) {
-      DictBuilder cs(*this);
-      cs.add("offsets", size(c.offsets));
-      cs.add("sizes", size(c.sizes));
-      chunks.push_back(instance(chunk_cls_, cs.take()));
-    }
-    DictBuilder state(*this);
-    state.add("properties", std::move(props));
-    state.add("size", size(t.size));
-    state.add("chunks", Value::list(std::move(chunks)));
-    return instance(tensor_cls_, state.take());
-  }
-
-  // torch.strided and the MEM_FORMAT_ENCODING members are singletons in Python, pickled
-  // once and then fetched from the memo; so here.
-  ValuePtr memory_format(int encoding) {
-    auto [it, inserted] = memory_formats_.try_emplace(encoding);
-    if (inserted) it->second = Value::object(CallKind::kReduce, mem_format_, Value::tuple({Value::integer(encoding)}));
-    return it->second;
-  }
-
-  ValuePtr metadata_index(const Metadata& md, const MetadataIndex& index) {
-    ValuePtr hint = Value::none();
-    if (index.index) {
-      hint = Value::integer(*index.index);
-    } else if (index.offset) {
-      auto it = md.state_dict_metadata.find(index.fqn);
-      if (it != md.state_dict_metadata.end()) {
-        if (const auto* t = std::get_if<TensorStorageMetadata>(&it->second)) {
-          for (std::size_t i = 0; i < t->chunks.size(); ++i) {
-            if (t->chunks[i].offsets == *index.offset) {
-              hint = Value::integer(static_cast<std::int64_t>(i));
-              break;
-            }
-          }
-        }
-      }
-    }
-    // Field order of MetadataIndex.__init__: fqn, index, then offset only when not None.
-    DictBuilder state(*this);
-    state.add("fqn", text(index.fqn));
-    state.add("index", std::move(hint));
-    if (index.offset) state.add("offset", size(*index.offset));
-    return instance(index_cls_, state.take());
-  }
-
-  ValuePtr storage_info(const StorageInfo& info) {
-    DictBuilder state(*this);
-    state.add("relative_path", text(info.relative_path));
-    state.add("offset", Value::integer(static_cast<std::int64_t>(info.offset)));
-    state.add("length", Value::integer(static_cast<std::int64_t>(info.length)));
-    if (!info.transform_descriptors.empty()) {
-      std::vector<ValuePtr> items;
-      for (const std::string& d : info.transform_descriptors) items.push_back(text(d));
-      state.add("transform_descriptors", Value::list(std::move(items)));
-    }
-    return instance(storage_info_cls_, state.take());
-  }
-
-  // Shared global nodes: the writer emits each once and refers to it through the memo.
-  ValuePtr metadata_cls_ = Value::global(std::string(kDcpMetadataModule), "Metadata");
-  ValuePtr tensor_cls_ = Value::global(std::string(kDcpMetadataModule), "TensorStorageMetadata");
-  ValuePtr bytes_cls_ = Value::global(std::string(kDcpMetadataModule), "BytesStorageMetadata");
-  ValuePtr chunk_cls_ = Value::global(std::string(kDcpMetadataModule), "ChunkStorageMetadata");
-  ValuePtr index_cls_ = Value::global(std::string(kDcpMetadataModule), "MetadataIndex");
-  ValuePtr storage_info_cls_ = Value::global(std::string(kDcpFilesystemModule), "_StorageInfo");
-  ValuePtr properties_cls_ = Value::global(std::string(kShardedTensorModule), "TensorProperties");
-  ValuePtr mem_format_ = Value::global(std::string(kShardedTensorModule), "MEM_FORMAT_ENCODING");
-  ValuePtr torch_size_ = Value::global("torch", "Size");
-  ValuePtr get_layout_ = Value::global("torch.serialization", "_get_layout");
-  ValuePtr strided_layout_ = Value::object(CallKind::kReduce, get_layout_, Value::tuple({Value::str("torch.strided")}));
-  std::map<int, ValuePtr> memory_formats_;
-  std::unordered_map<std::string, ValuePtr> texts_;
-};
-
-// ---- tiling ------------------------------------------------------------------------
-
-std::optional<std::uint64_t> checked_volume(const Shape& sizes) {
-  std::uint64_t v = 1;
-  for (std::int64_t d : sizes) {
-    if (d < 0) return std::nullopt;
-    if (__builtin_mul_overflow(v, static_cast<std::uint64_t>(d), &v)) return std::nullopt;
-  }
-  return v;
-}
-
 }  // namespace
 
 Metadata decode_metadata(ByteSpan bytes, std::string_view source_name) {
@@ -737,186 +487,6 @@ Metadata decode_metadata(ByteSpan bytes, std::string_view source_name) {
   if (!root) throw FormatError(std::string(source_name) + ": empty pickle");
   Metadata md = Decoder(source_name).decode(*root);
   return md;
-}
-
-std::string encode_metadata(const Metadata& metadata) { return Encoder().encode(metadata); }
-
-std::string describe_chunk(const ChunkStorageMetadata& chunk) {
-  std::string out = "[";
-  const std::size_t n = std::max(chunk.offsets.size(), chunk.sizes.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i) out += ", ";
-    if (i >= chunk.offsets.size() || i >= chunk.sizes.size()) {
-      out += "?";
-      continue;
-    }
-    std::int64_t o = chunk.offsets[i], s = chunk.sizes[i], end = 0;
-    out += std::to_string(o) + ":";
-    out += __builtin_add_overflow(o, s, &end) ? std::to_string(o) + "+" + std::to_string(s) : std::to_string(end);
-  }
-  return out + "]";
-}
-
-std::vector<std::string> check_chunk_tiling(const TensorStorageMetadata& tensor) {
-  constexpr std::size_t kMaxOverlapReports = 20;
-  std::vector<std::string> problems;
-  const Shape& size = tensor.size;
-  const std::size_t rank = size.size();
-  if (has_negative(size)) {
-    problems.push_back("tensor size " + shape_text(size) + " has a negative dimension");
-    return problems;
-  }
-  std::optional<std::uint64_t> total = checked_volume(size);
-  if (!total) problems.push_back("tensor size " + shape_text(size) + ": element count does not fit in 64 bits");
-
-  std::vector<std::size_t> valid;
-  for (std::size_t i = 0; i < tensor.chunks.size(); ++i) {
-    const ChunkStorageMetadata& c = tensor.chunks[i];
-    const std::string name = "chunk " + std::to_string(i) + " " + describe_chunk(c);
-    if (c.offsets.size() != rank || c.sizes.size() != rank) {
-      problems.push_back(name + " has rank " + std::to_string(c.offsets.size()) + "/" +
-                         std::to_string(c.sizes.size()) + " (offsets/sizes), the tensor has rank " +
-                         std::to_string(rank));
-      continue;
-    }
-    if (has_negative(c.offsets) || has_negative(c.sizes)) {
-      problems.push_back(name + " has a negative offset or size");
-      continue;
-    }
-    bool inside = true;
-    for (std::size_t d = 0; d < rank; ++d) {
-      // offsets + sizes <= size, without overflowing.
-      if (c.offsets[d] > size[d] || c.sizes[d] > size[d] - c.offsets[d]) inside = false;
-    }
-    if (!inside) {
-      problems.push_back(name + " lies outside the tensor of size " + shape_text(size));
-      continue;
-    }
-    valid.push_back(i);
-  }
-
-  // Overlaps: strict box intersection. Sweep along the dimension with the most distinct
-  // offsets so that typical shardings compare few pairs.
-  std::size_t sweep_dim = 0;
-  if (rank > 0) {
-    std::size_t best = 0;
-    for (std::size_t d = 0; d < rank; ++d) {
-      std::set<std::int64_t> distinct;
-      for (std::size_t i : valid) distinct.insert(tensor.chunks[i].offsets[d]);
-      if (distinct.size() > best) {
-        best = distinct.size();
-        sweep_dim = d;
-      }
-    }
-  }
-  auto is_empty = [&](std::size_t i) {
-    const Shape& s = tensor.chunks[i].sizes;
-    return std::any_of(s.begin(), s.end(), [](std::int64_t x) { return x == 0; });
-  };
-  std::vector<std::size_t> order;
-  for (std::size_t i : valid) {
-    if (!is_empty(i)) order.push_back(i);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return rank > 0 && tensor.chunks[a].offsets[sweep_dim] < tensor.chunks[b].offsets[sweep_dim];
-  });
-  std::size_t overlaps = 0;
-  for (std::size_t x = 0; x < order.size(); ++x) {
-    const ChunkStorageMetadata& a = tensor.chunks[order[x]];
-    for (std::size_t y = x + 1; y < order.size(); ++y) {
-      const ChunkStorageMetadata& b = tensor.chunks[order[y]];
-      // In bounds, so offset + size cannot overflow.
-      if (rank > 0 && b.offsets[sweep_dim] >= a.offsets[sweep_dim] + a.sizes[sweep_dim]) break;
-      bool overlap = true;
-      for (std::size_t d = 0; d < rank && overlap; ++d) {
-        overlap = a.offsets[d] < b.offsets[d] + b.sizes[d] && b.offsets[d] < a.offsets[d] + a.sizes[d];
-      }
-      if (!overlap) continue;
-      if (++overlaps <= kMaxOverlapReports) {
-        std::size_t first = std::min(order[x], order[y]), second = std::max(order[x], order[y]);
-        problems.push_back("chunk " + std::to_string(second) + " " + describe_chunk(tensor.chunks[second]) +
-                           " overlaps chunk " + std::to_string(first) + " " +
-                           describe_chunk(tensor.chunks[first]));
-      }
-    }
-  }
-  if (overlaps > kMaxOverlapReports) {
-    problems.push_back("... and " + std::to_string(overlaps - kMaxOverlapReports) + " more overlapping pairs");
-  }
-
-  // Coverage: with no overlaps, the chunks tile the tensor iff their volumes sum to its.
-  if (overlaps == 0 && total) {
-    std::uint64_t covered = 0;
-    bool overflow = false;
-    for (std::size_t i : valid) {
-      std::optional<std::uint64_t> v = checked_volume(tensor.chunks[i].sizes);
-      if (!v || __builtin_add_overflow(covered, *v, &covered)) overflow = true;
-    }
-    if (overflow) {
-      problems.push_back("chunk volumes do not fit in 64 bits");
-    } else if (covered != *total) {
-      problems.push_back("chunks cover " + std::to_string(covered) + " of " + std::to_string(*total) +
-                         " elements (gaps)");
-    }
-  }
-  return problems;
-}
-
-std::vector<std::string> check_metadata(const Metadata& md) {
-  std::vector<std::string> problems;
-  for (const auto& [fqn, entry] : md.state_dict_metadata) {
-    if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
-      for (const std::string& p : check_chunk_tiling(*t)) problems.push_back(quote(fqn) + ": " + p);
-      for (std::size_t i = 0; i < t->chunks.size(); ++i) {
-        if (!md.storage_data.contains(MetadataIndex{fqn, t->chunks[i].offsets, std::nullopt})) {
-          problems.push_back(quote(fqn) + ": chunk " + std::to_string(i) + " " + describe_chunk(t->chunks[i]) +
-                             " has no storage_data entry");
-        }
-      }
-    } else if (!md.storage_data.contains(MetadataIndex{fqn, std::nullopt, std::nullopt})) {
-      problems.push_back(quote(fqn) + ": bytes item has no storage_data entry");
-    }
-  }
-  // file -> (offset, length, fqn), to find items sharing bytes.
-  std::map<std::string, std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>>> by_file;
-  for (const auto& [index, info] : md.storage_data) {
-    const std::string key = "storage_data[" + quote(index.fqn) +
-                            (index.offset ? " at " + shape_text(*index.offset) : std::string()) + "]";
-    auto it = md.state_dict_metadata.find(index.fqn);
-    if (it == md.state_dict_metadata.end()) {
-      problems.push_back(key + " names no item of state_dict_metadata");
-    } else if (const auto* t = std::get_if<TensorStorageMetadata>(&it->second)) {
-      const std::optional<Shape>& offset = index.offset;
-      bool found = offset && std::any_of(t->chunks.begin(), t->chunks.end(),
-                                         [&](const ChunkStorageMetadata& c) { return c.offsets == *offset; });
-      if (!found) problems.push_back(key + " matches no chunk of the tensor");
-    } else if (index.offset) {
-      problems.push_back(key + " has an offset, but the item is a bytes item");
-    }
-    if (!is_safe_relative_path(info.relative_path)) {
-      problems.push_back(key + ": relative_path '" + info.relative_path + "' is not a plain relative path");
-    }
-    by_file[info.relative_path].emplace_back(info.offset, info.length, key);
-  }
-  for (auto& [file, items] : by_file) {
-    std::sort(items.begin(), items.end());
-    for (std::size_t i = 1; i < items.size(); ++i) {
-      const auto& [prev_off, prev_len, prev_key] = items[i - 1];
-      const auto& [off, len, key] = items[i];
-      std::uint64_t prev_end = 0;
-      const bool overflow = __builtin_add_overflow(prev_off, prev_len, &prev_end);
-      if ((overflow || off < prev_end) && len > 0 && prev_len > 0) {
-        problems.push_back(key + " [" + std::to_string(off) + "+" + std::to_string(len) + "] overlaps " + prev_key +
-                           " [" + std::to_string(prev_off) + "+" + std::to_string(prev_len) + "] in '" + file + "'");
-      }
-    }
-  }
-  return problems;
-}
-
-bool same_encoded_content(const Metadata& a, const Metadata& b) {
-  return a.state_dict_metadata == b.state_dict_metadata && a.storage_data == b.storage_data &&
-         Encoder::effective_planner_data(a) == Encoder::effective_planner_data(b);
 }
 
 }  // namespace shardpoint::format
