@@ -6,8 +6,8 @@
 
 #include "cli/output.h"
 #include "core/checksum.h"
-#include "core/error.h"
-#include "engine/reshard.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
 #include "storage/location.h"
 
 namespace shardpoint::cli {

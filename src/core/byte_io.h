@@ -14,7 +14,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint {
 

@@ -42,7 +42,7 @@
 // a step's expected status (kPlan, kWriteResult, kMetadata) + its body on success,
 // kError + comm::encode_error(...) when this rank (or, from the coordinator, the job)
 // failed.
-#include "engine/checkpoint.h"
+#include "shardpoint/checkpoint.h"
 
 #include <algorithm>
 #include <atomic>
@@ -55,7 +55,6 @@
 #include <thread>
 #include <utility>
 
-#include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
@@ -68,6 +67,7 @@
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

@@ -1,10 +1,10 @@
-#include "engine/checkpoint_reader.h"
+#include "shardpoint/checkpoint_reader.h"
 
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/load_plan.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)

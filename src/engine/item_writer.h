@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/flatten.h"
 #include "engine/save_plan.h"
-#include "format/metadata.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

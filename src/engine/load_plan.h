@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/flatten.h"
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

@@ -4,7 +4,6 @@
 #include <map>
 #include <utility>
 
-#include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_index.h"
 #include "engine/item_reader.h"
@@ -12,7 +11,8 @@
 #include "engine/parallel_for.h"
 #include "engine/save_steps.h"
 #include "format/metadata_codec.h"
-#include "pickle/value.h"
+#include "shardpoint/error.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::engine {
 

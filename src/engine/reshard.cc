@@ -1,4 +1,4 @@
-#include "engine/reshard.h"
+#include "shardpoint/reshard.h"
 
 #include <sys/stat.h>
 
@@ -15,8 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "engine/checkpoint_reader.h"
 #include "engine/chunking.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
@@ -24,8 +22,10 @@
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
 #include "pickle/repr.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/location.h"
-#include "storage/storage_registry.h"
 
 namespace shardpoint::engine {
 namespace {

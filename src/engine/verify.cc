@@ -1,4 +1,4 @@
-#include "engine/verify.h"
+#include "shardpoint/verify.h"
 
 #include <sys/stat.h>
 
@@ -6,14 +6,14 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
 #include "engine/checkpoint_index.h"
-#include "engine/checkpoint_reader.h"
 #include "engine/chunking.h"
 #include "engine/item_reader.h"
-#include "engine/reshard.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
 #include "storage/location.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/zip_record_check.h"

@@ -12,11 +12,11 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/error.h"
 #include "format/checkpoint_path.h"
 #include "pickle/reader.h"
 #include "pickle/repr.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::format {
 namespace {

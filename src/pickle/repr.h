@@ -22,7 +22,7 @@
 #include <cstddef>
 #include <string>
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle {
 

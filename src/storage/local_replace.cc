@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "core/error.h"
 #include "core/unique_fd.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage {
 

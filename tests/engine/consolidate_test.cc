@@ -2,7 +2,7 @@
 // ranks (uneven dim-0 shards, dim-1 shards, bf16, 0-dim, nested optimizer state), read back
 // with TorchFile; validation messages; atomic output on failures and cancellation; peak RSS
 // under the budget on a checkpoint 4x larger than the budget; safetensors output.
-#include "engine/consolidate.h"
+#include "shardpoint/consolidate.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/torch_save.h"
 #include "format/metadata_codec.h"
 #include "format/safetensors_writer.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"

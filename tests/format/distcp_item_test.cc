@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/error.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/error.h"
 #include "test_util.h"
 #include "torchfile/torch_save_writer.h"
 

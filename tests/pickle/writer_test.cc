@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "core/error.h"
 #include "pickle/reader.h"
 #include "pickle_test_util.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 namespace {

@@ -15,7 +15,7 @@
 #include <fstream>
 #include <thread>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"
 #include "test_util.h"

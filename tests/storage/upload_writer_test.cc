@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage_test_util.h"
 
 namespace shardpoint::storage::http {

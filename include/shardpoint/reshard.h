@@ -46,8 +46,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/checkpoint.h"
-#include "storage/storage.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/storage.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {

@@ -42,10 +42,10 @@
 #include <mutex>
 #include <span>
 
-#include "comm/communicator.h"
-#include "engine/checkpoint.h"
-#include "engine/state_dict.h"
-#include "storage/storage.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 

@@ -19,10 +19,10 @@
 
 #include "engine/checksum_sidecar.h"
 #include "engine/item_reader.h"
-#include "engine/state_dict.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
-#include "storage/storage.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 

@@ -50,8 +50,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
-#include "storage/storage.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 

@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
 #include "engine/load_plan.h"
-#include "engine/state_dict.h"
-#include "format/metadata.h"
-#include "storage/storage.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 
