@@ -30,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/load_plan.h"
 #include "shardpoint/communicator.h"
 #include "shardpoint/metadata.h"
 #include "shardpoint/state_dict.h"
@@ -94,6 +93,26 @@ struct LoadOptions {
   bool verify_checksums = true;
   // Parallel readers per rank.
   int thread_count = 4;
+};
+
+// One mismatch between what a load asked for and what the checkpoint holds.
+struct LoadProblem {
+  enum class Kind {
+    kMissingKey,          // requested, not in the checkpoint
+    kUnexpectedKey,       // in the checkpoint, not requested (an error only if asked for)
+    kTypeMismatch,        // tensor requested, bytes saved, or the reverse
+    kDTypeMismatch,       // tensor dtypes differ (shardpoint does not convert)
+    kShapeMismatch,       // global shapes differ
+    kIncompleteCoverage,  // the saved chunks do not cover the requested box exactly once
+  };
+  Kind kind;
+  std::string fqn;
+  std::string expected;  // what the caller asked for
+  std::string found;     // what the checkpoint holds
+
+  bool operator==(const LoadProblem&) const = default;
+  // e.g. "w": dtype mismatch: expected float32, found bfloat16
+  std::string to_string() const;
 };
 
 struct LoadReport {

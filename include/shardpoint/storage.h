@@ -34,8 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/byte_io.h"
-#include "core/byte_stream.h"
+#include "shardpoint/byte_stream.h"
 
 namespace shardpoint::storage {
 

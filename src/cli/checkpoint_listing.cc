@@ -6,6 +6,7 @@
 
 #include "cli/output.h"
 #include "core/checksum.h"
+#include "engine/checkpoint_location.h"
 #include "shardpoint/error.h"
 #include "shardpoint/reshard.h"
 #include "storage/location.h"

@@ -29,22 +29,12 @@
 #include "engine/checksum_sidecar.h"
 #include "engine/load_plan.h"
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/metadata.h"
 #include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {
-
-// Bytes one reader took from storage.
-struct ReadCounts {
-  std::uint64_t header_bytes = 0;  // zip records and data.pkl of tensor blobs
-  std::uint64_t data_bytes = 0;    // tensor data and whole bytes-item blobs (incl. widening)
-  ReadCounts& operator+=(const ReadCounts& o) {
-    header_bytes += o.header_bytes;
-    data_bytes += o.data_bytes;
-    return *this;
-  }
-};
 
 // How to verify one blob: the sidecar's algorithm and block size and the blob's entry.
 struct BlobChecksums {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "engine/checkpoint_index.h"
+#include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
 #include "engine/item_reader.h"
 #include "format/checkpoint_path.h"
@@ -158,7 +159,7 @@ void verify_load_index(storage::Storage& st, const CheckpointReader& reader, Ver
       index.metadata.planner_data != md.planner_data) {
     problem("", name + ": its tensors, objects or storage entries differ from .metadata's");
   }
-  if (reader.sidecar().has_value() != index.checksums.has_value() ||
+  if ((reader.sidecar() != nullptr) != index.checksums.has_value() ||
       (index.checksums && index.checksums->items() != reader.sidecar()->items())) {
     problem("", name + ": its checksums differ from the sidecar's");
   }

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "comm/thread_communicator.h"
+#include "core/byte_stream.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/checksum_sidecar.h"

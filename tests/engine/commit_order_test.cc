@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/thread_communicator.h"
+#include "engine/checkpoint_location.h"
 #include "engine/checkpoint_test_state.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"

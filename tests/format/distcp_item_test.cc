@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/byte_stream.h"
 #include "format/metadata_codec.h"
 #include "shardpoint/error.h"
 #include "test_util.h"

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/byte_io.h"
 #include "pickle/reader.h"
 #include "pickle_test_util.h"
 #include "shardpoint/error.h"

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/buffer_pool.h"
 #include "shardpoint/error.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/buffer_pool.h"
 #include "s3_moto.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"

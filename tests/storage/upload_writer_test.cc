@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/buffer_pool.h"
 #include "shardpoint/error.h"
 #include "storage_test_util.h"
 
