@@ -18,7 +18,7 @@
 // others throw the communicator's CommError (after its timeout), with the same cleanup.
 //
 // The numbered steps of both, the messages ranks exchange and the read path are described
-// at the top of checkpoint.cc.
+// at the top of checkpoint.cc (save) and checkpoint_load.cc (load).
 //
 // Thread-safety: one save()/load() per communicator at a time. Blocking. load() fills the
 // caller's buffers from up to LoadOptions::thread_count threads and writes object leaves
