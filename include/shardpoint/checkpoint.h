@@ -75,11 +75,11 @@ struct SaveOptions {
 };
 
 struct SaveReport {
-  std::vector<std::string> files;     // this rank's files
-  std::uint64_t bytes_written = 0;    // by this rank (blobs, headers included)
-  double plan_seconds = 0;            // local and global plan (steps 1-2 in checkpoint.cc)
-  double write_seconds = 0;           // writing this rank's files (step 3)
-  double commit_seconds = 0;          // agreeing, `.metadata`, final barrier (steps 4-6)
+  std::vector<std::string> files;   // this rank's files
+  std::uint64_t bytes_written = 0;  // by this rank (blobs, headers included)
+  double plan_seconds = 0;          // local and global plan (steps 1-2 in checkpoint.cc)
+  double write_seconds = 0;         // writing this rank's files (step 3)
+  double commit_seconds = 0;        // agreeing, `.metadata`, final barrier (steps 4-6)
 };
 
 struct LoadOptions {

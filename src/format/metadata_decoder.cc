@@ -25,8 +25,8 @@ using pickle::Value;
 using pickle::ValuePtr;
 
 // Names of the memory-format enum members (value = position).
-constexpr std::array<std::string_view, 3> kMemFormatNames = {
-    "TORCH_CONTIGUOUS_FORMAT", "TORCH_CHANNELS_LAST", "TORCH_PRESERVE_FORMAT"};
+constexpr std::array<std::string_view, 3> kMemFormatNames = {"TORCH_CONTIGUOUS_FORMAT", "TORCH_CHANNELS_LAST",
+                                                             "TORCH_PRESERVE_FORMAT"};
 
 // The class a kObject instantiates: NEWOBJ(cls, ...) or, defensively, the
 // copyreg.__newobj__ / copyreg._reconstructor REDUCE forms of protocols 0-1.
@@ -36,8 +36,7 @@ const Value* class_of(const Value& v) {
   if (!callable.is(Kind::kGlobal)) return nullptr;
   if (v.call_kind() != CallKind::kReduce) return &callable;
   if (callable.module() == "copyreg" &&
-      (callable.name() == "__newobj__" || callable.name() == "__newobj_ex__" ||
-       callable.name() == "_reconstructor")) {
+      (callable.name() == "__newobj__" || callable.name() == "__newobj_ex__" || callable.name() == "_reconstructor")) {
     const ValuePtr& args = v.args();
     if (args && args->is(Kind::kTuple) && !args->items().empty() && args->items()[0] &&
         args->items()[0]->is(Kind::kGlobal)) {
@@ -89,8 +88,7 @@ std::string describe(const Value* v) {
 class Fields {
  public:
   Fields() = default;
-  explicit Fields(const Value* primary, const Value* secondary = nullptr)
-      : primary_(primary), secondary_(secondary) {}
+  explicit Fields(const Value* primary, const Value* secondary = nullptr) : primary_(primary), secondary_(secondary) {}
   const Value* get(std::string_view key) const {
     for (const Value* d : {primary_, secondary_}) {
       if (d == nullptr) continue;
@@ -162,8 +160,7 @@ class Decoder {
 
  private:
   [[noreturn]] void fail(const std::string& where, const std::string& expected, const Value* found) const {
-    throw FormatError(std::string(source_) + ": " + where + ": expected " + expected + ", found " +
-                      describe(found));
+    throw FormatError(std::string(source_) + ": " + where + ": expected " + expected + ", found " + describe(found));
   }
   [[noreturn]] void fail_text(const std::string& where, const std::string& detail) const {
     throw FormatError(std::string(source_) + ": " + where + ": " + detail);
@@ -242,8 +239,7 @@ class Decoder {
     const Value* seq = v;
     if (const Value* fn = reduce_callable(*v)) {
       const auto* args = reduce_args(*v);
-      if (!(fn->module() == "torch" && fn->name() == "Size") || args == nullptr || args->size() != 1 ||
-          !(*args)[0]) {
+      if (!(fn->module() == "torch" && fn->name() == "Size") || args == nullptr || args->size() != 1 || !(*args)[0]) {
         fail(where, expected, v);
       }
       seq = (*args)[0].get();
@@ -279,9 +275,9 @@ class Decoder {
       chunk.offsets = shape(&required(cf, "offsets", cw), cw + ".offsets");
       chunk.sizes = shape(&required(cf, "sizes", cw), cw + ".sizes");
       if (chunk.offsets.size() != t.size.size() || chunk.sizes.size() != t.size.size()) {
-        fail_text(cw, "expected offsets and sizes of rank " + std::to_string(t.size.size()) +
-                          " (the tensor's size " + shape_text(t.size) + "), found offsets " +
-                          shape_text(chunk.offsets) + " and sizes " + shape_text(chunk.sizes));
+        fail_text(cw, "expected offsets and sizes of rank " + std::to_string(t.size.size()) + " (the tensor's size " +
+                          shape_text(t.size) + "), found offsets " + shape_text(chunk.offsets) + " and sizes " +
+                          shape_text(chunk.sizes));
       }
       t.chunks.push_back(std::move(chunk));
     }
@@ -339,8 +335,8 @@ class Decoder {
     if (v->is_global("torch", "strided")) return;
     const Value* fn = reduce_callable(*v);
     const auto* args = fn ? reduce_args(*v) : nullptr;
-    if (fn == nullptr || fn->name() != "_get_layout" || args == nullptr || args->size() != 1 ||
-        !(*args)[0] || !(*args)[0]->is(Kind::kStr)) {
+    if (fn == nullptr || fn->name() != "_get_layout" || args == nullptr || args->size() != 1 || !(*args)[0] ||
+        !(*args)[0]->is(Kind::kStr)) {
       fail(where, expected, v);
     }
     const std::string& name = (*args)[0]->as_string();
