@@ -11,7 +11,7 @@
 
 namespace shardpoint::engine {
 
-// What `path_or_url` names. Local paths: a folder is a DCP checkpoint, a file a torch.save file (an absent
+// What `name`, a local path or a storage URL, names. Local paths: a folder is a DCP checkpoint, a file a torch.save file (an absent
 // path throws StorageError kNotFound naming it). URLs: `.metadata` under the URL makes a
 // DCP checkpoint; otherwise an object at the URL's last segment is a torch.save file;
 // otherwise StorageError kNotFound "<url>/.metadata: not a committed checkpoint (no
@@ -23,7 +23,7 @@ struct CheckpointLocation {
   std::string key;                            // torch.save behind a URL: the object's key
   std::string local_file;                     // torch.save on the local filesystem
 };
-CheckpointLocation locate_checkpoint(const std::string& path_or_url);
+CheckpointLocation locate_checkpoint(const std::string& name);
 
 // Opens the torch.save file of a location (REQUIRES !is_dcp) for pread / ranged reads
 // (never mapped). Throws StorageError / FormatError naming it.

@@ -31,9 +31,10 @@ std::string combine_failures(std::string_view op, const std::vector<RankFailure>
 std::string encode_current() { return comm::encode_error(std::current_exception()); }
 
 void agree_or_throw(comm::Communicator& comm, std::exception_ptr local, std::string_view op) {
-  std::vector<comm::RankError> errors = comm.all_errors(comm::encode_error(local));
+  std::vector<comm::RankError> errors = comm.all_errors(comm::encode_error(std::move(local)));
   if (errors.empty()) return;
   std::vector<RankFailure> failures;
+  failures.reserve(errors.size());
   for (auto& e : errors) failures.push_back({e.rank, std::move(e.message)});
   throw_encoded(combine_failures(op, failures, comm.world_size()));
 }

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "format/checkpoint_path.h"
@@ -194,8 +195,12 @@ std::vector<std::string> check_metadata(const Metadata& md) {
       std::uint64_t prev_end = 0;
       const bool overflow = __builtin_add_overflow(prev_off, prev_len, &prev_end);
       if ((overflow || off < prev_end) && len > 0 && prev_len > 0) {
-        problems.push_back(key + " [" + std::to_string(off) + "+" + std::to_string(len) + "] overlaps " + prev_key +
-                           " [" + std::to_string(prev_off) + "+" + std::to_string(prev_len) + "] in '" + file + "'");
+        std::string problem = key + " [" + std::to_string(off) + "+" + std::to_string(len) + "] overlaps ";
+        problem += prev_key;
+        problem += " [" + std::to_string(prev_off) + "+" + std::to_string(prev_len) + "] in '";
+        problem += file;
+        problem += "'";
+        problems.push_back(std::move(problem));
       }
     }
   }

@@ -68,7 +68,7 @@ std::vector<std::string> check_chunk_tiling(const TensorStorageMetadata& tensor)
 // without a storage_data entry; storage_data entries that name no item or no chunk; item
 // relative paths that are not plain relative paths (is_safe_relative_path); items whose
 // byte ranges overlap within one file. Empty when consistent. Pure; no I/O.
-std::vector<std::string> check_metadata(const Metadata& metadata);
+std::vector<std::string> check_metadata(const Metadata& md);
 
 // True when a and b hold the same content as far as encode_metadata writes it:
 // state_dict_metadata, storage_data (keys compared by fqn and offset, as MetadataIndex
