@@ -11,11 +11,12 @@
 
 namespace shardpoint::engine {
 
-// What `name`, a local path or a storage URL, names. Local paths: a folder is a DCP checkpoint, a file a torch.save file (an absent
-// path throws StorageError kNotFound naming it). URLs: `.metadata` under the URL makes a
-// DCP checkpoint; otherwise an object at the URL's last segment is a torch.save file;
-// otherwise StorageError kNotFound "<url>/.metadata: not a committed checkpoint (no
-// .metadata)". Authentication and network errors propagate (StorageError naming the URL).
+// What `name`, a local path or a storage URL, names. Local paths: a folder is a DCP
+// checkpoint, a file a torch.save file (an absent path throws StorageError kNotFound naming
+// it). URLs: `.metadata` under the URL makes a DCP checkpoint; otherwise an object at the
+// URL's last segment is a torch.save file; otherwise StorageError kNotFound
+// "<url>/.metadata: not a committed checkpoint (no .metadata)". Authentication and network
+// errors propagate (StorageError naming the URL).
 struct CheckpointLocation {
   bool is_dcp = false;
   std::string name;                           // the path or URL as given
