@@ -18,9 +18,9 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "pickle/value.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"
 

@@ -32,13 +32,13 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_util.h"
-#include "comm/communicator_from_env.h"
-#include "engine/async_save.h"
-#include "engine/checkpoint.h"
 #include "engine/chunking.h"
 #include "engine/torch_save.h"
-#include "pickle/value.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/async_save.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator_from_env.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/storage_registry.h"
 
 namespace sb = shardpoint::bench;
 namespace se = shardpoint::engine;

@@ -1,5 +1,6 @@
 # What `cmake --install` puts where:
-#  - the C API library libshardpoint.so and include/shardpoint/ (component "library"),
+#  - libshardpoint.so (the C API and the C++ API) and include/shardpoint/, the public
+#    headers (component "library"),
 #    with a CMake package (find_package(shardpoint) -> shardpoint::shardpoint) and a
 #    pkg-config file (pkg-config --cflags --libs shardpoint);
 #  - the library and the shared libraries it needs that a Python host cannot be assumed to

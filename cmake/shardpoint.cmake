@@ -1,8 +1,11 @@
 # sp_library(NAME SOURCES... DEPS ...): one static library per layer under src/.
+# include/ (the public headers, shardpoint/*.h) is PUBLIC; src/ (every other header) is
+# PRIVATE: a target that includes a layer's internal headers says so itself.
 function(sp_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                     PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 

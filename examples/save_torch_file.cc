@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <vector>
 
-#include "engine/state_dict.h"
 #include "engine/torch_save.h"
-#include "pickle/value.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 
 using shardpoint::DType;
 using shardpoint::engine::StateDict;

@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.h"
 #include "engine/checkpoint_index.h"
+#include "shardpoint/error.h"
 
 using shardpoint::FormatError;
 using shardpoint::engine::CheckpointIndex;

@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.h"
 #include "engine/checksum_sidecar.h"
+#include "shardpoint/error.h"
 
 using shardpoint::FormatError;
 using shardpoint::engine::ChecksumSidecar;

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/location.h"
 
 using shardpoint::UsageError;

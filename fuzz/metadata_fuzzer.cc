@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/error.h"
 
 using shardpoint::FormatError;
 using shardpoint::format::Metadata;

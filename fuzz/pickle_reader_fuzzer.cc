@@ -13,11 +13,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/error.h"
 #include "pickle/reader.h"
 #include "pickle/repr.h"
 #include "pickle/value_graph.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 
 namespace {
 

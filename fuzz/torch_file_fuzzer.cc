@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/torch_file.h"
 
 using namespace shardpoint;

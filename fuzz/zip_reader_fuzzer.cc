@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/zip_reader.h"
 
 using namespace shardpoint;

@@ -16,21 +16,21 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/communicator_from_env.h"
-#include "core/error.h"
 #include "engine/block_checksum.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_reader.h"
 #include "engine/chunking.h"
-#include "engine/consolidate.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
-#include "engine/reshard.h"
-#include "engine/state_dict.h"
-#include "engine/verify.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/communicator_from_env.h"
+#include "shardpoint/consolidate.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
+#include "shardpoint/verify.h"
 #include "storage/local_replace.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 
 struct sp_checkpoint {
   std::unique_ptr<shardpoint::storage::Storage> storage;

@@ -7,9 +7,10 @@
 
 #include "cli/output.h"
 #include "core/checksum.h"
-#include "core/error.h"
-#include "engine/reshard.h"
+#include "engine/checkpoint_location.h"
 #include "pickle/repr.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
 #include "storage/location.h"
 
 namespace shardpoint::cli {

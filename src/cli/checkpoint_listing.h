@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/byte_io.h"
-#include "core/dtype.h"
+#include "shardpoint/dtype.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::cli {

@@ -14,8 +14,8 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/progress.h"
-#include "core/error.h"
-#include "engine/consolidate.h"
+#include "shardpoint/consolidate.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::cli {
 

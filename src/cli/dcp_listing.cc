@@ -8,10 +8,10 @@
 #include <set>
 
 #include "cli/checkpoint_listing.h"
-#include "core/error.h"
-#include "engine/checkpoint_reader.h"
 #include "pickle/repr.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 
 namespace shardpoint::cli {
 namespace {

@@ -13,7 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::cli {
 namespace {

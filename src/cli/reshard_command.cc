@@ -11,10 +11,10 @@
 #include "cli/checkpoint_listing.h"
 #include "cli/commands.h"
 #include "cli/output.h"
-#include "core/error.h"
-#include "engine/reshard.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/location.h"
-#include "storage/storage_registry.h"
 
 namespace shardpoint::cli {
 

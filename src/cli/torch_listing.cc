@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "cli/checkpoint_listing.h"
-#include "core/error.h"
 #include "pickle/repr.h"
+#include "shardpoint/error.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::cli {

@@ -10,8 +10,8 @@
 #include "cli/checkpoint_listing.h"
 #include "cli/commands.h"
 #include "engine/block_checksum.h"
-#include "engine/reshard.h"
-#include "engine/verify.h"
+#include "shardpoint/reshard.h"
+#include "shardpoint/verify.h"
 #include "storage/location.h"
 
 namespace shardpoint::cli {

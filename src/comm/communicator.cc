@@ -1,11 +1,11 @@
-#include "comm/communicator.h"
+#include "shardpoint/communicator.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm {
 

@@ -1,11 +1,11 @@
-#include "comm/communicator_from_env.h"
+#include "shardpoint/communicator_from_env.h"
 
 #include <cstdlib>
 #include <string_view>
 
-#include "comm/single_communicator.h"
 #include "comm/tcp_communicator.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
+#include "shardpoint/single_communicator.h"
 #ifdef SP_HAVE_GLOO
 #include "comm/gloo_communicator.h"
 #endif

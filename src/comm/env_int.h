@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm::detail {
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "comm/env_int.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 #ifndef USE_C10D_GLOO
 #error "gloo_communicator.cc needs -DUSE_C10D_GLOO (link the Torch target: find_package(Torch))"

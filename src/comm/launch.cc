@@ -22,7 +22,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 extern char** environ;
 

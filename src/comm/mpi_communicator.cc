@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm {
 

@@ -20,7 +20,7 @@
 
 #include <memory>
 
-#include "comm/communicator.h"
+#include "shardpoint/communicator.h"
 
 namespace shardpoint::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/single_communicator.h"
+#include "shardpoint/single_communicator.h"
 
 namespace shardpoint::comm {
 

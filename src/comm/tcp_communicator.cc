@@ -21,7 +21,7 @@
 #include "comm/env_int.h"
 #include "comm/tcp_wire.h"
 #include "core/byte_io.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm {
 

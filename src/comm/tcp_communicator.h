@@ -31,7 +31,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/communicator.h"
+#include "shardpoint/communicator.h"
 
 namespace shardpoint::comm {
 

@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "comm/communicator.h"
 #include "core/byte_io.h"
-#include "core/error.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm::tcp_wire {
 namespace {

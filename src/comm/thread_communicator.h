@@ -29,7 +29,7 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "shardpoint/communicator.h"
 
 namespace shardpoint::comm {
 

@@ -8,7 +8,7 @@
 #include <new>
 #include <string>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint {
 namespace {

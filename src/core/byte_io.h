@@ -14,19 +14,10 @@
 #include <string_view>
 #include <type_traits>
 
-#include "core/error.h"
+#include "shardpoint/byte_stream.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint {
-
-using ByteSpan = std::span<const std::byte>;
-
-inline ByteSpan as_bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
-
-inline std::string_view as_chars(ByteSpan s) {
-  return {reinterpret_cast<const char*>(s.data()), s.size()};
-}
 
 // Decodes an unsigned little-endian integer of sizeof(T) bytes at p.
 // REQUIRES: p .. p+sizeof(T) is readable.

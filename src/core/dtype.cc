@@ -1,4 +1,4 @@
-#include "core/dtype.h"
+#include "shardpoint/dtype.h"
 
 #include <utility>
 

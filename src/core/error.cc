@@ -1,4 +1,4 @@
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 #include <cerrno>
 #include <cstring>

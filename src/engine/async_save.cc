@@ -1,6 +1,6 @@
 // async_save(): save()'s steps (save_steps.h) with step 3 on a background thread over
 // staged copies of this rank's tensors.
-#include "engine/async_save.h"
+#include "shardpoint/async_save.h"
 
 #include <sys/mman.h>
 
@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "core/byte_io.h"
-#include "core/error.h"
 #include "engine/parallel_for.h"
 #include "engine/save_steps.h"
 #include "pickle/reader.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "core/checksum.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

@@ -18,7 +18,7 @@
 
 #include "core/byte_io.h"
 #include "core/checksum.h"
-#include "engine/checkpoint.h"
+#include "shardpoint/checkpoint.h"
 
 namespace shardpoint::engine {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "core/checksum.h"
-#include "core/error.h"
 #include "engine/block_checksum.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

@@ -45,7 +45,7 @@
 
 #include "core/byte_io.h"
 #include "engine/checksum_sidecar.h"
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

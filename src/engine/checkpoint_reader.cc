@@ -1,14 +1,29 @@
-#include "engine/checkpoint_reader.h"
+#include "shardpoint/checkpoint_reader.h"
 
-#include "core/error.h"
-#include "engine/checkpoint.h"
+#include <map>
+#include <optional>
+
+#include "engine/checksum_sidecar.h"
+#include "engine/item_reader.h"
 #include "engine/load_plan.h"
+#include "engine/zip_crc_ledger.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
+
+struct CheckpointReader::State {
+  explicit State(storage::Storage& storage) : sources(storage) {}
+  std::optional<ChecksumSidecar> sidecar;
+  SourceCache sources;
+  std::map<std::string, std::unique_ptr<format::Metadata>> per_tensor;  // guarded by mu_
+  ZipCrcLedger zip_crc;  // thread-safe; what reads checked, not the reader's state
+};
+
 CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)
-    : storage_(storage), options_(options), sources_(storage) {
+    : storage_(storage), options_(options), state_(std::make_unique<State>(storage)) {
   std::optional<std::string> bytes = storage_.try_read_all(kMetadataKey);
   if (!bytes) {
     throw StorageError(StorageError::Kind::kNotFound,
@@ -17,12 +32,16 @@ CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOp
   metadata_ = format::decode_metadata(as_bytes(*bytes), storage_.describe_key(kMetadataKey));
   if (options_.verify_checksums) {
     if (auto sidecar = storage_.try_read_all(kChecksumSidecar)) {
-      sidecar_ = ChecksumSidecar::decode(*sidecar, storage_.describe_key(kChecksumSidecar));
+      state_->sidecar = ChecksumSidecar::decode(*sidecar, storage_.describe_key(kChecksumSidecar));
     }
   }
 }
 
 CheckpointReader::~CheckpointReader() = default;
+
+ZipCrcCounts CheckpointReader::zip_crc_counts() const { return state_->zip_crc.counts(); }
+
+const ChecksumSidecar* CheckpointReader::sidecar() const { return state_->sidecar ? &*state_->sidecar : nullptr; }
 
 const format::TensorStorageMetadata& CheckpointReader::tensor(const std::string& fqn) const {
   auto it = metadata_.state_dict_metadata.find(fqn);
@@ -37,18 +56,18 @@ std::shared_ptr<const ByteSource> CheckpointReader::source(const std::string& re
     throw FormatError(storage_.describe_key(kMetadataKey) + ": relative_path '" + relative_path +
                       "' escapes the checkpoint folder");
   }
-  return sources_.get(relative_path);
+  return state_->sources.get(relative_path);
 }
 
 BlobChecksums CheckpointReader::checksums_for(const format::StorageInfo& info) const {
   BlobChecksums cs;
-  if (sidecar_) {
-    cs.algorithm = sidecar_->algorithm();
-    cs.block_size = sidecar_->block_size();
-    cs.item = sidecar_->find(info.relative_path, info.offset);
+  if (const ChecksumSidecar* sidecar = this->sidecar()) {
+    cs.algorithm = sidecar->algorithm();
+    cs.block_size = sidecar->block_size();
+    cs.item = sidecar->find(info.relative_path, info.offset);
   }
   if (cs.item == nullptr && options_.verify_checksums && options_.check_zip_crc) {
-    cs.zip_crc = &zip_crc_;
+    cs.zip_crc = &state_->zip_crc;
   }
   return cs;
 }
@@ -94,15 +113,15 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
 
 const format::Metadata& CheckpointReader::tensor_metadata(const std::string& fqn) {
   std::lock_guard lock(mu_);
-  auto cached = per_tensor_.find(fqn);
-  if (cached != per_tensor_.end()) return *cached->second;
+  auto cached = state_->per_tensor.find(fqn);
+  if (cached != state_->per_tensor.end()) return *cached->second;
   auto md = std::make_unique<format::Metadata>();
   md->state_dict_metadata.emplace(fqn, metadata_.state_dict_metadata.at(fqn));
   for (auto it = metadata_.storage_data.lower_bound(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
        it != metadata_.storage_data.end() && it->first.fqn == fqn; ++it) {
     md->storage_data.insert(*it);
   }
-  return *per_tensor_.emplace(fqn, std::move(md)).first->second;
+  return *state_->per_tensor.emplace(fqn, std::move(md)).first->second;
 }
 
 pickle::ValuePtr CheckpointReader::read_object(const std::string& fqn) { return read_object_file(fqn)->root(); }

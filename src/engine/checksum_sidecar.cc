@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "engine/block_checksum.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

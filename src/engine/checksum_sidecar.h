@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/checkpoint.h"
-#include "format/metadata.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

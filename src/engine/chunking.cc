@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

@@ -1,4 +1,4 @@
-#include "engine/consolidate.h"
+#include "shardpoint/consolidate.h"
 
 #include <sys/stat.h>
 
@@ -11,9 +11,7 @@
 #include <vector>
 
 #include "core/buffer_pool.h"
-#include "core/error.h"
 #include "core/process_memory.h"
-#include "engine/checkpoint_reader.h"
 #include "engine/consolidate_validation.h"
 #include "engine/consolidated_tree.h"
 #include "engine/copy_memory_plan.h"
@@ -22,9 +20,11 @@
 #include "engine/slab_pipeline.h"
 #include "format/safetensors_index.h"
 #include "format/safetensors_writer.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/local_storage.h"
 #include "storage/location.h"
-#include "storage/storage_registry.h"
 #include "storage/temp_folder.h"
 #include "storage/windowed_storage.h"
 #include "torchfile/torch_file.h"

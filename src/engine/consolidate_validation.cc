@@ -5,11 +5,11 @@
 #include <map>
 #include <optional>
 
-#include "core/error.h"
 #include "format/checkpoint_path.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/location.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 
 namespace shardpoint::engine {
 namespace {

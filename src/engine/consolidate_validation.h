@@ -10,9 +10,9 @@
 
 #include <string>
 
-#include "engine/consolidate.h"
-#include "format/metadata.h"
-#include "storage/storage.h"
+#include "shardpoint/consolidate.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 

@@ -5,10 +5,10 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/error.h"
 #include "engine/flatten.h"
 #include "engine/lightning_layout.h"
 #include "pickle/tree_edit.h"
+#include "shardpoint/error.h"
 #include "torchfile/torch_save_writer.h"
 
 namespace shardpoint::engine {

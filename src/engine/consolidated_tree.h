@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "engine/checkpoint_reader.h"
-#include "engine/consolidate.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/consolidate.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/tree_storages.h"
 

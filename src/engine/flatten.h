@@ -20,9 +20,9 @@
 #include <string>
 #include <variant>
 
-#include "engine/state_dict.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::engine {
 

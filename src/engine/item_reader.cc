@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "core/checksum.h"
-#include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
+#include "shardpoint/error.h"
 #include "torchfile/zip_format.h"
 #include "torchfile/zip_record_check.h"
 

@@ -29,26 +29,16 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/load_plan.h"
 #include "engine/zip_crc_ledger.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {
-
-// Bytes one reader took from storage.
-struct ReadCounts {
-  std::uint64_t header_bytes = 0;  // zip records and data.pkl of tensor blobs
-  std::uint64_t data_bytes = 0;    // tensor data and whole bytes-item blobs (incl. widening)
-  ReadCounts& operator+=(const ReadCounts& o) {
-    header_bytes += o.header_bytes;
-    data_bytes += o.data_bytes;
-    return *this;
-  }
-};
 
 // How to verify one blob: the sidecar's algorithm and block size and the blob's entry;
 // without an entry, the zip CRC-32s of its records into zip_crc when that is set.

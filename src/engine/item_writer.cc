@@ -5,10 +5,10 @@
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
-#include "pickle/value.h"
+#include "shardpoint/error.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_save_writer.h"
 #include "torchfile/tree_storages.h"
 

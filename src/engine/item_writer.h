@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/flatten.h"
 #include "engine/save_plan.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {

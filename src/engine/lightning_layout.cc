@@ -4,7 +4,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

@@ -7,7 +7,7 @@
 // Thread-safety: pure edits of the caller's entries; no shared state.
 #pragma once
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::engine {
 

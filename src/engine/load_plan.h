@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "engine/flatten.h"
-#include "format/metadata.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 
@@ -44,25 +45,6 @@ struct ReadItem {
   // All fields, including the chunk positions in the indexes.
   bool operator==(const ReadItem& other) const;
   // e.g. "w" [2:4, 0:3] <- chunk #1 at [2, 0] [0:2, 0:3]  (dest box-local <- chunk-local)
-  std::string to_string() const;
-};
-
-struct LoadProblem {
-  enum class Kind {
-    kMissingKey,      // requested, not in the checkpoint
-    kUnexpectedKey,   // in the checkpoint, not requested (an error only if asked for)
-    kTypeMismatch,    // tensor requested, bytes saved, or the reverse
-    kDTypeMismatch,   // tensor dtypes differ (shardpoint does not convert)
-    kShapeMismatch,   // global shapes differ
-    kIncompleteCoverage,  // the saved chunks do not cover the requested box exactly once
-  };
-  Kind kind;
-  std::string fqn;
-  std::string expected;  // what the caller asked for
-  std::string found;     // what the checkpoint holds
-
-  bool operator==(const LoadProblem&) const = default;
-  // e.g. "w": dtype mismatch: expected float32, found bfloat16
   std::string to_string() const;
 };
 

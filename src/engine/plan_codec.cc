@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/byte_io.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 

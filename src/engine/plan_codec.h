@@ -16,7 +16,7 @@
 
 namespace shardpoint::engine {
 
-// The first byte of every message ranks exchange in save() and load() (steps: checkpoint.cc):
+// The first byte of every message ranks exchange in save() and load() (steps: checkpoint.cc, checkpoint_load.cc):
 // what the body is on success, or kError. Every step checks for the status it expects and
 // treats anything else as that rank's failure, so a failure reaches every rank inside the
 // step's own messages. Only ranks of one job read these bytes, but existing values must

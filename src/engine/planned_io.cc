@@ -5,7 +5,6 @@
 #include <optional>
 #include <utility>
 
-#include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_index.h"
 #include "engine/item_reader.h"
@@ -14,7 +13,8 @@
 #include "engine/save_steps.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
-#include "pickle/value.h"
+#include "shardpoint/error.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/zip_reader.h"
 
 namespace shardpoint::engine {

@@ -22,11 +22,12 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/item_writer.h"
-#include "format/metadata.h"
-#include "storage/storage.h"
+#include "engine/zip_crc_ledger.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 

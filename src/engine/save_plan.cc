@@ -5,8 +5,8 @@
 #include <set>
 #include <utility>
 
-#include "core/error.h"
 #include "engine/chunking.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
 #include "engine/flatten.h"
-#include "format/metadata.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

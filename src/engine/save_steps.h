@@ -18,13 +18,13 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "engine/checkpoint.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
 #include "engine/save_plan.h"
-#include "format/metadata.h"
-#include "storage/storage.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine::save_steps {
 

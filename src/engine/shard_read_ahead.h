@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/unique_fd.h"
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

@@ -26,7 +26,7 @@
 #include <span>
 #include <vector>
 
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::engine {
 

@@ -1,4 +1,4 @@
-#include "engine/state_dict.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::engine {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/torch_save_writer.h"
 
 namespace shardpoint::engine {

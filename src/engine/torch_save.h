@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/byte_stream.h"
-#include "engine/state_dict.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::engine {
 

@@ -1,4 +1,4 @@
-#include "engine/verify.h"
+#include "shardpoint/verify.h"
 
 #include <sys/stat.h>
 
@@ -6,14 +6,15 @@
 #include <map>
 #include <set>
 
-#include "core/error.h"
 #include "engine/checkpoint_index.h"
-#include "engine/checkpoint_reader.h"
+#include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
 #include "engine/item_reader.h"
-#include "engine/reshard.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
 #include "storage/location.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/zip_record_check.h"
@@ -158,7 +159,7 @@ void verify_load_index(storage::Storage& st, const CheckpointReader& reader, Ver
       index.metadata.planner_data != md.planner_data) {
     problem("", name + ": its tensors, objects or storage entries differ from .metadata's");
   }
-  if (reader.sidecar().has_value() != index.checksums.has_value() ||
+  if ((reader.sidecar() != nullptr) != index.checksums.has_value() ||
       (index.checksums && index.checksums->items() != reader.sidecar()->items())) {
     problem("", name + ": its checksums differ from the sidecar's");
   }

@@ -4,7 +4,7 @@
 #include <iterator>
 
 #include "core/checksum.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/zip_record_check.h"
 
 namespace shardpoint::engine {

@@ -22,23 +22,10 @@
 #include <string>
 #include <utility>
 
+#include "shardpoint/zip_crc_counts.h"
 #include "torchfile/zip_reader.h"
 
 namespace shardpoint::engine {
-
-struct ZipCrcCounts {
-  std::uint64_t records_checked = 0;      // records whose CRC-32 matched
-  std::uint64_t bytes_checked = 0;        // their data bytes
-  std::uint64_t records_no_checksum = 0;  // written without a CRC-32: unchecked, not an error
-  std::uint64_t records_partial = 0;      // read only in part: unchecked
-  ZipCrcCounts& operator+=(const ZipCrcCounts& o) {
-    records_checked += o.records_checked;
-    bytes_checked += o.bytes_checked;
-    records_no_checksum += o.records_no_checksum;
-    records_partial += o.records_partial;
-    return *this;
-  }
-};
 
 // The data record of one tensor blob, as a ledger tracks it.
 struct DataRecord {

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::format {
 namespace {

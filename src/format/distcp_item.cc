@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "core/error.h"
-#include "pickle/value.h"
+#include "shardpoint/error.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::format {
 namespace {

@@ -28,8 +28,8 @@
 #include <string_view>
 
 #include "core/byte_stream.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::format {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/byte_io.h"
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::format {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::format::codec_text {
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <utility>
 
-#include "core/error.h"
 #include "format/metadata_codec_text.h"
 #include "pickle/reader.h"
 #include "pickle/repr.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::format {
 namespace {

@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/error.h"
 #include "format/metadata_codec_text.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::format {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::format {
 namespace {

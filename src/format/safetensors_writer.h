@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "core/dtype.h"
+#include "shardpoint/dtype.h"
 
 namespace shardpoint::format {
 

@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
 #include "pickle/number_text.h"
 #include "pickle/opcodes.h"
 #include "pickle/text_codec.h"
 #include "pickle/value_graph.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 

@@ -45,7 +45,7 @@
 #include <string_view>
 
 #include "core/byte_io.h"
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle {
 

@@ -24,7 +24,7 @@
 #include <optional>
 #include <string>
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle {
 

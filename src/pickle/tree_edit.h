@@ -7,7 +7,7 @@
 
 #include <functional>
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle {
 

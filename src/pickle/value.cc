@@ -1,9 +1,9 @@
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 

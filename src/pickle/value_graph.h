@@ -11,7 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle {
 

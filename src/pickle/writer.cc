@@ -4,9 +4,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/error.h"
 #include "pickle/opcodes.h"
 #include "pickle/text_codec.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 

@@ -39,7 +39,7 @@
 #include <string>
 
 #include "core/byte_stream.h"
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle {
 

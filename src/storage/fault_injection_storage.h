@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/storage_wrapper.h"
 
 namespace shardpoint::storage {

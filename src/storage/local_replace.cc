@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <system_error>
 
-#include "core/error.h"
 #include "core/kill_point.h"
 #include "core/unique_fd.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage {
 

@@ -19,9 +19,9 @@
 
 #include "core/buffer_pool.h"
 #include "core/byte_stream.h"
-#include "core/error.h"
 #include "core/mapped_region.h"
 #include "core/unique_fd.h"
+#include "shardpoint/error.h"
 #include "storage/location.h"
 
 namespace shardpoint::storage {

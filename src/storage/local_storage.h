@@ -32,8 +32,8 @@
 #include <string>
 #include <string_view>
 
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 
 namespace shardpoint::storage {
 

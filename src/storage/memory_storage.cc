@@ -5,7 +5,7 @@
 #include <map>
 #include <mutex>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage {
 namespace {

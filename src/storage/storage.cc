@@ -1,6 +1,6 @@
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage {
 namespace {

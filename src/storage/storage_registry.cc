@@ -1,16 +1,16 @@
-#include "storage/storage_registry.h"
+#include "shardpoint/storage_registry.h"
 
 #include <algorithm>
 #include <cctype>
 #include <map>
 #include <mutex>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage.h"
 #include "storage/azure/azure_storage.h"
 #include "storage/local_storage.h"
 #include "storage/location.h"
 #include "storage/memory_storage.h"
-#include "storage/storage.h"
 #ifdef SHARDPOINT_HAVE_OBJECT_STORES
 #include "storage/gcs/gcs_storage.h"
 #include "storage/s3/s3_storage.h"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <utility>
 
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage {
 

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "core/error.h"
 #include "core/unique_fd.h"
+#include "shardpoint/error.h"
 #include "storage/location.h"
 
 namespace shardpoint::storage {

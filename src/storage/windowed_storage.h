@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::torchx {
 

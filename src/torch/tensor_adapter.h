@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/dtype.h"
 #include "engine/chunking.h"
-#include "engine/state_dict.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::torchx {
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "core/error.h"
 #include "pickle/reader.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::torchfile {
 namespace {

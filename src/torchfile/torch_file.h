@@ -43,8 +43,8 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "core/dtype.h"
-#include "pickle/value.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/zip_reader.h"
 
 namespace shardpoint::torchfile {

@@ -4,8 +4,8 @@
 #include <functional>
 #include <unordered_set>
 
-#include "core/error.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::torchfile {

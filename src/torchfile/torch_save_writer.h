@@ -41,8 +41,8 @@
 #include <unordered_map>
 
 #include "core/byte_stream.h"
-#include "core/dtype.h"
-#include "pickle/value.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/zip_writer.h"
 
 namespace shardpoint::torchfile {

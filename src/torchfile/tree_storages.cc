@@ -6,10 +6,10 @@
 #include <optional>
 #include <vector>
 
-#include "core/error.h"
 #include "pickle/reader.h"
 #include "pickle/tree_edit.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::torchfile {
 namespace {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"
 

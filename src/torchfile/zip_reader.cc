@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/zip_format.h"
 
 namespace shardpoint::torchfile {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/byte_io.h"
 #include "core/checksum.h"
 #include "torchfile/zip_format.h"
 

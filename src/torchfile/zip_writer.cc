@@ -1,7 +1,7 @@
 #include "torchfile/zip_writer.h"
 
 #include "core/checksum.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/zip_format.h"
 
 namespace shardpoint::torchfile {

@@ -12,10 +12,10 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/location.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::train {

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torch/tensor_adapter.h"
 
 namespace shardpoint::train {

@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "engine/state_dict.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/state_dict.h"
 #include "train/model.h"
 
 namespace shardpoint::train {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/state_dict.h"
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
 #include "train/data.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"

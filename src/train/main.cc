@@ -20,9 +20,9 @@
 
 #include <fmt/format.h>
 
-#include "comm/communicator_from_env.h"
 #include "comm/launch.h"
-#include "core/error.h"
+#include "shardpoint/communicator_from_env.h"
+#include "shardpoint/error.h"
 #include "train/trainer.h"
 
 namespace shardpoint::train {

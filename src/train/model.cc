@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::train {
 namespace {

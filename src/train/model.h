@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::train {
 

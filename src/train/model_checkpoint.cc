@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::train {
 

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "core/error.h"
-#include "pickle/value.h"
+#include "shardpoint/error.h"
+#include "shardpoint/pickle_value.h"
 #include "torch/tensor_adapter.h"
 
 namespace shardpoint::train {

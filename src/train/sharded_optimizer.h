@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/state_dict.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::train {
 

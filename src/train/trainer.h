@@ -64,9 +64,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "engine/async_save.h"
-#include "storage/storage.h"
+#include "shardpoint/async_save.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/storage.h"
 #include "train/checkpoint_paths.h"  // resolve_last_checkpoint(), used by fit()
 #include "train/data.h"
 #include "train/fsdp_strategy.h"

@@ -28,12 +28,12 @@
 
 #include "comm/thread_communicator.h"
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/chunking.h"
 #include "engine/torch_save.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/checkpoint.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"

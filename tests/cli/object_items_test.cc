@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/storage_registry.h"
 #include "test_util.h"
 
 namespace shardpoint {

@@ -17,12 +17,12 @@
 
 #include "comm/thread_communicator.h"
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/chunking.h"
-#include "engine/reshard.h"
 #include "engine/torch_save.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/reshard.h"
+#include "shardpoint/storage_registry.h"
 #include "test_util.h"
 
 namespace shardpoint {

@@ -28,8 +28,8 @@
 #include <string>
 #include <thread>
 
-#include "comm/communicator_from_env.h"
-#include "core/error.h"
+#include "shardpoint/communicator_from_env.h"
+#include "shardpoint/error.h"
 
 namespace sc = shardpoint::comm;
 using Clock = std::chrono::steady_clock;

@@ -1,15 +1,15 @@
 // make_communicator_from_env(): driver choice from the environment, env parsing, and a real
 // Gloo world of one (TCPStore + ProcessGroupGloo in this process).
-#include "comm/communicator_from_env.h"
+#include "shardpoint/communicator_from_env.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "core/error.h"
 #include "comm/tcp_communicator.h"
 #include "launch_ranks.h"
+#include "shardpoint/error.h"
 #ifdef SP_HAVE_GLOO
 #include "comm/gloo_communicator.h"
 #endif

@@ -1,8 +1,8 @@
-#include "comm/single_communicator.h"
+#include "shardpoint/single_communicator.h"
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <limits>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm::tcp_wire {
 namespace {

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <thread>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::comm {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint {
 namespace {

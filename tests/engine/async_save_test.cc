@@ -1,7 +1,7 @@
 // async_save(): the same files as save(), independence from the caller's buffers after it
 // returns, failures agreed by every rank's wait(), saves in a row over one staging pool,
 // the staging bound; and real processes over Gloo (async_save_worker).
-#include "engine/async_save.h"
+#include "shardpoint/async_save.h"
 
 #include <gtest/gtest.h>
 
@@ -13,14 +13,14 @@
 #include <set>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "launch_ranks.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/fault_injection_storage.h"
 #include "storage/local_storage.h"
 #include "storage/memory_storage.h"
-#include "storage/storage_registry.h"
 #include "storage/storage_wrapper.h"
 #include "test_util.h"
 

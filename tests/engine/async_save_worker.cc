@@ -14,11 +14,11 @@
 #include <sstream>
 #include <string>
 
-#include "comm/communicator_from_env.h"
-#include "core/error.h"
-#include "engine/async_save.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
+#include "shardpoint/async_save.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator_from_env.h"
+#include "shardpoint/error.h"
 #include "storage/fault_injection_storage.h"
 #include "storage/local_storage.h"
 

@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "core/checksum.h"
-#include "core/error.h"
 #include "engine/block_checksum.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/plan_codec.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "core/checksum.h"
-#include "core/error.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

@@ -1,7 +1,7 @@
 // save()/load() in one process: ThreadGroup ranks over MemoryStorage and LocalStorage,
 // resharding N -> M, replicated data written once, read accounting, failure injection,
 // corruption detection, and the on-disk result read back by the format/torchfile layers.
-#include "engine/checkpoint.h"
+#include "shardpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -12,16 +12,17 @@
 #include <set>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
+#include "core/byte_stream.h"
 #include "engine/checkpoint_index.h"
+#include "engine/checkpoint_test_state.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/flatten.h"
-#include "engine/checkpoint_test_state.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/fault_injection_storage.h"
 #include "storage/local_storage.h"
 #include "storage/memory_storage.h"
-#include "storage/storage_registry.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
 #include "engine/chunking.h"
-#include "engine/state_dict.h"
-#include "pickle/value.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::engine::testing {
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_reader.h"
+#include "engine/checkpoint_location.h"
 #include "engine/checkpoint_test_state.h"
-#include "engine/reshard.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/reshard.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/storage_wrapper.h"
 
 namespace shardpoint::engine {

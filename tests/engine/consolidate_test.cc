@@ -3,7 +3,7 @@
 // with TorchFile; validation messages; atomic output on failures and cancellation; peak RSS
 // under the budget on a checkpoint 4x larger than the budget; safetensors output; a bytes
 // item whose object holds tensors.
-#include "engine/consolidate.h"
+#include "shardpoint/consolidate.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/object_item_checkpoint.h"
 #include "engine/torch_save.h"
 #include "format/metadata_codec.h"
 #include "format/safetensors_writer.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "engine/flatten.h"
-#include "engine/state_dict.h"
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
 
 namespace shardpoint::engine::testing {
 

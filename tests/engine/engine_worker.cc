@@ -10,9 +10,9 @@
 #include <sstream>
 #include <string>
 
-#include "comm/communicator_from_env.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator_from_env.h"
 #include "storage/local_storage.h"
 
 namespace se = shardpoint::engine;

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
 #include "engine/engine_test_util.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

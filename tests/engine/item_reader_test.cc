@@ -10,10 +10,10 @@
 #include <gtest/gtest.h>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_test_state.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
 #include "storage/memory_storage.h"
 
 namespace shardpoint::engine {

@@ -6,10 +6,10 @@
 #include <map>
 #include <span>
 
-#include "core/error.h"
 #include "engine/chunking.h"
 #include "engine/engine_test_util.h"
 #include "engine/save_plan.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

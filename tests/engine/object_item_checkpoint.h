@@ -14,8 +14,8 @@
 #include "core/byte_stream.h"
 #include "engine/planned_io.h"
 #include "format/metadata_codec.h"
-#include "pickle/value.h"
-#include "storage/storage.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/storage.h"
 #include "torchfile/torch_save_writer.h"
 
 namespace shardpoint::engine::testing {

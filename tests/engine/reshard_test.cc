@@ -3,7 +3,7 @@
 // the report's counts, the output's layout (Shard(0) boxes, replicated tensors once, files
 // __r_0.distcp), a torch.save source converted with ranks = 1 and 2, the memory budget
 // setting the slabs, a bytes item whose object holds tensors, and the usage errors.
-#include "engine/reshard.h"
+#include "shardpoint/reshard.h"
 
 #include <gtest/gtest.h>
 
@@ -11,14 +11,14 @@
 #include <cstring>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
-#include "engine/checkpoint_reader.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/object_item_checkpoint.h"
 #include "engine/torch_save.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_reader.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/memory_storage.h"
-#include "storage/storage_registry.h"
 #include "test_util.h"
 
 namespace shardpoint::engine {

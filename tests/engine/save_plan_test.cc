@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
 #include "engine/chunking.h"
 #include "engine/engine_test_util.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::engine {
 namespace {

@@ -4,7 +4,7 @@
 // swapped pair of equal-size blobs. Each problem names the file and the item; an undamaged
 // checkpoint passes; records whose writer stored no CRC-32 are "no checksum", never
 // verified and never a problem; --quick reads no tensor data.
-#include "engine/verify.h"
+#include "shardpoint/verify.h"
 
 #include <gtest/gtest.h>
 
@@ -13,10 +13,10 @@
 
 #include "comm/thread_communicator.h"
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/torch_save.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/checkpoint.h"
 #include "storage/local_storage.h"
 #include "storage/memory_storage.h"
 #include "test_util.h"

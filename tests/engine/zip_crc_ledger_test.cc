@@ -9,7 +9,7 @@
 
 #include "core/byte_io.h"
 #include "core/checksum.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "torchfile/zip_record_check.h"
 
 namespace shardpoint::engine {

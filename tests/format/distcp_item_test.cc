@@ -7,8 +7,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/error.h"
+#include "core/byte_stream.h"
 #include "format/metadata_codec.h"
+#include "shardpoint/error.h"
 #include "test_util.h"
 #include "torchfile/torch_save_writer.h"
 

@@ -10,10 +10,10 @@
 #include <set>
 #include <string>
 
-#include "core/error.h"
 #include "format/sample_metadata.h"
 #include "pickle/reader.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::format {
 namespace {

@@ -9,9 +9,9 @@
 #include <random>
 #include <string>
 
-#include "core/error.h"
 #include "format/metadata_codec.h"
 #include "format/sample_metadata.h"
+#include "shardpoint/error.h"
 #include "test_util.h"
 
 namespace shardpoint::format {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "format/metadata.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::format::testing {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
 #include "engine/chunking.h"
+#include "shardpoint/dtype.h"
 
 namespace shardpoint::interop {
 

@@ -29,14 +29,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/communicator_from_env.h"
-#include "engine/checkpoint.h"
 #include "engine/chunking.h"
 #include "engine/flatten.h"
-#include "engine/state_dict.h"
 #include "interop/interop_values.h"
 #include "pickle/repr.h"
-#include "pickle/value.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator_from_env.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
 #include "storage/local_storage.h"
 
 namespace {

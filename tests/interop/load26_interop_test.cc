@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/single_communicator.h"
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
-#include "engine/consolidate.h"
 #include "engine/planned_io.h"
-#include "format/metadata.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/consolidate.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/single_communicator.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/zip_reader.h"

@@ -12,10 +12,10 @@
 #include <string>
 
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
-#include "engine/verify.h"
-#include "format/metadata.h"
 #include "launch_ranks.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/verify.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/zip_reader.h"

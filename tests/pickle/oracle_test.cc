@@ -10,10 +10,10 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
 #include "pickle/reader.h"
 #include "pickle/repr.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 #include "test_util.h"
 
 namespace shardpoint::pickle {

@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "pickle/reader.h"
-#include "pickle/value.h"
 #include "pickle/writer.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::pickle::testing {
 

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "core/error.h"
 #include "pickle/opcodes.h"
 #include "pickle/repr.h"
 #include "pickle_test_util.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 namespace {

@@ -1,8 +1,8 @@
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 namespace {

@@ -4,9 +4,10 @@
 
 #include <cmath>
 
-#include "core/error.h"
+#include "core/byte_io.h"
 #include "pickle/reader.h"
 #include "pickle_test_util.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::pickle {
 namespace {

@@ -10,11 +10,11 @@
 
 #include "azure_test_util.h"
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/local_storage.h"
-#include "storage/storage_registry.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {

@@ -10,9 +10,9 @@
 
 #include "azure_test_util.h"
 #include "core/buffer_pool.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/memory_storage.h"
-#include "storage/storage_registry.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/memory_storage.h"
 
 namespace shardpoint::storage {

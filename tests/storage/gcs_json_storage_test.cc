@@ -12,12 +12,12 @@
 #include <cstring>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "gcs_json_server.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/gcs/gcs_json_storage.h"
-#include "storage/storage_registry.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"
 #include "test_util.h"

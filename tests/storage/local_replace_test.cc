@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "test_util.h"
 
 namespace shardpoint::storage {

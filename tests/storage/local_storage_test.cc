@@ -15,7 +15,8 @@
 #include <fstream>
 #include <thread>
 
-#include "core/error.h"
+#include "core/buffer_pool.h"
+#include "shardpoint/error.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"
 #include "test_util.h"

@@ -5,7 +5,7 @@
 
 #include <atomic>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage_conformance.h"
 
 namespace shardpoint::storage::testing {

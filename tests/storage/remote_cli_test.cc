@@ -19,11 +19,11 @@
 #include "azure_test_util.h"
 #include "comm/thread_communicator.h"
 #include "core/byte_stream.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/torch_save.h"
 #include "s3_moto.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/storage_registry.h"
 #include "storage_test_util.h"
 #include "test_util.h"
 

@@ -12,15 +12,15 @@
 #include <thread>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
 #include "engine/checkpoint_test_state.h"
 #include "s3_moto.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/fault_injection_storage.h"
-#include "storage/local_storage.h"
 #include "storage/http/http_client.h"
+#include "storage/local_storage.h"
 #include "storage/s3/s3_storage.h"
-#include "storage/storage_registry.h"
 #include "storage_test_util.h"
 #include "test_util.h"
 

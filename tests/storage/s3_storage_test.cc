@@ -8,13 +8,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
+#include "core/buffer_pool.h"
 #include "s3_moto.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/gcs/gcs_storage.h"
+#include "storage/http/http_client.h"
 #include "storage/memory_storage.h"
 #include "storage/s3/aws_credentials.h"
-#include "storage/http/http_client.h"
-#include "storage/storage_registry.h"
 #include "storage_conformance.h"
 #include "storage_test_util.h"
 #include "test_util.h"

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage_test_util.h"
 
 namespace shardpoint::storage::testing {

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage::testing {
 

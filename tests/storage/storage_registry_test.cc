@@ -1,12 +1,12 @@
 // URL dispatch: every built-in scheme resolves, unknown ones are UsageErrors naming the URL.
-#include "storage/storage_registry.h"
+#include "shardpoint/storage_registry.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "core/error.h"
-#include "storage/storage.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage.h"
 #include "test_util.h"
 
 namespace shardpoint::storage {

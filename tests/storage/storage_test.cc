@@ -1,11 +1,11 @@
 // Key validation and IoOptions checks shared by all drivers.
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage {
 namespace {

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "core/byte_io.h"
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage::testing {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "test_util.h"
 
 namespace shardpoint::storage {

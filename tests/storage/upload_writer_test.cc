@@ -12,7 +12,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
+#include "core/buffer_pool.h"
+#include "shardpoint/error.h"
 #include "storage_test_util.h"
 
 namespace shardpoint::storage::http {

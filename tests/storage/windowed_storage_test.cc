@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/byte_stream.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/local_storage.h"
 #include "storage/memory_storage.h"
 #include "test_util.h"

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
-#include "engine/checkpoint.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
 #include "storage/memory_storage.h"
 
 namespace shardpoint::torchx {

@@ -10,7 +10,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 #include "test_util.h"
 #include "torch_test_util.h"
 #include "torchfile/torch_file.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/checksum.h"
-#include "pickle/value.h"
+#include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"
 

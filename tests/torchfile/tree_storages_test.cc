@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/byte_io.h"
-#include "core/error.h"
 #include "pickle/writer.h"
+#include "shardpoint/error.h"
 #include "torch_test_util.h"
 #include "torchfile/zip_writer.h"
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/byte_io.h"
 #include "core/checksum.h"
 #include "test_util.h"
 #include "torchfile/zip_format.h"

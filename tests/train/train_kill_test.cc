@@ -29,12 +29,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/verify.h"
 #include "launch_ranks.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
+#include "shardpoint/verify.h"
 #include "storage/location.h"
 #include "storage/s3_moto.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
 

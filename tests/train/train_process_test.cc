@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "launch_ranks.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/s3_moto.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
 

@@ -15,10 +15,10 @@
 #include <set>
 
 #include "comm/thread_communicator.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/s3_moto.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
 #include "train/lightning_checkpoint.h"

@@ -7,7 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage::azure {
 namespace {

@@ -53,9 +53,9 @@
 #include <string>
 #include <string_view>
 
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/azure/azure_auth.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 
 namespace shardpoint::storage::azure {
 

@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "core/buffer_pool.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
 #include "storage/http/upload_writer.h"

@@ -41,9 +41,9 @@
 #include <memory>
 #include <string>
 
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/http/http_client.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
 
 namespace shardpoint::storage::gcs {
 

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/gcs/gcs_json_storage.h"
 #include "storage/s3/s3_storage.h"
 

@@ -18,8 +18,8 @@
 #include <memory>
 #include <string_view>
 
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 
 namespace shardpoint::storage::gcs {
 

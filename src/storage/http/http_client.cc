@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage::http {
 namespace {

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "core/byte_io.h"
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage::http {
 

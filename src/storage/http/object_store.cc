@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/http/ranged_reads.h"
 
 namespace shardpoint::storage::http {

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage::http {
 

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <stop_token>
 
-#include "core/error.h"
+#include "shardpoint/error.h"
 
 namespace shardpoint::storage::http {
 namespace {

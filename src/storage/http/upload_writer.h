@@ -27,7 +27,7 @@
 #include <string>
 
 #include "core/buffer_pool.h"
-#include "storage/storage.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::storage::http {
 

@@ -9,7 +9,7 @@
 
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
-#include "core/error.h"
+#include "shardpoint/error.h"
 #include "storage/http/http_client.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"

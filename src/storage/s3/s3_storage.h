@@ -49,10 +49,10 @@
 #include <string>
 #include <string_view>
 
-#include "storage/s3/aws_credentials.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/http/http_client.h"
-#include "storage/storage.h"
-#include "storage/storage_registry.h"
+#include "storage/s3/aws_credentials.h"
 
 namespace shardpoint::storage::s3 {
 

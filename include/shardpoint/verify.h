@@ -50,8 +50,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
-#include "storage/storage.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 
@@ -119,8 +119,8 @@ struct VerifyReport {
 };
 
 // Verifies the checkpoint at a local path (a DCP folder or a torch.save file; "file://"
-// accepted) or a storage URL (locate_checkpoint(), reshard.h). Blocks until done. Throws as
-// described at the top; every problem inside the checkpoint is in the report.
+// accepted) or a storage URL (told apart as reshard.h describes for sources). Blocks until
+// done. Throws as described at the top; every problem inside the checkpoint is in the report.
 VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options = {});
 
 // Verifies the DCP checkpoint in `storage` (tests use MemoryStorage). `local_folder`: the

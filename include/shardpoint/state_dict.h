@@ -20,9 +20,9 @@
 #include <variant>
 #include <vector>
 
-#include "core/dtype.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::engine {
 

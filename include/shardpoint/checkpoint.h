@@ -18,7 +18,7 @@
 // others throw the communicator's CommError (after its timeout), with the same cleanup.
 //
 // The numbered steps of both, the messages ranks exchange and the read path are described
-// at the top of checkpoint.cc.
+// at the top of checkpoint.cc (save) and checkpoint_load.cc (load).
 //
 // Thread-safety: one save()/load() per communicator at a time. Blocking. load() fills the
 // caller's buffers from up to LoadOptions::thread_count threads and writes object leaves
@@ -30,12 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "engine/load_plan.h"
-#include "engine/state_dict.h"
-#include "engine/zip_crc_ledger.h"
-#include "format/metadata.h"
-#include "storage/storage.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/zip_crc_counts.h"
 
 namespace shardpoint::engine {
 
@@ -77,11 +76,11 @@ struct SaveOptions {
 };
 
 struct SaveReport {
-  std::vector<std::string> files;     // this rank's files
-  std::uint64_t bytes_written = 0;    // by this rank (blobs, headers included)
-  double plan_seconds = 0;            // local and global plan (steps 1-2 in checkpoint.cc)
-  double write_seconds = 0;           // writing this rank's files (step 3)
-  double commit_seconds = 0;          // agreeing, `.metadata`, final barrier (steps 4-6)
+  std::vector<std::string> files;   // this rank's files
+  std::uint64_t bytes_written = 0;  // by this rank (blobs, headers included)
+  double plan_seconds = 0;          // local and global plan (steps 1-2 in checkpoint.cc)
+  double write_seconds = 0;         // writing this rank's files (step 3)
+  double commit_seconds = 0;        // agreeing, `.metadata`, final barrier (steps 4-6)
 };
 
 struct LoadOptions {
@@ -102,6 +101,26 @@ struct LoadOptions {
   bool check_zip_crc = true;
   // Parallel readers per rank.
   int thread_count = 4;
+};
+
+// One mismatch between what a load asked for and what the checkpoint holds.
+struct LoadProblem {
+  enum class Kind {
+    kMissingKey,          // requested, not in the checkpoint
+    kUnexpectedKey,       // in the checkpoint, not requested (an error only if asked for)
+    kTypeMismatch,        // tensor requested, bytes saved, or the reverse
+    kDTypeMismatch,       // tensor dtypes differ (shardpoint does not convert)
+    kShapeMismatch,       // global shapes differ
+    kIncompleteCoverage,  // the saved chunks do not cover the requested box exactly once
+  };
+  Kind kind;
+  std::string fqn;
+  std::string expected;  // what the caller asked for
+  std::string found;     // what the checkpoint holds
+
+  bool operator==(const LoadProblem&) const = default;
+  // e.g. "w": dtype mismatch: expected float32, found bfloat16
+  std::string to_string() const;
 };
 
 struct LoadReport {

@@ -34,8 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/byte_io.h"
-#include "core/byte_stream.h"
+#include "shardpoint/byte_stream.h"
 
 namespace shardpoint::storage {
 
@@ -176,8 +175,7 @@ class Storage {
   // StorageError kNotFound for a missing object and FormatError naming the object, offset
   // and shortfall when the range extends past the end. Concurrent with a commit to the same
   // key, reads the old or the new object (never a mixture) when atomic_publish.
-  virtual void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out,
-                    const IoOptions& io = {}) = 0;
+  virtual void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io = {}) = 0;
 
   // A ByteSource over the whole object, for parsers (zip, pickle). Local files are mapped
   // (MappedSource) when options.prefer_mmap, read with pread otherwise. The source stays

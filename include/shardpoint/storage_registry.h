@@ -22,7 +22,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/buffer_pool.h"
+namespace shardpoint {
+class BufferPool;  // the bounded pool of aligned staging buffers (internal to the library)
+}  // namespace shardpoint
 
 namespace shardpoint::storage {
 

@@ -34,11 +34,11 @@ enum class DType {
 };
 
 inline constexpr DType kAllDTypes[] = {
-    DType::kFloat32,       DType::kFloat64,       DType::kFloat16,        DType::kBFloat16,
-    DType::kComplex32,     DType::kComplex64,     DType::kComplex128,     DType::kInt8,
-    DType::kInt16,         DType::kInt32,         DType::kInt64,          DType::kUInt8,
-    DType::kUInt16,        DType::kUInt32,        DType::kUInt64,         DType::kBool,
-    DType::kFloat8_e4m3fn, DType::kFloat8_e5m2,   DType::kFloat8_e4m3fnuz, DType::kFloat8_e5m2fnuz,
+    DType::kFloat32,        DType::kFloat64,     DType::kFloat16,         DType::kBFloat16,
+    DType::kComplex32,      DType::kComplex64,   DType::kComplex128,      DType::kInt8,
+    DType::kInt16,          DType::kInt32,       DType::kInt64,           DType::kUInt8,
+    DType::kUInt16,         DType::kUInt32,      DType::kUInt64,          DType::kBool,
+    DType::kFloat8_e4m3fn,  DType::kFloat8_e5m2, DType::kFloat8_e4m3fnuz, DType::kFloat8_e5m2fnuz,
     DType::kFloat8_e8m0fnu,
 };
 

@@ -58,7 +58,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/zip_crc_ledger.h"
+#include "shardpoint/zip_crc_counts.h"
 
 namespace shardpoint::engine {
 

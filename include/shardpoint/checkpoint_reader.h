@@ -14,25 +14,41 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
 
-#include "engine/checksum_sidecar.h"
-#include "engine/item_reader.h"
-#include "engine/state_dict.h"
-#include "engine/zip_crc_ledger.h"
-#include "format/metadata.h"
-#include "pickle/value.h"
-#include "storage/storage.h"
+#include "shardpoint/byte_stream.h"
+#include "shardpoint/metadata.h"
+#include "shardpoint/pickle_value.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/zip_crc_counts.h"
+
+namespace shardpoint::torchfile {
+class TorchFile;  // a torch.save archive held in memory (internal: torchfile/torch_file.h)
+}  // namespace shardpoint::torchfile
 
 namespace shardpoint::engine {
+
+class ChecksumSidecar;  // the checksum sidecar (internal: engine/checksum_sidecar.h)
+struct BlobChecksums;   // internal: engine/item_reader.h
+
+// Bytes a reader took from storage.
+struct ReadCounts {
+  std::uint64_t header_bytes = 0;  // zip records and data.pkl of tensor blobs
+  std::uint64_t data_bytes = 0;    // tensor data and whole bytes-item blobs (incl. widening)
+  ReadCounts& operator+=(const ReadCounts& o) {
+    header_bytes += o.header_bytes;
+    data_bytes += o.data_bytes;
+    return *this;
+  }
+};
 
 struct CheckpointReaderOptions {
   // Verify every byte read against the sidecar (when the checkpoint has one).
   bool verify_checksums = true;
   // Where no sidecar entry covers a blob, check the zip CRC-32 of each record once all of
-  // it has been read (by any read_box/read_object calls; zip_crc_ledger.h). Applies only
+  // it has been read (by any read_box/read_object calls; engine/zip_crc_ledger.cc). Applies only
   // with verify_checksums. Off: such blobs are read unverified.
   bool check_zip_crc = true;
 };
@@ -47,8 +63,9 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const format::Metadata& metadata() const { return metadata_; }
-  // The sidecar, when the checkpoint has one (absent for PyTorch-written checkpoints).
-  const std::optional<ChecksumSidecar>& sidecar() const { return sidecar_; }
+  // The checksum sidecar, when the checkpoint has one and options.verify_checksums;
+  // nullptr otherwise (always for PyTorch-written checkpoints). Owned by the reader.
+  const ChecksumSidecar* sidecar() const;
   storage::Storage& storage() const { return storage_; }
 
   // The tensor entry of fqn; throws PlanError when fqn is missing or is a bytes item.
@@ -69,7 +86,7 @@ class CheckpointReader {
   // Bytes read so far (headers and data).
   ReadCounts counts() const;
   // The zip CRC-32 checks so far; records_partial counts records read only in part so far.
-  ZipCrcCounts zip_crc_counts() const { return zip_crc_.counts(); }
+  ZipCrcCounts zip_crc_counts() const;
 
  private:
   std::shared_ptr<const ByteSource> source(const std::string& relative_path);
@@ -78,15 +95,14 @@ class CheckpointReader {
   // A Metadata holding only fqn's entry and its storage_data (cached; what read_box plans on).
   const format::Metadata& tensor_metadata(const std::string& fqn);
 
+  struct State;  // the sidecar, the open sources, per-tensor metadata (checkpoint_reader.cc)
+
   storage::Storage& storage_;
   CheckpointReaderOptions options_;
   format::Metadata metadata_;
-  std::optional<ChecksumSidecar> sidecar_;
-  SourceCache sources_;
-  mutable std::mutex mu_;  // per_tensor_, counts_
-  std::map<std::string, std::unique_ptr<format::Metadata>> per_tensor_;
+  std::unique_ptr<State> state_;
+  mutable std::mutex mu_;  // state_->per_tensor, counts_
   ReadCounts counts_;
-  mutable ZipCrcLedger zip_crc_;  // thread-safe; what reads checked, not the reader's state
 };
 
 }  // namespace shardpoint::engine

@@ -19,8 +19,8 @@
 #include <variant>
 #include <vector>
 
-#include "core/dtype.h"
-#include "pickle/value.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/pickle_value.h"
 
 namespace shardpoint::format {
 

@@ -140,12 +140,12 @@ class Value {
   friend void release_children(Value& v, std::vector<ValuePtr>& out);
 
   Kind kind_;
-  bool big_ = false;           // kInt stored in text_ as LE bytes
+  bool big_ = false;  // kInt stored in text_ as LE bytes
   CallKind call_ = CallKind::kReduce;
-  std::int64_t int_ = 0;       // kBool (0/1), kInt
+  std::int64_t int_ = 0;  // kBool (0/1), kInt
   double float_ = 0;
-  std::string text_;           // str/bytes payload, big int bytes, global module
-  std::string name_;           // global name
+  std::string text_;  // str/bytes payload, big int bytes, global module
+  std::string name_;  // global name
   std::vector<ValuePtr> items_;
   DictEntries entries_;
   ValuePtr callable_, args_, kwargs_, state_;  // object; pid in callable_

@@ -10,7 +10,7 @@
 // abfs://, file://, memory://; storage_registry.h). A URL names a DCP checkpoint when
 // `<url>/.metadata` exists; otherwise, when its last segment names an object, that object
 // is read as a torch.save file (ranged reads: only its headers, data.pkl and tensor bytes
-// are fetched); otherwise it is "not a committed checkpoint" (locate_checkpoint()).
+// are fetched); otherwise it is "not a committed checkpoint".
 //
 // How (one process, no communicator; the output is byte for byte what N ranks calling
 // engine::save() on the same boxes would write, see tests/cli/reshard_test.cc):
@@ -48,9 +48,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/checkpoint.h"
-#include "storage/storage.h"
-#include "torchfile/torch_file.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/zip_crc_counts.h"
 
 namespace shardpoint::engine {
 
@@ -83,26 +83,7 @@ struct ReshardReport {
   double seconds = 0;              // the whole call
 };
 
-// Where a checkpoint named by a local path or a storage URL lives (see the top of this
-// file). Local paths: a folder is a DCP checkpoint, a file a torch.save file (an absent
-// path throws StorageError kNotFound naming it). URLs: `.metadata` under the URL makes a
-// DCP checkpoint; otherwise an object at the URL's last segment is a torch.save file;
-// otherwise StorageError kNotFound "<url>/.metadata: not a committed checkpoint (no
-// .metadata)". Authentication and network errors propagate (StorageError naming the URL).
-struct CheckpointLocation {
-  bool is_dcp = false;
-  std::string name;                           // the path or URL as given
-  std::shared_ptr<storage::Storage> storage;  // DCP: the checkpoint; torch.save: its parent
-  std::string key;                            // torch.save behind a URL: the object's key
-  std::string local_file;                     // torch.save on the local filesystem
-};
-CheckpointLocation locate_checkpoint(const std::string& path_or_url);
-
-// Opens the torch.save file of a location (REQUIRES !is_dcp) for pread / ranged reads
-// (never mapped). Throws StorageError / FormatError naming it.
-std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location);
-
-// Rewrites the checkpoint at `source` (a path or URL, see locate_checkpoint()) into
+// Rewrites the checkpoint at `source` (a path or URL, see the top of this file) into
 // `destination`, which must be empty. Blocks until the checkpoint is committed. Throws
 // UsageError for ranks < 1, a zero budget or a non-empty destination; FormatError /
 // StorageError / PlanError from reading the source (naming file and fqn), or when a

@@ -42,10 +42,10 @@
 #include <mutex>
 #include <span>
 
-#include "comm/communicator.h"
-#include "engine/checkpoint.h"
-#include "engine/state_dict.h"
-#include "storage/storage.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/communicator.h"
+#include "shardpoint/state_dict.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 
@@ -104,9 +104,9 @@ struct AsyncSaveOptions {
 };
 
 struct AsyncSaveReport {
-  double stall_seconds = 0;   // async_save() from call to return
-  double plan_seconds = 0;    // steps 1-2 (part of the stall)
-  double copy_seconds = 0;    // staging copy (part of the stall)
+  double stall_seconds = 0;        // async_save() from call to return
+  double plan_seconds = 0;         // steps 1-2 (part of the stall)
+  double copy_seconds = 0;         // staging copy (part of the stall)
   std::uint64_t staged_bytes = 0;  // tensor bytes copied into staging memory
 };
 
@@ -139,7 +139,7 @@ class PendingSave {
 // once this rank's bytes are staged: the caller may change or free its tensors then.
 // Throws save()'s planning errors (UsageError, PlanError, CommError) on every rank; write
 // and commit errors come from PendingSave::wait().
-std::unique_ptr<PendingSave> async_save(const StateNode& state, storage::Storage& checkpoint,
-                                        comm::Communicator& comm, const AsyncSaveOptions& options = {});
+std::unique_ptr<PendingSave> async_save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                                        const AsyncSaveOptions& options = {});
 
 }  // namespace shardpoint::engine

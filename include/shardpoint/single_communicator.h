@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "comm/communicator.h"
+#include "shardpoint/communicator.h"
 
 namespace shardpoint::comm {
 

@@ -1,0 +1,67 @@
+#include "engine/checkpoint_location.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <optional>
+
+#include "core/byte_stream.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
+#include "storage/location.h"
+
+namespace shardpoint::engine {
+
+CheckpointLocation locate_checkpoint(const std::string& name) {
+  CheckpointLocation location;
+  location.name = name;
+  const storage::Location where = storage::Location::parse(name);
+  if (!where.is_remote()) {
+    const std::string& path = where.path();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
+    if (S_ISDIR(st.st_mode)) {
+      location.is_dcp = true;
+      location.storage = storage::open_storage(path);
+    } else {
+      location.local_file = path;
+    }
+    return location;
+  }
+  std::shared_ptr<storage::Storage> folder = storage::open_storage(name);
+  if (folder->try_stat(kMetadataKey)) {
+    location.is_dcp = true;
+    location.storage = std::move(folder);
+    return location;
+  }
+  // A torch.save object: the URL's last segment is its key (a URL written with a trailing
+  // '/' names a prefix, not an object).
+  const std::optional<storage::Location> parent = where.parent();
+  if (parent && !name.substr(0, name.find('?')).ends_with('/')) {
+    std::shared_ptr<storage::Storage> holder = storage::open_storage(parent->to_string());
+    std::optional<std::uint64_t> size;
+    try {
+      size = holder->try_stat(where.name());
+    } catch (const UsageError&) {
+      // Not a valid key (e.g. "..."): not an object either.
+    }
+    if (size) {
+      location.storage = std::move(holder);
+      location.key = where.name();
+      return location;
+    }
+  }
+  throw StorageError(StorageError::Kind::kNotFound,
+                     folder->describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+}
+
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location) {
+  if (location.is_dcp) throw UsageError(location.name + ": a DCP checkpoint, not a torch.save file");
+  if (!location.local_file.empty()) return torchfile::TorchFile::open(FileSource::open(location.local_file));
+  storage::SourceOptions options;
+  options.prefer_mmap = false;
+  return torchfile::TorchFile::open(location.storage->open_source(location.key, options));
+}
+
+}  // namespace shardpoint::engine

@@ -1,0 +1,33 @@
+// Where a checkpoint named by a local path or a storage URL lives, and opening a torch.save
+// file found there. inspect, verify and reshard all decide what a name refers to here.
+// Thread-safe (no shared state).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "shardpoint/storage.h"
+#include "torchfile/torch_file.h"
+
+namespace shardpoint::engine {
+
+// What `name`, a local path or a storage URL, names. Local paths: a folder is a DCP
+// checkpoint, a file a torch.save file (an absent path throws StorageError kNotFound naming
+// it). URLs: `.metadata` under the URL makes a DCP checkpoint; otherwise an object at the
+// URL's last segment is a torch.save file; otherwise StorageError kNotFound
+// "<url>/.metadata: not a committed checkpoint (no .metadata)". Authentication and network
+// errors propagate (StorageError naming the URL).
+struct CheckpointLocation {
+  bool is_dcp = false;
+  std::string name;                           // the path or URL as given
+  std::shared_ptr<storage::Storage> storage;  // DCP: the checkpoint; torch.save: its parent
+  std::string key;                            // torch.save behind a URL: the object's key
+  std::string local_file;                     // torch.save on the local filesystem
+};
+CheckpointLocation locate_checkpoint(const std::string& name);
+
+// Opens the torch.save file of a location (REQUIRES !is_dcp) for pread / ranged reads
+// (never mapped). Throws StorageError / FormatError naming it.
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location);
+
+}  // namespace shardpoint::engine
