@@ -134,4 +134,12 @@ std::uint64_t BlockChecksummer::finish_item() {
 
 std::vector<std::uint64_t> BlockChecksummer::take_blocks() { return std::move(blocks_); }
 
+std::string block_checksum_mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block,
+                                    std::uint64_t begin, std::uint64_t end, std::uint64_t expected,
+                                    std::uint64_t found) {
+  return where + ": checksum mismatch in block " + std::to_string(block) + " (blob bytes [" + std::to_string(begin) +
+         ", " + std::to_string(end) + ")): expected " + std::string(checksum_algorithm_name(algorithm)) + " " +
+         checksum_to_hex(algorithm, expected) + ", found " + checksum_to_hex(algorithm, found);
+}
+
 }  // namespace shardpoint::engine

@@ -44,6 +44,12 @@ std::uint64_t checksum_from_hex(ChecksumAlgorithm algorithm, std::string_view he
 // message only on failure).
 std::optional<std::uint64_t> parse_checksum_hex(ChecksumAlgorithm algorithm, std::string_view hex);
 
+// "<where>: checksum mismatch in block b (blob bytes [begin, end)): expected <algorithm>
+// <hex>, found <hex>": the message of every block checksum mismatch.
+std::string block_checksum_mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block,
+                                    std::uint64_t begin, std::uint64_t end, std::uint64_t expected,
+                                    std::uint64_t found);
+
 // One checksum fed in pieces: crc32c chains, xxh3 streams, kNone stays 0. The value after
 // any split of the bytes into update() calls is checksum_of() of all of them.
 class StreamingChecksum {

@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "engine/block_checksum.h"
+#include "engine/block_pieces.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/chunking.h"
@@ -44,6 +45,7 @@
 #include "engine/plan_codec.h"
 #include "engine/rank_failures.h"
 #include "engine/save_steps.h"
+#include "engine/saved_object.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
 #include "shardpoint/error.h"

@@ -6,6 +6,7 @@
 #include "engine/checksum_sidecar.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
+#include "engine/saved_object.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"

@@ -323,13 +323,6 @@ namespace {
 // (bench/README.md, "Figures behind constants in the code").
 constexpr std::uint64_t kVerifiedReadBytes = std::uint64_t{256} << 10;
 
-std::string mismatch(const std::string& where, ChecksumAlgorithm algorithm, std::uint64_t block, std::uint64_t begin,
-                     std::uint64_t end, std::uint64_t expected, std::uint64_t found) {
-  return where + ": checksum mismatch in block " + std::to_string(block) + " (blob bytes [" + std::to_string(begin) +
-         ", " + std::to_string(end) + ")): expected " + std::string(checksum_algorithm_name(algorithm)) + " " +
-         hex(algorithm, expected) + ", found " + hex(algorithm, found);
-}
-
 }  // namespace
 
 void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::span<std::byte> dest,
@@ -408,8 +401,8 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
       }
       gap(b_end);
       if (h.value() != entry.blocks[parts_block]) {
-        throw FormatError(mismatch(describe(), checksums.algorithm, parts_block, b_begin, b_end,
-                                   entry.blocks[parts_block], h.value()));
+        throw FormatError(block_checksum_mismatch(describe(), checksums.algorithm, parts_block, b_begin, b_end,
+                                                  entry.blocks[parts_block], h.value()));
       }
     }
     parts.clear();
@@ -473,7 +466,8 @@ void SavedTensorBlob::read_whole_blocks(std::uint64_t begin, std::uint64_t end, 
       sum.update(bytes.subspan(static_cast<std::size_t>(p - at), static_cast<std::size_t>(piece_end - p)));
       if (piece_end == k_end) {
         if (sum.value() != entry.blocks[k]) {
-          throw FormatError(mismatch(describe(), checksums.algorithm, k, k * block, k_end, entry.blocks[k], sum.value()));
+          throw FormatError(block_checksum_mismatch(describe(), checksums.algorithm, k, k * block, k_end,
+                                                    entry.blocks[k], sum.value()));
         }
         sum.reset();
       }
@@ -565,169 +559,6 @@ std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<con
     }
   }
   return merged;
-}
-
-std::string encode_block_pieces(const std::vector<BlockPiece>& pieces) {
-  std::string out;
-  put_le<std::uint64_t>(out, pieces.size());
-  for (const BlockPiece& p : pieces) {
-    put_le<std::uint32_t>(out, static_cast<std::uint32_t>(p.file.size()));
-    out += p.file;
-    put_le<std::uint64_t>(out, p.blob_offset);
-    put_le<std::uint64_t>(out, p.begin);
-    put_le<std::uint64_t>(out, p.end);
-    put_le<std::uint32_t>(out, p.crc);
-  }
-  return out;
-}
-
-void decode_block_pieces(std::string_view bytes, std::string_view what, std::vector<BlockPiece>& out) {
-  ByteCursor c(as_bytes(bytes));
-  const std::uint64_t n = c.read_le<std::uint64_t>(what);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    BlockPiece p;
-    const std::uint32_t len = c.read_le<std::uint32_t>(what);
-    p.file = std::string(as_chars(c.read_bytes(len, what)));
-    p.blob_offset = c.read_le<std::uint64_t>(what);
-    p.begin = c.read_le<std::uint64_t>(what);
-    p.end = c.read_le<std::uint64_t>(what);
-    p.crc = c.read_le<std::uint32_t>(what);
-    out.push_back(std::move(p));
-  }
-  if (!c.at_end()) throw FormatError(std::string(what) + ": " + std::to_string(c.remaining()) + " bytes after the pieces");
-}
-
-void verify_block_pieces(const std::vector<BlockPiece>& mine, const std::vector<BlockPiece>& everyone,
-                         const ChecksumSidecar& sidecar,
-                         const std::function<std::shared_ptr<const ByteSource>(const std::string&)>& source,
-                         ReadCounts& counts) {
-  const std::uint64_t block = sidecar.block_size();
-  if (mine.empty() || block == 0) return;
-  using BlockKey = std::tuple<std::string, std::uint64_t, std::uint64_t>;  // file, blob offset, block
-  std::map<BlockKey, std::vector<const BlockPiece*>> by_block;
-  for (const BlockPiece& p : everyone) by_block[{p.file, p.blob_offset, p.begin / block}].push_back(&p);
-
-  std::set<BlockKey> checked;
-  std::vector<std::byte> scratch;
-  for (const BlockPiece& m : mine) {
-    const BlockKey key{m.file, m.blob_offset, m.begin / block};
-    if (!checked.insert(key).second) continue;
-    const ItemChecksums* entry = sidecar.find(m.file, m.blob_offset);
-    const std::uint64_t b = std::get<2>(key);
-    if (entry == nullptr || b >= entry->blocks.size()) {
-      throw FormatError(m.file + ": blob at offset " + std::to_string(m.blob_offset) +
-                        ": checksum sidecar has no block " + std::to_string(b));
-    }
-    const std::uint64_t b_begin = b * block;
-    const std::uint64_t b_end = std::min(b_begin + block, entry->length);
-    const std::vector<const BlockPiece*>& candidates = by_block[key];
-    // Cover the block left to right: the longest piece that starts where the cover ends;
-    // where none does, read the bytes up to the next piece.
-    std::uint32_t crc = 0;
-    for (std::uint64_t pos = b_begin; pos < b_end;) {
-      const BlockPiece* best = nullptr;
-      std::uint64_t next = b_end;
-      for (const BlockPiece* q : candidates) {
-        if (q->end > b_end || q->begin >= q->end) continue;
-        if (q->begin == pos) {
-          if (best == nullptr || q->end > best->end) best = q;
-        } else if (q->begin > pos) {
-          next = std::min(next, q->begin);
-        }
-      }
-      if (best != nullptr) {
-        crc = crc32c_combine(crc, best->crc, best->end - best->begin);
-        pos = best->end;
-        continue;
-      }
-      scratch.resize(static_cast<std::size_t>(next - pos));
-      source(m.file)->read(m.blob_offset + pos, scratch, m.file + ": item \"" + entry->fqn + "\" checksum block");
-      counts.data_bytes += scratch.size();
-      crc = crc32c(crc, scratch);
-      pos = next;
-    }
-    if (crc != entry->blocks[b]) {
-      std::string where = m.file + ": item \"" + entry->fqn + "\"";
-      if (entry->chunk_offsets) where += " chunk at " + shape_to_string(*entry->chunk_offsets);
-      throw FormatError(mismatch(where, ChecksumAlgorithm::kCrc32c, b, b_begin, b_end, entry->blocks[b], crc));
-    }
-  }
-}
-
-namespace {
-
-class OwnedSource final : public ByteSource {
- public:
-  OwnedSource(std::vector<std::byte> data, std::string name) : data_(std::move(data)), name_(std::move(name)) {}
-  const std::string& name() const override { return name_; }
-  std::uint64_t size() const override { return data_.size(); }
-  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
-    check_range(offset, out.size(), what);
-    if (!out.empty()) std::memcpy(out.data(), data_.data() + offset, out.size());
-  }
-  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length, std::string_view what) const override {
-    check_range(offset, length, what);
-    return ByteSpan(data_).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length));
-  }
-
- private:
-  std::vector<std::byte> data_;
-  std::string name_;
-};
-
-}  // namespace
-
-std::unique_ptr<torchfile::TorchFile> open_saved_object(const ByteSource& file, const format::StorageInfo& info,
-                                                        const std::string& fqn, const BlobChecksums& checksums,
-                                                        ReadCounts& counts) {
-  const std::string where = info.relative_path + ": item \"" + fqn + "\"";
-  if (!info.transform_descriptors.empty()) {
-    throw FormatError(where + ": stream transforms are not supported yet (found \"" +
-                      info.transform_descriptors.front() + "\")");
-  }
-  if (info.offset > file.size() || info.length > file.size() - info.offset) {
-    throw FormatError(where + ": blob [" + std::to_string(info.offset) + ", " + std::to_string(info.offset + info.length) +
-                      ") reaches past the end of the file (" + std::to_string(file.size()) + " bytes)");
-  }
-  std::vector<std::byte> blob(static_cast<std::size_t>(info.length));
-  file.read(info.offset, blob, where);
-  counts.data_bytes += blob.size();
-  if (checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone) {
-    if (checksums.item->length != info.length) {
-      throw FormatError(where + ": checksum sidecar says the blob has " + std::to_string(checksums.item->length) +
-                        " bytes, .metadata says " + std::to_string(info.length));
-    }
-    const std::uint64_t found = checksum_of(checksums.algorithm, blob);
-    if (found != checksums.item->checksum) {
-      throw FormatError(where + ": checksum mismatch: expected " + std::string(checksum_algorithm_name(checksums.algorithm)) +
-                        " " + hex(checksums.algorithm, checksums.item->checksum) + ", found " +
-                        hex(checksums.algorithm, found));
-    }
-  }
-  auto source = std::make_unique<OwnedSource>(std::move(blob), info.relative_path + "[" + std::to_string(info.offset) +
-                                                                   "+" + std::to_string(info.length) + "]");
-  if (checksums.item == nullptr && checksums.zip_crc != nullptr) {
-    // Before the pickle is parsed, so a damaged data.pkl is named as a CRC-32 mismatch.
-    std::optional<torchfile::ZipArchive> archive;
-    try {
-      archive.emplace(*source);
-    } catch (const Error&) {
-      rethrow_with_context(where);
-    }
-    checksums.zip_crc->count(check_records_but(*archive, "", info.offset, where));
-  }
-  std::unique_ptr<torchfile::TorchFile> torch_file;
-  try {
-    torch_file = torchfile::TorchFile::open(std::move(source));
-  } catch (const Error&) {
-    rethrow_with_context(where);
-  }
-  return torch_file;
-}
-
-pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
-                                   const BlobChecksums& checksums, ReadCounts& counts) {
-  return open_saved_object(file, info, fqn, checksums, counts)->root();
 }
 
 }  // namespace shardpoint::engine

@@ -1,15 +1,15 @@
 // Reading saved items back (layout: docs/dcp-format.md §2.1). SavedTensorBlob opens one
 // tensor blob of a .distcp file as the torch.save archive it is and copies only the byte
-// runs a ReadItem needs (load_plan.h) into the destination buffer; read_saved_object reads
-// a bytes item whole; BlockPiece and verify_block_pieces let the ranks of a load verify
-// together the checksum blocks each of them read only part of.
+// runs a ReadItem needs (load_plan.h) into the destination buffer (bytes items:
+// saved_object.h; the pieces of blocks the ranks verify together: block_pieces.h).
 //
 // With a sidecar entry every byte copied is verified against its checksum block. Without
 // one (PyTorch's checkpoints) and with BlobChecksums::zip_crc set, the zip CRC-32 of every
 // record is checked instead: the small records when the blob is first read, the tensor data
 // as pieces in the ledger (zip_crc_ledger.h), a record read only in part left unchecked.
 // A block an item needs only part of (a reshard boundary) is either completed by reading
-// its missing parts (read_into without `pieces`) or recorded as a BlockPiece for verify_block_pieces
+// its missing parts (read_into without `pieces`) or recorded as a BlockPiece for
+// verify_block_pieces
 // (crc32c with `pieces`). How and why: the top of item_reader.cc. Mismatches throw
 // FormatError naming the file, the fqn, the block and expected vs found.
 //
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/byte_stream.h"
+#include "engine/block_pieces.h"
 #include "engine/checksum_sidecar.h"
 #include "engine/load_plan.h"
 #include "engine/zip_crc_ledger.h"
@@ -48,31 +49,6 @@ struct BlobChecksums {
   const ItemChecksums* item = nullptr;
   ZipCrcLedger* zip_crc = nullptr;  // not owned; outlives the reads
 };
-
-// The part [begin, end) of checksum block begin / block_size of the blob at blob_offset of
-// `file` that one rank read, and its crc32c. Blob-relative offsets, as the sidecar's blocks.
-struct BlockPiece {
-  std::string file;
-  std::uint64_t blob_offset = 0;
-  std::uint64_t begin = 0;
-  std::uint64_t end = 0;
-  std::uint32_t crc = 0;
-  bool operator==(const BlockPiece&) const = default;
-};
-
-// Binary form of a rank's pieces for the exchange (little-endian, no padding).
-std::string encode_block_pieces(const std::vector<BlockPiece>& pieces);
-// Appends the decoded pieces to out; throws FormatError naming `what` on malformed input.
-void decode_block_pieces(std::string_view bytes, std::string_view what, std::vector<BlockPiece>& out);
-
-// Checks every block that `mine` touch against `sidecar` (crc32c), combining the pieces of
-// all ranks (`everyone`, `mine` included) over each block in order; parts of a block that
-// no piece covers are read through source(file) and counted in counts.data_bytes. Throws
-// FormatError ("<file>: item \"fqn\" ...: checksum mismatch in block b ...") on a mismatch.
-void verify_block_pieces(const std::vector<BlockPiece>& mine, const std::vector<BlockPiece>& everyone,
-                         const ChecksumSidecar& sidecar,
-                         const std::function<std::shared_ptr<const ByteSource>(const std::string&)>& source,
-                         ReadCounts& counts);
 
 // The sources of a checkpoint's files, each opened once and shared by the reader threads.
 // pread, not mmap: blob reads land straight in the caller's buffers, and mapped pages would
@@ -179,19 +155,5 @@ class SavedTensorBlob {
   bool zip_records_checked_ = false;
   std::optional<DataRecord> zip_data_;  // set by zip_data_record
 };
-
-// Reads the bytes item `info` of `file` whole, verifies it when checksums.item is set (else
-// checks its zip CRC-32s when checksums.zip_crc is set), and returns it opened: a torch.save
-// archive in memory whose root is the object torch.load would return; the storages of
-// tensors the object holds are its data/<key> records (docs/dcp-format.md §2.5). Adds the
-// blob's length to counts.data_bytes. Throws FormatError naming the file and fqn,
-// StorageError.
-std::unique_ptr<torchfile::TorchFile> open_saved_object(const ByteSource& file, const format::StorageInfo& info,
-                                                        const std::string& fqn, const BlobChecksums& checksums,
-                                                        ReadCounts& counts);
-
-// open_saved_object(...)->root().
-pickle::ValuePtr read_saved_object(const ByteSource& file, const format::StorageInfo& info, const std::string& fqn,
-                                   const BlobChecksums& checksums, ReadCounts& counts);
 
 }  // namespace shardpoint::engine

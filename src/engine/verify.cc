@@ -10,6 +10,7 @@
 #include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
 #include "engine/item_reader.h"
+#include "engine/saved_object.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
 #include "shardpoint/checkpoint_reader.h"

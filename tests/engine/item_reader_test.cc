@@ -6,6 +6,7 @@
 // fqn and block on a checksum mismatch; read_saved_object returns the saved object and
 // verifies it; needed_blob_ranges covers head, data and tail.
 #include "engine/item_reader.h"
+#include "engine/saved_object.h"
 
 #include <gtest/gtest.h>
 
