@@ -109,6 +109,7 @@ class AzureClient final : public http::ObjectClient {
     Headers headers;
     ByteSpan body;
     std::span<std::byte> into;
+    std::optional<http::ByteRange> range;  // a ranged GET's range (HttpClient checks the answer)
     // Statuses that are answers, not errors (returned to the caller): e.g. 404 for remove.
     std::vector<long> accepted;
   };
@@ -138,6 +139,7 @@ class AzureClient final : public http::ObjectClient {
     request.body = call.body;
     request.body_out = call.into;
     request.use_body_out = !call.into.empty();
+    request.expect_range = call.range;
     request.sign = [&](std::vector<std::string>& out) { out = signed_headers(call, path); };
     Result result;
     result.response = client_.execute(request, io, call.op + " " + call.what);
@@ -224,6 +226,7 @@ class AzureClient final : public http::ObjectClient {
     call.headers.emplace_back("x-ms-range",
                               "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
     if (!etag.empty()) call.headers.emplace_back("If-Match", etag);
+    call.range = http::ByteRange{offset, out.size()};
     for (int tries = 0;; ++tries) {
       Result r = run(call, io);
       long status = r.response.status;
