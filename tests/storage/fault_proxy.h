@@ -85,7 +85,8 @@ class FaultProxy {
   // Faults injected since the schedule was set, by kind.
   std::map<std::string, int> faults() {
     std::map<std::string, int> out;
-    for (const auto& [kind, n] : stats()["faults"].items()) out[kind] = n.get<int>();
+    const nlohmann::json all = stats();  // kept alive: the loop reads into it
+    for (const auto& [kind, n] : all["faults"].items()) out[kind] = n.get<int>();
     return out;
   }
 

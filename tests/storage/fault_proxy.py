@@ -10,12 +10,13 @@ networks send:
               bytes on the same connection: a client that reuses it reads them as the next
               status line ("Received HTTP/0.9 when not allowed")
   longbody    a body longer than asked for, with a Content-Length that matches it
-  truncate    Content-Length as sent upstream, half the body, then the connection closes
+  truncate    Content-Length as sent upstream (64 bytes more for an empty body), half the
+              body, then the connection closes
   short206    a 206 for only the first half of the asked range (Content-Range and
               Content-Length consistent with the shorter body)
   wrongrange  a 206 whose Content-Range starts one byte later than asked (same length)
   garbage     a garbage status line, then the connection closes
-  reset       the headers and half the body, then a TCP reset
+  reset       as truncate, then a TCP reset instead of a close
   500         HTTP 500 InternalError (not forwarded: the server did nothing)
   503         HTTP 503 SlowDown, S3's XML throttling answer (not forwarded)
   429         HTTP 429 Too Many Requests (not forwarded)
@@ -177,7 +178,12 @@ class Handler(socketserver.StreamRequestHandler):
         elif kind == "garbage":
             self.send(b"\x16\x03garbage status line\r\n\r\n")
             return False
-        elif kind in ("truncate", "reset") and len(up_body) >= 2:
+        elif kind in ("truncate", "reset"):
+            # Half the body (an empty body claims 64 bytes it never sends: with nothing after
+            # the headers, libcurl would resend the request by itself), then FIN or RST.
+            if len(up_body) < 2:
+                out = [(k, v) for k, v in out if k.lower() != "content-length"]
+                out.append(("Content-Length", str(len(up_body) + 64)))
             self.send(status_line(status, reason) + header_block(out) + up_body[:len(up_body) // 2])
             if kind == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
