@@ -74,6 +74,7 @@ TEST(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
   w->append(as_bytes(data));
   w->commit();
   const http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
+  std::cout << "[blocks upload] " << http::describe_retry_counts(added) << "\n";
   EXPECT_EQ(proxy->faults(), (std::map<std::string, int>{{"503", 1}, {"reset", 1}, {"500", 1}}));
   EXPECT_EQ(added[http::RetryCause::kThrottled], 1u);
   EXPECT_EQ(added[http::RetryCause::kServerError], 1u);
