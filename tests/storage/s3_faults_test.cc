@@ -109,6 +109,8 @@ TEST(S3FaultsTest, MultipartUploadThroughFaultsCommitsExactlyTheBytesWritten) {
   } catch (const StorageError& e) {
     EXPECT_NE(std::string(e.what()).find(st->describe_key("never.bin")), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("HTTP 500 InternalError"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 retries"), std::string::npos) << e.what();
+    std::cout << "[completion exhausted] " << e.what() << "\n";
   }
   proxy->set_faults("");
   EXPECT_FALSE(direct->try_stat("never.bin"));
