@@ -52,7 +52,8 @@ int try_main(int argc, char** argv, bool& verbose) {
 }
 
 void report_retries(bool verbose) {
-  if (verbose) std::cerr << "shardpoint: " << storage::http::describe_retry_counts(storage::http::retry_counts()) << "\n";
+  if (verbose)
+    std::cerr << "shardpoint: " << storage::http::describe_retry_counts(storage::http::retry_counts()) << "\n";
 }
 
 }  // namespace

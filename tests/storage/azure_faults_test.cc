@@ -34,9 +34,9 @@ azure::AzureConfig faults_config(const std::string& endpoint, int attempts) {
   return config;
 }
 
-#define SP_REQUIRE_AZURE_PROXY(endpoint, proxy)      \
-  SP_REQUIRE_AZURITE(endpoint);                      \
-  FaultProxy* proxy = proxy_for(endpoint);           \
+#define SP_REQUIRE_AZURE_PROXY(endpoint, proxy) \
+  SP_REQUIRE_AZURITE(endpoint);                 \
+  FaultProxy* proxy = proxy_for(endpoint);      \
   ASSERT_NE(proxy, nullptr) << "fault_proxy.py did not start"
 
 TEST(AzureFaultsTest, RangedReadsSurviveEveryFaultKind) {

@@ -54,9 +54,9 @@ std::unique_ptr<Storage> s3_at(const std::string& endpoint, const std::string& p
   return s3::make_s3_storage(config);
 }
 
-#define SP_REQUIRE_PROXY(moto, proxy)                       \
-  SP_REQUIRE_MOTO(moto);                                    \
-  FaultProxy* proxy = shared_proxy(*moto);                  \
+#define SP_REQUIRE_PROXY(moto, proxy)      \
+  SP_REQUIRE_MOTO(moto);                   \
+  FaultProxy* proxy = shared_proxy(*moto); \
   ASSERT_NE(proxy, nullptr) << "fault_proxy.py did not start"
 
 TEST(S3FaultsTest, RangedReadsSurviveEveryFaultKind) {
@@ -131,7 +131,8 @@ TEST(S3FaultsTest, SaveAndLoadThroughFaultsAreBitIdentical) {
     group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); });
   }
   http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
-  std::cout << "[save] faults " << proxy->stats()["faults"].dump() << "; " << http::describe_retry_counts(added) << "\n";
+  std::cout << "[save] faults " << proxy->stats()["faults"].dump() << "; " << http::describe_retry_counts(added)
+            << "\n";
   EXPECT_GE(added.total(), 4u);  // one retry per fault at least
   EXPECT_EQ(added.exhausted, 0u);
   EXPECT_EQ(proxy->faults(), (std::map<std::string, int>{{"503", 1}, {"reset", 1}, {"garbage", 1}, {"500", 1}}))
@@ -146,10 +147,12 @@ TEST(S3FaultsTest, SaveAndLoadThroughFaultsAreBitIdentical) {
   group.run([&](comm::Communicator& comm) { engine::load(states[comm.rank()].root, *st, comm); });
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(engine::testing::compare_with_expected(states[r], r, kWorld), "");
   added = http::retry_counts_since(before, http::retry_counts());
-  std::cout << "[load] faults " << proxy->stats()["faults"].dump() << "; " << http::describe_retry_counts(added) << "\n";
+  std::cout << "[load] faults " << proxy->stats()["faults"].dump() << "; " << http::describe_retry_counts(added)
+            << "\n";
   // A 2-rank load makes more than 9 ranged GETs and 2 HEADs: every scheduled fault happens.
-  EXPECT_EQ(proxy->faults(), (std::map<std::string, int>{{"overlong", 1}, {"truncate", 1}, {"short206", 1},
-                                                          {"reset", 1}, {"longbody", 1}, {"garbage", 1}}))
+  EXPECT_EQ(proxy->faults(),
+            (std::map<std::string, int>{
+                {"overlong", 1}, {"truncate", 1}, {"short206", 1}, {"reset", 1}, {"longbody", 1}, {"garbage", 1}}))
       << proxy->stats().dump();
   EXPECT_GE(added.total(), proxy->faults().size() - 1);  // junk after a body may go unread
   EXPECT_EQ(added.exhausted, 0u);

@@ -29,15 +29,9 @@ inline const std::vector<FaultCase>& ranged_get_faults() {
   using C = http::RetryCause;
   static const std::vector<FaultCase> cases = {
       {"overlong", {C::kMalformed}},  // met by the request after it, on the same connection
-      {"longbody", {C::kBadRange}},
-      {"truncate", {C::kTruncated}},
-      {"short206", {C::kBadRange}},
-      {"wrongrange", {C::kBadRange}},
-      {"garbage", {C::kMalformed}},
-      {"reset", {C::kConnection, C::kTruncated}},
-      {"500", {C::kServerError}},
-      {"503", {C::kThrottled}},
-      {"429", {C::kThrottled}},
+      {"longbody", {C::kBadRange}},   {"truncate", {C::kTruncated}}, {"short206", {C::kBadRange}},
+      {"wrongrange", {C::kBadRange}}, {"garbage", {C::kMalformed}},  {"reset", {C::kConnection, C::kTruncated}},
+      {"500", {C::kServerError}},     {"503", {C::kThrottled}},      {"429", {C::kThrottled}},
       {"slow", {C::kTimeout}},
   };
   return cases;

@@ -107,10 +107,8 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 // unsupported protocol) from a URL whose scheme libcurl refuses.
 std::optional<RetryCause> transport_cause(CURLcode code, std::string_view url) {
   switch (code) {
-    case CURLE_OPERATION_TIMEDOUT:
-      return RetryCause::kTimeout;
-    case CURLE_PARTIAL_FILE:
-      return RetryCause::kTruncated;
+    case CURLE_OPERATION_TIMEDOUT: return RetryCause::kTimeout;
+    case CURLE_PARTIAL_FILE: return RetryCause::kTruncated;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
     case CURLE_SEND_ERROR:
@@ -120,16 +118,13 @@ std::optional<RetryCause> transport_cause(CURLcode code, std::string_view url) {
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_HTTP3:
-    case CURLE_QUIC_CONNECT_ERROR:
-      return RetryCause::kConnection;
+    case CURLE_QUIC_CONNECT_ERROR: return RetryCause::kConnection;
     case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_BAD_CONTENT_ENCODING:
-      return RetryCause::kMalformed;
+    case CURLE_BAD_CONTENT_ENCODING: return RetryCause::kMalformed;
     case CURLE_UNSUPPORTED_PROTOCOL:
       if (url.starts_with("http://") || url.starts_with("https://")) return RetryCause::kMalformed;
       return std::nullopt;
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 

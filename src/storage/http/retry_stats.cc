@@ -12,20 +12,13 @@ std::atomic<std::uint64_t> g_exhausted{0};
 
 std::string_view retry_cause_name(RetryCause cause) {
   switch (cause) {
-    case RetryCause::kThrottled:
-      return "throttled";
-    case RetryCause::kServerError:
-      return "server error";
-    case RetryCause::kTimeout:
-      return "timeout";
-    case RetryCause::kConnection:
-      return "connection";
-    case RetryCause::kTruncated:
-      return "truncated body";
-    case RetryCause::kMalformed:
-      return "malformed response";
-    case RetryCause::kBadRange:
-      return "wrong range";
+    case RetryCause::kThrottled: return "throttled";
+    case RetryCause::kServerError: return "server error";
+    case RetryCause::kTimeout: return "timeout";
+    case RetryCause::kConnection: return "connection";
+    case RetryCause::kTruncated: return "truncated body";
+    case RetryCause::kMalformed: return "malformed response";
+    case RetryCause::kBadRange: return "wrong range";
   }
   return "unknown";
 }
@@ -36,7 +29,9 @@ std::uint64_t RetryCounts::total() const {
   return n;
 }
 
-void count_retry(RetryCause cause) { g_retries[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed); }
+void count_retry(RetryCause cause) {
+  g_retries[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
+}
 
 void count_exhausted() { g_exhausted.fetch_add(1, std::memory_order_relaxed); }
 
@@ -64,8 +59,8 @@ std::string describe_retry_counts(const RetryCounts& counts) {
     parts += std::to_string(counts.retries[i]) + " " + std::string(retry_cause_name(static_cast<RetryCause>(i)));
   }
   if (!parts.empty()) out += " (" + parts + ")";
-  out += ", " + std::to_string(counts.exhausted) + (counts.exhausted == 1 ? " request" : " requests") +
-         " out of retries";
+  out +=
+      ", " + std::to_string(counts.exhausted) + (counts.exhausted == 1 ? " request" : " requests") + " out of retries";
   return out;
 }
 

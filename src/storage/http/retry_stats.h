@@ -32,7 +32,7 @@ std::string_view retry_cause_name(RetryCause cause);
 
 struct RetryCounts {
   std::array<std::uint64_t, kRetryCauses> retries{};  // indexed by RetryCause
-  std::uint64_t exhausted = 0;  // requests that failed after their last attempt
+  std::uint64_t exhausted = 0;                        // requests that failed after their last attempt
 
   std::uint64_t total() const;
   std::uint64_t operator[](RetryCause cause) const { return retries[static_cast<std::size_t>(cause)]; }
