@@ -34,52 +34,58 @@ azure::AzureConfig faults_config(const std::string& endpoint, int attempts) {
   return config;
 }
 
-#define SP_REQUIRE_AZURE_PROXY(endpoint, proxy) \
-  SP_REQUIRE_AZURITE(endpoint);                 \
-  FaultProxy* proxy = proxy_for(endpoint);      \
-  ASSERT_NE(proxy, nullptr) << "fault_proxy.py did not start"
+// Azurite (skipped without it, as every Azure test) with the proxy in front.
+class AzureFaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SP_REQUIRE_AZURITE(endpoint);
+    endpoint_ = endpoint;
+    proxy_ = proxy_for(endpoint);
+    ASSERT_NE(proxy_, nullptr) << "fault_proxy.py did not start";
+  }
 
-TEST(AzureFaultsTest, RangedReadsSurviveEveryFaultKind) {
-  SP_REQUIRE_AZURE_PROXY(endpoint, proxy);
-  const std::string url = fresh_container(azurite_config(endpoint)) + "/faults";
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy->endpoint(), 4));
-  read_through_every_fault(*st, *proxy, "obj");
+  std::string endpoint_;
+  FaultProxy* proxy_ = nullptr;
+};
+
+TEST_F(AzureFaultsTest, RangedReadsSurviveEveryFaultKind) {
+  const std::string url = fresh_container(azurite_config(endpoint_)) + "/faults";
+  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4));
+  read_through_every_fault(*st, *proxy_, "obj");
 }
 
-TEST(AzureFaultsTest, ExhaustedRetriesFailInOneLineNamingTheBlob) {
-  SP_REQUIRE_AZURE_PROXY(endpoint, proxy);
-  const std::string url = fresh_container(azurite_config(endpoint)) + "/exhausted";
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy->endpoint(), 3));
-  expect_exhausted_read_names_object(*st, *proxy, "reset.bin", "reset", "2 retries");
-  expect_exhausted_read_names_object(*st, *proxy, "garbage.bin", "garbage", "malformed response");
-  expect_exhausted_read_names_object(*st, *proxy, "busy.bin", "503", "HTTP 503");
+TEST_F(AzureFaultsTest, ExhaustedRetriesFailInOneLineNamingTheBlob) {
+  const std::string url = fresh_container(azurite_config(endpoint_)) + "/exhausted";
+  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 3));
+  expect_exhausted_read_names_object(*st, *proxy_, "reset.bin", "reset", "2 retries");
+  expect_exhausted_read_names_object(*st, *proxy_, "garbage.bin", "garbage", "malformed response");
+  expect_exhausted_read_names_object(*st, *proxy_, "busy.bin", "503", "HTTP 503");
 }
 
-TEST(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
-  SP_REQUIRE_AZURE_PROXY(endpoint, proxy);
-  const std::string url = fresh_container(azurite_config(endpoint)) + "/upload";
+TEST_F(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
+  const std::string url = fresh_container(azurite_config(endpoint_)) + "/upload";
   StorageOptions options;  // blocks of 1 MiB
   BufferPoolOptions pool;
   pool.buffer_bytes = std::size_t{1} << 20;
   pool.capacity_bytes = std::size_t{8} << 20;
   options.buffer_pool = std::make_shared<BufferPool>(pool);
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy->endpoint(), 4), options);
-  auto direct = azure::open_azure_storage_with(url, faults_config(endpoint, 4));
+  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), options);
+  auto direct = azure::open_azure_storage_with(url, faults_config(endpoint_, 4));
   const std::string data = pattern_bytes((std::size_t{3} << 20) + 9, 9);  // 4 blocks + the block list
   // PUT 1-4 are Put Block (in parallel: any order), PUT 5 is Put Block List. A reset answer
   // to a stored block is retried (Put Block with the same id is idempotent).
-  proxy->set_faults("PUT 1 1 503\nPUT 3 1 reset\nPUT 5 1 500\n");
+  proxy_->set_faults("PUT 1 1 503\nPUT 3 1 reset\nPUT 5 1 500\n");
   const http::RetryCounts before = http::retry_counts();
   auto w = st->open_writer("big.bin");
   w->append(as_bytes(data));
   w->commit();
   const http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
   std::cout << "[blocks upload] " << http::describe_retry_counts(added) << "\n";
-  EXPECT_EQ(proxy->faults(), (std::map<std::string, int>{{"503", 1}, {"reset", 1}, {"500", 1}}));
+  EXPECT_EQ(proxy_->faults(), (std::map<std::string, int>{{"503", 1}, {"reset", 1}, {"500", 1}}));
   EXPECT_EQ(added[http::RetryCause::kThrottled], 1u);
   EXPECT_EQ(added[http::RetryCause::kServerError], 1u);
   EXPECT_GE(added[http::RetryCause::kConnection] + added[http::RetryCause::kTruncated], 1u);
-  proxy->set_faults("");
+  proxy_->set_faults("");
   std::string got(data.size(), '\0');
   direct->read("big.bin", 0, std::as_writable_bytes(std::span(got)));
   EXPECT_TRUE(got == data);

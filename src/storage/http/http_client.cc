@@ -134,6 +134,17 @@ RetryCause status_cause(long status) {
   return RetryCause::kServerError;
 }
 
+// "<what>: <error> (N retries)": the message of a request that failed.
+std::string failure_text(const std::string& what, const std::string& error, int retries) {
+  std::string out = what;
+  out += ": ";
+  out += error;
+  out += " (";
+  out += retries_text(retries);
+  out += ")";
+  return out;
+}
+
 // Parses a decimal number filling all of s.
 std::optional<std::uint64_t> parse_u64(std::string_view s) {
   if (s.empty() || s.size() > 19) return std::nullopt;
@@ -364,9 +375,11 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
         }
         cause = transport_cause(code, request.url);
         if (!cause) {
-          throw StorageError(StorageError::Kind::kOther, what + ": " + last_error + " (" + retries_text(attempt) + ")");
+          throw StorageError(StorageError::Kind::kOther, failure_text(what, last_error, attempt));
         }
-        last_error = std::string(retry_cause_name(*cause)) + ": " + last_error;
+        std::string prefix(retry_cause_name(*cause));
+        prefix += ": ";
+        last_error.insert(0, prefix);
       }
     } else if (request.expect_range && response.status == 206) {
       std::string mismatch =
@@ -392,7 +405,7 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     if (attempt + 1 >= policy_.max_attempts) {
       count_exhausted();
       if (!bad_answer) return response;  // the caller maps the status (and names retries)
-      throw StorageError(StorageError::Kind::kTransient, what + ": " + last_error + " (" + retries_text(attempt) + ")");
+      throw StorageError(StorageError::Kind::kTransient, failure_text(what, last_error, attempt));
     }
     count_retry(*cause);
     sleep_checked(jittered_backoff(policy_, attempt + 1), io, what);
