@@ -15,6 +15,9 @@ TEST(CheckRangeAnswerTest, AcceptsTheAskedRangeAndTheTailOfAShorterObject) {
   EXPECT_EQ(check_range_answer({0, 1}, "bytes 0-0/1", 1), "");
   // The object ends inside the range: the caller reports past-the-end, not a bad answer.
   EXPECT_EQ(check_range_answer({10, 100}, "bytes 10-49/50", 40), "");
+  // Nothing of the range exists (Azurite's answer for an empty blob).
+  EXPECT_EQ(check_range_answer({0, 1}, "bytes 0--1/0", 0), "");
+  EXPECT_NE(check_range_answer({0, 1}, "bytes 0--1/0", 1), "");
 }
 
 TEST(CheckRangeAnswerTest, RejectsAnotherRangeOrBodyLength) {

@@ -140,8 +140,8 @@ bool is_retryable_status(long status);
 
 // Checks a 206 answer to a GET of `asked`: its Content-Range must be "bytes F-L/T" with F the
 // asked offset and L the asked end, or L = T - 1 before it (a shorter object), and the body
-// exactly L - F + 1 bytes. Returns "" when it is, else what differs ("206 for bytes 11-110
-// of 1000 (100 body bytes), asked for bytes 10-109").
+// exactly L - F + 1 bytes; or, when T <= the asked offset, an empty body. Returns "" when it is, else what differs
+// ("206 for bytes 11-110 of 1000 (100 body bytes), asked for bytes 10-109").
 std::string check_range_answer(const ByteRange& asked, std::string_view content_range, std::uint64_t body_bytes);
 
 // Percent-encodes s (RFC 3986 unreserved characters kept; '/' kept when keep_slash), as
