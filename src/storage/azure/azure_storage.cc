@@ -119,8 +119,9 @@ class AzureClient final : public http::ObjectClient {
   };
 
   // Runs a call, signed afresh for every attempt, with the client's retries. Throws
-  // StorageError for failures not accepted.
-  Result run(const Call& call, const IoOptions& io) {
+  // StorageError for failures not accepted. `range`: a ranged GET's range, whose answer the
+  // client checks (Request::expect_range).
+  Result run(const Call& call, const IoOptions& io, std::optional<http::ByteRange> range = std::nullopt) {
     std::string path = base_path_ + "/" + location_.container;
     if (!call.blob.empty()) path += "/" + uri_encode(call.blob, true);
     std::string url = origin_ + path;
@@ -138,6 +139,7 @@ class AzureClient final : public http::ObjectClient {
     request.body = call.body;
     request.body_out = call.into;
     request.use_body_out = !call.into.empty();
+    request.expect_range = range;
     request.sign = [&](std::vector<std::string>& out) { out = signed_headers(call, path); };
     Result result;
     result.response = client_.execute(request, io, call.op + " " + call.what);
@@ -225,7 +227,7 @@ class AzureClient final : public http::ObjectClient {
                               "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
     if (!etag.empty()) call.headers.emplace_back("If-Match", etag);
     for (int tries = 0;; ++tries) {
-      Result r = run(call, io);
+      Result r = run(call, io, http::ByteRange{offset, out.size()});
       long status = r.response.status;
       if (status == 404) {
         if (!etag.empty()) {

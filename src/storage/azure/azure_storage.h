@@ -35,8 +35,9 @@
 // source_window_bytes, threads missing on one block share its fetch), every GET pinned to
 // the ETag seen at open with If-Match: a large source whose blob was replaced or removed
 // throws StorageError instead of returning the new bytes.
-// Retries: 5xx, 408, 429, connection failures and timeouts, with exponential backoff and
-// jitter (AzureConfig). Errors name the blob as `azure blob "az://c/p/key"`, the HTTP status,
+// Retries: 5xx, 408, 429, connection failures, timeouts, malformed answers and ranged GETs
+// answered with another range (http_client.h), with exponential backoff and jitter
+// (AzureConfig). Errors name the blob as `azure blob "az://c/p/key"`, the HTTP status,
 // Azure's error code, the request id and the retry count; never the key or SAS.
 // Status mapping: 404 -> kNotFound, 401/403 -> kPermission, retryable -> kTransient,
 // others -> kOther.

@@ -28,7 +28,8 @@
 //   - list():  GET {endpoint}/storage/v1/b/BUCKET/o?prefix=P&pageToken=T (paged by
 //              nextPageToken). remove(): DELETE .../o/NAME. remove_prefix(): list, then
 //              parallel deletes (unfinished resumable sessions are never visible and expire).
-// Retries: http::HttpClient (5xx, 429, resets, timeouts; exponential backoff, full jitter).
+// Retries: http::HttpClient (5xx, 429, resets, timeouts, malformed answers, wrong ranges;
+// exponential backoff, full jitter).
 // Errors: StorageError naming `GCS object "gs://b/p/key"`, the HTTP status and GCS's error
 // message, the retry count. 404 -> kNotFound; 401/403 -> kPermission, saying the token came
 // from GOOGLE_OAUTH_ACCESS_TOKEN (never the token); 5xx/429/transport after retries ->

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "shardpoint/error.h"
+#include "storage/http/retry_stats.h"
 
 namespace shardpoint::storage::http {
 namespace {
@@ -101,24 +102,58 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return io_expired(*t->io) ? 1 : 0;
 }
 
-bool retryable_curl_code(CURLcode code) {
+// Why a transport failure is worth another attempt; nullopt when it is not (a bad URL, a
+// TLS certificate problem). `url` tells a junk answer ("Received HTTP/0.9", reported as an
+// unsupported protocol) from a URL whose scheme libcurl refuses.
+std::optional<RetryCause> transport_cause(CURLcode code, std::string_view url) {
   switch (code) {
+    case CURLE_OPERATION_TIMEDOUT: return RetryCause::kTimeout;
+    case CURLE_PARTIAL_FILE: return RetryCause::kTruncated;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_HTTP3:
-    case CURLE_QUIC_CONNECT_ERROR:
-      return true;
-    default:
-      return false;
+    case CURLE_QUIC_CONNECT_ERROR: return RetryCause::kConnection;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_BAD_CONTENT_ENCODING: return RetryCause::kMalformed;
+    case CURLE_UNSUPPORTED_PROTOCOL:
+      if (url.starts_with("http://") || url.starts_with("https://")) return RetryCause::kMalformed;
+      return std::nullopt;
+    default: return std::nullopt;
   }
+}
+
+RetryCause status_cause(long status) {
+  if (status == 429 || status == 503) return RetryCause::kThrottled;
+  if (status == 408) return RetryCause::kTimeout;
+  return RetryCause::kServerError;
+}
+
+// "<what>: <error> (N retries)": the message of a request that failed.
+std::string failure_text(const std::string& what, const std::string& error, int retries) {
+  std::string out = what;
+  out += ": ";
+  out += error;
+  out += " (";
+  out += retries_text(retries);
+  out += ")";
+  return out;
+}
+
+// Parses a decimal number filling all of s.
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return v;
 }
 
 // Sleeps `d`, waking every 50 ms to check io (throws as check_io does).
@@ -152,6 +187,37 @@ struct HttpClient::Handle {
 };
 
 bool is_retryable_status(long status) { return status == 408 || status == 429 || (status >= 500 && status <= 599); }
+
+std::string check_range_answer(const ByteRange& asked, std::string_view content_range, std::uint64_t body_bytes) {
+  const std::uint64_t asked_last = asked.offset + asked.length - 1;
+  const std::string wanted = "asked for bytes " + std::to_string(asked.offset) + "-" + std::to_string(asked_last);
+  std::string_view spec = content_range;
+  if (!spec.starts_with("bytes ")) {
+    return "206 without a byte Content-Range (\"" + std::string(content_range) + "\"), " + wanted;
+  }
+  spec.remove_prefix(6);
+  const std::size_t dash = spec.find('-');
+  const std::size_t slash = spec.find('/');
+  std::optional<std::uint64_t> first, last, total;
+  if (slash != std::string_view::npos) total = parse_u64(spec.substr(slash + 1));  // nullopt for "*"
+  // Nothing of the range exists (Azurite answers an empty blob with "bytes 0--1/0"): no
+  // bytes, and the caller reports past-the-end.
+  if (total && *total <= asked.offset && body_bytes == 0) return "";
+  if (dash != std::string_view::npos && slash != std::string_view::npos && dash < slash) {
+    first = parse_u64(spec.substr(0, dash));
+    last = parse_u64(spec.substr(dash + 1, slash - dash - 1));
+  }
+  if (!first || !last || *last < *first) {
+    return "206 with a malformed Content-Range \"" + std::string(content_range) + "\", " + wanted;
+  }
+  const bool shorter_object = total && *last + 1 == *total && *last < asked_last;
+  if (*first != asked.offset || (*last != asked_last && !shorter_object) || body_bytes != *last - *first + 1) {
+    return "206 for bytes " + std::to_string(*first) + "-" + std::to_string(*last) +
+           (total ? " of " + std::to_string(*total) : std::string()) + " (" + std::to_string(body_bytes) +
+           " body bytes), " + wanted;
+  }
+  return "";
+}
 
 std::string uri_encode(std::string_view s, bool keep_slash) {
   static const char* kHex = "0123456789ABCDEF";
@@ -198,6 +264,7 @@ void HttpClient::give_back(std::unique_ptr<Handle> handle) {
 
 Response HttpClient::execute(const Request& request, const IoOptions& io, const std::string& what) {
   std::string last_error;
+  bool fresh_connection = false;  // the previous attempt's connection gave a bad answer
   for (int attempt = 0;; ++attempt) {
     if (io_expired(io)) check_io(io, what);
     Response response;
@@ -208,7 +275,9 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     t.response = &response;
     t.io = &io;
 
-    std::unique_ptr<Handle> handle = take_handle();
+    // A new handle has no connections: the retry of a bad answer cannot land on another
+    // pooled connection that holds junk from the same server.
+    std::unique_ptr<Handle> handle = fresh_connection ? std::make_unique<Handle>() : take_handle();
     CURL* c = handle->curl;
     t.curl = c;
     curl_easy_reset(c);
@@ -279,46 +348,69 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     CURLcode code = curl_easy_perform(c);
     curl_slist_free_all(headers);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, nullptr);
-    if (code == CURLE_OK) {
-      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
-      give_back(std::move(handle));
-    }  // else the handle is dropped: its connection may be in a bad state
+    if (code == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
 
     for (const char* id : {"x-amz-request-id", "x-ms-request-id", "x-guploader-uploadid"}) {
       if (response.request_id.empty()) response.request_id = response.header(id);
     }
 
-    bool retry = false;
     if (code == CURLE_ABORTED_BY_CALLBACK) {
       check_io(io, what);  // throws: cancelled or deadline
     }
+    std::optional<RetryCause> cause;  // set when this attempt is worth another
+    bool bad_answer = false;          // no usable response: its connection is not trusted again
     if (code != CURLE_OK) {
-      if (t.overflow) {
-        throw StorageError(StorageError::Kind::kOther, what + ": the server sent more bytes than requested");
-      }
       if (t.body_cap) {
         throw StorageError(StorageError::Kind::kOther, what + ": response body larger than " +
                                                            std::to_string(kMaxBody >> 20) + " MiB");
       }
-      last_error = curl_easy_strerror(code);
-      if (error[0] != '\0') last_error += std::string(": ") + error;
-      if (code == CURLE_OPERATION_TIMEDOUT && io.deadline != Clock::time_point::max() && Clock::now() >= io.deadline) {
-        check_io(io, what);
+      bad_answer = true;
+      if (t.overflow) {
+        cause = RetryCause::kBadRange;
+        last_error = "wrong range: the server sent more than the " + std::to_string(request.body_out.size()) +
+                     " bytes asked for";
+      } else {
+        last_error = curl_easy_strerror(code);
+        if (error[0] != '\0') last_error += std::string(": ") + error;
+        if (code == CURLE_OPERATION_TIMEDOUT && io.deadline != Clock::time_point::max() &&
+            Clock::now() >= io.deadline) {
+          check_io(io, what);
+        }
+        cause = transport_cause(code, request.url);
+        if (!cause) {
+          throw StorageError(StorageError::Kind::kOther, failure_text(what, last_error, attempt));
+        }
+        std::string prefix(retry_cause_name(*cause));
+        prefix += ": ";
+        last_error.insert(0, prefix);
       }
-      if (!retryable_curl_code(code)) {
-        throw StorageError(StorageError::Kind::kOther, what + ": " + last_error + " (" + std::to_string(attempt) +
-                                                           (attempt == 1 ? " retry)" : " retries)"));
+    } else if (request.expect_range && response.status == 206) {
+      std::string mismatch =
+          check_range_answer(*request.expect_range, response.header("content-range"), response.bytes_received);
+      if (!mismatch.empty()) {
+        bad_answer = true;
+        cause = RetryCause::kBadRange;
+        last_error = "wrong range: " + mismatch;
       }
-      retry = true;
     } else if (is_retryable_status(response.status)) {
+      cause = status_cause(response.status);
       last_error = "HTTP " + std::to_string(response.status);
-      retry = true;
     }
-    if (!retry) return response;
+    // A bad answer's connection may still hold the rest of it: close it with its handle.
+    if (bad_answer) {
+      handle.reset();
+    } else {
+      give_back(std::move(handle));
+    }
+    fresh_connection = bad_answer;
+
+    if (!cause) return response;
     if (attempt + 1 >= policy_.max_attempts) {
-      if (code == CURLE_OK) return response;  // the caller maps the status (and names retries)
-      throw StorageError(StorageError::Kind::kTransient, what + ": " + last_error + " (" + retries_text(attempt) + ")");
+      count_exhausted();
+      if (!bad_answer) return response;  // the caller maps the status (and names retries)
+      throw StorageError(StorageError::Kind::kTransient, failure_text(what, last_error, attempt));
     }
+    count_retry(*cause);
     sleep_checked(jittered_backoff(policy_, attempt + 1), io, what);
   }
 }

@@ -10,11 +10,18 @@
 // with CURLOPT_USERPWD: S3, GCS XML); fixed headers (GCS JSON's bearer token); or the `sign`
 // hook, called before every attempt, for schemes that sign a timestamp (Azure SharedKey).
 //
-// Retries (RetryPolicy): a response 5xx, 408 or 429, or a transport failure (refused or reset
-// connection, timeout, partial transfer, nothing received) is retried with exponential
-// backoff and jitter, up to max_attempts. Other statuses come back to the caller (they
-// decide what 404 means); so does the last retryable status when attempts run out, with
-// Response::retries saying how many were made.
+// Retries (RetryPolicy): a response 5xx, 408 or 429, a transport failure (refused or reset
+// connection, timeout, truncated body, nothing received), a malformed answer (a garbage
+// status line, junk a server left on a kept-alive connection) or a ranged GET answered with
+// another range or body length (Request::expect_range) is retried with exponential backoff
+// and jitter, up to max_attempts. Other statuses come back to the caller (they decide what
+// 404 means); so does the last retryable status when attempts run out, with
+// Response::retries saying how many were made. Each retry is counted by cause
+// (retry_stats.h).
+//
+// Connections: a handle whose attempt failed in transport or gave a bad answer is dropped
+// with its connection, and the next attempt runs on a new handle, so a new connection: what
+// a broken answer left unread cannot poison the pool or the retry.
 //
 // Secrets: credentials live only in the Request's `userpwd` / headers / hook and in libcurl's
 // handle; nothing here prints them (no CURLOPT_VERBOSE; errors name the caller's `what`,
@@ -24,8 +31,7 @@
 // transfers (stop token, deadline). A request in backoff sleeps in small steps and checks too.
 //
 // Thread-safety: execute() may be called from any number of threads at once; handles (and
-// their keep-alive connections) are pooled per client. A handle whose transfer failed is
-// dropped, not reused.
+// their keep-alive connections) are pooled per client.
 #pragma once
 
 #include <chrono>
@@ -34,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,6 +66,12 @@ struct RetryPolicy {
   std::chrono::seconds low_speed_time{30};
 };
 
+// The bytes [offset, offset + length) of an object, as a ranged GET asks for them.
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
 struct Request {
   std::string method = "GET";
   std::string url;                   // full, percent-encoded
@@ -68,6 +81,10 @@ struct Request {
   // bytes than fit is an error; fewer is reported by Response::bytes_received.
   std::span<std::byte> body_out;
   bool use_body_out = false;
+  // Set on a ranged GET (length > 0): a 206 must answer exactly this range, or its part up to
+  // the end of a shorter object (check_range_answer). Any other 206 is a bad answer: retried
+  // on a new connection, never returned as data.
+  std::optional<ByteRange> expect_range;
   bool head = false;                 // no response body (HEAD)
   // "aws:amz:<region>:s3" to sign with SigV4 (then userpwd = "<access key>:<secret>").
   std::string aws_sigv4;
@@ -99,11 +116,11 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
 
   // Performs the request, retrying as RetryPolicy says. Returns the last response (any
-  // status). Throws StorageError kTransient ("<what>: <curl error> (N retries)") when every
-  // attempt failed in transport, kOther for a transport error not worth retrying (a bad URL,
-  // a TLS certificate problem) or a response larger than body_out, and what check_io throws
-  // when cancelled or past the deadline. `what` names the operation and object for
-  // messages ("PUT S3 object \"s3://b/k\"").
+  // status). Throws StorageError kTransient ("<what>: <cause>: <detail> (N retries)") when
+  // the last attempt failed in transport or gave a bad answer, kOther for a transport error
+  // not worth retrying (a bad URL, a TLS certificate problem) or an error body over 64 MiB,
+  // and what check_io throws when cancelled or past the deadline. `what` names the operation
+  // and object for messages ("PUT S3 object \"s3://b/k\"").
   Response execute(const Request& request, const IoOptions& io, const std::string& what);
 
   const RetryPolicy& policy() const { return policy_; }
@@ -120,6 +137,12 @@ class HttpClient {
 
 // True for statuses the client retries (5xx, 408, 429).
 bool is_retryable_status(long status);
+
+// Checks a 206 answer to a GET of `asked`: its Content-Range must be "bytes F-L/T" with F the
+// asked offset and L the asked end, or L = T - 1 before it (a shorter object), and the body
+// exactly L - F + 1 bytes; or, when T <= the asked offset, an empty body. Returns "" when it is, else what differs
+// ("206 for bytes 11-110 of 1000 (100 body bytes), asked for bytes 10-109").
+std::string check_range_answer(const ByteRange& asked, std::string_view content_range, std::uint64_t body_bytes);
 
 // Percent-encodes s (RFC 3986 unreserved characters kept; '/' kept when keep_slash), as
 // SigV4, SharedKey and GCS object names want.

@@ -157,6 +157,7 @@ struct S3Core final : http::ObjectClient {
     r.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + out.size() - 1));
     r.body_out = out;
     r.use_body_out = true;
+    r.expect_range = http::ByteRange{offset, out.size()};
     std::string what = op + " " + describe(key);
     http::Response resp = execute(r, io, what);
     if (resp.status == 416 || ((resp.status == 206 || resp.status == 200) && resp.bytes_received < out.size())) {

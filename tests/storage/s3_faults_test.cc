@@ -1,0 +1,207 @@
+// The S3 driver against moto through fault_proxy.py (faults from servers, issue 15 item 4):
+// ranged reads survive every fault kind with the exact bytes, each fault met by a retry on a
+// new connection counted under its cause; exhausted retries fail in one line naming the
+// object; a multipart upload through faults commits exactly the bytes written, and one whose
+// completion always fails leaves no object; engine save and load through faults are
+// bit-identical; `shardpoint verify --verbose` through faults reports its retries.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "comm/thread_communicator.h"
+#include "engine/checkpoint_test_state.h"
+#include "fault_proxy.h"
+#include "s3_moto.h"
+#include "server_faults.h"
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/error.h"
+#include "storage/s3/s3_storage.h"
+#include "test_util.h"
+
+namespace shardpoint::storage::testing {
+namespace {
+
+using shardpoint::testing::unique_name;
+
+// One proxy in front of the binary's moto, started at first use.
+FaultProxy* shared_proxy(const MotoServer& moto) {
+  static std::unique_ptr<FaultProxy> proxy = [&] {
+    std::string why;
+    auto p = FaultProxy::start(moto.endpoint(), /*slow_seconds=*/3.5, &why);
+    if (!p) std::cerr << why << "\n";
+    return p;
+  }();
+  return proxy.get();
+}
+
+// Fast retries, and a 2 s low-speed limit so the proxy's 3.5 s "slow" answers time out.
+http::RetryPolicy test_policy(int attempts) {
+  http::RetryPolicy p;
+  p.max_attempts = attempts;
+  p.initial_backoff = std::chrono::milliseconds(5);
+  p.max_backoff = std::chrono::milliseconds(50);
+  p.low_speed_time = std::chrono::seconds(2);
+  return p;
+}
+
+// s3://sp-test/<prefix> with its requests sent to `endpoint` (the proxy, or moto itself).
+std::unique_ptr<Storage> s3_at(const std::string& endpoint, const std::string& prefix, int attempts = 4) {
+  s3::S3Config config = s3::parse_s3_url("s3://sp-test/" + prefix);
+  config.endpoint = endpoint;
+  config.path_style = true;
+  config.retry = test_policy(attempts);
+  config.part_bytes = std::size_t{5} << 20;
+  return s3::make_s3_storage(config);
+}
+
+// moto (skipped without it, as every moto test) with the proxy in front.
+class S3FaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SP_REQUIRE_MOTO(moto);
+    moto_ = moto;
+    proxy_ = shared_proxy(*moto);
+    ASSERT_NE(proxy_, nullptr) << "fault_proxy.py did not start";
+  }
+
+  MotoServer* moto_ = nullptr;
+  FaultProxy* proxy_ = nullptr;
+};
+
+TEST_F(S3FaultsTest, RangedReadsSurviveEveryFaultKind) {
+  auto st = s3_at(proxy_->endpoint(), unique_name("faults"));
+  read_through_every_fault(*st, *proxy_, "obj");
+}
+
+TEST_F(S3FaultsTest, ExhaustedRetriesFailInOneLineNamingTheObject) {
+  auto st = s3_at(proxy_->endpoint(), unique_name("exhausted"), /*attempts=*/3);
+  expect_exhausted_read_names_object(*st, *proxy_, "reset.bin", "reset", "2 retries");
+  expect_exhausted_read_names_object(*st, *proxy_, "garbage.bin", "garbage", "malformed response");
+  expect_exhausted_read_names_object(*st, *proxy_, "wrong.bin", "wrongrange", "wrong range");
+  expect_exhausted_read_names_object(*st, *proxy_, "slowdown.bin", "503", "HTTP 503 SlowDown");
+}
+
+TEST_F(S3FaultsTest, MultipartUploadThroughFaultsCommitsExactlyTheBytesWritten) {
+  const std::string prefix = unique_name("multipart");
+  auto st = s3_at(proxy_->endpoint(), prefix);
+  auto direct = s3_at(moto_->endpoint(), prefix);
+  const std::string data = pattern_bytes((std::size_t{11} << 20) + 5, 11);  // 3 parts of 5 MiB
+
+  // POST 1 starts the upload, PUT 1-3 are the parts, POST 2 completes it. A reset answer to a
+  // part the server stored is retried (a part upload is idempotent).
+  proxy_->set_faults("POST 1 1 503\nPUT 2 1 reset\nPUT 3 1 500\nPOST 2 1 503\n");
+  const http::RetryCounts before = http::retry_counts();
+  auto w = st->open_writer("big.bin");
+  w->append(as_bytes(data));
+  w->commit();
+  const http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
+  std::cout << "[multipart upload] " << http::describe_retry_counts(added) << "\n";
+  EXPECT_EQ(proxy_->faults(), (std::map<std::string, int>{{"503", 2}, {"reset", 1}, {"500", 1}}));
+  EXPECT_EQ(added[http::RetryCause::kThrottled], 2u);
+  EXPECT_EQ(added[http::RetryCause::kServerError], 1u);
+  EXPECT_GE(added[http::RetryCause::kConnection] + added[http::RetryCause::kTruncated], 1u);
+  std::string got(data.size(), '\0');
+  direct->read("big.bin", 0, std::as_writable_bytes(std::span(got)));
+  EXPECT_TRUE(got == data);
+
+  // Completion refused on every attempt: the writer fails naming the object, and no object
+  // (corrupt or partial) appears.
+  proxy_->set_faults("POST 2 0 500\n");
+  auto failing = st->open_writer("never.bin");
+  failing->append(as_bytes(data));
+  try {
+    failing->commit();
+    ADD_FAILURE() << "commit succeeded although completion always failed";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find(st->describe_key("never.bin")), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("HTTP 500 InternalError"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 retries"), std::string::npos) << e.what();
+    std::cout << "[completion exhausted] " << e.what() << "\n";
+  }
+  proxy_->set_faults("");
+  EXPECT_FALSE(direct->try_stat("never.bin"));
+}
+
+TEST_F(S3FaultsTest, SaveAndLoadThroughFaultsAreBitIdentical) {
+  auto st = s3_at(proxy_->endpoint(), unique_name("ckpt"));
+  constexpr int kWorld = 2;
+  // A save of 2 ranks sends 6 PUTs (data files, sidecar, index, .metadata) and DELETEs of
+  // what an older checkpoint could have left.
+  proxy_->set_faults("PUT 2 1 503\nPUT 4 1 reset\nPUT 6 1 garbage\nDELETE 1 1 500\n");
+  http::RetryCounts before = http::retry_counts();
+  {
+    std::vector<engine::testing::RankState> states;
+    states.reserve(kWorld);
+    for (int r = 0; r < kWorld; ++r) states.push_back(engine::testing::make_rank_state(r, kWorld, true));
+    comm::ThreadGroup group(kWorld, comm::CommOptions{std::chrono::seconds(60)});
+    group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); });
+  }
+  http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
+  std::cout << "[save] faults " << proxy_->stats()["faults"].dump() << "; " << http::describe_retry_counts(added)
+            << "\n";
+  EXPECT_GE(added.total(), 4u);  // one retry per fault at least
+  EXPECT_EQ(added.exhausted, 0u);
+  EXPECT_EQ(proxy_->faults(), (std::map<std::string, int>{{"503", 1}, {"reset", 1}, {"garbage", 1}, {"500", 1}}))
+      << proxy_->stats().dump();
+
+  proxy_->set_faults("RGET 1 1 overlong\nRGET 3 1 truncate\nRGET 5 1 short206\nRGET 7 1 reset\nRGET 9 1 longbody\n"
+                     "HEAD 2 1 garbage\n");
+  before = http::retry_counts();
+  std::vector<engine::testing::RankState> states;
+  states.reserve(kWorld);
+  for (int r = 0; r < kWorld; ++r) states.push_back(engine::testing::make_rank_state(r, kWorld, false));
+  comm::ThreadGroup group(kWorld, comm::CommOptions{std::chrono::seconds(60)});
+  group.run([&](comm::Communicator& comm) { engine::load(states[comm.rank()].root, *st, comm); });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(engine::testing::compare_with_expected(states[r], r, kWorld), "");
+  added = http::retry_counts_since(before, http::retry_counts());
+  std::cout << "[load] faults " << proxy_->stats()["faults"].dump() << "; " << http::describe_retry_counts(added)
+            << "\n";
+  // A 2-rank load makes more than 9 ranged GETs and 2 HEADs: every scheduled fault happens.
+  EXPECT_EQ(proxy_->faults(),
+            (std::map<std::string, int>{
+                {"overlong", 1}, {"truncate", 1}, {"short206", 1}, {"reset", 1}, {"longbody", 1}, {"garbage", 1}}))
+      << proxy_->stats().dump();
+  EXPECT_GE(added.total(), proxy_->faults().size() - 1);  // junk after a body may go unread
+  EXPECT_EQ(added.exhausted, 0u);
+  proxy_->set_faults("");
+}
+
+TEST_F(S3FaultsTest, VerboseCliReportsRetriesAndExhaustedRetriesNameTheObject) {
+  const std::string prefix = unique_name("cli");
+  {
+    proxy_->set_faults("");
+    auto st = s3_at(moto_->endpoint(), prefix);
+    std::vector<engine::testing::RankState> states;
+    states.push_back(engine::testing::make_rank_state(0, 1, true));
+    comm::ThreadGroup group(1, comm::CommOptions{std::chrono::seconds(60)});
+    group.run([&](comm::Communicator& comm) { engine::save(states[0].root, *st, comm); });
+  }
+  // The CLI opens s3:// through the registry: the proxy becomes its endpoint.
+  const std::string cli = "AWS_ENDPOINT_URL='" + proxy_->endpoint() + "' SHARDPOINT_HTTP_BACKOFF_MS=5 '" +
+                          std::string(SP_SHARDPOINT) + "' verify s3://sp-test/" + prefix;
+
+  proxy_->set_faults("RGET 1 1 truncate\nRGET 2 1 503\nHEAD 1 1 garbage\n");
+  auto ok = shardpoint::testing::run_command(cli + " --verbose 2>&1");
+  std::cout << "[cli] " << ok.output;
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("ok: "), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("shardpoint: http: 3 retries ("), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("1 throttled"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("1 truncated body"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("1 malformed response"), std::string::npos) << ok.output;
+  EXPECT_EQ(proxy_->faults().size(), 3u);
+
+  // Without --verbose nothing is added; every read broken: one error line naming the object.
+  proxy_->set_faults("RGET 1 0 reset\n");
+  auto failed = shardpoint::testing::run_command(cli + " 2>&1");
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_EQ(failed.output.find("http: "), std::string::npos) << failed.output;
+  ASSERT_FALSE(failed.output.empty());
+  std::cout << "[cli exhausted] " << failed.output;
+  EXPECT_NE(failed.output.find("s3://sp-test/" + prefix + "/"), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("retries)"), std::string::npos) << failed.output;
+  proxy_->set_faults("");
+}
+
+}  // namespace
+}  // namespace shardpoint::storage::testing
