@@ -34,6 +34,7 @@ enum class KillPoint {
   kMetadata,   // "metadata": before `.metadata` (the engine's commit marker) is written
   kMetaPt,     // "meta_pt": before the trainer writes meta.pt (its commit marker)
   kPublish,    // "publish": a committed folder written beside its target, not yet swapped in
+               // (consolidate: its output file complete under its temporary name)
   kRemoveOld,  // "remove_old": the new folder swapped in, the replaced one not yet removed
 };
 
