@@ -145,6 +145,9 @@ TEST_F(ConsolidateDiskFault, SafetensorsShardsOnFullDisk) {
   SP_MOUNT_OR_SKIP(disk, pages_in(roomy_.path() / "st") - testing::page_bytes());
   const ToolRun run = shardpoint_cli(args + " --output " + q(disk.path() / "st"));
   expect_one_error(run, disk.path(), kNoSpace);
+  if (!run.errors.empty()) {
+    EXPECT_NE(run.errors[0].find("/model.safetensors.index.json\""), std::string::npos) << run.errors[0];
+  }
   EXPECT_EQ(joined(testing::entries_under(disk.path())), "(nothing)");
 }
 
@@ -208,6 +211,17 @@ const ReshardSizes& reshard_sizes() {
   return sizes;
 }
 
+// The name the error gives for the file the reshard fails on.
+const char* file_of(FailAt at) {
+  switch (at) {
+    case FailAt::kData: return "_0.distcp\"";
+    case FailAt::kSidecar: return "/.shardpoint-checksums.json\"";
+    case FailAt::kIndex: return "/.shardpoint-index\"";
+    case FailAt::kMetadata: return "/.metadata\"";
+  }
+  return "?";
+}
+
 std::uint64_t room_failing_at(FailAt at) {
   const ReshardSizes& s = reshard_sizes();
   const std::uint64_t page = testing::page_bytes();
@@ -240,6 +254,9 @@ TEST_P(ReshardDiskFull, FailsCleanly) {
   if (GetParam().dst_exists) fs::create_directory(dst);
   const ToolRun run = shardpoint_cli("reshard -q --ranks 2 " + q(source().path()) + " " + q(dst));
   expect_one_error(run, dst, kNoSpace);
+  if (!run.errors.empty()) {
+    EXPECT_NE(run.errors[0].find(file_of(GetParam().at)), std::string::npos) << run.errors[0];
+  }
   EXPECT_EQ(joined(testing::entries_under(disk.path())), GetParam().dst_exists ? "dst" : "(nothing)");
 }
 

@@ -127,6 +127,18 @@ const char* name_of(FailAt at) {
   return "?";
 }
 
+// The name the error gives for the file a save fails on.
+const char* file_of(FailAt at) {
+  switch (at) {
+    case FailAt::kData: return "_0.distcp\"";
+    case FailAt::kSidecar: return "/.shardpoint-checksums.json\"";
+    case FailAt::kIndex: return "/.shardpoint-index\"";
+    case FailAt::kMetadata: return "/.metadata\"";
+    case FailAt::kMetaPt: return "/meta.pt\"";
+  }
+  return "?";
+}
+
 // Room for every file written before `at` and all but one page of `at` itself.
 std::uint64_t room_failing_at(const SaveSizes& s, FailAt at) {
   const std::uint64_t page = testing::page_bytes();
@@ -195,13 +207,16 @@ TEST_P(TrainDiskFull, FailsCleanlyAndKeepsTheCommittedCheckpoint) {
   ASSERT_FALSE(HasFailure());
   const std::uint64_t room = (c.overwrite ? ref.first.total() : 0) + room_failing_at(ref.second, c.at);
   // Save 1 must fit when save 2 is the one meant to fail.
-  if (c.overwrite) ASSERT_GE(room, ref.first.total());
+  if (c.overwrite) {
+    ASSERT_GE(room, ref.first.total());
+  }
   SP_MOUNT_OR_SKIP(disk, room);
   RunOptions o;
   o.devices = c.devices;
   o.async = c.async;
   const TrainRun run = train(disk.path(), o);
   expect_error_lines(run, c.devices, checkpoints_of(disk.path()), kNoSpace);
+  for (const std::string& line : run.errors) EXPECT_NE(line.find(file_of(c.at)), std::string::npos) << line;
   if (c.overwrite) {
     expect_first_checkpoint_kept(disk.path());
   } else {
