@@ -56,8 +56,8 @@ class SizeLimitedMount {
 };
 
 // Declares SizeLimitedMount `var` of `bytes`; skips the test when mounting is not permitted.
-#define SP_MOUNT_OR_SKIP(var, bytes)                                                                \
-  ::shardpoint::testing::SizeLimitedMount var(bytes);                                               \
+#define SP_MOUNT_OR_SKIP(var, bytes)                  \
+  ::shardpoint::testing::SizeLimitedMount var(bytes); \
   if (!var.mounted()) GTEST_SKIP() << "needs a size-limited tmpfs (run as root): " << var.error()
 
 // The tmpfs page: files take whole pages of a mount's size.

@@ -94,7 +94,8 @@ void revoke_write_permission() {
   const char* path = std::getenv("SHARDPOINT_TEST_READ_ONLY_PATH");
   struct stat st {};
   if (path == nullptr || ::stat(path, &st) != 0 || ::chmod(path, st.st_mode & 07555) != 0) {
-    std::fprintf(stderr, "warning: SHARDPOINT_TEST_READ_ONLY_AT: cannot make SHARDPOINT_TEST_READ_ONLY_PATH=%s read-only\n",
+    std::fprintf(stderr,
+                 "warning: SHARDPOINT_TEST_READ_ONLY_AT: cannot make SHARDPOINT_TEST_READ_ONLY_PATH=%s read-only\n",
                  path != nullptr ? path : "(unset)");
   }
 }

@@ -46,8 +46,8 @@ struct ToolRun {
 ToolRun shardpoint_cli(const std::string& args, bool as_nobody = false, const std::string& env = "") {
   TempDir logs;
   const testing::CommandResult r =
-      testing::run_command(env + " " + (as_nobody ? testing::as_nobody() : std::string()) + SP_SHARDPOINT + " " +
-                           args + " 2>" + testing::shell_quote(logs.file("stderr")));
+      testing::run_command(env + " " + (as_nobody ? testing::as_nobody() : std::string()) + SP_SHARDPOINT + " " + args +
+                           " 2>" + testing::shell_quote(logs.file("stderr")));
   ToolRun run{r.exit_code, {}};
   std::istringstream err(testing::read_text(logs.file("stderr")));
   for (std::string line; std::getline(err, line);) run.errors.push_back(line);
@@ -70,8 +70,9 @@ void expect_one_error(const ToolRun& run, const fs::path& path, const std::strin
 class Source {
  public:
   Source() {
-    fs::permissions(dir_.path(), fs::perms::others_read | fs::perms::others_exec | fs::perms::group_read |
-                                     fs::perms::group_exec, fs::perm_options::add);
+    fs::permissions(dir_.path(),
+                    fs::perms::others_read | fs::perms::others_exec | fs::perms::group_read | fs::perms::group_exec,
+                    fs::perm_options::add);
     const int world = 2;
     std::vector<std::vector<float>> bufs(world);
     std::vector<float> bias(256, 0.25f);
@@ -81,10 +82,11 @@ class Source {
       bufs[r].resize(static_cast<std::size_t>(engine::volume(box.sizes)));
       for (std::size_t i = 0; i < bufs[r].size(); ++i) bufs[r][i] = static_cast<float>(i % 997) * 0.5f + r;
       engine::StateDict model;
-      model.emplace_back("w", engine::StateNode(engine::TensorShard{DType::kFloat32, {256, 256}, box.offsets,
-                                                                    box.sizes, std::as_writable_bytes(std::span(bufs[r]))}));
-      model.emplace_back("b", engine::StateNode(engine::TensorShard{DType::kFloat32, {256}, {0}, {256},
-                                                                    std::as_writable_bytes(std::span(bias))}));
+      model.emplace_back(
+          "w", engine::StateNode(engine::TensorShard{
+                   DType::kFloat32, {256, 256}, box.offsets, box.sizes, std::as_writable_bytes(std::span(bufs[r]))}));
+      model.emplace_back("b", engine::StateNode(engine::TensorShard{
+                                  DType::kFloat32, {256}, {0}, {256}, std::as_writable_bytes(std::span(bias))}));
       roots[r] = engine::StateNode(engine::StateDict{});
       roots[r].set("model", engine::StateNode(std::move(model)));
       roots[r].set("step", engine::StateNode(pickle::Value::integer(5)));
@@ -124,8 +126,8 @@ class ConsolidateDiskFault : public ::testing::Test {
 
 // A torch.save output one page larger than the disk: fails in the middle of the file.
 TEST_F(ConsolidateDiskFault, TorchFileOnFullDisk) {
-  const ToolRun ok = shardpoint_cli("consolidate -q --layout dcp " + q(source().path()) + " --output " +
-                                    q(roomy_.path() / "out.pt"));
+  const ToolRun ok =
+      shardpoint_cli("consolidate -q --layout dcp " + q(source().path()) + " --output " + q(roomy_.path() / "out.pt"));
   ASSERT_EQ(ok.code, 0) << joined(ok.errors);
   SP_MOUNT_OR_SKIP(disk, pages_of(fs::file_size(roomy_.path() / "out.pt")) - testing::page_bytes());
   const ToolRun run =
@@ -174,8 +176,7 @@ TEST_F(ConsolidateLostPermission, ReadOnlyOutputFolder) {
 // the rename is refused. Removing the temporary needs the lost permission too, so it stays
 // (under its temporary name, never at the output's).
 TEST_F(ConsolidateLostPermission, FolderTurnsReadOnlyBeforeTheRename) {
-  const std::string env =
-      "SHARDPOINT_TEST_READ_ONLY_AT=publish SHARDPOINT_TEST_READ_ONLY_PATH=" + q(out_.path());
+  const std::string env = "SHARDPOINT_TEST_READ_ONLY_AT=publish SHARDPOINT_TEST_READ_ONLY_PATH=" + q(out_.path());
   const ToolRun run = shardpoint_cli(
       "consolidate -q --layout dcp " + q(source().path()) + " --output " + q(out_.path() / "out.pt"), true, env);
   expect_one_error(run, out_.path() / "out.pt", kDenied);
@@ -239,10 +240,12 @@ struct ReshardCase {
   bool dst_exists;  // an empty DST made beforehand stays (empty); a new one goes
 };
 
-std::string case_name(const ::testing::TestParamInfo<ReshardCase>& info) {
+std::string describe(const ReshardCase& c) {
   static const char* const kNames[] = {"data", "sidecar", "index", "metadata"};
-  return std::string(kNames[static_cast<int>(info.param.at)]) + (info.param.dst_exists ? "_EmptyDst" : "_NewDst");
+  return std::string(kNames[static_cast<int>(c.at)]) + (c.dst_exists ? "_EmptyDst" : "_NewDst");
 }
+std::string case_name(const ::testing::TestParamInfo<ReshardCase>& info) { return describe(info.param); }
+void PrintTo(const ReshardCase& c, std::ostream* os) { *os << describe(c); }
 
 class ReshardDiskFull : public ::testing::TestWithParam<ReshardCase> {};
 

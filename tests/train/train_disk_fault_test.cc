@@ -193,11 +193,12 @@ struct NoSpaceCase {
   bool async = false;
 };
 
-std::string case_name(const ::testing::TestParamInfo<NoSpaceCase>& info) {
-  const NoSpaceCase& c = info.param;
+std::string describe(const NoSpaceCase& c) {
   return std::string(c.overwrite ? "Overwrite" : "FirstSave") + "_" + name_of(c.at) +
          (c.devices > 1 ? "_" + std::to_string(c.devices) + "ranks" : "") + (c.async ? "_async" : "");
 }
+std::string case_name(const ::testing::TestParamInfo<NoSpaceCase>& info) { return describe(info.param); }
+void PrintTo(const NoSpaceCase& c, std::ostream* os) { *os << describe(c); }
 
 class TrainDiskFull : public ::testing::TestWithParam<NoSpaceCase> {};
 
@@ -206,8 +207,8 @@ TEST_P(TrainDiskFull, FailsCleanlyAndKeepsTheCommittedCheckpoint) {
   const ReferenceSizes& ref = reference_sizes(c.devices);
   ASSERT_FALSE(HasFailure());
   // Overwrite: save 1 fits whole, save 2 fails at c.at. First save: save 1 fails at c.at.
-  const std::uint64_t room = (c.overwrite ? ref.first.total() : 0) +
-                             room_failing_at(c.overwrite ? ref.second : ref.first, c.at);
+  const std::uint64_t room =
+      (c.overwrite ? ref.first.total() : 0) + room_failing_at(c.overwrite ? ref.second : ref.first, c.at);
   SP_MOUNT_OR_SKIP(disk, room);
   RunOptions o;
   o.devices = c.devices;
@@ -223,16 +224,16 @@ TEST_P(TrainDiskFull, FailsCleanlyAndKeepsTheCommittedCheckpoint) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Phases, TrainDiskFull,
-    ::testing::Values(NoSpaceCase{FailAt::kData, false}, NoSpaceCase{FailAt::kSidecar, false},
-                      NoSpaceCase{FailAt::kIndex, false}, NoSpaceCase{FailAt::kMetadata, false},
-                      NoSpaceCase{FailAt::kMetaPt, false}, NoSpaceCase{FailAt::kData, true},
-                      NoSpaceCase{FailAt::kSidecar, true}, NoSpaceCase{FailAt::kIndex, true},
-                      NoSpaceCase{FailAt::kMetadata, true}, NoSpaceCase{FailAt::kMetaPt, true},
-                      NoSpaceCase{FailAt::kData, true, 1, true}, NoSpaceCase{FailAt::kMetaPt, true, 1, true},
-                      NoSpaceCase{FailAt::kSidecar, true, 2}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Phases, TrainDiskFull,
+                         ::testing::Values(NoSpaceCase{FailAt::kData, false}, NoSpaceCase{FailAt::kSidecar, false},
+                                           NoSpaceCase{FailAt::kIndex, false}, NoSpaceCase{FailAt::kMetadata, false},
+                                           NoSpaceCase{FailAt::kMetaPt, false}, NoSpaceCase{FailAt::kData, true},
+                                           NoSpaceCase{FailAt::kSidecar, true}, NoSpaceCase{FailAt::kIndex, true},
+                                           NoSpaceCase{FailAt::kMetadata, true}, NoSpaceCase{FailAt::kMetaPt, true},
+                                           NoSpaceCase{FailAt::kData, true, 1, true},
+                                           NoSpaceCase{FailAt::kMetaPt, true, 1, true},
+                                           NoSpaceCase{FailAt::kSidecar, true, 2}),
+                         case_name);
 
 // ---------------------------------------------------------------------------------------
 // EACCES (the run as nobody, without capabilities)
@@ -241,8 +242,7 @@ class TrainLostPermission : public ::testing::Test {
  protected:
   void SetUp() override {
     // Permission bits must apply: skip where setpriv is missing or cannot drop root's rights.
-    const testing::CommandResult probe =
-        testing::run_command(testing::as_nobody() + "/bin/sh -c 'test ! -w /' 2>&1");
+    const testing::CommandResult probe = testing::run_command(testing::as_nobody() + "/bin/sh -c 'test ! -w /' 2>&1");
     if (probe.exit_code != 0) GTEST_SKIP() << "cannot run as nobody without capabilities (setpriv): " << probe.output;
     ASSERT_EQ(::chown(root_.path().c_str(), testing::kNobody, testing::kNobody), 0);
   }
