@@ -77,8 +77,7 @@ TEST(CommunicatorTest, OnlyDecodedErrorsAreShared) {
   EXPECT_FALSE(is_shared_error(std::runtime_error("own")));
   try {
     try {
-      throw_decoded_error("storage:2
-write x: No space left on device", "");
+      throw_decoded_error("storage:2\nwrite x: No space left on device", "");
     } catch (const StorageError&) {
       rethrow_with_context("save");
     }
