@@ -154,10 +154,4 @@ std::string encode_error(std::exception_ptr error);
 [[noreturn]] void throw_decoded_error(std::string_view encoded, const std::string& prefix,
                                       const std::string& suffix = "");
 
-// True when throw_decoded_error raised `error`: a failure another rank reported, or one the
-// ranks agreed on (rethrow_if_any_failed, the engine's collective steps). Every rank of the
-// job raises it, so a launcher may report it once (shardpoint-train: on rank 0). A new
-// exception made from it (rethrow_with_context) is not marked.
-bool is_shared_error(const std::exception& error);
-
 }  // namespace shardpoint::comm

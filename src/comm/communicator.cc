@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "comm/shared_error.h"
 #include "shardpoint/error.h"
 
 namespace shardpoint::comm {

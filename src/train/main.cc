@@ -22,7 +22,7 @@
 #include <fmt/format.h>
 
 #include "comm/launch.h"
-#include "shardpoint/communicator.h"
+#include "comm/shared_error.h"
 #include "shardpoint/communicator_from_env.h"
 #include "shardpoint/error.h"
 #include "train/trainer.h"
