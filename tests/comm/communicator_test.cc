@@ -1,10 +1,10 @@
 // Communicator base class: timeout text, reductions, and the error wire form used by
 // rethrow_if_any_failed (the collectives themselves are tested per driver).
-#include "comm/shared_error.h"
 #include "shardpoint/communicator.h"
 
 #include <gtest/gtest.h>
 
+#include "comm/shared_error.h"
 #include "shardpoint/error.h"
 
 namespace shardpoint::comm {
