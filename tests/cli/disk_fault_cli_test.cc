@@ -80,7 +80,8 @@ class Source {
     for (int r = 0; r < world; ++r) {
       engine::Box box = engine::shard_box({256, 256}, {world}, {engine::Placement::shard(0)}, {r});
       bufs[r].resize(static_cast<std::size_t>(engine::volume(box.sizes)));
-      for (std::size_t i = 0; i < bufs[r].size(); ++i) bufs[r][i] = static_cast<float>(i % 997) * 0.5f + r;
+      for (std::size_t i = 0; i < bufs[r].size(); ++i)
+        bufs[r][i] = static_cast<float>(i % 997) * 0.5f + static_cast<float>(r);
       engine::StateDict model;
       model.emplace_back(
           "w", engine::StateNode(engine::TensorShard{

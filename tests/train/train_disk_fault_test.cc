@@ -1,7 +1,8 @@
 // Full disks and lost permissions while shardpoint-train saves (docs/durability.md §7): the
-// run fails with one "shardpoint-train: " line on stderr (one for the job, also with 2 ranks)
-// that names the path and the OS error, commits nothing, leaves none of its files behind, and a committed checkpoint it was
-// replacing still loads and verifies (`shardpoint verify`).
+// run fails with one "shardpoint-train: " line on stderr (one for the job, also with 2
+// ranks) that names the path and the OS error, commits nothing, leaves none of its files
+// behind, and a committed checkpoint it was replacing still loads and verifies
+// (`shardpoint verify`).
 //
 // ENOSPC: the root is a tmpfs the test mounts with exactly the room the save needs up to a
 // chosen file, minus one page, so the save fails while writing that file (data files,
