@@ -1,6 +1,8 @@
 // `shardpoint reshard SRC DST --ranks N`: rewrite a checkpoint as a DCP folder saved by N
 // ranks with dim-0 sharding (engine/reshard.h). SRC and DST may be storage URLs. Errors are
-// one line, exit 1 (a DST that exists and is not empty included); bad arguments exit 2.
+// one line, exit 1 (a DST that exists and is not empty included); bad arguments exit 2. A
+// failed reshard leaves no output: the engine removes its files, this command the DST
+// folder it created.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -77,8 +79,10 @@ class ReshardCommand : public Command {
     if (options.memory_budget_bytes < (std::uint64_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
     options.parallel_files = parallel_;
     const bool remote_dst = storage::Location::parse(dst_).is_remote();
+    bool created_dst = false;  // a failed reshard removes the DST folder it created
     if (!remote_dst) {
       std::error_code ec;
+      created_dst = !std::filesystem::exists(dst_, ec) && !ec;
       if (std::filesystem::exists(dst_, ec)) {
         if (!std::filesystem::is_directory(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not a folder");
         if (!std::filesystem::is_empty(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not empty");
@@ -97,7 +101,16 @@ class ReshardCommand : public Command {
     options.check_zip_crc = !no_zip_crc_;
     options.save.thread_count = threads_;
     options.save.direct_io = !no_direct_;
-    engine::ReshardReport report = engine::reshard(src_, *destination, options);
+    engine::ReshardReport report;
+    try {
+      report = engine::reshard(src_, *destination, options);
+    } catch (...) {
+      // reshard() removed its files; the folder goes too when it is empty (a file it could
+      // not remove, after a lost permission, keeps it). Best effort: its error is the one.
+      std::error_code ignored;
+      if (created_dst) std::filesystem::remove(dst_, ignored);
+      throw;
+    }
     if (!quiet_) {
       print_out(fmt::format("{}: {} tensors ({}), {} objects from {} checkpoint {} written as {} ranks in {:.2f} s\n",
                             dst_, report.tensors, human_bytes(report.payload_bytes), report.objects,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "comm/shared_error.h"
 #include "shardpoint/error.h"
 
 namespace shardpoint::comm {
@@ -16,6 +17,17 @@ using Clock = std::chrono::steady_clock;
 std::string describe_seconds(Clock::duration d) {
   return fmt::format("{:.2f} s", std::chrono::duration<double>(d).count());
 }
+
+// The mark of an exception throw_decoded_error raised: E for its catchers, SharedMark for
+// is_shared_error().
+struct SharedMark {
+  virtual ~SharedMark() = default;
+};
+template <typename E>
+class SharedError final : public E, public SharedMark {
+ public:
+  using E::E;
+};
 
 }  // namespace
 
@@ -182,10 +194,10 @@ void throw_decoded_error(std::string_view encoded, const std::string& prefix, co
   const std::string_view category = nl == std::string_view::npos ? std::string_view("error") : encoded.substr(0, nl);
   const std::string message =
       prefix + std::string(nl == std::string_view::npos ? encoded : encoded.substr(nl + 1)) + suffix;
-  if (category == "format") throw FormatError(message);
-  if (category == "plan") throw PlanError(message);
-  if (category == "usage") throw UsageError(message);
-  if (category == "comm") throw CommError(message);
+  if (category == "format") throw SharedError<FormatError>(message);
+  if (category == "plan") throw SharedError<PlanError>(message);
+  if (category == "usage") throw SharedError<UsageError>(message);
+  if (category == "comm") throw SharedError<CommError>(message);
   if (category.starts_with("storage:")) {
     int kind = static_cast<int>(StorageError::Kind::kOther);
     const std::string_view digits = category.substr(8);
@@ -193,9 +205,11 @@ void throw_decoded_error(std::string_view encoded, const std::string& prefix, co
     if (kind < 0 || kind > static_cast<int>(StorageError::Kind::kOther)) {
       kind = static_cast<int>(StorageError::Kind::kOther);
     }
-    throw StorageError(static_cast<StorageError::Kind>(kind), message);
+    throw SharedError<StorageError>(static_cast<StorageError::Kind>(kind), message);
   }
-  throw Error(message);
+  throw SharedError<Error>(message);
 }
+
+bool is_shared_error(const std::exception& error) { return dynamic_cast<const SharedMark*>(&error) != nullptr; }
 
 }  // namespace shardpoint::comm

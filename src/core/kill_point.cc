@@ -1,6 +1,7 @@
 #include "core/kill_point.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -17,7 +18,7 @@ constexpr std::array<KillPoint, 8> kAll = {KillPoint::kPlan,      KillPoint::kDa
                                            KillPoint::kLoadIndex, KillPoint::kMetadata,  KillPoint::kMetaPt,
                                            KillPoint::kPublish,   KillPoint::kRemoveOld};
 
-// What SHARDPOINT_TEST_KILL_AT asks for, parsed once.
+// What SHARDPOINT_TEST_KILL_AT (or SHARDPOINT_TEST_READ_ONLY_AT) asks for, parsed once.
 struct KillRequest {
   KillPoint point = KillPoint::kPlan;
   long occurrence = 1;
@@ -28,16 +29,16 @@ std::optional<long> parse_count(const std::string& text) {
   return std::stol(text);
 }
 
-// nullopt when the variable is unset, malformed (warned) or names another rank.
-std::optional<KillRequest> parse_request() {
-  const char* value = std::getenv("SHARDPOINT_TEST_KILL_AT");
+// nullopt when the variable `name` is unset, malformed (warned) or names another rank.
+std::optional<KillRequest> parse_request(const char* name) {
+  const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   std::string spec(value);
   KillRequest request;
   if (const std::size_t at = spec.find('@'); at != std::string::npos) {
     const std::optional<long> n = parse_count(spec.substr(at + 1));
     if (!n || *n < 1) {
-      std::fprintf(stderr, "warning: SHARDPOINT_TEST_KILL_AT=%s: bad occurrence after '@', ignored\n", value);
+      std::fprintf(stderr, "warning: %s=%s: bad occurrence after '@', ignored\n", name, value);
       return std::nullopt;
     }
     request.occurrence = *n;
@@ -46,7 +47,7 @@ std::optional<KillRequest> parse_request() {
   if (const std::size_t colon = spec.find(':'); colon != std::string::npos) {
     const std::optional<long> rank = parse_count(spec.substr(colon + 1));
     if (!rank) {
-      std::fprintf(stderr, "warning: SHARDPOINT_TEST_KILL_AT=%s: bad rank after ':', ignored\n", value);
+      std::fprintf(stderr, "warning: %s=%s: bad rank after ':', ignored\n", name, value);
       return std::nullopt;
     }
     const char* mine = std::getenv("RANK");
@@ -59,7 +60,7 @@ std::optional<KillRequest> parse_request() {
       return request;
     }
   }
-  std::fprintf(stderr, "warning: SHARDPOINT_TEST_KILL_AT=%s: unknown kill point, ignored\n", value);
+  std::fprintf(stderr, "warning: %s=%s: unknown kill point, ignored\n", name, value);
   return std::nullopt;
 }
 
@@ -79,11 +80,36 @@ std::string_view kill_point_name(KillPoint point) {
   return "?";
 }
 
+namespace {
+
+// True at the arrival `request` selects; counts the arrivals at its point.
+bool selected(const std::optional<KillRequest>& request, std::atomic<long>& reached, KillPoint point) {
+  if (!request || request->point != point) return false;
+  return reached.fetch_add(1, std::memory_order_relaxed) + 1 == request->occurrence;
+}
+
+// Removes the write permission of SHARDPOINT_TEST_READ_ONLY_PATH (user, group and other),
+// as an administrator or a quota tool would while the save runs.
+void revoke_write_permission() {
+  const char* path = std::getenv("SHARDPOINT_TEST_READ_ONLY_PATH");
+  struct stat st {};
+  if (path == nullptr || ::stat(path, &st) != 0 || ::chmod(path, st.st_mode & 07555) != 0) {
+    std::fprintf(stderr,
+                 "warning: SHARDPOINT_TEST_READ_ONLY_AT: cannot make SHARDPOINT_TEST_READ_ONLY_PATH=%s read-only\n",
+                 path != nullptr ? path : "(unset)");
+  }
+}
+
+}  // namespace
+
 void kill_point(KillPoint point) noexcept {
-  static const std::optional<KillRequest> request = parse_request();  // thread-safe initialisation
-  static std::atomic<long> reached{0};
-  if (!request || request->point != point) return;
-  if (reached.fetch_add(1, std::memory_order_relaxed) + 1 != request->occurrence) return;
+  // Thread-safe initialisation, once per process.
+  static const std::optional<KillRequest> kill = parse_request("SHARDPOINT_TEST_KILL_AT");
+  static const std::optional<KillRequest> read_only = parse_request("SHARDPOINT_TEST_READ_ONLY_AT");
+  static std::atomic<long> kill_reached{0};
+  static std::atomic<long> read_only_reached{0};
+  if (selected(read_only, read_only_reached, point)) revoke_write_permission();
+  if (!selected(kill, kill_reached, point)) return;
   std::fflush(nullptr);  // what was printed so far reaches the log, as it would before a real kill
   ::kill(0, SIGKILL);
   ::_exit(137);  // not reached: SIGKILL cannot be caught

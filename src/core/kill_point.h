@@ -13,6 +13,11 @@
 // A malformed value is ignored with one warning on stderr (a test then fails loudly because
 // nothing was killed).
 //
+// Lost permissions: SHARDPOINT_TEST_READ_ONLY_AT=<point>[:<rank>][@<n>] (same syntax) has the
+// selected arrival remove the write bits of the file or folder SHARDPOINT_TEST_READ_ONLY_PATH
+// names and return, so the save goes on and meets EACCES (in a process without
+// CAP_DAC_OVERRIDE: root ignores permission bits). Both variables may be set at once.
+//
 // Thread-safety: kill_point() may be called from any thread.
 #pragma once
 
@@ -29,6 +34,7 @@ enum class KillPoint {
   kMetadata,   // "metadata": before `.metadata` (the engine's commit marker) is written
   kMetaPt,     // "meta_pt": before the trainer writes meta.pt (its commit marker)
   kPublish,    // "publish": a committed folder written beside its target, not yet swapped in
+               // (consolidate: its output file complete under its temporary name)
   kRemoveOld,  // "remove_old": the new folder swapped in, the replaced one not yet removed
 };
 
@@ -36,7 +42,8 @@ enum class KillPoint {
 std::string_view kill_point_name(KillPoint point);
 
 // Dies with the whole process group (SIGKILL) when SHARDPOINT_TEST_KILL_AT selects this
-// call; returns otherwise. Never throws.
+// call; makes SHARDPOINT_TEST_READ_ONLY_PATH read-only when SHARDPOINT_TEST_READ_ONLY_AT
+// selects it; returns otherwise. Never throws.
 void kill_point(KillPoint point) noexcept;
 
 }  // namespace shardpoint

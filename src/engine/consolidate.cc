@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/buffer_pool.h"
+#include "core/kill_point.h"
 #include "core/process_memory.h"
 #include "engine/consolidate_validation.h"
 #include "engine/consolidated_tree.h"
@@ -264,6 +265,7 @@ class Consolidator {
         });
     writer.finish();
     check_cancel();
+    kill_point(KillPoint::kPublish);  // the output complete under its temporary name
     sink->commit();
   }
 

@@ -6,7 +6,8 @@
 // free port) and waits for them; under a launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, or mpirun) it joins, and
 // an explicit --devices must then equal the launcher's world size.
 // Rank 0 prints one line per step (step, epoch, loss, tokens/s) and the time of each checkpoint.
-// Exit codes: 0 ok, 2 usage or run error (one "shardpoint-train: " line on stderr per rank).
+// Exit codes: 0 ok, 2 usage or run error: one "shardpoint-train: " line on stderr, from rank 0
+// for a failure the ranks share (comm::is_shared_error), else from each rank that failed.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "comm/launch.h"
+#include "comm/shared_error.h"
 #include "shardpoint/communicator_from_env.h"
 #include "shardpoint/error.h"
 #include "train/trainer.h"
@@ -260,6 +262,9 @@ int main(int argc, char** argv) {
     for (const char* mpi : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
       if (!rank) rank = std::getenv(mpi);
     }
+    // A failure every rank raised together (a failed save, a rank's reported error) is the
+    // job's: rank 0 prints it, so the job says it once.
+    if (rank != nullptr && std::string_view(rank) != "0" && shardpoint::comm::is_shared_error(e)) return 2;
     std::fprintf(stderr, "shardpoint-train: %s%s\n", rank ? fmt::format("rank {}: ", rank).c_str() : "", e.what());
     return 2;
   }

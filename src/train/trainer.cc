@@ -412,15 +412,20 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       }
       return;
     } else {
-      engine::SaveReport report = engine::save(engine::StateNode(std::move(root)), *st, comm);
-      result.checkpoint_bytes = report.bytes_written;
-      on_rank0(comm, [&] {
-        const std::string bytes = meta_pt_bytes(options_, *checkpoint_, loops, schedule_);
-        kill_point(KillPoint::kMetaPt);
-        st->write_atomic("meta.pt", as_bytes(bytes));
-        result.checkpoint_bytes += bytes.size();
-        publish(folder, path);
-      });
+      try {
+        engine::SaveReport report = engine::save(engine::StateNode(std::move(root)), *st, comm);
+        result.checkpoint_bytes = report.bytes_written;
+        on_rank0(comm, [&] {
+          const std::string bytes = meta_pt_bytes(options_, *checkpoint_, loops, schedule_);
+          kill_point(KillPoint::kMetaPt);
+          st->write_atomic("meta.pt", as_bytes(bytes));
+          result.checkpoint_bytes += bytes.size();
+          publish(folder, path);
+        });
+      } catch (...) {
+        discard_staging(folder, path);  // every rank has stopped writing: save() failed on all
+        throw;
+      }
     }
   } else {
     std::vector<at::Tensor> full = strategy_.full_params();
@@ -475,14 +480,19 @@ void Trainer::finish_pending(FitResult& result) {
   const std::string meta = std::exchange(pending_meta_, {});
   const std::vector<std::string> removals = std::exchange(pending_removals_, {});
   const auto t0 = Clock::now();
-  const engine::SaveReport report = pending->wait();
-  std::uint64_t bytes = report.bytes_written;
-  on_rank0(comm, [&] {
-    kill_point(KillPoint::kMetaPt);
-    st->write_atomic("meta.pt", as_bytes(meta));
-    bytes += meta.size();
-    publish(folder, path);
-  });
+  std::uint64_t bytes = 0;
+  try {
+    bytes = pending->wait().bytes_written;
+    on_rank0(comm, [&] {
+      kill_point(KillPoint::kMetaPt);
+      st->write_atomic("meta.pt", as_bytes(meta));
+      bytes += meta.size();
+      publish(folder, path);
+    });
+  } catch (...) {
+    discard_staging(folder, path);  // wait() fails on every rank once all have stopped writing
+    throw;
+  }
   result.checkpoint_bytes = bytes;
   if (options_.progress && comm.rank() == 0) {
     std::printf("committed sharded checkpoint %s (waited %.3f s)\n", path.c_str(), seconds_since(t0));
@@ -494,6 +504,14 @@ void Trainer::finish_pending(FitResult& result) {
 void Trainer::publish(const std::string& folder, const std::string& path) {
   if (folder == path) return;  // written in place (object stores)
   storage::replace_local_folder(folder, path, /*durable=*/true);
+}
+
+void Trainer::discard_staging(const std::string& folder, const std::string& path) {
+  if (folder == path || comm_->rank() != 0) return;  // written in place (object stores): nothing staged
+  // Best effort: the save's own error is the one to report. What cannot be removed now (the
+  // checkpoints folder lost its write permission) the next save's remove_leftovers() takes.
+  std::error_code ignored;
+  fs::remove_all(folder, ignored);
 }
 
 void Trainer::remove_leftovers(const std::string& dir) {

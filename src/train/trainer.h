@@ -152,7 +152,7 @@ class Trainer {
   // (all ranks) Commits the async save in flight, if any: waits for every rank's writes,
   // commits .metadata, then rank 0 writes its meta.pt (the trainer's commit marker) and
   // removes the checkpoints it superseded. Throws the save's errors on every rank (then
-  // nothing is committed nor removed).
+  // nothing is committed nor removed, and the staging folder is removed).
   void finish_pending(FitResult& result);
 
   FSDPStrategy& strategy() { return strategy_; }
@@ -167,6 +167,10 @@ class Trainer {
   // (rank 0) remove_stale_staging() of dir (and, at the first save of a fit, of every local
   // version folder under the root); prints how many leftovers went.
   void remove_leftovers(const std::string& dir);
+  // (rank 0 acts) Removes the staging folder of a save that failed (a full disk, a lost
+  // permission), best effort, so a failed save leaves nothing behind; nothing when
+  // folder == path.
+  void discard_staging(const std::string& folder, const std::string& path);
 
   TrainerOptions options_;
   FSDPStrategy strategy_;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/shared_error.h"
 #include "shardpoint/error.h"
 
 namespace shardpoint::comm {
@@ -47,6 +48,7 @@ void expect_round_trip(E original, const std::string& message) {
     std::rethrow_exception(back);
   } catch (const E& e) {
     EXPECT_EQ(std::string(e.what()), "rank 3: " + message + " (and 1 more ranks failed)");
+    EXPECT_TRUE(is_shared_error(e)) << message;
   } catch (...) {
     ADD_FAILURE() << "wrong exception type for " << message;
   }
@@ -65,6 +67,24 @@ TEST(CommunicatorTest, ErrorCategoriesSurviveTheWire) {
   } catch (const StorageError& e) {
     EXPECT_EQ(e.kind(), StorageError::Kind::kTransient);
     EXPECT_TRUE(e.retryable());
+    EXPECT_TRUE(is_shared_error(e));
+  }
+}
+
+// Only decoded errors carry the mark: a rank's own failure, and a new exception made from
+// a decoded one, do not.
+TEST(CommunicatorTest, OnlyDecodedErrorsAreShared) {
+  EXPECT_FALSE(is_shared_error(StorageError(StorageError::Kind::kNoSpace, "disk full")));
+  EXPECT_FALSE(is_shared_error(std::runtime_error("own")));
+  try {
+    try {
+      throw_decoded_error("storage:2\nwrite x: No space left on device", "");
+    } catch (const StorageError&) {
+      rethrow_with_context("save");
+    }
+  } catch (const StorageError& e) {
+    EXPECT_EQ(std::string(e.what()), "save: write x: No space left on device");
+    EXPECT_FALSE(is_shared_error(e));
   }
 }
 
