@@ -21,6 +21,10 @@ networks send:
   503         HTTP 503 SlowDown, S3's XML throttling answer (not forwarded)
   429         HTTP 429 Too Many Requests (not forwarded)
   slow        the response is held --slow-seconds before its first byte
+  nosuchupload  HTTP 404 NoSuchUpload, S3's answer to a completion retried after the upload
+              was completed (not forwarded)
+  lost        the request is forwarded and carried out, then the connection closes with no
+              answer (an answer lost after the server acted)
 
 Schedule: POST /_proxy/faults with one rule a line, "<selector> <first> <count> <kind>":
 requests that match selector (GET, PUT, POST, DELETE, HEAD, RGET = GET with a Range or
@@ -43,12 +47,14 @@ import time
 from urllib.parse import urlsplit
 
 KINDS = {"overlong", "longbody", "truncate", "short206", "wrongrange", "garbage", "reset",
-         "500", "503", "429", "slow"}
+         "500", "503", "429", "slow", "lost", "nosuchupload"}
 SELECTORS = {"GET", "PUT", "POST", "DELETE", "HEAD", "RGET", "ANY"}
 HOP_HEADERS = {"connection", "keep-alive", "expect", "proxy-connection", "te", "upgrade"}
 
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
              b'<Message>Please reduce your request rate.</Message><RequestId>FAULTPROXY</RequestId></Error>')
+NO_SUCH_UPLOAD = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchUpload</Code>'
+                  b'<Message>The specified upload does not exist.</Message><RequestId>FAULTPROXY</RequestId></Error>')
 INTERNAL = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
             b'<Message>We encountered an internal error. Please try again.</Message>'
             b'<RequestId>FAULTPROXY</RequestId></Error>')
@@ -158,11 +164,18 @@ class Handler(socketserver.StreamRequestHandler):
         if kind == "503":
             self.reply(503, "Slow Down", SLOW_DOWN, [("Content-Type", "application/xml")])
             return True
+        if kind == "nosuchupload":
+            # What S3 answers a CompleteMultipartUpload retried after the first one completed.
+            self.reply(404, "Not Found", NO_SUCH_UPLOAD, [("Content-Type", "application/xml")])
+            return True
         if kind == "429":
             self.reply(429, "Too Many Requests", b"rate limit exceeded", [("Retry-After", "0")])
             return True
 
         status, reason, up_headers, up_body = self.forward(method, target, headers, body)
+        if kind == "lost":
+            # The server did the work; its answer never reaches the client.
+            return False
         out = [(k, v) for k, v in up_headers
                if k.lower() not in HOP_HEADERS and k.lower() not in ("content-length", "transfer-encoding")]
         head_only = method == "HEAD" or status in (204, 304)

@@ -122,6 +122,54 @@ TEST_F(S3FaultsTest, MultipartUploadThroughFaultsCommitsExactlyTheBytesWritten) 
   EXPECT_FALSE(direct->try_stat("never.bin"));
 }
 
+// The answer to CompleteMultipartUpload is lost after the server completed the upload, and
+// the retry gets S3's NoSuchUpload (moto would complete again; real S3 does not): the writer
+// recognises its own object by the multipart ETag of its parts and commits. Where the object
+// at the key is not the one its parts make (none, or another writer's), the commit fails.
+TEST_F(S3FaultsTest, CompletionWhoseAnswerWasLostIsRecognisedByItsETag) {
+  const std::string prefix = unique_name("lostcomplete");
+  auto st = s3_at(proxy_->endpoint(), prefix);
+  auto direct = s3_at(moto_->endpoint(), prefix);
+  const std::string data = pattern_bytes((std::size_t{11} << 20) + 7, 5);  // 3 parts of 5 MiB
+
+  // POST 1 starts the upload, POST 2 completes it (answer lost), POST 3 is the retry.
+  proxy_->set_faults("POST 2 1 lost\nPOST 3 1 nosuchupload\n");
+  auto w = st->open_writer("lost.bin");
+  w->append(as_bytes(data));
+  w->commit();
+  EXPECT_EQ(proxy_->faults(), (std::map<std::string, int>{{"lost", 1}, {"nosuchupload", 1}}));
+  std::string got(data.size(), '\0');
+  direct->read("lost.bin", 0, std::as_writable_bytes(std::span(got)));
+  EXPECT_TRUE(got == data);
+
+  // The completion never happened (a 500, then NoSuchUpload): no object, the commit fails.
+  proxy_->set_faults("POST 2 1 500\nPOST 3 1 nosuchupload\n");
+  auto never = st->open_writer("never.bin");
+  never->append(as_bytes(data));
+  EXPECT_THROW(never->commit(), StorageError);
+  EXPECT_FALSE(direct->try_stat("never.bin"));
+
+  // Another writer's object is at the key: its ETag is not ours, the commit fails and the
+  // other object stays.
+  const std::string other = pattern_bytes((std::size_t{11} << 20) + 7, 6);
+  auto theirs = direct->open_writer("taken.bin");
+  theirs->append(as_bytes(other));
+  theirs->commit();
+  proxy_->set_faults("POST 2 1 500\nPOST 3 1 nosuchupload\n");
+  auto mine = st->open_writer("taken.bin");
+  mine->append(as_bytes(data));
+  try {
+    mine->commit();
+    ADD_FAILURE() << "commit succeeded although the object at the key is another writer's";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("NoSuchUpload"), std::string::npos) << e.what();
+  }
+  std::string kept(other.size(), '\0');
+  direct->read("taken.bin", 0, std::as_writable_bytes(std::span(kept)));
+  EXPECT_TRUE(kept == other);
+  proxy_->set_faults("");
+}
+
 TEST_F(S3FaultsTest, SaveAndLoadThroughFaultsAreBitIdentical) {
   auto st = s3_at(proxy_->endpoint(), unique_name("ckpt"));
   constexpr int kWorld = 2;

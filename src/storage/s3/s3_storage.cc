@@ -7,6 +7,8 @@
 #include <map>
 #include <mutex>
 
+#include <openssl/evp.h>
+
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "shardpoint/error.h"
@@ -226,11 +228,51 @@ struct S3Core final : http::ObjectClient {
     std::string what = "complete multipart upload of " + describe(key);
     http::Request r = request("POST", object_url(key, "uploadId=" + http::uri_encode(upload_id, false)), as_bytes(xml));
     http::Response resp = execute(r, io, what);
+    // An earlier attempt whose answer was lost may have completed the upload: the retry (ours,
+    // or libcurl's own resend on a fresh connection) then finds no upload. The object is ours
+    // when its ETag is the one S3 gives a multipart object of exactly these parts.
+    if (resp.status == 404 && resp.body.find("NoSuchUpload") != std::string::npos) {
+      std::optional<Version> now = head(key, io, "check the completion of");
+      if (now && unquoted(now->tag) == multipart_etag(etags)) return;
+    }
     // S3 may answer 200 and put the error in the body.
     if (resp.status != 200 || resp.body.find("<Error>") != std::string::npos) {
       if (resp.status == 200) resp.status = 500;
       fail(what, resp);
     }
+  }
+
+  static std::string unquoted(const std::string& etag) {
+    if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') return etag.substr(1, etag.size() - 2);
+    return etag;
+  }
+
+  // The ETag S3 gives an object completed from these parts: the MD5 of the concatenated
+  // binary MD5s of the parts (their ETags), "-", the part count. Empty when a part's ETag
+  // is not an MD5 (then nothing matches it).
+  static std::string multipart_etag(const std::map<int, std::string>& etags) {
+    std::string digests;
+    for (const auto& [part, etag] : etags) {
+      const std::string hex = unquoted(etag);
+      if (hex.size() != 32) return "";
+      for (std::size_t i = 0; i < 32; i += 2) {
+        const std::string byte = hex.substr(i, 2);
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(byte.c_str(), &end, 16);
+        if (end != byte.c_str() + 2) return "";
+        digests += static_cast<char>(v);
+      }
+    }
+    unsigned char md5[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(digests.data(), digests.size(), md5, &n, EVP_md5(), nullptr) != 1) return "";
+    static const char* kHex = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < n; ++i) {
+      out += kHex[md5[i] >> 4];
+      out += kHex[md5[i] & 15];
+    }
+    return out + "-" + std::to_string(etags.size());
   }
 
   void abort_multipart(const std::string& object, const std::string& upload_id, const IoOptions& io) {
