@@ -24,6 +24,10 @@ namespace shardpoint::testing {
 // The user and group an unprivileged run takes (nobody/nogroup).
 constexpr int kNobody = 65534;
 
+// The OS error texts (strerror) the one-line errors must carry.
+inline constexpr const char* kNoSpace = "No space left on device";
+inline constexpr const char* kDenied = "Permission denied";
+
 // A tmpfs of `bytes` (rounded up to pages) mounted on a fresh folder, owned by nobody so an
 // unprivileged process may write there too; unmounted and removed on destruction.
 class SizeLimitedMount {

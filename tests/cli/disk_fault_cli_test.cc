@@ -35,8 +35,8 @@ using testing::joined;
 using testing::pages_of;
 using testing::TempDir;
 
-const char* const kNoSpace = "No space left on device";
-const char* const kDenied = "Permission denied";
+using testing::kDenied;
+using testing::kNoSpace;
 
 struct ToolRun {
   int code = -1;

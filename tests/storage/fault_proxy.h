@@ -8,7 +8,6 @@
 #pragma once
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,10 +16,12 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "python_child.h"
 #include "storage/http/http_client.h"
 
 namespace shardpoint::storage::testing {
@@ -37,19 +38,7 @@ class FaultProxy {
     }
     const std::string script = std::string(SP_SOURCE_DIR) + "/tests/storage/fault_proxy.py";
     std::vector<std::string> args = {"python3", script, upstream, "--slow-seconds", std::to_string(slow_seconds)};
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp("python3", argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
+    pid_t pid = spawn_python3(std::move(args), fds);
     auto proxy = std::unique_ptr<FaultProxy>(new FaultProxy(pid));
     FILE* out = ::fdopen(fds[0], "r");
     int port = 0;

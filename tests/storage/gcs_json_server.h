@@ -5,17 +5,18 @@
 #pragma once
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "python_child.h"
 #include "storage/http/http_client.h"
 
 namespace shardpoint::storage::testing {
@@ -36,19 +37,7 @@ class GcsJsonServer {
     for (const auto& b : buckets) args.push_back(b);
     args.push_back("--page-size");
     args.push_back(std::to_string(page_size));
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp("python3", argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
+    pid_t pid = spawn_python3(std::move(args), fds);
     auto server = std::unique_ptr<GcsJsonServer>(new GcsJsonServer(pid, token));
     FILE* out = ::fdopen(fds[0], "r");
     int port = 0;

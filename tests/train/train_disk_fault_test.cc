@@ -39,8 +39,8 @@ using testing::files_under;
 using testing::joined;
 using testing::pages_of;
 
-const char* const kNoSpace = "No space left on device";
-const char* const kDenied = "Permission denied";
+using testing::kDenied;
+using testing::kNoSpace;
 
 struct TrainRun {
   comm::ProcessResult result;
