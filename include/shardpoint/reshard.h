@@ -72,15 +72,15 @@ struct ReshardOptions {
 };
 
 struct ReshardReport {
-  std::string source_format;       // "dcp" or "torch"
-  std::uint64_t tensors = 0;       // tensor leaves written
-  std::uint64_t objects = 0;       // object leaves written
-  std::uint64_t payload_bytes = 0; // tensor bytes (each tensor once)
-  std::uint64_t copied_bytes = 0;  // tensor bytes read from the source (slabs)
-  std::uint64_t slab_bytes = 0;    // largest slab of one file writer
-  std::uint64_t bytes_written = 0; // all ranks, blobs with headers
-  ZipCrcCounts zip_crc;            // DCP sources: zip CRC-32 checks of blobs no sidecar covers
-  double seconds = 0;              // the whole call
+  std::string source_format;        // "dcp" or "torch"
+  std::uint64_t tensors = 0;        // tensor leaves written
+  std::uint64_t objects = 0;        // object leaves written
+  std::uint64_t payload_bytes = 0;  // tensor bytes (each tensor once)
+  std::uint64_t copied_bytes = 0;   // tensor bytes read from the source (slabs)
+  std::uint64_t slab_bytes = 0;     // largest slab of one file writer
+  std::uint64_t bytes_written = 0;  // all ranks, blobs with headers
+  ZipCrcCounts zip_crc;             // DCP sources: zip CRC-32 checks of blobs no sidecar covers
+  double seconds = 0;               // the whole call
 };
 
 // Rewrites the checkpoint at `source` (a path or URL, see the top of this file) into
