@@ -102,10 +102,9 @@ Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
 void Sha256::update(ByteSpan data) {
   EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size());
 }
-std::string Sha256::hex_digest() {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
+namespace {
+
+std::string lower_hex(const unsigned char* md, unsigned int len) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (unsigned int i = 0; i < len; ++i) {
@@ -113,6 +112,22 @@ std::string Sha256::hex_digest() {
     out.push_back(kHex[md[i] & 15]);
   }
   return out;
+}
+
+}  // namespace
+
+std::string Sha256::hex_digest() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
+  return lower_hex(md, len);
+}
+
+std::string md5_hex(ByteSpan data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
+  return lower_hex(md, len);
 }
 
 }  // namespace shardpoint

@@ -64,4 +64,7 @@ class Sha256 {
   void* ctx_;
 };
 
+// Lowercase hex of the MD5 of data (S3's ETags; not for integrity of our own files).
+std::string md5_hex(ByteSpan data);
+
 }  // namespace shardpoint

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
-
-#include <openssl/evp.h>
 
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
@@ -255,24 +254,14 @@ struct S3Core final : http::ObjectClient {
     for (const auto& [part, etag] : etags) {
       const std::string hex = unquoted(etag);
       if (hex.size() != 32) return "";
-      for (std::size_t i = 0; i < 32; i += 2) {
-        const std::string byte = hex.substr(i, 2);
-        char* end = nullptr;
-        const unsigned long v = std::strtoul(byte.c_str(), &end, 16);
-        if (end != byte.c_str() + 2) return "";
+      for (std::size_t i = 0; i < hex.size(); i += 2) {
+        unsigned v = 0;
+        const auto [end, ec] = std::from_chars(hex.data() + i, hex.data() + i + 2, v, 16);
+        if (ec != std::errc() || end != hex.data() + i + 2) return "";
         digests += static_cast<char>(v);
       }
     }
-    unsigned char md5[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (EVP_Digest(digests.data(), digests.size(), md5, &n, EVP_md5(), nullptr) != 1) return "";
-    static const char* kHex = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < n; ++i) {
-      out += kHex[md5[i] >> 4];
-      out += kHex[md5[i] & 15];
-    }
-    return out + "-" + std::to_string(etags.size());
+    return md5_hex(as_bytes(digests)) + "-" + std::to_string(etags.size());
   }
 
   void abort_multipart(const std::string& object, const std::string& upload_id, const IoOptions& io) {
