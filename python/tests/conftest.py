@@ -14,9 +14,11 @@ interpreter:
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List, Sequence
 
@@ -87,7 +89,9 @@ def run_ranks(interpreter: Sequence[str], world: int, args: Sequence[str], timeo
               expect_ok: bool = True) -> List[subprocess.CompletedProcess]:
     """Runs ``world`` processes of ``interpreter args`` as ranks of one gloo job on
     127.0.0.1 and waits for all; fails the test (with every rank's output) when one fails
-    and expect_ok, or when one hangs past ``timeout`` seconds."""
+    and expect_ok, or when one still runs ``timeout`` seconds after the start. A rank that
+    hangs gets SIGABRT first: the workers enable faulthandler, so its output ends with the
+    Python stack of every thread, which the failure shows."""
     port = free_port()
     procs = []
     for rank in range(world):
@@ -95,20 +99,33 @@ def run_ranks(interpreter: Sequence[str], world: int, args: Sequence[str], timeo
                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
         procs.append(subprocess.Popen([*interpreter, *args], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, cwd=str(HERE)))
-    results = []
+    deadline = time.monotonic() + timeout
+    outputs: List[str] = []
+    hung: List[int] = []
     try:
         for rank, p in enumerate(procs):
-            out, _ = p.communicate(timeout=timeout)
-            results.append(subprocess.CompletedProcess(p.args, p.returncode, out, ""))
+            try:
+                out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                hung.append(rank)
+                p.send_signal(signal.SIGABRT)
+                try:
+                    out, _ = p.communicate(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, _ = p.communicate()
+            outputs.append(out)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    results = [subprocess.CompletedProcess(p.args, p.returncode, out, "") for p, out in zip(procs, outputs)]
     failed = [r for r in results if r.returncode != 0]
-    if expect_ok and failed:
-        report = "\n".join(f"--- rank {i} (exit {r.returncode})\n{r.stdout[-4000:]}" for i, r in enumerate(results))
-        pytest.fail(f"{len(failed)} of {world} ranks failed:\n{report}")
+    if hung or (expect_ok and failed):
+        what = f"rank(s) {hung} still ran after {timeout:.0f} s" if hung else f"{len(failed)} of {world} ranks failed"
+        report = "\n".join(f"--- rank {i} (exit {r.returncode})\n{r.stdout[-6000:]}" for i, r in enumerate(results))
+        pytest.fail(f"{what}:\n{report}")
     return results
 
 

@@ -15,10 +15,14 @@ ACTION:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import io
 import os
 import sys
 import zlib
+
+# A rank that hangs gets SIGABRT from conftest.run_ranks: print every thread's stack.
+faulthandler.enable(all_threads=True)
 
 # Variables scripts/oracle-python does not pass into the PyTorch 2.6 root come as
 # SHARDPOINT_WORKER_ENV_<NAME> (conftest.worker_env).

@@ -23,10 +23,14 @@ in the checkpoint at save time and measured again right after a resume.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import time
 from pathlib import Path
+
+# A rank that hangs gets SIGABRT from conftest.run_ranks: print every thread's stack.
+faulthandler.enable(all_threads=True)
 
 import torch
 import torch.nn as nn
