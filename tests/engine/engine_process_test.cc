@@ -1,12 +1,14 @@
-// save()/load() across real processes: engine_worker ranks over the Gloo communicator, and
-// over the TCP one (SHARDPOINT_COMM=tcp) (environment as tests/launch_ranks.h sets it),
-// saving on N and loading on M for every
-// N, M in 1..4. A process takes ~2 s just to start (LibTorch), so the jobs of one phase run
-// side by side: the four saves at once, then for each N its four loads at once.
+// save()/load() across real processes: engine_worker ranks over the Gloo communicator,
+// saving on N and loading on M for every N, M in 1..4, and over the TCP one
+// (SHARDPOINT_COMM=tcp) on a smaller matrix (the resharding is the engine's, the same on
+// both; what differs is the communicator). Environment as tests/launch_ranks.h sets it. A
+// process takes ~2 s just to start (LibTorch), so the jobs of one phase run side by side:
+// the saves at once, then for each N its loads at once.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "launch_ranks.h"
 #include "test_util.h"
@@ -49,24 +51,32 @@ void run_jobs(const std::vector<Job>& jobs, const shardpoint::testing::EnvVars& 
   }
 }
 
-void save_on_n_load_on_m(const shardpoint::testing::EnvVars& env) {
+// Saves on every N of `save_worlds`, then loads each on every M of `load_worlds`.
+void save_on_n_load_on_m(const std::vector<int>& save_worlds, const std::vector<int>& load_worlds,
+                         const shardpoint::testing::EnvVars& env) {
   shardpoint::testing::TempDir dir;
   auto ckpt = [&](int n) { return dir.file("n" + std::to_string(n)); };
   std::vector<Job> saves;
-  for (int n = 1; n <= 4; ++n) saves.push_back({"save on " + std::to_string(n), n, {"save", ckpt(n)}});
+  saves.reserve(save_worlds.size());
+  for (int n : save_worlds) saves.push_back({"save on " + std::to_string(n), n, {"save", ckpt(n)}});
   run_jobs(saves, env);
   if (::testing::Test::HasFailure()) return;
-  for (int n = 1; n <= 4; ++n) {
+  for (int n : save_worlds) {
     std::vector<Job> loads;
-    for (int m = 1; m <= 4; ++m) {
+    loads.reserve(load_worlds.size());
+    for (int m : load_worlds) {
       loads.push_back({"save on " + std::to_string(n) + " -> load on " + std::to_string(m), m, {"load", ckpt(n)}});
     }
     run_jobs(loads, env);
   }
 }
 
-TEST(EngineProcessTest, SaveOnNLoadOnMGloo) { save_on_n_load_on_m({}); }
+TEST(EngineProcessTest, SaveOnNLoadOnMGloo) { save_on_n_load_on_m({1, 2, 3, 4}, {1, 2, 3, 4}, {}); }
 
-TEST(EngineProcessTest, SaveOnNLoadOnMTcp) { save_on_n_load_on_m({{"SHARDPOINT_COMM", "tcp"}}); }
+// Uneven shards (3 ranks) onto fewer, more and one rank, and 4 onto 3.
+TEST(EngineProcessTest, SaveOnNLoadOnMTcp) {
+  save_on_n_load_on_m({3}, {1, 2, 4}, {{"SHARDPOINT_COMM", "tcp"}});
+  save_on_n_load_on_m({4}, {3}, {{"SHARDPOINT_COMM", "tcp"}});
+}
 
 }  // namespace
