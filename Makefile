@@ -20,7 +20,7 @@ export CCACHE_NOHASHDIR := 1
 all: build
 
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh all
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
@@ -31,7 +31,8 @@ build: $(BUILD)/build.ninja
 
 # The main job: an end-to-end demonstration (see scripts/demo.sh). Builds only the two
 # commands it runs and libshardpoint.so (its Python part).
-demo: deps
+demo:
+	@scripts/install-deps.sh demo
 	$(MAKE) --no-print-directory $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS) --target shardpoint shardpoint-train shardpoint_c
 	scripts/demo.sh $(BUILD)
@@ -39,6 +40,9 @@ demo: deps
 # Every test: the C++ suites (ctest, interop with the oracles included), then the Python
 # package's (pytest, on the newest PyTorch and on the PyTorch 2.6 oracle).
 test: deps oracle
+	@# A build configured by `make demo`, before `make deps` installed Open MPI: search again.
+	@if grep -qs '^SHARDPOINT_MPI_FOUND:INTERNAL=\(FALSE\|0\|OFF\|\)$$' $(BUILD)/CMakeCache.txt && command -v mpicxx >/dev/null; then \
+	  cmake -S . -B $(BUILD) -U 'MPI*' >/dev/null; fi
 	$(MAKE) --no-print-directory build
 	$(MAKE) --no-print-directory test-cpp
 	$(MAKE) --no-print-directory test-python

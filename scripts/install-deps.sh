@@ -2,17 +2,34 @@
 # Installs the Debian 12 packages shardpoint needs that are not installed yet.
 # Idempotent and quiet when everything is present. Needs root (apt-get) only when
 # something is missing.
+#
+#   scripts/install-deps.sh [all|demo]
+#
+# demo: what `make demo` builds and runs (compiler, libraries, LibTorch, Debian's PyTorch);
+# all (default): also what the tests, CI, fuzzers and benchmarks use (clang with libFuzzer,
+# clang-format/-tidy, Open MPI, fio, debootstrap).
 set -euo pipefail
 
-PACKAGES=(
+DEMO_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libfmt-dev libcli11-dev nlohmann-json3-dev libzstd-dev libxxhash-dev libisal-dev
-  libssl-dev libcurl4-openssl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev clang-format clang-tidy
+  libssl-dev libcurl4-openssl-dev liburing-dev zstd
   python3-torch python3-numpy libtorch-dev libgloo-dev
-  libopenmpi-dev openmpi-bin
-  fio liburing-dev debootstrap zstd
+  # The configure of the default build requires GoogleTest (the tests are targets of the
+  # same build, not built by the demo); small, so the demo installs it too.
+  libgtest-dev libgmock-dev
 )
+TEST_PACKAGES=(
+  clang libclang-rt-14-dev clang-format clang-tidy
+  libopenmpi-dev openmpi-bin
+  fio debootstrap
+)
+
+case "${1:-all}" in
+  demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  all) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: $0 [all|demo]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
