@@ -2,7 +2,7 @@
 // "a/b" is the file <root>/a/b. URLs: a plain path ("ckpt", "/data/ckpt") or
 // "file:///data/ckpt" (host empty or "localhost"; no query or fragment).
 //
-// Writing protocol (each step's reason is in local_storage.cc):
+// Writing protocol (each step's reason is in local_writer.cc):
 //   1. open_writer creates missing parent directories and a temporary file
 //      "<root>/a/b.sp-tmp.<pid>.<n>" next to the target, with O_DIRECT when asked and allowed.
 //   2. append() stages bytes in a buffer leased from the BufferPool and pwrites each full
