@@ -19,6 +19,7 @@ import faulthandler
 import io
 import os
 import sys
+import traceback
 import zlib
 
 # A rank that hangs gets SIGABRT from conftest.run_ranks: print every thread's stack.
@@ -193,4 +194,19 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except BaseException:  # noqa: BLE001 - printed, then the rank fails
+        traceback.print_exc()
+        code = 1
+    # Leave without tearing Python down. In PyTorch 2.6 the last reference to the gloo group
+    # (held here by the ShardedTensor and DeviceMesh in the state, dropped when main's frame
+    # is cleared) runs ~ProcessGroupGloo with the GIL held; it joins gloo's worker threads,
+    # and a worker still releasing a finished collective's tensors waits for the GIL: a
+    # deadlock after "ok" was printed (seen in CI and here: main thread in
+    # ProcessGroupGloo::~ProcessGroupGloo -> thread::join, worker in runLoop ->
+    # ~TensorImpl -> PyObjectSlot::maybe_destroy_pyobj -> take_gil). PyTorch later releases the
+    # GIL in that destructor (pull request 154976, 2025). Everything this rank had to do is done and printed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

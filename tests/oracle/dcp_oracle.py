@@ -17,8 +17,10 @@ What run_ranks does for you (lessons from running this torch build):
     init_process_group("gloo", init_method="tcp://127.0.0.1:PORT") with a finite timeout;
   * arms faulthandler.dump_traceback_later(timeout_s, exit=True) in every rank, so a hang
     prints every thread's stack and exits instead of blocking the test;
-  * ends each rank with barrier() + os._exit(0): dist.destroy_process_group() with gloo
-    sometimes never returns in this build;
+  * ends each rank with barrier() + os._exit(0): in this build, destroying the gloo group
+    (destroy_process_group, or the last reference going at exit) can deadlock:
+    ~ProcessGroupGloo joins gloo's worker threads with the GIL held while a worker releasing
+    a finished collective's tensors waits for the GIL (PyTorch later releases it there: pull request 154976, 2025);
   * a rank whose job raises prints the traceback and exits 1, and run_ranks raises.
 """
 
