@@ -15,6 +15,9 @@ DEMO_PACKAGES=(
   libfmt-dev libcli11-dev nlohmann-json3-dev libzstd-dev libxxhash-dev libisal-dev
   libssl-dev libcurl4-openssl-dev liburing-dev zstd
   python3-torch python3-numpy libtorch-dev libgloo-dev
+  # The project's own venv (scripts/setup-python.sh: the Python package, Lightning) needs
+  # ensurepip, which Debian ships apart from python3.
+  python3-venv
   # The configure of the default build requires GoogleTest (the tests are targets of the
   # same build, not built by the demo); small, so the demo installs it too.
   libgtest-dev libgmock-dev
