@@ -38,8 +38,8 @@
 //     and aborts unfinished multipart uploads under the prefix.
 // Errors: StorageError naming the object (`S3 object "s3://b/p/key"`), the HTTP status, S3's
 // error code and message, request id and retry count. 404 -> kNotFound, 401/403 ->
-// kPermission (message says where the credentials came from, never the secret), 5xx/429 and
-// transport failures after retries -> kTransient.
+// kPermission (message says where the credentials came from, never the secret), 5xx/429,
+// transport failures and bodies refused as damaged after retries -> kTransient.
 // Features: range_reads, atomic_publish. No parallel_writes (parts must be appended), no
 // local_path, no direct_io.
 // Cancellation: checked at each call, before each HTTP attempt and during transfers.
