@@ -123,11 +123,16 @@ std::string Sha256::hex_digest() {
   return lower_hex(md, len);
 }
 
-std::string md5_hex(ByteSpan data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
+std::array<std::uint8_t, 16> md5_digest(ByteSpan data) {
+  std::array<std::uint8_t, 16> md{};
   unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_md5(), nullptr);
-  return lower_hex(md, len);
+  EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_md5(), nullptr);
+  return md;
+}
+
+std::string md5_hex(ByteSpan data) {
+  const std::array<std::uint8_t, 16> md = md5_digest(data);
+  return lower_hex(md.data(), static_cast<unsigned int>(md.size()));
 }
 
 }  // namespace shardpoint

@@ -4,10 +4,12 @@
 //   crc32c  - Castagnoli; per-item checksums of the shardpoint sidecar.
 //   xxh3_64 - XXH3 64-bit; the faster per-item checksum option.
 //   Sha256  - the content hash of `inspect --hash`.
+//   MD5     - what object stores take and give for a body (Content-MD5, S3 ETags).
 // Incremental forms take the previous value so bytes can be hashed as they stream out.
 // All functions are pure and thread-safe. Backed by ISA-L (crc), libxxhash and OpenSSL.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +65,9 @@ class Sha256 {
  private:
   void* ctx_;
 };
+
+// The MD5 of data, 16 bytes (Content-MD5 headers: a server checks a request body with it).
+std::array<std::uint8_t, 16> md5_digest(ByteSpan data);
 
 // Lowercase hex of the MD5 of data (S3's ETags; not for integrity of our own files).
 std::string md5_hex(ByteSpan data);

@@ -13,6 +13,12 @@ TEST(Checksum, KnownCheckValues) {
   Sha256 sha;
   sha.update(as_bytes("abc"));
   EXPECT_EQ(sha.hex_digest(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // RFC 1321's test suite.
+  EXPECT_EQ(md5_hex(as_bytes("")), "d41d8cd98f00b204e9800998ecf8427e");
+  EXPECT_EQ(md5_hex(as_bytes("abc")), "900150983cd24fb0d6963f7d28e17f72");
+  const std::array<std::uint8_t, 16> abc = md5_digest(as_bytes("abc"));
+  EXPECT_EQ(abc.front(), 0x90u);
+  EXPECT_EQ(abc.back(), 0x72u);
 }
 
 TEST(Checksum, IncrementalEqualsOneShot) {

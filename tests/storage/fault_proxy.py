@@ -25,6 +25,10 @@ networks send:
               was completed (not forwarded)
   lost        the request is forwarded and carried out, then the connection closes with no
               answer (an answer lost after the server acted)
+  damagebody  the request is forwarded with one byte in the middle of its body flipped
+              (Content-Length and every header unchanged: a body damaged on the way, which
+              only a checksum of the body can reveal); requests without a body are not
+              faulted by such a rule and do not count as faults
 
 Schedule: POST /_proxy/faults with one rule a line, "<selector> <first> <count> <kind>":
 requests that match selector (GET, PUT, POST, DELETE, HEAD, RGET = GET with a Range or
@@ -47,7 +51,7 @@ import time
 from urllib.parse import urlsplit
 
 KINDS = {"overlong", "longbody", "truncate", "short206", "wrongrange", "garbage", "reset",
-         "500", "503", "429", "slow", "lost", "nosuchupload"}
+         "500", "503", "429", "slow", "lost", "nosuchupload", "damagebody"}
 SELECTORS = {"GET", "PUT", "POST", "DELETE", "HEAD", "RGET", "ANY"}
 HOP_HEADERS = {"connection", "keep-alive", "expect", "proxy-connection", "te", "upgrade"}
 
@@ -80,7 +84,7 @@ class State:
         with self.lock:
             self.rules, self.requests, self.faults, self.log = rules, {}, {}, []
 
-    def fault_for(self, method, ranged, path):
+    def fault_for(self, method, ranged, path, has_body):
         """Numbers the request under each selector it matches; returns its fault or None."""
         with self.lock:
             numbers = {}
@@ -88,6 +92,8 @@ class State:
                 self.requests[sel] = self.requests.get(sel, 0) + 1
                 numbers[sel] = self.requests[sel]
             for selector, first, count, kind in self.rules:
+                if kind == "damagebody" and not has_body:
+                    continue
                 n = numbers.get(selector)
                 if n is not None and n >= first and (count == 0 or n < first + count):
                     self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -157,7 +163,7 @@ class Handler(socketserver.StreamRequestHandler):
                 self.reply(200, "OK", json.dumps(state.stats()).encode())
             return True
         ranged = method == "GET" and ("range" in lower or "x-ms-range" in lower)
-        kind = state.fault_for(method, ranged, target.partition("?")[0])
+        kind = state.fault_for(method, ranged, target.partition("?")[0], len(body) > 0)
         if kind == "500":
             self.reply(500, "Internal Server Error", INTERNAL, [("Content-Type", "application/xml")])
             return True
@@ -172,6 +178,9 @@ class Handler(socketserver.StreamRequestHandler):
             self.reply(429, "Too Many Requests", b"rate limit exceeded", [("Retry-After", "0")])
             return True
 
+        if kind == "damagebody":
+            middle = len(body) // 2
+            body = body[:middle] + bytes([body[middle] ^ 0x5A]) + body[middle + 1:]
         status, reason, up_headers, up_body = self.forward(method, target, headers, body)
         if kind == "lost":
             # The server did the work; its answer never reaches the client.

@@ -1,7 +1,8 @@
 // The gs:// driver on the GCS JSON API against gcs_json_server.py through fault_proxy.py
 // (faults from servers, issue 15 item 4): ranged reads survive every fault kind with the
 // exact bytes, each met by a retry counted under its cause; exhausted retries fail in one
-// line naming the object; a resumable upload through faults commits exactly the bytes written.
+// line naming the object; a resumable upload through faults commits exactly the bytes
+// written; a damaged body is refused by the object's X-Goog-Hash.
 #include <gtest/gtest.h>
 
 #include "fault_proxy.h"
@@ -93,6 +94,31 @@ TEST(GcsFaultsTest, ResumableUploadThroughFaultsCommitsExactlyTheBytesWritten) {
   std::string got(data.size(), '\0');
   direct->read("big.bin", 0, std::as_writable_bytes(std::span(got)));
   EXPECT_TRUE(got == data);
+}
+
+// Request bodies damaged on the way (the proxy's damagebody): the request that creates the
+// object carries X-Goog-Hash (crc32c) of the whole object, which gcs_json_server.py checks
+// as GCS does. A damaged media upload or last chunk is refused (400) and sent again: the
+// object holds exactly the bytes written. An earlier chunk damaged is stored as received,
+// so the last chunk is refused on every attempt: the upload fails in one line naming the
+// object, and no object exists.
+TEST(GcsFaultsTest, DamagedBodiesAreRefusedByTheObjectHash) {
+  const std::string prefix = unique_name("damaged");
+  auto st = gcs_at(proxy().endpoint(), prefix);
+  auto direct = gcs_at(server().endpoint(), prefix);
+  const std::string data = pattern_bytes((std::size_t{1} << 20) + 3, 17);  // 5 chunks of 256 KiB
+  const std::string small = pattern_bytes(100000, 18);
+
+  // POST 1 opens the session (no body: never damaged), PUT 1-5 are the chunks in order.
+  expect_damaged_bodies_sent_again(*st, *direct, proxy(), "last-chunk.bin", data, /*atomic=*/false,
+                                   "PUT 5 1 damagebody\n", 1);
+  expect_damaged_bodies_sent_again(*st, *direct, proxy(), "media.bin", small, /*atomic=*/true, "POST 1 1 damagebody\n",
+                                   1);
+
+  expect_failed_write_leaves_nothing(*st, *direct, proxy(), "middle-chunk.bin", data, /*atomic=*/false,
+                                     "PUT 2 1 damagebody\n", "doesn't match calculated CRC32C", "3 retries");
+  expect_failed_write_leaves_nothing(*st, *direct, proxy(), "never-media.bin", small, /*atomic=*/true,
+                                     "POST 1 0 damagebody\n", "doesn't match calculated CRC32C", "3 retries");
 }
 
 }  // namespace

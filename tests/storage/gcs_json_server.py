@@ -14,6 +14,15 @@ headers of the real service:
 Every request needs "Authorization: Bearer TOKEN" (401 otherwise). Non-final chunks must be
 multiples of 256 KiB (400 otherwise), as GCS requires.
 
+Checksums, as GCS documents them (cloud.google.com/storage/docs/data-validation): a media
+upload, or the request that completes a resumable one, may carry "X-Goog-Hash:
+crc32c=<base64 of the big-endian CRC-32C>,md5=<base64 of the MD5>" of the whole object. A
+value that does not match the bytes received is refused with 400 and GCS's message
+('Provided CRC32C "A" doesn't match calculated CRC32C "B".'), and no object is created.
+GCS checks no chunk on its own, so a damaged earlier chunk shows only at the end. What GCS
+does with a session after refusing its last request is not documented: this server keeps
+the session as it was before that request, so the request can be sent again.
+
 Test controls (no token): POST /_control/fault?mode=503|drop&count=N[&skip=K][&match=S] fails
 the next N requests (after skipping K) whose "METHOD path" contains S: 503 with a JSON error,
 or the connection closed without a response. GET /_control/state gives request, session and
@@ -23,6 +32,10 @@ Usage: gcs_json_server.py TOKEN BUCKET... [--page-size N]. Listens on a free por
 "PORT <n>" on stdout once it accepts connections.
 """
 import argparse
+import base64
+import ctypes
+import ctypes.util
+import hashlib
 import json
 import sys
 import threading
@@ -31,6 +44,57 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 CHUNK_QUANTUM = 256 * 1024
+
+
+def _isal_crc32c():
+    """ISA-L's CRC-32C (shardpoint links ISA-L, so it is installed where the tests run), or None."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("isal") or "libisal.so.2").crc32_iscsi
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32]
+    fn.restype = ctypes.c_uint32
+    return fn
+
+
+_ISAL_CRC32C = _isal_crc32c()
+_CRC32C_TABLE = []
+for _i in range(256):
+    _c = _i
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _CRC32C_TABLE.append(_c)
+
+
+def crc32c(data):
+    """The CRC-32C (Castagnoli) of data, as GCS computes it."""
+    data = bytes(data)
+    if _ISAL_CRC32C is not None:
+        crc = 0xFFFFFFFF
+        for at in range(0, len(data), 1 << 30):
+            piece = data[at:at + (1 << 30)]
+            crc = _ISAL_CRC32C(piece, len(piece), crc)
+        return crc ^ 0xFFFFFFFF
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def hash_mismatch(x_goog_hash, data):
+    """GCS's message for an X-Goog-Hash value that data does not match, or None."""
+    for part in (x_goog_hash or "").split(","):
+        name, _, given = part.strip().partition("=")
+        name = name.lower()
+        if name == "crc32c":
+            calculated = base64.b64encode(crc32c(data).to_bytes(4, "big")).decode()
+            if given != calculated:
+                return 'Provided CRC32C "%s" doesn\'t match calculated CRC32C "%s".' % (given, calculated)
+        elif name == "md5":
+            calculated = base64.b64encode(hashlib.md5(data).digest()).decode()
+            if given != calculated:
+                return 'Provided MD5 hash "%s" doesn\'t match calculated MD5 hash "%s".' % (given, calculated)
+    return None
 
 
 class State:
@@ -204,6 +268,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "POST" and kind == "media":
             if not q.get("name"):
                 return self.error(400, "name is required")
+            problem = hash_mismatch(self.headers.get("X-Goog-Hash"), data)
+            if problem:
+                return self.error(400, problem)
             return self.reply(200, st.publish(bucket, q["name"], data))
         if self.command == "POST" and kind == "resumable":
             if not q.get("name"):
@@ -233,6 +300,7 @@ class Handler(BaseHTTPRequestHandler):
         spec = self.headers.get("Content-Range", "").removeprefix("bytes ")
         span, _, total = spec.partition("/")
         buf = session["data"]
+        new = b""
         if span != "*":
             first, _, last = span.partition("-")
             first, last = int(first), int(last)
@@ -240,13 +308,18 @@ class Handler(BaseHTTPRequestHandler):
                 return self.error(400, "Content-Range %s does not match the body or the session" % spec)
             if total == "*" and (last + 1) % CHUNK_QUANTUM != 0:
                 return self.error(400, "non-final chunk does not end at a multiple of 256 KiB")
-            buf += data[len(buf) - first:]  # bytes already persisted are ignored
-        if total != "*" and len(buf) == int(total):
+            new = data[len(buf) - first:]  # bytes already persisted are ignored
+        if total != "*" and len(buf) + len(new) == int(total):
+            whole = bytes(buf) + new
+            problem = hash_mismatch(self.headers.get("X-Goog-Hash"), whole)
+            if problem:
+                return self.error(400, problem)  # the session keeps what it had before
             with st.lock:
                 st.sessions.pop(sid, None)
-            return self.reply(200, st.publish(session["bucket"], session["name"], buf))
-        if total != "*" and len(buf) > int(total):
+            return self.reply(200, st.publish(session["bucket"], session["name"], whole))
+        if total != "*" and len(buf) + len(new) > int(total):
             return self.error(400, "more bytes than the declared total")
+        buf += new
         headers = {"Range": "bytes=0-%d" % (len(buf) - 1)} if buf else {}
         return self.reply(308, b"", headers)
 

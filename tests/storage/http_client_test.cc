@@ -49,6 +49,9 @@ TEST(RetryStatsTest, CountsByCauseAndDescribesThem) {
   EXPECT_EQ(describe_retry_counts(added),
             "http: 3 retries (2 throttled, 1 malformed response), 1 request out of retries");
   EXPECT_EQ(describe_retry_counts(RetryCounts{}), "http: 0 retries, 0 requests out of retries");
+  RetryCounts damaged;
+  damaged.retries[static_cast<std::size_t>(RetryCause::kBodyChecksum)] = 2;
+  EXPECT_EQ(describe_retry_counts(damaged), "http: 2 retries (2 body checksum mismatch), 0 requests out of retries");
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // ranged reads survive every fault kind with the exact bytes, each fault met by a retry on a
 // new connection counted under its cause; exhausted retries fail in one line naming the
 // object; a multipart upload through faults commits exactly the bytes written, and one whose
-// completion always fails leaves no object; engine save and load through faults are
-// bit-identical; `shardpoint verify --verbose` through faults reports its retries.
+// completion always fails leaves no object; bodies damaged on the way are refused and sent
+// again; engine save and load through faults are bit-identical; `shardpoint verify
+// --verbose` through faults reports its retries.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -44,13 +45,16 @@ http::RetryPolicy test_policy(int attempts) {
   return p;
 }
 
-// s3://sp-test/<prefix> with its requests sent to `endpoint` (the proxy, or moto itself).
-std::unique_ptr<Storage> s3_at(const std::string& endpoint, const std::string& prefix, int attempts = 4) {
+// s3://sp-test/<prefix> with its requests sent to `endpoint` (the proxy, or moto itself);
+// with Content-MD5 on every body when content_md5 (as the gs:// XML driver sends).
+std::unique_ptr<Storage> s3_at(const std::string& endpoint, const std::string& prefix, int attempts = 4,
+                               bool content_md5 = false) {
   s3::S3Config config = s3::parse_s3_url("s3://sp-test/" + prefix);
   config.endpoint = endpoint;
   config.path_style = true;
   config.retry = test_policy(attempts);
   config.part_bytes = std::size_t{5} << 20;
+  config.content_md5 = content_md5;
   return s3::make_s3_storage(config);
 }
 
@@ -120,6 +124,36 @@ TEST_F(S3FaultsTest, MultipartUploadThroughFaultsCommitsExactlyTheBytesWritten) 
   }
   proxy_->set_faults("");
   EXPECT_FALSE(direct->try_stat("never.bin"));
+}
+
+// Request bodies damaged on the way (the proxy's damagebody): the server refuses each by
+// its signed x-amz-content-sha256 (XAmzContentSHA256Mismatch; moto through
+// s3_moto_server.py's check, as S3), or by its Content-MD5 (BadDigest) when the driver sends
+// one; the driver sends it again and the object holds exactly the bytes written. Damaged
+// on every attempt, the write fails in one line naming the object and leaves no object.
+TEST_F(S3FaultsTest, DamagedBodiesAreRefusedAndSentAgain) {
+  const std::string prefix = unique_name("damaged");
+  auto st = s3_at(proxy_->endpoint(), prefix);
+  auto direct = s3_at(moto_->endpoint(), prefix);
+  const std::string data = pattern_bytes((std::size_t{11} << 20) + 3, 13);  // 3 parts of 5 MiB
+  const std::string small = pattern_bytes(100000, 14);
+
+  // PUT 1-3 are the parts (in parallel: any order) and their retries.
+  expect_damaged_bodies_sent_again(*st, *direct, *proxy_, "parts.bin", data, /*atomic=*/false,
+                                   "PUT 1 1 damagebody\nPUT 3 1 damagebody\n", 2);
+  expect_damaged_bodies_sent_again(*st, *direct, *proxy_, "put.bin", small, /*atomic=*/true, "PUT 1 1 damagebody\n", 1);
+  auto md5 = s3_at(proxy_->endpoint(), prefix, 4, /*content_md5=*/true);
+  expect_damaged_bodies_sent_again(*md5, *direct, *proxy_, "md5-parts.bin", data, /*atomic=*/false,
+                                   "PUT 2 1 damagebody\n", 1);
+  expect_damaged_bodies_sent_again(*md5, *direct, *proxy_, "md5-put.bin", small, /*atomic=*/true,
+                                   "PUT 1 1 damagebody\n", 1);
+
+  expect_failed_write_leaves_nothing(*st, *direct, *proxy_, "never-parts.bin", data, /*atomic=*/false,
+                                     "PUT 1 0 damagebody\n", "HTTP 400 XAmzContentSHA256Mismatch", "3 retries");
+  expect_failed_write_leaves_nothing(*st, *direct, *proxy_, "never-put.bin", small, /*atomic=*/true,
+                                     "PUT 1 0 damagebody\n", "HTTP 400 XAmzContentSHA256Mismatch", "3 retries");
+  expect_failed_write_leaves_nothing(*md5, *direct, *proxy_, "never-md5.bin", small, /*atomic=*/true,
+                                     "PUT 1 0 damagebody\n", "HTTP 400 BadDigest", "3 retries");
 }
 
 // The answer to CompleteMultipartUpload is lost after the server completed the upload, and

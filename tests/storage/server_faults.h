@@ -1,7 +1,9 @@
 // Shared steps of the server-fault tests (s3_, gcs_, azure_faults_test.cc): a driver reads
 // through tests/storage/fault_proxy.py while it breaks answers one kind at a time, and must
 // get the right bytes back after retries counted under the right cause; when every attempt
-// is broken, the error is one line naming the object.
+// is broken, the error is one line naming the object. Writes whose request bodies the proxy
+// damages must be refused by the server, sent again and stored exact, or fail leaving no
+// object.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -118,6 +120,68 @@ inline void expect_exhausted_read_names_object(Storage& storage, FaultProxy& pro
   }
   EXPECT_EQ(http::retry_counts_since(before, http::retry_counts()).exhausted, 1u);
   proxy.set_faults("");
+}
+
+// Writes data to key: through a writer (parts, blocks or chunks when data is larger than
+// one), or with write_atomic() (one request) when `atomic`.
+inline void write_object(Storage& storage, const std::string& key, const std::string& data, bool atomic) {
+  if (atomic) {
+    storage.write_atomic(key, as_bytes(data));
+    return;
+  }
+  auto writer = storage.open_writer(key);
+  writer->append(as_bytes(data));
+  writer->commit();
+}
+
+// Writes data to key through the proxy, whose schedule damages `damaged` request bodies:
+// each is refused by the server and sent again (a retry counted as a body checksum
+// mismatch), and `direct` (the server itself) reads back exactly data.
+inline void expect_damaged_bodies_sent_again(Storage& storage, Storage& direct, FaultProxy& proxy,
+                                             const std::string& key, const std::string& data, bool atomic,
+                                             const std::string& schedule, int damaged) {
+  SCOPED_TRACE(key + " with " + schedule);
+  proxy.set_faults(schedule);
+  const http::RetryCounts before = http::retry_counts();
+  write_object(storage, key, data, atomic);
+  const http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
+  std::cout << "[damaged bodies " << key << "] " << describe_tally({proxy.faults(), added}) << "\n";
+  EXPECT_EQ(proxy.faults(), (std::map<std::string, int>{{"damagebody", damaged}}));
+  EXPECT_EQ(added[http::RetryCause::kBodyChecksum], static_cast<std::uint64_t>(damaged));
+  EXPECT_EQ(added.exhausted, 0u);
+  proxy.set_faults("");
+  std::string got(data.size(), '\0');
+  direct.read(key, 0, std::as_writable_bytes(std::span(got)));
+  EXPECT_TRUE(got == data) << "the object differs from the bytes written";
+}
+
+// Writes data to key through the proxy while its schedule breaks some request on every
+// attempt: the write fails with one line naming the object and containing expected_text
+// and retries ("3 retries"), a retryable error, and `direct` finds no object at the key.
+inline void expect_failed_write_leaves_nothing(Storage& storage, Storage& direct, FaultProxy& proxy,
+                                               const std::string& key, const std::string& data, bool atomic,
+                                               const std::string& schedule, const std::string& expected_text,
+                                               const std::string& retries) {
+  SCOPED_TRACE(key + " with " + schedule);
+  proxy.set_faults(schedule);
+  const http::RetryCounts before = http::retry_counts();
+  try {
+    write_object(storage, key, data, atomic);
+    ADD_FAILURE() << "the write succeeded although every attempt was broken";
+  } catch (const StorageError& e) {
+    const std::string msg = e.what();
+    std::cout << "[write exhausted " << key << "] " << msg << "\n";
+    EXPECT_NE(msg.find(storage.describe_key(key)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(expected_text), std::string::npos) << msg;
+    EXPECT_NE(msg.find(retries + ")"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_TRUE(e.retryable()) << msg;
+  }
+  const http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
+  std::cout << "[write exhausted " << key << "] " << describe_tally({proxy.faults(), added}) << "\n";
+  EXPECT_GE(added.exhausted, 1u);
+  proxy.set_faults("");
+  EXPECT_FALSE(direct.try_stat(key)) << "an object exists after the failed write";
 }
 
 }  // namespace shardpoint::storage::testing

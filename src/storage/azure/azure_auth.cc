@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <optional>
 
 #include "shardpoint/error.h"
 
@@ -60,26 +61,10 @@ std::string AzureConfig::describe() const {
   return "anonymous access to account \"" + account + "\"";
 }
 
-std::string base64_encode(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
 std::string base64_decode(std::string_view text, std::string_view what) {
-  std::string t = trim(text);
-  if (t.size() % 4 != 0) throw UsageError("invalid base64 in " + std::string(what));
-  std::string out(t.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()), reinterpret_cast<const unsigned char*>(t.data()),
-                          static_cast<int>(t.size()));
-  if (n < 0) throw UsageError("invalid base64 in " + std::string(what));
-  std::size_t pad = 0;
-  if (!t.empty() && t.back() == '=') ++pad;
-  if (t.size() >= 2 && t[t.size() - 2] == '=') ++pad;
-  out.resize(static_cast<std::size_t>(n) - pad);
-  return out;
+  std::optional<std::string> bytes = shardpoint::base64_decode(trim(text));
+  if (!bytes) throw UsageError("invalid base64 in " + std::string(what));
+  return *std::move(bytes);
 }
 
 std::string uri_decode(std::string_view s, bool plus_is_space) {

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base64.h"
 #include "storage/http/http_client.h"
 
 namespace shardpoint::storage::azure {
@@ -92,9 +93,10 @@ AzureConfig parse_connection_string(std::string_view connection_string);
 // when nothing is set. Throws UsageError for a malformed connection string.
 AzureConfig azure_config_from_env();
 
-// Base64 (standard alphabet, padded).
-std::string base64_encode(std::string_view bytes);
-// Throws UsageError ("invalid base64 in <what>") on bad input.
+// Base64 (standard alphabet, padded): the shared one.
+using shardpoint::base64_encode;
+// The bytes of base64 text (surrounding whitespace ignored). Throws UsageError ("invalid
+// base64 in <what>") on bad input.
 std::string base64_decode(std::string_view text, std::string_view what);
 // Percent-encodes all but A-Z a-z 0-9 - _ . ~ (and '/' when keep_slash): the shared one.
 using http::uri_encode;

@@ -10,6 +10,7 @@
 
 #include "core/buffer_pool.h"
 #include "shardpoint/error.h"
+#include "storage/http/body_checksum.h"
 #include "storage/http/http_client.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
@@ -120,8 +121,11 @@ class AzureClient final : public http::ObjectClient {
 
   // Runs a call, signed afresh for every attempt, with the client's retries. Throws
   // StorageError for failures not accepted. `range`: a ranged GET's range, whose answer the
-  // client checks (Request::expect_range).
-  Result run(const Call& call, const IoOptions& io, std::optional<http::ByteRange> range = std::nullopt) {
+  // client checks (Request::expect_range). A body goes with its Content-MD5: Azure refuses a
+  // body damaged on the way (400 Md5Mismatch), and the client sends it again.
+  Result run(const Call& given, const IoOptions& io, std::optional<http::ByteRange> range = std::nullopt) {
+    Call call = given;
+    if (!call.body.empty()) call.headers.emplace_back("Content-MD5", http::content_md5(call.body));
     std::string path = base_path_ + "/" + location_.container;
     if (!call.blob.empty()) path += "/" + uri_encode(call.blob, true);
     std::string url = origin_ + path;
@@ -141,6 +145,7 @@ class AzureClient final : public http::ObjectClient {
     request.use_body_out = !call.into.empty();
     request.expect_range = range;
     request.sign = [&](std::vector<std::string>& out) { out = signed_headers(call, path); };
+    if (!call.body.empty()) request.body_mismatch = &http::azure_body_mismatch;
     Result result;
     result.response = client_.execute(request, io, call.op + " " + call.what);
     result.retries = result.response.retries;
@@ -172,10 +177,14 @@ class AzureClient final : public http::ObjectClient {
   StorageError error_for(const Call& call, const Result& result) const {
     const http::Response& r = result.response;
     std::string msg = call.op + " " + call.what + ": ";
-    const StorageError::Kind kind = http::error_kind(r.status);
+    // A body refused after every attempt was damaged on the way each time: sending it again
+    // later may succeed.
+    const StorageError::Kind kind =
+        http::azure_body_mismatch(r) ? StorageError::Kind::kTransient : http::error_kind(r.status);
     std::string code = r.header("x-ms-error-code");
     if (code.empty()) code = http::xml_value(r.body, "Code");
     msg += "HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code);
+    if (http::azure_body_mismatch(r)) msg += " (the body received did not match its Content-MD5)";
     if (kind == StorageError::Kind::kPermission) {
       msg += " (authentication or authorization failed with " + config_.describe() +
              "; check the account key or SAS token and its permissions and expiry)";

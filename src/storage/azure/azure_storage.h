@@ -35,12 +35,13 @@
 // source_window_bytes, threads missing on one block share its fetch), every GET pinned to
 // the ETag seen at open with If-Match: a large source whose blob was replaced or removed
 // throws StorageError instead of returning the new bytes.
-// Retries: 5xx, 408, 429, connection failures, timeouts, malformed answers and ranged GETs
-// answered with another range (http_client.h), with exponential backoff and jitter
-// (AzureConfig). Errors name the blob as `azure blob "az://c/p/key"`, the HTTP status,
+// Retries: 5xx, 408, 429, connection failures, timeouts, malformed answers, ranged GETs
+// answered with another range (http_client.h) and bodies refused as damaged (every request
+// with a body carries its Content-MD5; Azure answers a mismatch 400 Md5Mismatch), with
+// exponential backoff and jitter (AzureConfig). Errors name the blob as `azure blob "az://c/p/key"`, the HTTP status,
 // Azure's error code, the request id and the retry count; never the key or SAS.
-// Status mapping: 404 -> kNotFound, 401/403 -> kPermission, retryable -> kTransient,
-// others -> kOther.
+// Status mapping: 404 -> kNotFound, 401/403 -> kPermission, retryable and a body refused
+// as damaged -> kTransient, others -> kOther.
 //
 // features(): range_reads, atomic_publish (Put Blob / Put Block List). No parallel_writes
 // (write_at), direct_io, local_path or conditional_put.

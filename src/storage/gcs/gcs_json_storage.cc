@@ -8,7 +8,9 @@
 #include <optional>
 
 #include "core/buffer_pool.h"
+#include "core/checksum.h"
 #include "shardpoint/error.h"
+#include "storage/http/body_checksum.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
 #include "storage/http/upload_writer.h"
@@ -99,7 +101,10 @@ struct GcsCore final : http::ObjectClient {
   }
 
   [[noreturn]] void fail(const std::string& what, const http::Response& r) const {
-    const StorageError::Kind kind = http::error_kind(r.status);
+    // A body refused after every attempt was damaged on the way each time (or, for the last
+    // chunk, an earlier chunk was): uploading again may succeed.
+    const StorageError::Kind kind =
+        http::gcs_json_body_mismatch(r) ? StorageError::Kind::kTransient : http::error_kind(r.status);
     std::string text = what + ": HTTP " + std::to_string(r.status);
     auto body = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_object() && body.contains("error") && body["error"].is_object()) {
@@ -166,11 +171,19 @@ struct GcsCore final : http::ObjectClient {
                            });
   }
 
+  // The request carries X-Goog-Hash of the object whose CRC-32C is crc, and is retried
+  // when GCS refuses its body for not matching it.
+  static void add_hash(http::Request& r, std::uint32_t crc) {
+    r.headers.push_back("X-Goog-Hash: " + http::goog_hash_crc32c(crc));
+    r.body_mismatch = &http::gcs_json_body_mismatch;
+  }
+
   // uploadType=media: the whole object in one request, published in one step.
   void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
     std::string what = op + " " + describe(key);
     http::Request r = request("POST", upload_url("media", key), data);
     r.headers.push_back("Content-Type: application/octet-stream");
+    add_hash(r, crc32c(0, data));
     http::Response resp = client.execute(r, io, what);
     if (resp.status != 200 && resp.status != 201) fail(what, resp);
   }
@@ -187,23 +200,30 @@ struct GcsCore final : http::ObjectClient {
     return location;
   }
 
-  // PUTs data at `offset` of the session; total = the object size for the last chunk
-  // (nullopt: more follow). Resends what a 308 says did not persist.
+  // The last chunk of an upload: the object's size, and the CRC-32C of all its bytes.
+  struct Last {
+    std::uint64_t total = 0;
+    std::uint32_t crc = 0;
+  };
+
+  // PUTs data at `offset` of the session; `last` for the last chunk (nullopt: more follow).
+  // Resends what a 308 says did not persist.
   void put_chunk(const std::string& session, std::string_view key, std::uint64_t offset, ByteSpan data,
-                 std::optional<std::uint64_t> total, const IoOptions& io) {
+                 std::optional<Last> last, const IoOptions& io) {
     const std::uint64_t end = offset + data.size();
     std::string what = "upload bytes " + std::to_string(offset) + "-" + std::to_string(end) + " of " + describe(key);
     std::uint64_t at = offset;
     for (int round = 0; round < 8; ++round) {
       ByteSpan rest = data.subspan(static_cast<std::size_t>(at - offset));
       http::Request r = request("PUT", session, rest);
-      std::string size = total ? std::to_string(*total) : "*";
+      std::string size = last ? std::to_string(last->total) : "*";
       r.headers.push_back(rest.empty() ? "Content-Range: bytes */" + size
                                        : "Content-Range: bytes " + std::to_string(at) + "-" +
                                              std::to_string(end - 1) + "/" + size);
+      if (last) add_hash(r, last->crc);
       http::Response resp = client.execute(r, io, what);
       if (resp.status == 200 || resp.status == 201) {
-        if (!total) throw StorageError(StorageError::Kind::kOther, what + ": upload finished before its last chunk");
+        if (!last) throw StorageError(StorageError::Kind::kOther, what + ": upload finished before its last chunk");
         return;
       }
       if (resp.status != 308) fail(what, resp);
@@ -212,7 +232,7 @@ struct GcsCore final : http::ObjectClient {
       if (std::size_t dash = range.find('-'); range.starts_with("bytes=") && dash != std::string::npos) {
         persisted = std::strtoull(range.c_str() + dash + 1, nullptr, 10) + 1;
       }
-      if (persisted >= end && !total) return;
+      if (persisted >= end && !last) return;
       if (persisted < offset || persisted > end) {
         throw StorageError(StorageError::Kind::kOther, what + ": server reports " + std::to_string(persisted) +
                                                            " bytes persisted, expected " + std::to_string(end));
@@ -268,7 +288,8 @@ struct GcsCore final : http::ObjectClient {
 
 // ---------------------------------------------------------------------------------------
 // Writer: http/upload_writer.h with a resumable session. GCS takes a session's chunks in
-// order, so one chunk uploads while the writer fills the next; the last names the total.
+// order, so one chunk uploads while the writer fills the next; the last names the total and
+// carries the CRC-32C of the whole object.
 
 class GcsUpload final : public http::PartUpload {
  public:
@@ -277,12 +298,16 @@ class GcsUpload final : public http::PartUpload {
   void put_whole(ByteSpan data, const IoOptions& io) override { core_->put(key_, data, io, "write"); }
   void start(const IoOptions& io) override { session_ = core_->start_session(key_, io); }
 
+  // One chunk at a time, in order (parts_in_flight = 1): each waits for the one before, so
+  // crc_ extends over the object's bytes in order.
   void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+    crc_ = crc32c(crc_, data);
     core_->put_chunk(session_, key_, offset, data, std::nullopt, io);
   }
 
   void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
-    core_->put_chunk(session_, key_, size - tail.size(), tail, size, io);
+    const GcsCore::Last last{size, crc32c(crc_, tail)};
+    core_->put_chunk(session_, key_, size - tail.size(), tail, last, io);
   }
 
   void abort() override { core_->cancel_session(session_, key_); }
@@ -290,7 +315,8 @@ class GcsUpload final : public http::PartUpload {
  private:
   std::shared_ptr<GcsCore> core_;
   std::string key_;
-  std::string session_;  // secret: never printed
+  std::string session_;    // secret: never printed
+  std::uint32_t crc_ = 0;  // CRC-32C of the chunks given to put_part()
 };
 
 std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key) {

@@ -25,15 +25,22 @@
 //              published.
 //              A 308 whose Range shows fewer bytes persisted than sent resends the rest.
 //   - write_atomic(): one uploadType=media POST (GCS publishes an object whole).
+//   - integrity: the request that creates an object (the media POST, the last chunk) carries
+//              "X-Goog-Hash: crc32c=..." of the whole object (a running CRC-32C over the
+//              chunks as they are sent). GCS refuses a mismatch with 400 and creates no
+//              object. The request is retried: that mends a damaged media POST or last chunk.
+//              An earlier chunk damaged on the way was stored as received (GCS checks no
+//              chunk on its own), so every retry is refused too and the upload fails, with
+//              nothing published.
 //   - list():  GET {endpoint}/storage/v1/b/BUCKET/o?prefix=P&pageToken=T (paged by
 //              nextPageToken). remove(): DELETE .../o/NAME. remove_prefix(): list, then
 //              parallel deletes (unfinished resumable sessions are never visible and expire).
-// Retries: http::HttpClient (5xx, 429, resets, timeouts, malformed answers, wrong ranges;
-// exponential backoff, full jitter).
+// Retries: http::HttpClient (5xx, 429, resets, timeouts, malformed answers, wrong ranges,
+// bodies refused by their X-Goog-Hash; exponential backoff, full jitter).
 // Errors: StorageError naming `GCS object "gs://b/p/key"`, the HTTP status and GCS's error
 // message, the retry count. 404 -> kNotFound; 401/403 -> kPermission, saying the token came
-// from GOOGLE_OAUTH_ACCESS_TOKEN (never the token); 5xx/429/transport after retries ->
-// kTransient. Session URIs (which authorize an upload) are never printed either.
+// from GOOGLE_OAUTH_ACCESS_TOKEN (never the token); 5xx/429/transport and refused bodies
+// after retries -> kTransient. Session URIs (which authorize an upload) are never printed either.
 // Features: range_reads, atomic_publish.
 // Thread-safety: as storage.h.
 #pragma once

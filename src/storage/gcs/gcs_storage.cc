@@ -54,6 +54,7 @@ std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOpt
   config.endpoint = endpoint;
   config.region = "auto";
   config.path_style = true;
+  config.content_md5 = true;  // GCS checks Content-MD5 of a body (400 BadDigest)
   if (!access_id.empty() && !secret.empty()) {
     config.credentials.access_key_id = access_id;
     config.credentials.secret_access_key = secret;

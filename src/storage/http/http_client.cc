@@ -395,6 +395,10 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     } else if (is_retryable_status(response.status)) {
       cause = status_cause(response.status);
       last_error = "HTTP " + std::to_string(response.status);
+    } else if (response.status >= 400 && response.status < 500 && request.body_mismatch &&
+               request.body_mismatch(response)) {
+      cause = RetryCause::kBodyChecksum;
+      last_error = "HTTP " + std::to_string(response.status);
     }
     // A bad answer's connection may still hold the rest of it: close it with its handle.
     if (bad_answer) {

@@ -12,9 +12,10 @@
 //
 // Retries (RetryPolicy): a response 5xx, 408 or 429, a transport failure (refused or reset
 // connection, timeout, truncated body, nothing received), a malformed answer (a garbage
-// status line, junk a server left on a kept-alive connection) or a ranged GET answered with
-// another range or body length (Request::expect_range) is retried with exponential backoff
-// and jitter, up to max_attempts. Other statuses come back to the caller (they decide what
+// status line, junk a server left on a kept-alive connection), a ranged GET answered with
+// another range or body length (Request::expect_range) or a body refused for not matching
+// the checksum the request carries (Request::body_mismatch) is retried with exponential
+// backoff and jitter, up to max_attempts. Other statuses come back to the caller (they decide what
 // 404 means); so does the last retryable status when attempts run out, with
 // Response::retries saying how many were made. Each retry is counted by cause
 // (retry_stats.h).
@@ -72,6 +73,8 @@ struct ByteRange {
   std::uint64_t length = 0;
 };
 
+struct Response;
+
 struct Request {
   std::string method = "GET";
   std::string url;                   // full, percent-encoded
@@ -92,6 +95,11 @@ struct Request {
   // Called before each attempt with a copy of `headers`, to add the headers of this attempt
   // (a date and a signature over it). Optional.
   std::function<void(std::vector<std::string>& headers)> sign;
+  // For a request that carries a checksum of its body (Content-MD5, X-Goog-Hash): says
+  // whether an answer is the service refusing a body that does not match it (body_checksum.h).
+  // Such an answer is retried, the body sent again (RetryCause::kBodyChecksum): it was
+  // damaged on the way. Optional; called only for 4xx answers.
+  std::function<bool(const Response& response)> body_mismatch;
 };
 
 struct Response {

@@ -19,6 +19,7 @@ std::string_view retry_cause_name(RetryCause cause) {
     case RetryCause::kTruncated: return "truncated body";
     case RetryCause::kMalformed: return "malformed response";
     case RetryCause::kBadRange: return "wrong range";
+    case RetryCause::kBodyChecksum: return "body checksum mismatch";
   }
   return "unknown";
 }

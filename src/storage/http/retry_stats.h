@@ -16,18 +16,19 @@ namespace shardpoint::storage::http {
 
 // Why an attempt was retried. Each failed attempt that is followed by another counts once.
 enum class RetryCause : std::uint8_t {
-  kThrottled,    // HTTP 429 or 503 (S3 SlowDown, Azure ServerBusy, GCS rateLimitExceeded)
-  kServerError,  // another HTTP 5xx
-  kTimeout,      // HTTP 408, or a transfer too slow (RetryPolicy::low_speed_*) or past connect_timeout
-  kConnection,   // connection refused, reset or closed with no answer
-  kTruncated,    // the connection closed before Content-Length bytes of body arrived
-  kMalformed,    // not an HTTP answer (garbage status line, HTTP/0.9: junk left on a connection)
-  kBadRange,     // a ranged GET answered with another range or another body length
+  kThrottled,     // HTTP 429 or 503 (S3 SlowDown, Azure ServerBusy, GCS rateLimitExceeded)
+  kServerError,   // another HTTP 5xx
+  kTimeout,       // HTTP 408, or a transfer too slow (RetryPolicy::low_speed_*) or past connect_timeout
+  kConnection,    // connection refused, reset or closed with no answer
+  kTruncated,     // the connection closed before Content-Length bytes of body arrived
+  kMalformed,     // not an HTTP answer (garbage status line, HTTP/0.9: junk left on a connection)
+  kBadRange,      // a ranged GET answered with another range or another body length
+  kBodyChecksum,  // the server refused a body that does not match its checksum (damaged on the way)
 };
-inline constexpr std::size_t kRetryCauses = 7;
+inline constexpr std::size_t kRetryCauses = 8;
 
 // "throttled", "server error", "timeout", "connection", "truncated body", "malformed
-// response", "wrong range".
+// response", "wrong range", "body checksum mismatch".
 std::string_view retry_cause_name(RetryCause cause);
 
 struct RetryCounts {

@@ -11,6 +11,7 @@
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "shardpoint/error.h"
+#include "storage/http/body_checksum.h"
 #include "storage/http/http_client.h"
 #include "storage/http/object_store.h"
 #include "storage/http/ranged_reads.h"
@@ -106,6 +107,10 @@ struct S3Core final : http::ObjectClient {
     r.url = std::move(url);
     r.body = body;
     r.headers.push_back("x-amz-content-sha256: " + sha256_hex(body));
+    if (!body.empty()) {
+      if (config.content_md5) r.headers.push_back("Content-MD5: " + http::content_md5(body));
+      r.body_mismatch = &http::s3_body_mismatch;
+    }
     if (!config.credentials.empty()) {
       r.aws_sigv4 = config.sigv4_provider + ":" + config.region + ":s3";
       r.userpwd = config.credentials.access_key_id + ":" + config.credentials.secret_access_key;
@@ -124,7 +129,10 @@ struct S3Core final : http::ObjectClient {
   [[noreturn]] void fail(const std::string& what, const http::Response& r) const {
     std::string code = xml_value(r.body, "Code");
     std::string message = xml_value(r.body, "Message");
-    const StorageError::Kind kind = http::error_kind(r.status);
+    // A body refused after every attempt was damaged on the way each time: sending it again
+    // later may succeed.
+    const StorageError::Kind kind =
+        http::s3_body_mismatch(r) ? StorageError::Kind::kTransient : http::error_kind(r.status);
     std::string text = what + ": HTTP " + std::to_string(r.status);
     if (!code.empty()) text += " " + code;
     if (!message.empty()) text += ": " + message;

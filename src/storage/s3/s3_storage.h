@@ -15,7 +15,9 @@
 // (RetryPolicy), SHARDPOINT_S3_PART_MB (multipart part size, >= 5).
 //
 // Protocol (AWS S3 REST, SigV4 signed by libcurl with x-amz-content-sha256 = the SHA-256 of
-// the body):
+// the body, which S3 checks: a body damaged on the way is refused with 400
+// XAmzContentSHA256Mismatch and sent again, as is one refused with BadDigest when
+// content_md5 adds Content-MD5; http/body_checksum.h):
 //   - writers (http/upload_writer.h) stage bytes in BufferPool buffers. An object that fits
 //     in one part is one PUT at commit(). A larger one starts a multipart upload when the
 //     first part is full and uploads parts in parallel (at most max_parallel_parts in flight
@@ -36,8 +38,8 @@
 //     and aborts unfinished multipart uploads under the prefix.
 // Errors: StorageError naming the object (`S3 object "s3://b/p/key"`), the HTTP status, S3's
 // error code and message, request id and retry count. 404 -> kNotFound, 401/403 ->
-// kPermission (message says where the credentials came from, never the secret), 5xx/429 and
-// transport failures after retries -> kTransient.
+// kPermission (message says where the credentials came from, never the secret), 5xx/429,
+// transport failures and bodies refused as damaged after retries -> kTransient.
 // Features: range_reads, atomic_publish. No parallel_writes (parts must be appended), no
 // local_path, no direct_io.
 // Cancellation: checked at each call, before each HTTP attempt and during transfers.
@@ -68,6 +70,10 @@ struct S3Config {
   bool path_style = false;       // endpoint/bucket/key instead of bucket.host/key
   AwsCredentials credentials;    // empty: unsigned requests
   http::RetryPolicy retry;
+  // Content-MD5 on every request with a body, so the server refuses a damaged body (400
+  // BadDigest). For services that check it but may not check x-amz-content-sha256 against
+  // the body (GCS's XML API); S3 checks the SHA-256. Cost: an MD5 pass over every body.
+  bool content_md5 = false;
 
   // --- performance ---
   // Multipart part size; 0 = the pool's buffer size. Parts below 5 MiB (S3's minimum) are
