@@ -46,6 +46,13 @@ class ReshardCommand : public Command {
         "write (on object stores one PUT), so an interrupted reshard leaves no checkpoint that\n"
         "a loader would accept; delete DST and run it again.\n"
         "\n"
+        "Checks: SRC is verified as it is read, by its checksum sidecar or, without one, by\n"
+        "the zip CRC-32 of every record read whole (every record of a torch.save SRC). A\n"
+        "mismatch fails the reshard with one line naming file, record, key and byte range, and\n"
+        "leaves no output. A record read only in part (a tensor that views part of its\n"
+        "storage) cannot be checked: the summary says how many. --no-zip-crc skips the zip\n"
+        "CRC-32s, --no-verify every check.\n"
+        "\n"
         "Memory: streams, whatever the checkpoint's size. Each file being written (--parallel,\n"
         "default 4) reads its items from SRC in slabs of --memory-budget / --parallel bytes and\n"
         "appends them as they arrive; SRC is read with pread or ranged GETs, never mapped. Peak\n"
@@ -115,6 +122,7 @@ class ReshardCommand : public Command {
       print_out(fmt::format("{}: {} tensors ({}), {} objects from {} checkpoint {} written as {} ranks in {:.2f} s\n",
                             dst_, report.tensors, human_bytes(report.payload_bytes), report.objects,
                             report.source_format, src_, ranks_, report.seconds));
+      if (const std::string crc = zip_crc_text(report.zip_crc); !crc.empty()) print_out(src_ + ": " + crc + "\n");
     }
     return 0;
   }
