@@ -64,8 +64,8 @@ std::string tensor_sha256(const CheckpointListing& listing, std::size_t i) {
 
 std::string zip_crc_text(const engine::ZipCrcCounts& counts) {
   if (counts.records_checked == 0 && counts.records_partial == 0 && counts.records_no_checksum == 0) return {};
-  std::string out = fmt::format("zip CRC-32: {} records checked ({})", counts.records_checked,
-                                human_bytes(counts.bytes_checked));
+  std::string out =
+      fmt::format("zip CRC-32: {} records checked ({})", counts.records_checked, human_bytes(counts.bytes_checked));
   if (counts.records_partial != 0) {
     out += fmt::format(", {} read only in part (unchecked)", counts.records_partial);
   }

@@ -149,8 +149,8 @@ class TorchListing final : public CheckpointListing {
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
                                                       const std::function<std::unique_ptr<ByteSource>()>& open_source,
                                                       bool check_zip_crc) {
-  return std::make_unique<TorchListing>(
-      name, engine::open_torch_file_naming_crc(open_source, name, check_zip_crc), check_zip_crc);
+  return std::make_unique<TorchListing>(name, engine::open_torch_file_naming_crc(open_source, name, check_zip_crc),
+                                        check_zip_crc);
 }
 
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path, bool check_zip_crc) {

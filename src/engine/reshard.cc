@@ -131,8 +131,7 @@ class TorchSource final : public ReshardSource {
  public:
   TorchSource(const CheckpointLocation& location, bool check_zip_crc)
       : name_(location.name),
-        file_(open_torch_file_naming_crc([&] { return open_torch_source(location); }, location.name,
-                                         check_zip_crc)) {
+        file_(open_torch_file_naming_crc([&] { return open_torch_source(location); }, location.name, check_zip_crc)) {
     if (check_zip_crc) {
       crc_ = std::make_unique<TorchFileCrc>(*file_, name_);
       crc_->check_small_records();

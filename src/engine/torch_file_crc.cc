@@ -20,8 +20,8 @@ TorchFileCrc::TorchFileCrc(const torchfile::TorchFile& file, std::string name) :
   for (const auto& [key, range] : file_.storages()) {
     const torchfile::ZipEntry* entry = file_.record("data/" + key);
     if (entry == nullptr || entry->method != torchfile::zip::kMethodStored) continue;
-    records_.emplace(key, DataRecord{name_, 0, entry->name, entry->data_offset, entry->uncompressed_size,
-                                     entry->crc32, std::string()});
+    records_.emplace(key, DataRecord{name_, 0, entry->name, entry->data_offset, entry->uncompressed_size, entry->crc32,
+                                     std::string()});
   }
 }
 
@@ -53,8 +53,8 @@ const DataRecord* TorchFileCrc::record_of(const std::string& key) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-void TorchFileCrc::add_piece(const std::string& key, const std::string& where, std::uint64_t at,
-                             std::uint64_t length, std::uint32_t crc) {
+void TorchFileCrc::add_piece(const std::string& key, const std::string& where, std::uint64_t at, std::uint64_t length,
+                             std::uint32_t crc) {
   const DataRecord* base = record_of(key);
   if (base == nullptr) return;  // not a STORED record: nothing to check against
   if (at < base->data_offset || length > base->length || at - base->data_offset > base->length - length) {
@@ -79,8 +79,8 @@ void TorchFileCrc::read(const torchfile::TensorInfo& info, const std::string& fq
   add_piece(info.storage_key, tensor_where(name_, fqn), at, out.size(), crc);
 }
 
-void TorchFileCrc::add_view(const torchfile::TensorInfo& info, const std::string& fqn, std::uint64_t at,
-                            ByteSpan bytes, const std::function<void(ByteSpan)>& use) {
+void TorchFileCrc::add_view(const torchfile::TensorInfo& info, const std::string& fqn, std::uint64_t at, ByteSpan bytes,
+                            const std::function<void(ByteSpan)>& use) {
   std::uint32_t crc = 0;
   for (std::size_t done = 0; done < bytes.size();) {
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(kCrcReadBytes, bytes.size() - done));
@@ -126,8 +126,7 @@ std::unique_ptr<torchfile::TorchFile> open_torch_file_naming_crc(
         if (!e.name.ends_with("/data.pkl")) continue;
         const torchfile::RecordCheck c = torchfile::check_zip_record(archive, e, true, scratch);
         if (c.crc == torchfile::RecordCrc::kMismatch) {
-          cause = zip_crc_mismatch(name, e.name, e.data_offset, e.data_offset + e.compressed_size, c.expected,
-                                   c.found);
+          cause = zip_crc_mismatch(name, e.name, e.data_offset, e.data_offset + e.compressed_size, c.expected, c.found);
         }
         break;
       }

@@ -58,14 +58,14 @@ constexpr const char* kMarker = "marker-1";
 // {"model": {"w": float32 [64, 16], "b": float32 [16]}, "note": kMarker} with torch.save's
 // layout (storages data/0, data/1 in tree order).
 void write_torch_file(const std::string& path) {
-  std::vector<float> w(64 * 16), b(16);
+  std::vector<float> w(std::size_t{64} * 16), b(16);
   std::iota(w.begin(), w.end(), 0.0f);
   std::iota(b.begin(), b.end(), 0.5f);
   engine::StateDict model;
-  model.emplace_back("w", engine::StateNode(engine::TensorShard{DType::kFloat32, {64, 16}, {0, 0}, {64, 16},
-                                                                std::as_writable_bytes(std::span(w))}));
-  model.emplace_back("b", engine::StateNode(engine::TensorShard{DType::kFloat32, {16}, {0}, {16},
-                                                                std::as_writable_bytes(std::span(b))}));
+  model.emplace_back("w", engine::StateNode(engine::TensorShard{
+                              DType::kFloat32, {64, 16}, {0, 0}, {64, 16}, std::as_writable_bytes(std::span(w))}));
+  model.emplace_back("b", engine::StateNode(engine::TensorShard{
+                              DType::kFloat32, {16}, {0}, {16}, std::as_writable_bytes(std::span(b))}));
   engine::StateNode root{engine::StateDict{}};
   root.set("model", engine::StateNode(std::move(model)));
   root.set("note", engine::StateNode(pickle::Value::str(kMarker)));
@@ -121,7 +121,8 @@ TEST(TorchFileCrcCli, ReshardChecksATorchSaveSource) {
             std::string::npos)
       << bad.err;
   EXPECT_FALSE(fs::exists(dir.file("out1")));
-  ToolRun off = tool("reshard --no-zip-crc " + q(dir.file("tensor.pt")) + " " + q(dir.file("out2")) + " --ranks 2", dir);
+  ToolRun off =
+      tool("reshard --no-zip-crc " + q(dir.file("tensor.pt")) + " " + q(dir.file("out2")) + " --ranks 2", dir);
   EXPECT_EQ(off.code, 0) << off.err;
   EXPECT_EQ(records_checked(off.out), -1) << off.out;
 
@@ -192,8 +193,8 @@ void save_folder(const std::string& folder) {
   root.set("global_step", engine::StateNode(Value::integer(3)));
   root.set("pytorch-lightning_version", engine::StateNode(Value::str("2.6.0")));
   root.set("lr_schedulers", engine::StateNode(Value::list()));
-  root.set("rng", engine::StateNode(engine::TensorShard{DType::kFloat32, {32}, {0}, {32},
-                                                        std::as_writable_bytes(std::span(rng))}));
+  root.set("rng", engine::StateNode(
+                      engine::TensorShard{DType::kFloat32, {32}, {0}, {32}, std::as_writable_bytes(std::span(rng))}));
   root.set("note", engine::StateNode(Value::str(kMarker)));
   StringSink sink;
   engine::write_torch_save(root, sink, engine::TorchSaveFileOptions{"meta"});

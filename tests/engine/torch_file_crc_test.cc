@@ -172,7 +172,9 @@ TEST(TorchFileCrc, OpenNamesADamagedDataPklByItsCrc) {
   const std::size_t at = bytes.find("run-1");
   ASSERT_NE(at, std::string::npos);
   bytes[at - 2] = '\xee';  // the string's opcode: the pickle no longer parses
-  auto source = [&]() -> std::unique_ptr<ByteSource> { return std::make_unique<MemorySource>(as_bytes(bytes), "f.pt"); };
+  auto source = [&]() -> std::unique_ptr<ByteSource> {
+    return std::make_unique<MemorySource>(as_bytes(bytes), "f.pt");
+  };
   try {
     open_torch_file_naming_crc(source, "f.pt", true);
     FAIL() << "no error";
