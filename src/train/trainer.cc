@@ -70,7 +70,8 @@ std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, co
 void read_checked(const torchfile::TorchFile& tf, const torchfile::TensorInfo& info, const std::string& what,
                   std::span<std::byte> out, engine::TorchFileCrc& crc) {
   if (info.is_contiguous() && !info.big_endian) {
-    const std::uint64_t at = info.storage.offset + static_cast<std::uint64_t>(info.storage_offset) * dtype_itemsize(info.dtype);
+    const std::uint64_t at =
+        info.storage.offset + static_cast<std::uint64_t>(info.storage_offset) * dtype_itemsize(info.dtype);
     crc.read(info, what, at, out, what);
     return;
   }

@@ -19,13 +19,13 @@
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/s3_moto.h"
+#include "torchfile/torch_file.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
 #include "train/lightning_checkpoint.h"
 #include "train/model.h"
 #include "train/model_checkpoint.h"
 #include "train/sharded_optimizer.h"
-#include "torchfile/torch_file.h"
 #include "train/trainer.h"
 
 namespace shardpoint::train {
