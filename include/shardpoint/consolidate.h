@@ -84,8 +84,9 @@ struct ConsolidateOptions {
   // Verify the checksum sidecar (when the checkpoint has one) on every byte read.
   bool verify_checksums = true;
   // Where no sidecar covers a blob (PyTorch's checkpoints), check the zip CRC-32 of every
-  // record read, folded into the reads (checkpoint_reader.h); a mismatch fails before the
-  // output is published. Applies only with verify_checksums.
+  // record read, folded into the reads (checkpoint_reader.h), and every record of meta.pt
+  // (read whole when the layout uses it); a mismatch fails before the output is published.
+  // Applies only with verify_checksums.
   bool check_zip_crc = true;
   // fsync the output before the rename. Turn off only for benchmarks.
   bool durable = true;
@@ -107,7 +108,7 @@ struct ConsolidateReport {
   std::size_t slab_bytes = 0;        // size of the one copy buffer
   std::uint64_t base_rss_bytes = 0;  // VmRSS when the copy was planned
   std::uint64_t peak_rss_bytes = 0;  // VmHWM at the end (the process's peak so far)
-  ZipCrcCounts zip_crc;              // zip CRC-32 checks of blobs no sidecar covers
+  ZipCrcCounts zip_crc;              // zip CRC-32 checks of blobs no sidecar covers, and meta.pt
   double seconds = 0;
 };
 

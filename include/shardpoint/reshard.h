@@ -59,8 +59,12 @@ struct ReshardOptions {
   int ranks = 1;
   // Verify the source's sidecar checksums while reading (DCP sources that have one).
   bool verify_checksums = true;
-  // DCP sources: where no sidecar covers a blob, check the zip CRC-32 of every record read
-  // (checkpoint_reader.h). Applies only with verify_checksums.
+  // Check the zip CRC-32 of every record read whole where no sidecar covers it: the blobs
+  // of a DCP source without a sidecar (checkpoint_reader.h), every record of a torch.save
+  // source (engine/torch_file_crc.h). A record read only in part (a view of part of its
+  // storage) is counted in ReshardReport::zip_crc.records_partial, not checked. A mismatch
+  // fails the reshard (FormatError naming file, record, fqn and byte range) before
+  // anything is committed. Applies only with verify_checksums.
   bool check_zip_crc = true;
   // As for save(): checksums, durability, O_DIRECT, dedup; thread_count = files per rank.
   SaveOptions save;
@@ -79,7 +83,7 @@ struct ReshardReport {
   std::uint64_t copied_bytes = 0;   // tensor bytes read from the source (slabs)
   std::uint64_t slab_bytes = 0;     // largest slab of one file writer
   std::uint64_t bytes_written = 0;  // all ranks, blobs with headers
-  ZipCrcCounts zip_crc;             // DCP sources: zip CRC-32 checks of blobs no sidecar covers
+  ZipCrcCounts zip_crc;             // zip CRC-32 checks of records no sidecar covers (check_zip_crc)
   double seconds = 0;               // the whole call
 };
 

@@ -14,9 +14,11 @@ import io
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -265,6 +267,41 @@ def test_checkpoint_io_detects_damage(tmp_path):
     path.write_bytes(bytes(data[: len(data) // 2]))  # truncated
     with pytest.raises(shardpoint.FormatError):
         io_.load_checkpoint(path, weights_only=False)
+
+
+def test_verify_zip_passes_records_without_a_crc_and_names_a_damaged_one():
+    from torch.utils.serialization import config as serialization_config
+
+    config = serialization_config.save
+    previous = config.compute_crc32
+    config.compute_crc32 = False  # PyTorch then stores CRC-32 0: "no checksum", not damage
+    try:
+        buffer = io.BytesIO()
+        torch.save({"w": torch.arange(100.0)}, buffer)
+    finally:
+        config.compute_crc32 = previous
+    splightning._verify_zip(buffer.getvalue(), "nocrc.pt")
+    data = bytearray(splightning._serialize({"w": torch.arange(100.0)}))
+    data[bytes(data).find(torch.arange(100.0).numpy().tobytes()) + 10] ^= 0x10
+    with pytest.raises(shardpoint.FormatError, match=r"damaged.pt: record 'archive/data/0' does not match its CRC-32"):
+        splightning._verify_zip(bytes(data), "damaged.pt")
+
+
+def test_sharded_resume_checks_meta_pt(data_dir, tmp_path):
+    train(1, tmp_path / "a", "ours", data_dir, 2)
+    ckpt = tmp_path / "a" / "checkpoints" / "epoch=0-step=2.ckpt"
+    meta = bytearray((ckpt / "meta.pt").read_bytes())
+    with zipfile.ZipFile(io.BytesIO(bytes(meta))) as archive:
+        pkl = next(i for i in archive.infolist() if i.filename.endswith("/data.pkl"))
+    names, extra = struct.unpack("<HH", meta[pkl.header_offset + 26:pkl.header_offset + 30])
+    meta[pkl.header_offset + 30 + names + extra + pkl.file_size // 2] ^= 0x10  # inside data.pkl
+    (ckpt / "meta.pt").write_bytes(bytes(meta))
+    out = tmp_path / "b" / "result.json"
+    results = run_ranks(NEWEST, 1, [WORKER, "--root", str(tmp_path / "b"), "--strategy", "ours", "--data", str(data_dir),
+                                    "--max-steps", "3", "--out", str(out), "--ckpt-path", str(ckpt)],
+                        timeout=240, expect_ok=False)
+    assert results[0].returncode != 0
+    assert "meta.pt: record" in results[0].stdout and "CRC-32" in results[0].stdout, results[0].stdout[-3000:]
 
 
 # -- 5. object stores ----------------------------------------------------------------------------

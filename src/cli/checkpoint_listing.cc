@@ -22,11 +22,12 @@ std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool ch
     struct stat st;
     if (::stat(local.c_str(), &st) != 0) throw_os_error("open", local, errno);
     if (S_ISDIR(st.st_mode)) return open_dcp_listing(path, check_zip_crc);
-    return open_torch_listing(local);
+    return open_torch_listing(local, check_zip_crc);
   }
   engine::CheckpointLocation location = engine::locate_checkpoint(path);
   if (location.is_dcp) return open_dcp_listing(path, check_zip_crc);
-  return open_torch_listing(path, engine::open_torch_file(location));
+  return open_torch_listing(
+      path, [&] { return engine::open_torch_source(location); }, check_zip_crc);
 }
 
 const char* storage_url_help() {
@@ -59,6 +60,19 @@ std::string tensor_sha256(const CheckpointListing& listing, std::size_t i) {
   Sha256 sha;
   listing.stream_tensor(i, [&](ByteSpan piece) { sha.update(piece); });
   return sha.hex_digest();
+}
+
+std::string zip_crc_text(const engine::ZipCrcCounts& counts) {
+  if (counts.records_checked == 0 && counts.records_partial == 0 && counts.records_no_checksum == 0) return {};
+  std::string out =
+      fmt::format("zip CRC-32: {} records checked ({})", counts.records_checked, human_bytes(counts.bytes_checked));
+  if (counts.records_partial != 0) {
+    out += fmt::format(", {} read only in part (unchecked)", counts.records_partial);
+  }
+  if (counts.records_no_checksum != 0) {
+    out += fmt::format(", {} written without a CRC-32", counts.records_no_checksum);
+  }
+  return out;
 }
 
 namespace {
@@ -123,6 +137,10 @@ std::string listing_to_text(const CheckpointListing& listing, bool with_hash) {
   }
   std::string layout = listing.layout_text();
   if (!layout.empty()) out += "\n" + layout;
+  // After the hashes: what reading the data checked.
+  if (const std::string crc = zip_crc_text(listing.zip_crc_counts()); with_hash && !crc.empty()) {
+    out += "\n" + crc + "\n";
+  }
   return out;
 }
 

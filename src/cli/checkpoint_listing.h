@@ -14,6 +14,7 @@
 
 #include "core/byte_io.h"
 #include "shardpoint/dtype.h"
+#include "shardpoint/zip_crc_counts.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::cli {
@@ -41,20 +42,27 @@ class CheckpointListing {
   virtual void stream_tensor(std::size_t i, const std::function<void(ByteSpan)>& fn) const = 0;
   // Extra human text after the key listing (DCP: the chunk layout per rank and file).
   virtual std::string layout_text() const { return {}; }
+  // The zip CRC-32 checks of what was read so far (open_listing's check_zip_crc).
+  virtual engine::ZipCrcCounts zip_crc_counts() const = 0;
 };
 
 // Opens a torch.save file or a DCP folder, by local path or storage URL
 // (engine::locate_checkpoint: a URL with `.metadata` under it is DCP, else an object at the
-// URL is a torch.save file). check_zip_crc: a DCP folder's tensor reads (stream_tensor)
-// check the zip CRC-32s of blobs no sidecar covers (engine::CheckpointReaderOptions).
-// Throws FormatError / StorageError naming the path or URL.
+// URL is a torch.save file). check_zip_crc: the zip CRC-32 of every record read is
+// checked where no sidecar covers it: a DCP folder's blobs (engine::CheckpointReaderOptions),
+// a torch.save file's small records (data.pkl, ...) at open and its storage records as
+// stream_tensor reads them (engine/torch_file_crc.h). A mismatch throws FormatError naming
+// file, record and byte range (stream_tensor: and the key). Throws FormatError /
+// StorageError naming the path or URL.
 std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool check_zip_crc = true);
 
 // Implementations, one per format.
-std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path);
-// A torch.save file already opened (e.g. an object behind a URL), named `name`.
+std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path, bool check_zip_crc = true);
+// The torch.save file `source` holds (e.g. an object behind a URL), named `name`.
+// `open_source` is called once, and once more to name a damaged data.pkl.
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
-                                                      std::unique_ptr<torchfile::TorchFile> file);
+                                                      const std::function<std::unique_ptr<ByteSource>()>& open_source,
+                                                      bool check_zip_crc = true);
 std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path, bool check_zip_crc = true);
 
 // The Python-like repr of `object`, a node of file's tree, with each tensor it holds shown
@@ -65,6 +73,11 @@ std::string object_repr(const pickle::Value& object, const torchfile::TorchFile&
 
 // SHA-256 hex of entry i's elements.
 std::string tensor_sha256(const CheckpointListing& listing, std::size_t i);
+
+// "zip CRC-32: 12 records checked (1.5 MiB), 1 read only in part (unchecked), 2 written
+// without a CRC-32": what a read pass's zip CRC-32 checks found, the parts that are not
+// zero; "" when nothing was checked.
+std::string zip_crc_text(const engine::ZipCrcCounts& counts);
 
 // Help text for commands that take paths: which URLs are accepted and where each driver
 // finds its credentials (one paragraph, ends with a newline).

@@ -62,6 +62,7 @@ class DcpListing final : public CheckpointListing {
                        reader_.metadata().version ? ", DCP version " + *reader_.metadata().version : "");
   }
   const std::vector<ListingEntry>& entries() const override { return entries_; }
+  engine::ZipCrcCounts zip_crc_counts() const override { return reader_.zip_crc_counts(); }
 
   // Reassembles the tensor in row-major order in slabs along dim 0 of at most kSlabBytes
   // (one row at least), so hashing a tensor of any size needs bounded memory.

@@ -26,14 +26,15 @@ class InspectCommand : public Command {
                  "  {\"format\": \"torch\"|\"dcp\", \"tensors\": {KEY: {\"dtype\", \"shape\"[, \"sha256\"]}},\n"
                  "   \"objects\": {KEY: REPR}}\n"
                  "--hash adds the SHA-256 of each tensor's elements in row-major order, little-endian,\n"
-                 "so the same tensor hashes the same whatever its strides, sharding or file. In a DCP\n"
-                 "folder without a checksum sidecar (PyTorch's), the zip CRC-32 of every record read is\n"
-                 "checked on the way (a mismatch is an error naming file, item and record);\n"
+                 "so the same tensor hashes the same whatever its strides, sharding or file. The zip\n"
+                 "CRC-32 of every record read is checked on the way where no checksum sidecar covers\n"
+                 "it (a torch.save file, a DCP folder PyTorch wrote): a mismatch is an error naming\n"
+                 "file, record, key and byte range; the human listing ends with what was checked.\n"
                  "--no-zip-crc skips that.");
     sub_->add_option("PATH", path_, "checkpoint file or folder")->required();
     sub_->add_flag("--json", json_, "print one JSON object instead of the human listing");
     sub_->add_flag("--hash", hash_, "include the SHA-256 of every tensor (reads all data)");
-    sub_->add_flag("--no-zip-crc", no_zip_crc_, "--hash: do not check the zip CRC-32s of what is read");
+    sub_->add_flag("--no-zip-crc", no_zip_crc_, "do not check the zip CRC-32s of what is read");
   }
   bool parsed() const override { return sub_->parsed(); }
 

@@ -26,35 +26,41 @@ class ReshardCommand : public Command {
  public:
   void add_to(CLI::App& app) override {
     sub_ = app.add_subcommand("reshard", "Rewrite a checkpoint as a DCP folder saved by N ranks (dim-0 sharding)");
-    sub_->footer(
-        "SRC is a DCP checkpoint folder or a torch.save file; DST is a new folder (it must not\n"
-        "exist, or be empty). DST becomes what a job of N ranks would save with every tensor\n"
-        "sharded on dim 0 the way DTensor's Shard(0) does (ceil division, so the last ranks may\n"
-        "hold empty boxes): files __0_0.distcp .. __{N-1}_0.distcp, a .metadata PyTorch >= 2.0\n"
-        "loads, and shardpoint's checksum sidecar. 0-dim tensors, and tensors a sharded DCP\n"
-        "source stored whole as one chunk (replicated tensors), are written whole once; objects\n"
-        "are kept with their nesting. `--ranks 1` with a torch.save SRC converts torch.save to\n"
-        "DCP. Keys and values are unchanged: `shardpoint inspect --json --hash` shows the same\n"
-        "tensors before and after.\n"
-        "\n"
-        "SRC and DST may be storage URLs (DST: an empty prefix). A SRC URL is a DCP checkpoint\n"
-        "when <SRC>/.metadata exists, else a torch.save file when its last segment is an\n"
-        "object; otherwise it is refused as not a committed checkpoint.\n\n" +
-        std::string(storage_url_help()) +
-        "\n"
-        "Commit: the data files first, then the checksum sidecar, then .metadata in one atomic\n"
-        "write (on object stores one PUT), so an interrupted reshard leaves no checkpoint that\n"
-        "a loader would accept; delete DST and run it again.\n"
-        "\n"
-        "Memory: streams, whatever the checkpoint's size. Each file being written (--parallel,\n"
-        "default 4) reads its items from SRC in slabs of --memory-budget / --parallel bytes and\n"
-        "appends them as they arrive; SRC is read with pread or ranged GETs, never mapped. Peak\n"
-        "RSS is about the budget plus the output driver's staging buffers (64 MiB; object\n"
-        "stores: their multipart part buffers), an object-store SRC's read cache (S3: 64 MiB\n"
-        "per file being read), the objects and the .metadata.\n"
-        "\n"
-        "Exit status: 0 done, 1 failure (unreadable SRC, I/O or authentication error), 2 usage\n"
-        "error.");
+    sub_->footer("SRC is a DCP checkpoint folder or a torch.save file; DST is a new folder (it must not\n"
+                 "exist, or be empty). DST becomes what a job of N ranks would save with every tensor\n"
+                 "sharded on dim 0 the way DTensor's Shard(0) does (ceil division, so the last ranks may\n"
+                 "hold empty boxes): files __0_0.distcp .. __{N-1}_0.distcp, a .metadata PyTorch >= 2.0\n"
+                 "loads, and shardpoint's checksum sidecar. 0-dim tensors, and tensors a sharded DCP\n"
+                 "source stored whole as one chunk (replicated tensors), are written whole once; objects\n"
+                 "are kept with their nesting. `--ranks 1` with a torch.save SRC converts torch.save to\n"
+                 "DCP. Keys and values are unchanged: `shardpoint inspect --json --hash` shows the same\n"
+                 "tensors before and after.\n"
+                 "\n"
+                 "SRC and DST may be storage URLs (DST: an empty prefix). A SRC URL is a DCP checkpoint\n"
+                 "when <SRC>/.metadata exists, else a torch.save file when its last segment is an\n"
+                 "object; otherwise it is refused as not a committed checkpoint.\n\n" +
+                 std::string(storage_url_help()) +
+                 "\n"
+                 "Commit: the data files first, then the checksum sidecar, then .metadata in one atomic\n"
+                 "write (on object stores one PUT), so an interrupted reshard leaves no checkpoint that\n"
+                 "a loader would accept; delete DST and run it again.\n"
+                 "\n"
+                 "Checks: SRC is verified as it is read, by its checksum sidecar or, without one, by\n"
+                 "the zip CRC-32 of every record read whole (every record of a torch.save SRC). A\n"
+                 "mismatch fails the reshard with one line naming file, record, key and byte range, and\n"
+                 "leaves no output. A record read only in part (a tensor that views part of its\n"
+                 "storage) cannot be checked: the summary says how many. --no-zip-crc skips the zip\n"
+                 "CRC-32s, --no-verify every check.\n"
+                 "\n"
+                 "Memory: streams, whatever the checkpoint's size. Each file being written (--parallel,\n"
+                 "default 4) reads its items from SRC in slabs of --memory-budget / --parallel bytes and\n"
+                 "appends them as they arrive; SRC is read with pread or ranged GETs, never mapped. Peak\n"
+                 "RSS is about the budget plus the output driver's staging buffers (64 MiB; object\n"
+                 "stores: their multipart part buffers), an object-store SRC's read cache (S3: 64 MiB\n"
+                 "per file being read), the objects and the .metadata.\n"
+                 "\n"
+                 "Exit status: 0 done, 1 failure (unreadable SRC, I/O or authentication error), 2 usage\n"
+                 "error.");
     sub_->add_option("SRC", src_, "checkpoint to read: DCP folder or torch.save file (path or URL)")->required();
     sub_->add_option("DST", dst_, "new DCP folder to write (path or URL)")->required();
     sub_->add_option("--ranks", ranks_, "number of ranks to write as (files __0_0 .. __{N-1}_0)")
@@ -115,6 +121,7 @@ class ReshardCommand : public Command {
       print_out(fmt::format("{}: {} tensors ({}), {} objects from {} checkpoint {} written as {} ranks in {:.2f} s\n",
                             dst_, report.tensors, human_bytes(report.payload_bytes), report.objects,
                             report.source_format, src_, ranks_, report.seconds));
+      if (const std::string crc = zip_crc_text(report.zip_crc); !crc.empty()) print_out(src_ + ": " + crc + "\n");
     }
     return 0;
   }

@@ -1,10 +1,13 @@
-// CheckpointListing of a torch.save file.
+// CheckpointListing of a torch.save file. With the zip CRC-32 checks on, the small records
+// are checked at open and each tensor's storage record as its bytes are streamed
+// (engine/torch_file_crc.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "cli/checkpoint_listing.h"
+#include "engine/torch_file_crc.h"
 #include "pickle/repr.h"
 #include "shardpoint/error.h"
 #include "torchfile/torch_file.h"
@@ -29,9 +32,12 @@ std::string key_text(const Value& key) {
 
 class TorchListing final : public CheckpointListing {
  public:
-  explicit TorchListing(const std::string& path) : TorchListing(path, torchfile::TorchFile::open(path)) {}
-  TorchListing(const std::string& name, std::unique_ptr<torchfile::TorchFile> file)
+  TorchListing(const std::string& name, std::unique_ptr<torchfile::TorchFile> file, bool check_zip_crc)
       : path_(name), file_(std::move(file)) {
+    if (check_zip_crc) {
+      crc_ = std::make_unique<engine::TorchFileCrc>(*file_, path_);
+      crc_->check_small_records();
+    }
     walk(*file_->root(), "", 0);
   }
 
@@ -42,6 +48,7 @@ class TorchListing final : public CheckpointListing {
                        file_->big_endian() ? "big-endian" : "little-endian");
   }
   const std::vector<ListingEntry>& entries() const override { return entries_; }
+  engine::ZipCrcCounts zip_crc_counts() const override { return crc_ ? crc_->counts() : engine::ZipCrcCounts{}; }
 
   void stream_tensor(std::size_t i, const std::function<void(ByteSpan)>& fn) const override {
     const torchfile::TensorInfo& info = *tensor_for_entry_.at(i);
@@ -49,16 +56,28 @@ class TorchListing final : public CheckpointListing {
     bool complex = info.dtype == DType::kComplex32 || info.dtype == DType::kComplex64 ||
                    info.dtype == DType::kComplex128;
     std::size_t swap_unit = complex ? itemsize / 2 : itemsize;
+    // A contiguous tensor's pieces are pieces of its storage record's CRC-32; a strided
+    // one's element runs are too small to check one by one: its record is checked whole.
+    engine::TorchFileCrc* const crc = crc_ && info.is_contiguous() ? crc_.get() : nullptr;
+    if (crc_ && crc == nullptr) crc_->check_storage(info, entries_.at(i).key);
     std::vector<std::byte> buffer;
     torchfile::for_each_run(info, [&](std::uint64_t offset, std::uint64_t nbytes) {
       while (nbytes > 0) {
         std::uint64_t piece = std::min<std::uint64_t>(nbytes, kPieceBytes - kPieceBytes % itemsize);
         auto view = file_->source().view(offset, piece, "tensor data");
         if (view && !info.big_endian) {
-          fn(*view);
+          if (crc != nullptr) {
+            crc->add_view(info, entries_.at(i).key, offset, *view, fn);
+          } else {
+            fn(*view);
+          }
         } else {
           buffer.resize(piece);
-          file_->source().read(offset, buffer, "tensor data");
+          if (crc != nullptr) {
+            crc->read(info, entries_.at(i).key, offset, buffer, "tensor data");
+          } else {
+            file_->source().read(offset, buffer, "tensor data");
+          }
           if (info.big_endian && swap_unit > 1) {
             for (std::size_t e = 0; e + swap_unit <= buffer.size(); e += swap_unit) {
               std::reverse(buffer.begin() + e, buffer.begin() + e + swap_unit);
@@ -120,6 +139,7 @@ class TorchListing final : public CheckpointListing {
 
   std::string path_;
   std::unique_ptr<torchfile::TorchFile> file_;
+  std::unique_ptr<engine::TorchFileCrc> crc_;  // null without check_zip_crc
   std::vector<ListingEntry> entries_;
   std::unordered_map<std::size_t, const torchfile::TensorInfo*> tensor_for_entry_;
 };
@@ -127,13 +147,16 @@ class TorchListing final : public CheckpointListing {
 }  // namespace
 
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
-                                                      std::unique_ptr<torchfile::TorchFile> file) {
-  return std::make_unique<TorchListing>(name, std::move(file));
+                                                      const std::function<std::unique_ptr<ByteSource>()>& open_source,
+                                                      bool check_zip_crc) {
+  return std::make_unique<TorchListing>(name, engine::open_torch_file_naming_crc(open_source, name, check_zip_crc),
+                                        check_zip_crc);
 }
 
-std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path) {
+std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path, bool check_zip_crc) {
   try {
-    return std::make_unique<TorchListing>(path);
+    return open_torch_listing(
+        path, [&]() -> std::unique_ptr<ByteSource> { return MappedSource::open(path); }, check_zip_crc);
   } catch (const FormatError& e) {
     // Name the file once: messages from the reader may already start with it.
     std::string what = e.what();

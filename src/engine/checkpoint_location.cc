@@ -56,12 +56,16 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
                      folder->describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
 }
 
-std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location) {
+std::unique_ptr<ByteSource> open_torch_source(const CheckpointLocation& location) {
   if (location.is_dcp) throw UsageError(location.name + ": a DCP checkpoint, not a torch.save file");
-  if (!location.local_file.empty()) return torchfile::TorchFile::open(FileSource::open(location.local_file));
+  if (!location.local_file.empty()) return FileSource::open(location.local_file);
   storage::SourceOptions options;
   options.prefer_mmap = false;
-  return torchfile::TorchFile::open(location.storage->open_source(location.key, options));
+  return location.storage->open_source(location.key, options);
+}
+
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location) {
+  return torchfile::TorchFile::open(open_torch_source(location));
 }
 
 }  // namespace shardpoint::engine

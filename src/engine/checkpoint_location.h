@@ -29,5 +29,7 @@ CheckpointLocation locate_checkpoint(const std::string& name);
 // Opens the torch.save file of a location (REQUIRES !is_dcp) for pread / ranged reads
 // (never mapped). Throws StorageError / FormatError naming it.
 std::unique_ptr<torchfile::TorchFile> open_torch_file(const CheckpointLocation& location);
+// The source open_torch_file() reads (REQUIRES !is_dcp). Throws StorageError naming it.
+std::unique_ptr<ByteSource> open_torch_source(const CheckpointLocation& location);
 
 }  // namespace shardpoint::engine

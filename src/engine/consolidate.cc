@@ -19,6 +19,8 @@
 #include "engine/flatten.h"
 #include "engine/shard_read_ahead.h"
 #include "engine/slab_pipeline.h"
+#include "engine/torch_file_crc.h"
+#include "engine/zip_crc_ledger.h"
 #include "format/safetensors_index.h"
 #include "format/safetensors_writer.h"
 #include "shardpoint/checkpoint_reader.h"
@@ -110,6 +112,7 @@ class Consolidator {
     ReadCounts counts = reader_->counts();
     report_.bytes_read = counts.header_bytes + counts.data_bytes;
     report_.zip_crc = reader_->zip_crc_counts();
+    report_.zip_crc += meta_zip_crc_;
     report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report_.peak_rss_bytes = process_peak_rss_bytes();
     return report_;
@@ -150,12 +153,19 @@ class Consolidator {
     }
   }
 
+  // Opens meta.pt and, with the zip CRC-32 checks on, checks every record of it now: it is
+  // small (the trainer's state) and read whole, and a damaged one must fail before any
+  // output is written.
   void open_meta() {
-    if (remote_in_) {
-      meta_ = torchfile::TorchFile::open(input_->open_source(kMetaPt));
-    } else {
-      meta_ = torchfile::TorchFile::open(folder_ + "/" + kMetaPt);
-    }
+    const std::string name = remote_in_ ? input_->describe_key(kMetaPt) : folder_ + "/" + kMetaPt;
+    const bool check = options_.verify_checksums && options_.check_zip_crc;
+    meta_ = open_torch_file_naming_crc(
+        [&]() -> std::unique_ptr<ByteSource> {
+          if (remote_in_) return input_->open_source(kMetaPt);
+          return MappedSource::open(folder_ + "/" + kMetaPt);
+        },
+        name, check);
+    if (check) meta_zip_crc_ = check_records_but(meta_->archive(), "", 0, name);
   }
 
   // The storage the output goes to, rooted at `root` (a local folder or a URL prefix). Its
@@ -379,6 +389,7 @@ class Consolidator {
   std::shared_ptr<storage::Storage> input_;
   std::unique_ptr<CheckpointReader> reader_;
   std::unique_ptr<torchfile::TorchFile> meta_;
+  ZipCrcCounts meta_zip_crc_;      // open_meta()'s checks
   std::vector<std::string> fqns_;  // every key of state_dict_metadata, in the pickled order
   bool remote_in_ = false;   // the checkpoint is an object-store URL
   bool remote_out_ = false;  // the output is an object-store URL

@@ -19,12 +19,14 @@
 #include "engine/parallel_for.h"
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
+#include "engine/torch_file_crc.h"
 #include "pickle/repr.h"
 #include "pickle/tree_edit.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/location.h"
+#include "torchfile/tree_storages.h"
 
 namespace shardpoint::engine {
 namespace {
@@ -62,7 +64,7 @@ class ReshardSource {
  public:
   virtual ~ReshardSource() = default;
   virtual std::string format() const = 0;
-  // The zip CRC-32 checks of the reads so far (none for a torch.save source).
+  // The zip CRC-32 checks of the reads so far.
   virtual ZipCrcCounts zip_crc_counts() const { return {}; }
   const std::vector<SourceLeaf>& leaves() const { return leaves_; }
   // Copies the box [offsets, offsets + sizes) of tensor leaf i into dest (row-major).
@@ -121,11 +123,19 @@ class DcpSource final : public ReshardSource {
 };
 
 // A torch.save file walked as `inspect` walks it (DCP >= 2.4 flattening; tuples holding
-// tensors are descended like lists), read with pread / ranged reads.
+// tensors are descended like lists), read with pread / ranged reads. With check_zip_crc
+// the CRC-32 of every record read is checked (torch_file_crc.h): the small records at
+// open, the storages of objects that hold tensors at open (whole: torchfile copies them
+// without a hook), the tensors' storage records as their boxes are read.
 class TorchSource final : public ReshardSource {
  public:
-  explicit TorchSource(const CheckpointLocation& location)
-      : name_(location.name), file_(open_torch_file(location)) {
+  TorchSource(const CheckpointLocation& location, bool check_zip_crc)
+      : name_(location.name),
+        file_(open_torch_file_naming_crc([&] { return open_torch_source(location); }, location.name, check_zip_crc)) {
+    if (check_zip_crc) {
+      crc_ = std::make_unique<TorchFileCrc>(*file_, name_);
+      crc_->check_small_records();
+    }
     const Value& root = *file_->root();
     if (!is_mapping(root)) {
       throw FormatError(name_ + ": the root object is " + pickle::repr(root).substr(0, 60) +
@@ -135,9 +145,13 @@ class TorchSource final : public ReshardSource {
   }
 
   std::string format() const override { return "torch"; }
+  ZipCrcCounts zip_crc_counts() const override { return crc_ ? crc_->counts() : ZipCrcCounts{}; }
 
   void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) override {
     const torchfile::TensorInfo& info = *infos_[i];
+    // Element runs of a strided tensor are too small to check one by one: its storage
+    // record is checked whole, once.
+    if (crc_ && !info.is_contiguous()) crc_->check_storage(info, leaves_[i].fqn);
     const std::uint64_t itemsize = dtype_itemsize(info.dtype);
     // The box as a run of elements of the row-major tensor.
     std::uint64_t first = 0, stride = 1;
@@ -149,7 +163,7 @@ class TorchSource final : public ReshardSource {
     const std::string what = "tensor \"" + leaves_[i].fqn + "\"";
     if (!info.big_endian && info.is_contiguous()) {
       const std::uint64_t at = static_cast<std::uint64_t>(info.storage_offset) + first;
-      file_->source().read(info.storage.offset + at * itemsize, dest.first(count * itemsize), what);
+      read(i, info.storage.offset + at * itemsize, dest.first(count * itemsize), what);
       return;
     }
     // Strided or big-endian: the tensor's byte runs in row-major order, the part of
@@ -158,7 +172,7 @@ class TorchSource final : public ReshardSource {
     std::uint64_t pos = 0;  // row-major byte position of the run
     torchfile::for_each_run(info, [&](std::uint64_t offset, std::uint64_t n) {
       const std::uint64_t lo = std::max(pos, begin), hi = std::min(pos + n, end);
-      if (lo < hi) file_->source().read(offset + (lo - pos), dest.subspan(lo - begin, hi - lo), what);
+      if (lo < hi) read(i, offset + (lo - pos), dest.subspan(lo - begin, hi - lo), what);
       pos += n;
     });
     if (info.big_endian) {
@@ -174,6 +188,28 @@ class TorchSource final : public ReshardSource {
 
  private:
   static constexpr int kMaxDepth = 1000;
+
+  // Reads bytes of tensor leaf i as stored; a contiguous tensor's reads are pieces of its
+  // storage record's CRC-32.
+  void read(std::size_t i, std::uint64_t at, std::span<std::byte> out, const std::string& what) {
+    if (crc_ && infos_[i]->is_contiguous()) {
+      crc_->read(*infos_[i], leaves_[i].fqn, at, out, what);
+    } else {
+      file_->source().read(at, out, what);
+    }
+  }
+
+  // Checks the storages an object leaf's tree references (write_object_with_storages
+  // copies them whole).
+  void check_object_storages(const pickle::ValuePtr& object, const std::string& fqn) {
+    pickle::ValuePtr root = object;
+    pickle::replace_nodes(root, [&](const pickle::ValuePtr& node) -> pickle::ValuePtr {
+      if (node->is(Kind::kPersistentId)) {
+        crc_->check_storage(torchfile::parse_storage_pid(*node, name_).key, "object \"" + fqn + "\"");
+      }
+      return nullptr;
+    });
+  }
 
   static bool is_mapping(const Value& v) {
     if (v.is(Kind::kDict)) return true;
@@ -228,13 +264,17 @@ class TorchSource final : public ReshardSource {
     leaf.path = path;
     // Shares the node of the file's tree; the TorchFile outlives the writes.
     leaf.object = node;
-    if (pickle::holds_persistent_id(v)) leaf.object_archive = file_;
+    if (pickle::holds_persistent_id(v)) {
+      leaf.object_archive = file_;
+      if (crc_) check_object_storages(node, leaf.fqn);
+    }
     infos_.push_back(nullptr);
     leaves_.push_back(std::move(leaf));
   }
 
   std::string name_;
   std::shared_ptr<const torchfile::TorchFile> file_;
+  std::unique_ptr<TorchFileCrc> crc_;                // null without check_zip_crc
   std::vector<const torchfile::TensorInfo*> infos_;  // per leaf; nullptr for objects
 };
 
@@ -254,7 +294,7 @@ std::unique_ptr<ReshardSource> open_source(const std::string& name, const Reshar
   return naming_source(name, [&]() -> std::unique_ptr<ReshardSource> {
     CheckpointLocation location = locate_checkpoint(name);
     if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, options);
-    return std::make_unique<TorchSource>(location);
+    return std::make_unique<TorchSource>(location, options.verify_checksums && options.check_zip_crc);
   });
 }
 

@@ -19,10 +19,15 @@ std::string zip_crc_mismatch(const std::string& where, const std::string& record
 void ZipCrcLedger::add_piece(const DataRecord& record, std::uint64_t begin, std::uint64_t end, std::uint32_t crc) {
   if (begin >= end) return;
   std::lock_guard lock(mu_);
-  auto [it, fresh] = records_.try_emplace({record.file, record.blob_offset});
+  auto [it, fresh] = records_.try_emplace({record.file, record.blob_offset + record.data_offset});
   Pieces& p = it->second;
   if (fresh) p.record = record;
   if (p.done) return;
+  if (begin == 0 && end == p.record.length) {
+    // The whole record in one piece checks it, whatever pieces came before.
+    finish(p, crc);
+    return;
+  }
   auto& runs = p.runs;
   auto next = runs.lower_bound(begin);
   // Overlaps (the same bytes read twice) cannot be combined: leave the record unchecked.
@@ -47,17 +52,21 @@ void ZipCrcLedger::add_piece(const DataRecord& record, std::uint64_t begin, std:
     runs.emplace(run_begin, std::make_pair(run_end, run_crc));
     return;
   }
+  finish(p, run_crc);
+}
+
+void ZipCrcLedger::finish(Pieces& p, std::uint32_t crc) {
   p.done = true;
-  runs.clear();
+  p.runs.clear();
   const DataRecord& r = p.record;
-  if (run_crc == r.expected) {
+  if (crc == r.expected) {
     ++whole_.records_checked;
     whole_.bytes_checked += r.length;
   } else if (r.expected == 0) {
     ++whole_.records_no_checksum;
   } else {
     const std::uint64_t at = r.blob_offset + r.data_offset;
-    throw FormatError(zip_crc_mismatch(r.where, r.name, at, at + r.length, r.expected, run_crc));
+    throw FormatError(zip_crc_mismatch(r.where, r.name, at, at + r.length, r.expected, crc));
   }
 }
 

@@ -10,7 +10,9 @@
 // A record whose pieces never cover it (a resharding load that needs only part of a chunk)
 // cannot be checked; counts().records_partial says how many, so callers say it once.
 // A record written without a CRC-32 (0 in the central directory, zip_record_check.h) is
-// "no checksum": counted, never an error.
+// "no checksum": counted, never an error. A single torch.save file (a reshard source, an
+// inspect --hash listing, consolidate's meta.pt) is checked the same way through
+// torch_file_crc.h, one ledger record per storage record.
 //
 // Thread-safety: ZipCrcLedger's methods may be called from several threads at once.
 #pragma once
@@ -27,15 +29,17 @@
 
 namespace shardpoint::engine {
 
-// The data record of one tensor blob, as a ledger tracks it.
+// One record read in pieces, as a ledger tracks it: the data record of a tensor blob, or a
+// storage record of a torch.save file (torch_file_crc.h; blob_offset 0). A record is known
+// by its file and where its data starts in it (blob_offset + data_offset).
 struct DataRecord {
-  std::string file;               // the .distcp file (relative path)
-  std::uint64_t blob_offset = 0;  // where the blob starts in it
+  std::string file;               // the .distcp file (relative path), or the torch.save file
+  std::uint64_t blob_offset = 0;  // where the blob starts in it (0: the whole file)
   std::string name;               // "archive/data/0"
   std::uint64_t data_offset = 0;  // blob-relative start of the record's data
   std::uint64_t length = 0;       // its data bytes
   std::uint32_t expected = 0;     // the central directory's CRC-32
-  std::string where;              // "<file>: item \"fqn\" chunk [..]", for errors
+  std::string where;              // "<file>: item \"fqn\" chunk [..]" or "<file>: tensor \"fqn\"", for errors
 };
 
 // "<where>: zip record \"name\" (file bytes [a, b)): CRC-32 mismatch: expected X (central
@@ -48,7 +52,8 @@ class ZipCrcLedger {
   // Adds the piece [begin, end) (relative to the record's data) of `record` with its
   // CRC-32. When the pieces then cover the record, checks it: throws FormatError
   // (zip_crc_mismatch) when the combined CRC-32 differs from record.expected and that is
-  // not 0. A piece overlapping one already added leaves the record unchecked (partial).
+  // not 0. A piece overlapping one already added is dropped (it cannot be combined), unless
+  // it is the whole record, which checks the record by itself.
   void add_piece(const DataRecord& record, std::uint64_t begin, std::uint64_t end, std::uint32_t crc);
   // True on the first call for the blob (file, blob_offset), false after: its small
   // records are checked (check_records_but) once per ledger however often it is opened
@@ -65,8 +70,10 @@ class ZipCrcLedger {
     std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> runs;  // begin -> (end, crc)
     bool done = false;
   };
+  // Checks p's record against crc, its data's CRC-32; marks it done. REQUIRES mu_ held.
+  void finish(Pieces& p, std::uint32_t crc);
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::uint64_t>, Pieces> records_;  // (file, blob offset)
+  std::map<std::pair<std::string, std::uint64_t>, Pieces> records_;  // (file, blob + data offset)
   std::set<std::pair<std::string, std::uint64_t>> claimed_;
   ZipCrcCounts whole_;
 };

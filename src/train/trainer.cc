@@ -18,6 +18,8 @@
 
 #include "core/byte_stream.h"
 #include "core/kill_point.h"
+#include "engine/torch_file_crc.h"
+#include "engine/zip_crc_ledger.h"
 #include "shardpoint/async_save.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
@@ -55,13 +57,31 @@ std::int64_t meta_int(const Value& root, const char* key, const std::string& whe
   return v->as_int();
 }
 
+// Opens the torch.save file `name` under `dir` (a damaged data.pkl that does not parse is
+// named by its zip CRC-32).
 std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name) {
-  return torchfile::TorchFile::open(storage::open_storage(dir)->open_source(name));
+  const std::shared_ptr<storage::Storage> st = storage::open_storage(dir);
+  return engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, dir + "/" + name, true);
+}
+
+// Copies the whole tensor `info` of tf into out (row-major, little-endian) and checks the
+// zip CRC-32 of its storage record: a contiguous little-endian tensor's bytes as they are
+// read, any other's record whole first (its reads are element runs).
+void read_checked(const torchfile::TorchFile& tf, const torchfile::TensorInfo& info, const std::string& what,
+                  std::span<std::byte> out, engine::TorchFileCrc& crc) {
+  if (info.is_contiguous() && !info.big_endian) {
+    const std::uint64_t at =
+        info.storage.offset + static_cast<std::uint64_t>(info.storage_offset) * dtype_itemsize(info.dtype);
+    crc.read(info, what, at, out, what);
+    return;
+  }
+  crc.check_storage(info, what);
+  tf.read_tensor(info, out);
 }
 
 // Copies this rank's dim-0 piece of a full tensor stored in tf into dst.
 void read_piece(const torchfile::TorchFile& tf, const Value& node, const std::string& what, const engine::Shape& shape,
-                at::Tensor& dst, int rank, int world) {
+                at::Tensor& dst, int rank, int world, engine::TorchFileCrc& crc) {
   const torchfile::TensorInfo* info = tf.tensor_of(node);
   if (!info) throw FormatError(fmt::format("{}: not a tensor", what));
   if (engine::Shape(info->shape.begin(), info->shape.end()) != shape || info->dtype != DType::kFloat32) {
@@ -70,7 +90,7 @@ void read_piece(const torchfile::TorchFile& tf, const Value& node, const std::st
                                 engine::shape_to_string(shape)));
   }
   at::Tensor full = at::empty(std::vector<std::int64_t>(shape.begin(), shape.end()), at::kFloat);
-  tf.read_tensor(*info, std::span<std::byte>(static_cast<std::byte*>(full.data_ptr()), info->nbytes()));
+  read_checked(tf, *info, what, std::span<std::byte>(static_cast<std::byte*>(full.data_ptr()), info->nbytes()), crc);
   dst.copy_(torchx::dim0_slice(full, rank, world));
 }
 
@@ -174,7 +194,10 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     engine::StateNode state(std::move(root));
     engine::load(state, *storage::open_storage(path), comm);
     try {
-      read_loop_settings(*open_torch_file(path, "meta.pt")->root());
+      // meta.pt is small and read whole: every record's zip CRC-32 is checked.
+      const auto meta = open_torch_file(path, "meta.pt");
+      engine::check_records_but(meta->archive(), "", 0, path + "/meta.pt");
+      read_loop_settings(*meta->root());
     } catch (...) {
       error = std::current_exception();
     }
@@ -182,13 +205,16 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     try {
       const auto [dir, name] = parent_and_name(path);
       auto tf = open_torch_file(dir, name);
+      // The zip CRC-32 of every record read: small ones now, tensors' as they are read.
+      engine::TorchFileCrc crc(*tf, path);
+      crc.check_small_records();
       const Value& root = *tf->root();
       ValuePtr sd = root.get("state_dict");
       if (!sd) throw FormatError(fmt::format("{}: no \"state_dict\"", path));
       for (std::size_t i = 0; i < shapes.size(); ++i) {
         ValuePtr node = sd->get(names[i]);
         if (!node) throw PlanError(fmt::format("{}: missing key \"{}\" in state_dict", path, names[i]));
-        read_piece(*tf, *node, names[i], shapes[i], strategy_.local_params()[i], rank, world);
+        read_piece(*tf, *node, names[i], shapes[i], strategy_.local_params()[i], rank, world, crc);
       }
       ValuePtr opts = root.get("optimizer_states");
       ValuePtr ostate = opts && !opts->items().empty() ? opts->items()[0]->get("state") : nullptr;
@@ -215,9 +241,10 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
           if (t.dim() == 0) {
             const torchfile::TensorInfo* info = tf->tensor_of(*node);
             if (!info) throw FormatError(fmt::format("{}: {}.{} is not a tensor", path, name, key));
-            tf->read_tensor(*info, std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), 4));
+            read_checked(*tf, *info, name + "." + key, std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), 4),
+                         crc);
           } else {
-            read_piece(*tf, *node, name + "." + key, shapes[i], t, rank, world);
+            read_piece(*tf, *node, name + "." + key, shapes[i], t, rank, world, crc);
           }
         }
       }

@@ -86,6 +86,32 @@ TEST(ZipCrcLedger, ZeroIsNoChecksumAndOverlapsStayPartial) {
   EXPECT_EQ(c.bytes_checked, 300u);
 }
 
+TEST(ZipCrcLedger, AWholePieceChecksWhateverCameBefore) {
+  const std::string d = data_bytes();
+  const DataRecord r = record_of(d, crc_of(d, 0, d.size()));
+  ZipCrcLedger ledger;
+  ledger.add_piece(r, 1000, 6000, crc_of(d, 1000, 6000));
+  ledger.add_piece(r, 0, d.size(), crc_of(d, 0, d.size()));  // overlaps, but covers it all
+  EXPECT_EQ(ledger.counts().records_checked, 1u);
+  EXPECT_EQ(ledger.counts().records_partial, 0u);
+}
+
+// One torch.save file holds many records read in pieces: each is its own, known by where
+// its data starts in the file.
+TEST(ZipCrcLedger, RecordsOfOneFileAreKeptApart) {
+  const std::string d = data_bytes();
+  DataRecord a{"model.pt", 0, "archive/data/0", 64, 5000, crc_of(d, 0, 5000), "model.pt: tensor \"a\""};
+  DataRecord b{"model.pt", 0, "archive/data/1", 5120, 5000, crc_of(d, 5000, 10000), "model.pt: tensor \"b\""};
+  ZipCrcLedger ledger;
+  ledger.add_piece(a, 0, 2500, crc_of(d, 0, 2500));
+  ledger.add_piece(b, 0, 5000, crc_of(d, 5000, 10000));
+  EXPECT_EQ(ledger.counts().records_checked, 1u);
+  EXPECT_EQ(ledger.counts().records_partial, 1u);
+  ledger.add_piece(a, 2500, 5000, crc_of(d, 2500, 5000));
+  EXPECT_EQ(ledger.counts().records_checked, 2u);
+  EXPECT_EQ(ledger.counts().records_partial, 0u);
+}
+
 TEST(ZipCrcLedger, EachBlobIsClaimedOnce) {
   ZipCrcLedger ledger;
   EXPECT_TRUE(ledger.claim_blob("__0_0.distcp", 0));

@@ -19,6 +19,7 @@
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/s3_moto.h"
+#include "torchfile/torch_file.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"
 #include "train/lightning_checkpoint.h"
@@ -245,6 +246,53 @@ TEST(TrainerTest, AdamResumeIsBitwiseThroughFullAndShardedCheckpoints) {
   std::filesystem::remove_all(root);
 }
 
+// Flips one byte of the file at `at`.
+void flip_byte(const std::string& path, std::uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  const char c = static_cast<char>(f.get() ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(c);
+}
+
+// Resuming checks the zip CRC-32 of the torch.save records it reads: a full checkpoint's
+// tensors, a sharded checkpoint's meta.pt. A flipped byte fails the resume naming the file
+// and the record.
+TEST(TrainerTest, ResumeChecksTheZipCrcOfWhatItReads) {
+  const std::string root = ::testing::TempDir() + "sp_trainer_crc_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  auto expect_crc_error = [&](const std::string& type, const std::string& ckpt, const std::string& file,
+                              const std::string& record) {
+    try {
+      fit_on(1, type, 3, root, ckpt);
+      ADD_FAILURE() << "resumed from a damaged " << ckpt;
+    } catch (const FormatError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind(file, 0), 0u) << m;
+      EXPECT_NE(m.find("zip record \"" + record + "\""), std::string::npos) << m;
+      EXPECT_NE(m.find("CRC-32 mismatch"), std::string::npos) << m;
+    }
+  };
+  const Trained full = fit_on(1, "full", 2, root, "");
+  {
+    // The storage of the first parameter (data/0 may hold callback state resuming skips).
+    auto file = torchfile::TorchFile::open(full.checkpoint);
+    const torchfile::TensorInfo* param = file->tensor_of(*file->root()->get("state_dict")->entries().front().second);
+    ASSERT_NE(param, nullptr);
+    const torchfile::ZipEntry& record = *file->record("data/" + param->storage_key);
+    flip_byte(full.checkpoint, record.data_offset + record.uncompressed_size / 2);
+    expect_crc_error("full", full.checkpoint, full.checkpoint + ": tensor \"", record.name);
+  }
+  const Trained sharded = fit_on(1, "sharded", 2, root, "");
+  {
+    const std::string meta = sharded.checkpoint + "/meta.pt";
+    auto file = torchfile::TorchFile::open(meta);
+    const torchfile::ZipEntry& record = *file->record("data.pkl");
+    flip_byte(meta, record.data_offset + record.uncompressed_size / 2);
+    expect_crc_error("sharded", sharded.checkpoint, meta, record.name);
+  }
+  std::filesystem::remove_all(root);
+}
 
 TEST(TrainerTest, AccumulationAndClippingKeepResumeBitwise) {
   // 2 batches of 3 items per step, gradient norm clipped to 0.05 (the tiny model's norm is
