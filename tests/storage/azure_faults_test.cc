@@ -49,6 +49,16 @@ class AzureFaultsTest : public ::testing::Test {
   FaultProxy* proxy_ = nullptr;
 };
 
+// Storage options whose writers upload blocks of 1 MiB (the pool's buffer size).
+StorageOptions one_mib_blocks() {
+  BufferPoolOptions pool;
+  pool.buffer_bytes = std::size_t{1} << 20;
+  pool.capacity_bytes = std::size_t{8} << 20;
+  StorageOptions options;
+  options.buffer_pool = std::make_shared<BufferPool>(pool);
+  return options;
+}
+
 TEST_F(AzureFaultsTest, RangedReadsSurviveEveryFaultKind) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/faults";
   auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4));
@@ -65,12 +75,7 @@ TEST_F(AzureFaultsTest, ExhaustedRetriesFailInOneLineNamingTheBlob) {
 
 TEST_F(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/upload";
-  StorageOptions options;  // blocks of 1 MiB
-  BufferPoolOptions pool;
-  pool.buffer_bytes = std::size_t{1} << 20;
-  pool.capacity_bytes = std::size_t{8} << 20;
-  options.buffer_pool = std::make_shared<BufferPool>(pool);
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), options);
+  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), one_mib_blocks());
   auto direct = azure::open_azure_storage_with(url, faults_config(endpoint_, 4));
   const std::string data = pattern_bytes((std::size_t{3} << 20) + 9, 9);  // 4 blocks + the block list
   // PUT 1-4 are Put Block (in parallel: any order), PUT 5 is Put Block List. A reset answer
@@ -98,12 +103,7 @@ TEST_F(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
 // Damaged on every attempt, the write fails in one line naming the blob and leaves no blob.
 TEST_F(AzureFaultsTest, DamagedBodiesAreRefusedByTheirMd5AndSentAgain) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/damaged";
-  StorageOptions options;  // blocks of 1 MiB
-  BufferPoolOptions pool;
-  pool.buffer_bytes = std::size_t{1} << 20;
-  pool.capacity_bytes = std::size_t{8} << 20;
-  options.buffer_pool = std::make_shared<BufferPool>(pool);
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), options);
+  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), one_mib_blocks());
   auto direct = azure::open_azure_storage_with(url, faults_config(endpoint_, 4));
   const std::string data = pattern_bytes((std::size_t{3} << 20) + 9, 15);  // 4 blocks + the block list
   const std::string small = pattern_bytes(100000, 16);
