@@ -36,6 +36,7 @@
 #include "shardpoint/checkpoint.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
+#include "tool_run.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/zip_reader.h"
 
@@ -51,20 +52,9 @@ const std::string kOracle = std::string(SP_SOURCE_DIR) + "/tests/cli/lightning_o
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-struct ToolRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using shardpoint::testing::ToolRun;
 
-// Runs the tool with args; captures stdout and stderr separately.
-ToolRun tool(const std::string& args, const TempDir& scratch) {
-  const std::string err_file = scratch.file("stderr.txt");
-  auto r = run_command(kTool + " " + args + " 2>" + q(err_file));
-  ToolRun out{r.exit_code, r.output, testing::read_text(err_file)};
-  fs::remove(err_file);
-  return out;
-}
+ToolRun tool(const std::string& args, const TempDir& scratch) { return shardpoint::testing::run_tool(args, scratch); }
 
 std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
 

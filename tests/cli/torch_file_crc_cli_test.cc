@@ -18,6 +18,7 @@
 #include "shardpoint/checkpoint.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
+#include "tool_run.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint {
@@ -31,19 +32,9 @@ const std::string kTool = SP_SHARDPOINT;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-struct ToolRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using shardpoint::testing::ToolRun;
 
-ToolRun tool(const std::string& args, const TempDir& scratch) {
-  const std::string err_file = scratch.file("stderr.txt");
-  auto r = run_command(kTool + " " + args + " 2>" + q(err_file));
-  ToolRun out{r.exit_code, r.output, testing::read_text(err_file)};
-  fs::remove(err_file);
-  return out;
-}
+ToolRun tool(const std::string& args, const TempDir& scratch) { return shardpoint::testing::run_tool(args, scratch); }
 
 // The N of "zip CRC-32: N records checked" in text, or -1.
 long records_checked(const std::string& text) {
