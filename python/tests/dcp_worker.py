@@ -151,7 +151,7 @@ def reader_for(kind: str, path: str):
     return StorageReader(path)
 
 
-def main() -> int:
+def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("action", choices=["save", "load", "fail-save"])
     p.add_argument("path")
@@ -185,28 +185,29 @@ def main() -> int:
                         raise OSError("injected failure on rank 1")
                     return super().write_data(plan, planner)
 
-            dcp.save(make_state(mesh, fill=True), storage_writer=FailingWriter(a.path))
+            state = make_state(mesh, fill=True)
+            dcp.save(state, storage_writer=FailingWriter(a.path))
         dist.barrier()
         print(f"rank {dist.get_rank()}: {a.action} ok (torch {torch.__version__})", flush=True)
-        return 0
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    try:
-        code = main()
+        code = 0
     except BaseException:  # noqa: BLE001 - printed, then the rank fails
         traceback.print_exc()
         code = 1
-    # Leave without tearing Python down. In PyTorch 2.6 the last reference to the gloo group
-    # (held here by the ShardedTensor and DeviceMesh in the state, dropped when main's frame
-    # is cleared) runs ~ProcessGroupGloo with the GIL held; it joins gloo's worker threads,
-    # and a worker still releasing a finished collective's tensors waits for the GIL: a
-    # deadlock after "ok" was printed (seen in CI and here: main thread in
-    # ProcessGroupGloo::~ProcessGroupGloo -> thread::join, worker in runLoop ->
-    # ~TensorImpl -> PyObjectSlot::maybe_destroy_pyobj -> take_gil). PyTorch later releases the
-    # GIL in that destructor (pull request 154976, 2025). Everything this rank had to do is done and printed.
+    finally:
+        dist.destroy_process_group()
+    # Leave from here, while this frame still holds the state, without tearing Python down.
+    # In PyTorch 2.6 the last reference to the gloo group (held by the ShardedTensor and
+    # DeviceMesh in the state) runs ~ProcessGroupGloo with the GIL held when it goes; that
+    # destructor joins gloo's worker threads, and a worker still releasing a finished
+    # collective's tensors waits for the GIL: a deadlock after "ok" was printed (seen in CI
+    # and here: main thread in ProcessGroupGloo::~ProcessGroupGloo -> thread::join, worker in
+    # runLoop -> ~TensorImpl -> PyObjectSlot::maybe_destroy_pyobj -> take_gil). Returning
+    # would free the state as this frame ends. PyTorch later releases the GIL in that
+    # destructor (pull request 154976, 2025). Everything this rank had to do is done.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
