@@ -35,6 +35,7 @@
 #include "core/checksum.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
+#include "engine/torch_file_crc.h"
 #include "shardpoint/error.h"
 #include "torchfile/zip_format.h"
 #include "torchfile/zip_record_check.h"
@@ -159,24 +160,11 @@ std::string hex(ChecksumAlgorithm a, std::uint64_t v) { return checksum_to_hex(a
 
 // The zip CRC-32 mismatch of the blob's data.pkl (zip_crc_mismatch's message), if it has
 // one and its zip structure still opens; for blobs whose pickle did not parse.
-std::optional<std::string> data_pkl_crc_mismatch(std::shared_ptr<const ByteSource> file,
-                                                 const format::StorageInfo& info, const std::string& where) {
-  try {
-    const CountedWindow window(std::move(file), info.offset, info.length, where);
-    const torchfile::ZipArchive archive(window);
-    std::vector<std::byte> scratch(std::size_t{64} << 10);
-    for (const torchfile::ZipEntry& e : archive.entries()) {
-      if (!e.name.ends_with("/data.pkl")) continue;
-      const torchfile::RecordCheck c = torchfile::check_zip_record(archive, e, true, scratch);
-      if (c.crc == torchfile::RecordCrc::kMismatch) {
-        const std::uint64_t at = info.offset + e.data_offset;
-        return zip_crc_mismatch(where, e.name, at, at + e.compressed_size, c.expected, c.found);
-      }
-    }
-  } catch (const Error&) {
-    // The zip structure itself is damaged: the parser's error says so.
-  }
-  return std::nullopt;
+// data_pkl_crc_mismatch (torch_file_crc.h) of the blob `info` of `file`.
+std::optional<std::string> blob_data_pkl_crc_mismatch(std::shared_ptr<const ByteSource> file,
+                                                      const format::StorageInfo& info, const std::string& where) {
+  const CountedWindow window(std::move(file), info.offset, info.length, where);
+  return data_pkl_crc_mismatch(window, info.offset, where);
 }
 
 }  // namespace
@@ -215,7 +203,7 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
     file_ = torchfile::TorchFile::open(std::move(window));
   } catch (const Error&) {
     // A damaged data.pkl often fails to parse: name the cause when its CRC-32 shows it.
-    if (std::optional<std::string> crc = data_pkl_crc_mismatch(std::move(file), info_, describe())) {
+    if (std::optional<std::string> crc = blob_data_pkl_crc_mismatch(std::move(file), info_, describe())) {
       throw FormatError(*crc);
     }
     rethrow_with_context(describe());

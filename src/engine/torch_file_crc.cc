@@ -31,19 +31,7 @@ void TorchFileCrc::check_small_records() {
   ZipCrcCounts out;
   for (const torchfile::ZipEntry& entry : file_.archive().entries()) {
     if (entry.name.starts_with(storage_prefix)) continue;
-    const torchfile::RecordCheck check = torchfile::check_zip_record(file_.archive(), entry, true, scratch);
-    if (!check.header_problems.empty()) throw FormatError(name_ + ": " + check.header_problems.front());
-    switch (check.crc) {
-      case torchfile::RecordCrc::kMatch:
-        ++out.records_checked;
-        out.bytes_checked += entry.uncompressed_size;
-        break;
-      case torchfile::RecordCrc::kMismatch:
-        throw FormatError(zip_crc_mismatch(name_, entry.name, entry.data_offset,
-                                           entry.data_offset + entry.compressed_size, check.expected, check.found));
-      case torchfile::RecordCrc::kNotRecorded: ++out.records_no_checksum; break;
-      case torchfile::RecordCrc::kNotChecked: break;  // compressed: torch.save never writes one
-    }
+    count_record_check(torchfile::check_zip_record(file_.archive(), entry, true, scratch), entry, 0, name_, out);
   }
   ledger_.count(out);
 }
@@ -111,6 +99,24 @@ void TorchFileCrc::check_storage(const std::string& key, const std::string& what
   add_piece(key, where, record->data_offset, record->length, check.found);
 }
 
+std::optional<std::string> data_pkl_crc_mismatch(const ByteSource& source, std::uint64_t blob_offset,
+                                                 const std::string& where) {
+  try {
+    const torchfile::ZipArchive archive(source);
+    std::vector<std::byte> scratch(std::size_t{64} << 10);
+    for (const torchfile::ZipEntry& e : archive.entries()) {
+      if (!e.name.ends_with("/data.pkl")) continue;
+      const torchfile::RecordCheck c = torchfile::check_zip_record(archive, e, true, scratch);
+      if (c.crc != torchfile::RecordCrc::kMismatch) return std::nullopt;
+      const std::uint64_t at = blob_offset + e.data_offset;
+      return zip_crc_mismatch(where, e.name, at, at + e.compressed_size, c.expected, c.found);
+    }
+  } catch (const Error&) {
+    // The zip structure itself is damaged: the parser's error says so.
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<torchfile::TorchFile> open_torch_file_naming_crc(
     const std::function<std::unique_ptr<ByteSource>()>& open_source, const std::string& name, bool check_crc) {
   try {
@@ -119,19 +125,9 @@ std::unique_ptr<torchfile::TorchFile> open_torch_file_naming_crc(
     if (!check_crc) throw;
     std::optional<std::string> cause;
     try {
-      const std::unique_ptr<ByteSource> source = open_source();
-      const torchfile::ZipArchive archive(*source);
-      std::vector<std::byte> scratch(std::size_t{64} << 10);
-      for (const torchfile::ZipEntry& e : archive.entries()) {
-        if (!e.name.ends_with("/data.pkl")) continue;
-        const torchfile::RecordCheck c = torchfile::check_zip_record(archive, e, true, scratch);
-        if (c.crc == torchfile::RecordCrc::kMismatch) {
-          cause = zip_crc_mismatch(name, e.name, e.data_offset, e.data_offset + e.compressed_size, c.expected, c.found);
-        }
-        break;
-      }
+      cause = data_pkl_crc_mismatch(*open_source(), 0, name);
     } catch (const Error&) {
-      // The zip structure itself is damaged: the open's error says so.
+      // The source does not open again: the first error stands.
     }
     if (cause) throw FormatError(*cause);
     throw;

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -89,6 +90,14 @@ class TorchFileCrc {
   std::mutex mu_;
   std::set<std::string> whole_;  // storage keys check_storage has taken
 };
+
+// The zip CRC-32 mismatch of the data.pkl record of the torch.save archive in `source`, as
+// zip_crc_mismatch words it (`where`; byte range offset by `blob_offset`, where the archive
+// starts in its file), or nullopt when it matches, has no CRC-32, or the zip structure
+// itself cannot be read (the parser's own error says that). Names the cause when a damaged
+// data.pkl does not parse.
+std::optional<std::string> data_pkl_crc_mismatch(const ByteSource& source, std::uint64_t blob_offset,
+                                                 const std::string& where);
 
 // Opens the torch.save file `open_source()` returns. When that fails with an Error (a
 // damaged data.pkl often does not parse) and `check_crc`, opens the source once more and,

@@ -89,28 +89,32 @@ ZipCrcCounts ZipCrcLedger::counts() const {
   return out;
 }
 
+void count_record_check(const torchfile::RecordCheck& check, const torchfile::ZipEntry& entry,
+                        std::uint64_t blob_offset, const std::string& where, ZipCrcCounts& out) {
+  if (!check.header_problems.empty()) throw FormatError(where + ": " + check.header_problems.front());
+  switch (check.crc) {
+    case torchfile::RecordCrc::kMatch:
+      ++out.records_checked;
+      out.bytes_checked += entry.uncompressed_size;
+      break;
+    case torchfile::RecordCrc::kMismatch: {
+      const std::uint64_t at = blob_offset + entry.data_offset;
+      throw FormatError(
+          zip_crc_mismatch(where, entry.name, at, at + entry.compressed_size, check.expected, check.found));
+    }
+    case torchfile::RecordCrc::kNotRecorded: ++out.records_no_checksum; break;
+    case torchfile::RecordCrc::kNotChecked: break;  // a record checked in part, or a compressed one
+  }
+}
+
 ZipCrcCounts check_records_but(const torchfile::ZipArchive& archive, const std::string& skip, std::uint64_t blob_offset,
                                const std::string& where) {
   // Reads of at most this size are served from the blob ends CountedWindow holds.
   std::array<std::byte, 1024> scratch{};
   ZipCrcCounts out;
   for (const torchfile::ZipEntry& entry : archive.entries()) {
-    const bool whole = entry.name != skip;
-    const torchfile::RecordCheck check = torchfile::check_zip_record(archive, entry, whole, scratch);
-    if (!check.header_problems.empty()) throw FormatError(where + ": " + check.header_problems.front());
-    switch (check.crc) {
-      case torchfile::RecordCrc::kMatch:
-        ++out.records_checked;
-        out.bytes_checked += entry.uncompressed_size;
-        break;
-      case torchfile::RecordCrc::kMismatch: {
-        const std::uint64_t at = blob_offset + entry.data_offset;
-        throw FormatError(
-            zip_crc_mismatch(where, entry.name, at, at + entry.compressed_size, check.expected, check.found));
-      }
-      case torchfile::RecordCrc::kNotRecorded: ++out.records_no_checksum; break;
-      case torchfile::RecordCrc::kNotChecked: break;  // the skipped record, or a compressed one
-    }
+    count_record_check(torchfile::check_zip_record(archive, entry, entry.name != skip, scratch), entry, blob_offset,
+                       where, out);
   }
   return out;
 }

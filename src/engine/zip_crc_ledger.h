@@ -26,6 +26,7 @@
 
 #include "shardpoint/zip_crc_counts.h"
 #include "torchfile/zip_reader.h"
+#include "torchfile/zip_record_check.h"
 
 namespace shardpoint::engine {
 
@@ -77,6 +78,12 @@ class ZipCrcLedger {
   std::set<std::pair<std::string, std::uint64_t>> claimed_;
   ZipCrcCounts whole_;
 };
+
+// Adds what check_zip_record found for `entry` to `out` (checked, or written without a
+// CRC-32). Throws FormatError "<where>: <problem>" for a header that disagrees with the
+// central directory or a CRC-32 mismatch (its byte range offset by blob_offset).
+void count_record_check(const torchfile::RecordCheck& check, const torchfile::ZipEntry& entry,
+                        std::uint64_t blob_offset, const std::string& where, ZipCrcCounts& out);
 
 // Checks every record of `archive` (one blob, whose source starts at file offset
 // blob_offset) except the one named `skip` (the data record read in pieces; "" skips
