@@ -93,6 +93,13 @@ void flip_pickle_byte(const std::string& from, const std::string& to) {
   testing::write_text(to, bytes);
 }
 
+// The command failed (exit 1) with one line on stderr that holds `text`.
+void expect_one_line_failure(const ToolRun& run, const std::string& text) {
+  EXPECT_EQ(run.code, 1);
+  EXPECT_EQ(testing::line_count(run.err), 1u) << run.err;
+  EXPECT_NE(run.err.find(text), std::string::npos) << run.err;
+}
+
 TEST(TorchFileCrcCli, ReshardChecksATorchSaveSource) {
   TempDir dir;
   const std::string src = dir.file("full.pt");
@@ -105,12 +112,9 @@ TEST(TorchFileCrcCli, ReshardChecksATorchSaveSource) {
 
   flip_tensor_byte(src, dir.file("tensor.pt"));
   ToolRun bad = tool("reshard " + q(dir.file("tensor.pt")) + " " + q(dir.file("out1")) + " --ranks 2", dir);
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(testing::line_count(bad.err), 1u) << bad.err;
-  EXPECT_NE(bad.err.find(dir.file("tensor.pt") + ": tensor \"model.w\": zip record \"archive/data/0\" (file bytes " +
-                         record_range(src, "data/0") + "): CRC-32 mismatch"),
-            std::string::npos)
-      << bad.err;
+  expect_one_line_failure(bad, dir.file("tensor.pt") +
+                                   ": tensor \"model.w\": zip record \"archive/data/0\" (file bytes " +
+                                   record_range(src, "data/0") + "): CRC-32 mismatch");
   EXPECT_FALSE(fs::exists(dir.file("out1")));
   ToolRun off =
       tool("reshard --no-zip-crc " + q(dir.file("tensor.pt")) + " " + q(dir.file("out2")) + " --ranks 2", dir);
@@ -119,12 +123,8 @@ TEST(TorchFileCrcCli, ReshardChecksATorchSaveSource) {
 
   flip_pickle_byte(src, dir.file("pickle.pt"));
   bad = tool("reshard " + q(dir.file("pickle.pt")) + " " + q(dir.file("out3")) + " --ranks 2", dir);
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(testing::line_count(bad.err), 1u) << bad.err;
-  EXPECT_NE(bad.err.find(dir.file("pickle.pt") + ": zip record \"archive/data.pkl\" (file bytes " +
-                         record_range(src, "data.pkl") + "): CRC-32 mismatch"),
-            std::string::npos)
-      << bad.err;
+  expect_one_line_failure(bad, dir.file("pickle.pt") + ": zip record \"archive/data.pkl\" (file bytes " +
+                                   record_range(src, "data.pkl") + "): CRC-32 mismatch");
   EXPECT_FALSE(fs::exists(dir.file("out3")));
   off = tool("reshard --no-zip-crc " + q(dir.file("pickle.pt")) + " " + q(dir.file("out4")) + " --ranks 2", dir);
   EXPECT_EQ(off.code, 0) << off.err;
@@ -140,24 +140,17 @@ TEST(TorchFileCrcCli, InspectHashChecksATorchSaveFile) {
 
   flip_tensor_byte(src, dir.file("tensor.pt"));
   ToolRun bad = tool("inspect --hash " + q(dir.file("tensor.pt")), dir);
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(testing::line_count(bad.err), 1u) << bad.err;
-  EXPECT_NE(bad.err.find(dir.file("tensor.pt") + ": tensor \"model.w\": zip record \"archive/data/0\" (file bytes " +
-                         record_range(src, "data/0") + "): CRC-32 mismatch"),
-            std::string::npos)
-      << bad.err;
+  expect_one_line_failure(bad, dir.file("tensor.pt") +
+                                   ": tensor \"model.w\": zip record \"archive/data/0\" (file bytes " +
+                                   record_range(src, "data/0") + "): CRC-32 mismatch");
   ToolRun off = tool("inspect --hash --no-zip-crc " + q(dir.file("tensor.pt")), dir);
   EXPECT_EQ(off.code, 0) << off.err;
   EXPECT_EQ(records_checked(off.out), -1) << off.out;
 
   flip_pickle_byte(src, dir.file("pickle.pt"));
   bad = tool("inspect --hash " + q(dir.file("pickle.pt")), dir);
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(testing::line_count(bad.err), 1u) << bad.err;
-  EXPECT_NE(bad.err.find(dir.file("pickle.pt") + ": zip record \"archive/data.pkl\" (file bytes " +
-                         record_range(src, "data.pkl") + "): CRC-32 mismatch"),
-            std::string::npos)
-      << bad.err;
+  expect_one_line_failure(bad, dir.file("pickle.pt") + ": zip record \"archive/data.pkl\" (file bytes " +
+                                   record_range(src, "data.pkl") + "): CRC-32 mismatch");
   off = tool("inspect --hash --no-zip-crc " + q(dir.file("pickle.pt")), dir);
   EXPECT_EQ(off.code, 0) << off.err;
 }
@@ -213,12 +206,8 @@ TEST(TorchFileCrcCli, ConsolidateChecksMetaPt) {
 
   flip_tensor_byte(saved, meta);
   ToolRun bad = tool("consolidate " + q(folder) + " --output_file " + q(dir.file("out1.pt")), dir);
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(testing::line_count(bad.err), 1u) << bad.err;
-  EXPECT_NE(bad.err.find(meta + ": zip record \"meta/data/0\" (file bytes " + record_range(saved, "data/0") +
-                         "): CRC-32 mismatch"),
-            std::string::npos)
-      << bad.err;
+  expect_one_line_failure(
+      bad, meta + ": zip record \"meta/data/0\" (file bytes " + record_range(saved, "data/0") + "): CRC-32 mismatch");
   EXPECT_FALSE(fs::exists(dir.file("out1.pt")));
   ToolRun off = tool("consolidate --stats --no-zip-crc " + q(folder) + " --output_file " + q(dir.file("out2.pt")), dir);
   EXPECT_EQ(off.code, 0) << off.err;
@@ -226,12 +215,8 @@ TEST(TorchFileCrcCli, ConsolidateChecksMetaPt) {
 
   flip_pickle_byte(saved, meta);
   bad = tool("consolidate " + q(folder) + " --output_file " + q(dir.file("out3.pt")), dir);
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_EQ(testing::line_count(bad.err), 1u) << bad.err;
-  EXPECT_NE(bad.err.find(meta + ": zip record \"meta/data.pkl\" (file bytes " + record_range(saved, "data.pkl") +
-                         "): CRC-32 mismatch"),
-            std::string::npos)
-      << bad.err;
+  expect_one_line_failure(bad, meta + ": zip record \"meta/data.pkl\" (file bytes " + record_range(saved, "data.pkl") +
+                                   "): CRC-32 mismatch");
   EXPECT_FALSE(fs::exists(dir.file("out3.pt")));
   off = tool("consolidate --no-zip-crc " + q(folder) + " --output_file " + q(dir.file("out4.pt")), dir);
   EXPECT_EQ(off.code, 0) << off.err;
