@@ -248,7 +248,9 @@ SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uin
  *    "max_shard_bytes": int, "memory_budget": int, "verify_checksums": bool, "check_zip_crc": bool,
  *    "durable": bool}
  * *report_json: {"output", "tensors", "objects", "tensor_bytes", "bytes_read", "peak_rss_bytes",
- * "seconds"}. */
+ * "zip_crc", "seconds"}, where "zip_crc" counts the zip CRC-32 checks of the blobs no sidecar
+ * covers and of meta.pt: {"records_checked", "bytes_checked", "records_no_checksum",
+ * "records_partial"} (no_checksum and partial: records not checked). */
 SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json, char** report_json,
                                    char** error);
 
@@ -256,7 +258,7 @@ SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* op
  * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
  * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none"}.
  * *report_json: {"source_format", "tensors", "objects", "payload_bytes", "bytes_written",
- * "seconds"}. */
+ * "zip_crc", "seconds"}, "zip_crc" as in sp_consolidate's report. */
 SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int ranks, const char* options_json,
                                char** report_json, char** error);
 

@@ -63,6 +63,7 @@ def consolidate(
     max_shard_bytes: int = 0,
     memory_budget: int = 256 << 20,
     verify_checksums: bool = True,
+    check_zip_crc: bool = True,
     durable: bool = True,
 ) -> Dict[str, Any]:
     """Merges a sharded checkpoint folder into one file, as Lightning's
@@ -77,11 +78,15 @@ def consolidate(
         max_shard_bytes: safetensors only: split into files of at most this many bytes.
         memory_budget: bytes the copy may use.
         verify_checksums: verify the checksum sidecar on every byte read.
+        check_zip_crc: where no sidecar covers a blob (PyTorch's checkpoints) and for
+            ``meta.pt``, check the CRC-32 each zip record carries.
         durable: fsync the output before publishing it.
 
     Returns:
         A dict: ``output`` (path written), ``tensors``, ``objects``, ``tensor_bytes``,
-        ``bytes_read``, ``peak_rss_bytes``, ``seconds``.
+        ``bytes_read``, ``peak_rss_bytes``, ``zip_crc``, ``seconds``. ``zip_crc`` counts the
+        zip CRC-32 checks: ``records_checked``, ``bytes_checked``, and the records left
+        unchecked, ``records_no_checksum`` (written without one) and ``records_partial``.
 
     Raises:
         PlanError: Lightning's validation (not a folder, no ``.metadata``/``meta.pt``).
@@ -93,6 +98,7 @@ def consolidate(
         "max_shard_bytes": int(max_shard_bytes),
         "memory_budget": int(memory_budget),
         "verify_checksums": bool(verify_checksums),
+        "check_zip_crc": bool(check_zip_crc),
         "durable": bool(durable),
     }
     if output_file is not None:
@@ -106,6 +112,7 @@ def reshard(
     ranks: int,
     *,
     verify_checksums: bool = True,
+    check_zip_crc: bool = True,
     memory_budget: int = 256 << 20,
     thread_count: int = 1,
     checksum: str = "crc32c",
@@ -115,12 +122,17 @@ def reshard(
     out as ``ranks`` ranks would save it (dim-0 sharding), streaming within
     ``memory_budget`` bytes.
 
+    ``check_zip_crc``: where no sidecar covers a record (PyTorch's checkpoints, torch.save
+    files), check its zip CRC-32; a record read only in part is counted, not checked.
+
     Returns:
         A dict: ``source_format`` (``"dcp"``/``"torch"``), ``tensors``, ``objects``,
-        ``payload_bytes``, ``bytes_written``, ``seconds``.
+        ``payload_bytes``, ``bytes_written``, ``zip_crc`` (as in :func:`consolidate`),
+        ``seconds``.
     """
     options = {
         "verify_checksums": bool(verify_checksums),
+        "check_zip_crc": bool(check_zip_crc),
         "memory_budget": int(memory_budget),
         "thread_count": int(thread_count),
         "checksum": checksum,

@@ -89,8 +89,26 @@ def test_engine_reads_what_this_pytorch_wrote(tmp_path):
     assert report["ok"] and report["coverage"][0]["sidecar"] is None
     assert report["coverage"][0]["zip_crc32_bytes"] > 0  # PyTorch's own CRC-32s were checked
     out = tmp_path / "theirs.pt"
-    shardpoint.consolidate(path, out, layout="dcp")
+    report = shardpoint.consolidate(path, out, layout="dcp")
     assert torch.equal(torch.load(out, weights_only=False)["model"]["w"], state()["model"]["w"])
+    # Every tensor record was read whole, so each one's CRC-32 was checked.
+    assert report["zip_crc"]["records_checked"] >= 2 and report["zip_crc"]["records_partial"] == 0
+    assert report["zip_crc"]["bytes_checked"] >= (33 * 8 + 8) * 4
+    unchecked = shardpoint.consolidate(path, tmp_path / "unchecked.pt", layout="dcp", check_zip_crc=False)
+    assert unchecked["zip_crc"]["records_checked"] == 0
+
+
+def test_reshard_reports_the_zip_crc_checks(tmp_path):
+    """A PyTorch-written checkpoint has no sidecar: reshard checks the zip CRC-32 of every
+    record it reads whole and says so in its report."""
+    path = tmp_path / "theirs"
+    dcp.save(state(), storage_writer=dcp.FileSystemWriter(path))
+    report = shardpoint.reshard(path, tmp_path / "two", 2)
+    assert report["zip_crc"]["records_checked"] >= 2
+    assert report["zip_crc"]["bytes_checked"] >= (33 * 8 + 8) * 4
+    off = shardpoint.reshard(path, tmp_path / "two-unchecked", 2, check_zip_crc=False)
+    assert off["zip_crc"] == {"records_checked": 0, "bytes_checked": 0, "records_no_checksum": 0,
+                              "records_partial": 0}
 
 
 def test_our_save_has_a_load_index(ckpt):

@@ -161,6 +161,14 @@ json chunk_json(const format::ChunkStorageMetadata& chunk, const format::Storage
   return c;
 }
 
+// ZipCrcCounts as the "zip_crc" member of the consolidate and reshard reports.
+json zip_crc_json(const engine::ZipCrcCounts& c) {
+  return json{{"records_checked", c.records_checked},
+              {"bytes_checked", c.bytes_checked},
+              {"records_no_checksum", c.records_no_checksum},
+              {"records_partial", c.records_partial}};
+}
+
 }  // namespace
 
 extern "C" {
@@ -459,7 +467,7 @@ sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json
     const json out{{"output", r.output},         {"tensors", r.tensors},
                    {"objects", r.objects},       {"tensor_bytes", r.tensor_bytes},
                    {"bytes_read", r.bytes_read}, {"peak_rss_bytes", r.peak_rss_bytes},
-                   {"seconds", r.seconds}};
+                   {"zip_crc", zip_crc_json(r.zip_crc)}, {"seconds", r.seconds}};
     *report_json = copy_string(out.dump());
   });
 }
@@ -487,6 +495,7 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
                    {"objects", r.objects},
                    {"payload_bytes", r.payload_bytes},
                    {"bytes_written", r.bytes_written},
+                   {"zip_crc", zip_crc_json(r.zip_crc)},
                    {"seconds", r.seconds}};
     *report_json = copy_string(out.dump());
   });

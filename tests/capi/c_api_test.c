@@ -88,15 +88,17 @@ static void test_save_load_reshard(const char* dir) {
   json = NULL;
   char dst[4096];
   snprintf(dst, sizeof dst, "%s/three", dir);
-  CHECK(sp_reshard(path, dst, 3, NULL, &json, &error) == SP_OK && strstr(json, "\"tensors\":2"), "reshard: %s",
-        json ? json : msg(error));
+  CHECK(sp_reshard(path, dst, 3, NULL, &json, &error) == SP_OK && strstr(json, "\"tensors\":2") &&
+            strstr(json, "\"zip_crc\":{") && strstr(json, "\"records_checked\":0"),
+        "reshard: %s", json ? json : msg(error)); /* the sidecar covers every blob */
   sp_free(json);
   json = NULL;
   char out[4096], options[4200];
   snprintf(out, sizeof out, "%s/model.pt", dir);
   snprintf(options, sizeof options, "{\"output_file\": \"%s\", \"layout\": \"dcp\"}", out);
-  CHECK(sp_consolidate(dst, options, &json, &error) == SP_OK && strstr(json, "model.pt"), "consolidate: %s",
-        json ? json : msg(error));
+  CHECK(sp_consolidate(dst, options, &json, &error) == SP_OK && strstr(json, "model.pt") &&
+            strstr(json, "\"zip_crc\":{") && strstr(json, "\"records_partial\":0"),
+        "consolidate: %s", json ? json : msg(error));
   sp_free(json);
 }
 
