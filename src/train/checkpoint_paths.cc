@@ -14,6 +14,7 @@
 
 #include "shardpoint/error.h"
 #include "shardpoint/storage.h"
+#include "engine/torch_file_crc.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/location.h"
 #include "torchfile/torch_file.h"
@@ -122,14 +123,24 @@ struct Candidate {
   bool sharded() const { return files.count("meta.pt") > 0; }
 };
 
+// The global_step of a committed candidate, read from its meta.pt (sharded) or the file
+// itself. It decides which checkpoint is resumed, so data.pkl's zip CRC-32 is checked: a
+// damaged step that still parses must not pick the wrong one (FormatError naming the file).
 std::int64_t global_step_of(const Candidate& c) {
-  std::unique_ptr<torchfile::TorchFile> tf;
+  std::unique_ptr<storage::Storage> st;
+  std::string name;
   if (c.sharded()) {
-    tf = torchfile::TorchFile::open(storage::open_storage(c.path)->open_source("meta.pt"));
+    st = storage::open_storage(c.path);
+    name = "meta.pt";
   } else {
-    const auto [parent, name] = parent_and_name(c.path);
-    tf = torchfile::TorchFile::open(storage::open_storage(parent)->open_source(name));
+    const auto [parent, file] = parent_and_name(c.path);
+    st = storage::open_storage(parent);
+    name = file;
   }
+  const std::string shown = c.sharded() ? c.path + "/meta.pt" : c.path;
+  const std::unique_ptr<torchfile::TorchFile> tf =
+      engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, shown, true);
+  engine::TorchFileCrc(*tf, shown).check_small_records();
   const pickle::ValuePtr step = tf->root()->get("global_step");
   if (!step) throw FormatError(fmt::format("{}: checkpoint has no \"global_step\"", c.path));
   return step->as_int();

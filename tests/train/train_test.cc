@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <functional>
+#include <iterator>
 #include <set>
 
 #include "comm/thread_communicator.h"
@@ -575,6 +576,38 @@ TEST(ResolveLastTest, NewestCommittedCheckpointWithANoteWhenNotTheNewestLast) {
   last = resolve_last_checkpoint(root.string());
   EXPECT_EQ(last.path, (v1 / "epoch=0-step=4.ckpt").string());
   EXPECT_NE(last.note.find("no last*.ckpt"), std::string::npos) << last.note;
+  fs::remove_all(root);
+}
+
+// The step decides which checkpoint is resumed: a flipped byte in a candidate's data.pkl
+// that still parses (another step) is caught by the record's zip CRC-32.
+TEST(ResolveLastTest, ADamagedStepIsCaughtByItsZipCrc) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / ("sp_resolve_crc_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const fs::path ckpt = root / "lightning_logs/version_0/checkpoints/last.ckpt";
+  fs::create_directories(ckpt);
+  std::ofstream(ckpt / ".metadata") << "x";
+  write_step_file(ckpt / "meta.pt", 1234567);  // pickled as BININT: 87 d6 12 00
+  EXPECT_EQ(resolve_last_checkpoint(root.string()).path, ckpt.string());
+  std::string bytes;
+  {
+    std::ifstream in(ckpt / "meta.pt", std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::size_t at = bytes.find(std::string("\x87\xd6\x12\x00", 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = '\x88';  // global_step 1234568: parses
+  std::ofstream(ckpt / "meta.pt", std::ios::binary | std::ios::trunc) << bytes;
+  try {
+    resolve_last_checkpoint(root.string());
+    ADD_FAILURE() << "a damaged data.pkl was read";
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("meta.pt"), std::string::npos) << what;
+    EXPECT_NE(what.find("data.pkl"), std::string::npos) << what;
+    EXPECT_NE(what.find("CRC-32 mismatch"), std::string::npos) << what;
+  }
   fs::remove_all(root);
 }
 
