@@ -3,13 +3,12 @@
 # build` does not install anything.
 
 BUILD        ?= build
-BUILD_ASAN   ?= build-asan
-BUILD_FUZZ   ?= build-fuzz
+BUILD_SAN    ?= build-san
 JOBS         ?= $(shell nproc)
 FUZZ_SECONDS ?= 30
 CMAKE_FLAGS  ?=
-# Parsers and the engine under ASan/UBSan (the LibTorch and multi-process suites are not
-# rebuilt there: they add build time, not parser coverage).
+# Parsers and the engine under ASan/UBSan (the LibTorch and most multi-process suites are
+# not rebuilt there: they add build time, not parser coverage).
 ASAN_TESTS   ?= core_test pickle_test torchfile_test format_test engine_test engine_io_test async_save_test commit_order_test storage_test
 # ccache hits across clones (CI builds a fresh clone in another folder).
 export CCACHE_BASEDIR := $(CURDIR)
@@ -31,10 +30,14 @@ build: $(BUILD)/build.ninja
 
 # The main job: an end-to-end demonstration (see scripts/demo.sh). Builds only the two
 # commands it runs and libshardpoint.so (its Python part).
+# The Python venv of its last step (scripts/setup-python.sh: downloads, mostly) is made
+# while they compile; its log goes to $(BUILD)/setup-python.log.
 demo:
 	@scripts/install-deps.sh demo
 	$(MAKE) --no-print-directory $(BUILD)/build.ninja
-	cmake --build $(BUILD) -j $(JOBS) --target shardpoint shardpoint-train shardpoint_c
+	@scripts/setup-python.sh >$(BUILD)/setup-python.log 2>&1 & venv=$$!; \
+	  cmake --build $(BUILD) -j $(JOBS) --target shardpoint shardpoint-train shardpoint_c; built=$$?; \
+	  wait $$venv; exit $$built
 	scripts/demo.sh $(BUILD)
 
 # Every test: the C++ suites (ctest, interop with the oracles included), then the Python
@@ -64,27 +67,28 @@ wheel: deps
 oracle: deps
 	@if [ -x scripts/setup-oracle.sh ]; then scripts/setup-oracle.sh; fi
 
-# The unit and corruption tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
-test-asan: deps
-	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDPOINT_SANITIZE=ON \
+# One clang build serves the sanitizer tests and the fuzzers, so the library compiles once:
+# AddressSanitizer + UndefinedBehaviorSanitizer (a UB report aborts) and libFuzzer's coverage
+# instrumentation on every object, -O1 with assertions on. Without Gloo and LibTorch (GCC
+# only): the multi-process tests built there run over the TCP communicator.
+$(BUILD_SAN)/build.ninja:
+	CC=clang CXX=clang++ cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DSHARDPOINT_SANITIZE=ON -DSHARDPOINT_FUZZ=ON \
 	  -DSHARDPOINT_BENCH=OFF $(CMAKE_FLAGS)
-	cmake --build $(BUILD_ASAN) -j $(JOBS) --target $(ASAN_TESTS)
-	@for t in $(ASAN_TESTS); do \
-	  bin=$$(find $(BUILD_ASAN)/tests -name $$t -type f -perm -u+x | head -1); \
-	  echo "== $$t (ASan/UBSan)"; \
-	  ASAN_OPTIONS=detect_leaks=1 $$bin --gtest_brief=1 || exit 1; \
-	done
 
-# libFuzzer targets (clang), each run for FUZZ_SECONDS.
-fuzz: deps
-	CC=clang CXX=clang++ cmake -S . -B $(BUILD_FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DSHARDPOINT_FUZZ=ON -DSHARDPOINT_TESTS=OFF $(CMAKE_FLAGS)
-	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzzers
-	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+# The unit and corruption tests again under ASan/UBSan, JOBS suites at a time.
+test-asan: deps $(BUILD_SAN)/build.ninja
+	cmake --build $(BUILD_SAN) -j $(JOBS) --target $(ASAN_TESTS)
+	scripts/run-sanitized-tests.sh $(BUILD_SAN) $(JOBS) $(ASAN_TESTS)
+
+# libFuzzer targets, each run for FUZZ_SECONDS.
+fuzz: deps $(BUILD_SAN)/build.ninja
+	cmake --build $(BUILD_SAN) -j $(JOBS) --target fuzzers
+	scripts/run-fuzzers.sh $(BUILD_SAN) $(FUZZ_SECONDS)
 
 bench: deps
 	$(MAKE) --no-print-directory build
 	scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) build-wheel dist
+	rm -rf $(BUILD) $(BUILD_SAN) build-wheel dist

@@ -6,7 +6,7 @@
 #
 #   scripts/run-fuzzers.sh [BUILD_DIR [SECONDS [JOBS]]]
 set -euo pipefail
-BUILD_DIR=${1:-build-fuzz}
+BUILD_DIR=${1:-build-san}
 SECONDS_EACH=${2:-30}
 JOBS=${3:-$(nproc)}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

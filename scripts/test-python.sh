@@ -19,6 +19,18 @@ if [[ -z "$PY" ]]; then
 fi
 
 export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
+# The wheel's compiler is the C++ build's: scikit-build-core would otherwise take Python's
+# (sysconfig's g++ where CMake chose c++), and ccache keys on the compiler's name, so every
+# object would compile again.
+MAIN_BUILD=${BUILD:-build}
+[[ "$MAIN_BUILD" == /* ]] || MAIN_BUILD="$REPO/$MAIN_BUILD"
+MAIN_CACHE="$MAIN_BUILD/CMakeCache.txt"
+if [[ -z "${CXX:-}" && -f "$MAIN_CACHE" ]]; then
+  CXX=$(sed -n 's/^CMAKE_CXX_COMPILER:FILEPATH=//p' "$MAIN_CACHE")
+  CC=$(sed -n 's/^CMAKE_C_COMPILER:FILEPATH=//p' "$MAIN_CACHE")
+  if [[ -n "$CXX" ]]; then export CXX; else unset CXX; fi
+  if [[ -n "$CC" ]]; then export CC; else unset CC; fi
+fi
 echo "== python: building the wheel (pip wheel .)"
 rm -rf build-wheel/dist build-wheel/site
 "$PY" -m pip wheel . --no-deps --no-build-isolation -q -w build-wheel/dist
@@ -30,4 +42,4 @@ export SHARDPOINT_PYTHONPATH="$REPO/build-wheel/site"
 # The C++ build whose shardpoint-train the trainer interop tests run (make passes $(BUILD)).
 export SHARDPOINT_BUILD_DIR="${SHARDPOINT_BUILD_DIR:-$REPO/${BUILD:-build}}"
 cd python/tests
-exec "$PY" -m pytest -q -p no:cacheprovider "$@"
+exec "$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"

@@ -1,6 +1,6 @@
 // async_save(): the same files as save(), independence from the caller's buffers after it
 // returns, failures agreed by every rank's wait(), saves in a row over one staging pool,
-// the staging bound; and real processes over Gloo (async_save_worker).
+// the staging bound; and real processes over Gloo, or TCP without it (async_save_worker).
 #include "shardpoint/async_save.h"
 
 #include <gtest/gtest.h>
@@ -291,7 +291,7 @@ TEST(AsyncSaveTest, DroppedPendingSaveRemovesItsFiles) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Real processes: async_save_worker ranks over Gloo.
+// Real processes: async_save_worker ranks over Gloo (TCP in builds without it).
 
 std::vector<shardpoint::testing::ProcessResult> run_ranks(int world, const std::vector<std::string>& args) {
   return shardpoint::testing::launch_ranks(SP_ASYNC_SAVE_WORKER, args, world);

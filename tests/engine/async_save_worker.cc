@@ -1,5 +1,6 @@
 // async_save_worker: one rank of the multi-process async_save tests (async_save_test.cc).
-// The communicator comes from make_communicator_from_env() (Gloo under launch_ranks).
+// The communicator comes from make_communicator_from_env() (Gloo under launch_ranks; TCP
+// in builds without Gloo).
 //
 //   async_save_worker save-twice DIR1 DIR2   async-saves the state of checkpoint_test_state.h
 //       into DIR1, scribbles over it and runs collectives while the files are written, then

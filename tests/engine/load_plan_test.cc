@@ -420,7 +420,9 @@ void save_then_load(const Shape& global, const Boxes& save_boxes, const Boxes& l
   std::vector<std::vector<std::int32_t>> shard_data(save_boxes.size());
   std::vector<SavePlan> plans;
   for (std::size_t r = 0; r < save_boxes.size(); ++r) {
-    const auto& [offsets, sizes] = save_boxes[r];
+    // Named, not structured bindings: lambdas cannot capture those before clang 16.
+    const Shape& offsets = save_boxes[r].first;
+    const Shape& sizes = save_boxes[r].second;
     for_each_index(sizes, [&](const Shape& i) { shard_data[r].push_back(global_value(global, offsets, i)); });
     TensorShard t = shard(global, offsets, sizes, DType::kInt32);
     t.data = std::as_writable_bytes(std::span(shard_data[r]));
@@ -437,7 +439,9 @@ void save_then_load(const Shape& global, const Boxes& save_boxes, const Boxes& l
     }
   }
   const auto& tensor = std::get<format::TensorStorageMetadata>(saved_plan.metadata.state_dict_metadata.at("w"));
-  for (const auto& [offsets, sizes] : load_boxes) {
+  for (const auto& box : load_boxes) {
+    const Shape& offsets = box.first;
+    const Shape& sizes = box.second;
     std::vector<std::int32_t> dest(static_cast<std::size_t>(volume(sizes)), -1);
     TensorShard t = shard(global, offsets, sizes, DType::kInt32);
     t.data = std::as_writable_bytes(std::span(dest));
