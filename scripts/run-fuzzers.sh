@@ -31,19 +31,9 @@ run_one() {
   fi
 }
 
-status=0
-running=0
+source "$ROOT/scripts/parallel.sh"
+fuzzers=()
 for bin in "$BUILD_DIR"/fuzz/*_fuzzer; do
-  [[ -f "$bin" && -x "$bin" ]] || continue  # skip the corpus-* folders
-  if (( running >= JOBS )); then
-    wait -n || status=1
-    running=$((running - 1))
-  fi
-  run_one "$bin" &
-  running=$((running + 1))
+  if [[ -f "$bin" && -x "$bin" ]]; then fuzzers+=("$bin"); fi  # not the corpus-* folders
 done
-while (( running > 0 )); do
-  wait -n || status=1
-  running=$((running - 1))
-done
-exit $status
+run_in_parallel "$JOBS" run_one "${fuzzers[@]}"

@@ -30,18 +30,5 @@ run_one() {
   fi
 }
 
-status=0
-running=0
-for name in "$@"; do
-  if (( running >= JOBS )); then
-    wait -n || status=1
-    running=$((running - 1))
-  fi
-  run_one "$name" &
-  running=$((running + 1))
-done
-while (( running > 0 )); do
-  wait -n || status=1
-  running=$((running - 1))
-done
-exit "$status"
+source "$(dirname "$0")/parallel.sh"
+run_in_parallel "$JOBS" run_one "$@"
