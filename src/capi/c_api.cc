@@ -464,10 +464,14 @@ sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json
     options.check_zip_crc = option<bool>(o, "check_zip_crc", options.check_zip_crc);
     options.durable = option<bool>(o, "durable", options.durable);
     const engine::ConsolidateReport r = engine::consolidate(options);
-    const json out{{"output", r.output},         {"tensors", r.tensors},
-                   {"objects", r.objects},       {"tensor_bytes", r.tensor_bytes},
-                   {"bytes_read", r.bytes_read}, {"peak_rss_bytes", r.peak_rss_bytes},
-                   {"zip_crc", zip_crc_json(r.zip_crc)}, {"seconds", r.seconds}};
+    const json out{{"output", r.output},
+                   {"tensors", r.tensors},
+                   {"objects", r.objects},
+                   {"tensor_bytes", r.tensor_bytes},
+                   {"bytes_read", r.bytes_read},
+                   {"peak_rss_bytes", r.peak_rss_bytes},
+                   {"zip_crc", zip_crc_json(r.zip_crc)},
+                   {"seconds", r.seconds}};
     *report_json = copy_string(out.dump());
   });
 }

@@ -12,9 +12,9 @@
 
 #include <fmt/format.h>
 
+#include "engine/torch_file_crc.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage.h"
-#include "engine/torch_file_crc.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/location.h"
 #include "torchfile/torch_file.h"

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <set>
 
 #include "comm/thread_communicator.h"
