@@ -19,11 +19,12 @@ if [[ -z "$PY" ]]; then
 fi
 
 export CCACHE_BASEDIR="$REPO" CCACHE_NOHASHDIR=1
+# The C++ build (make passes $(BUILD)), absolute.
+MAIN_BUILD=${BUILD:-build}
+[[ "$MAIN_BUILD" == /* ]] || MAIN_BUILD="$REPO/$MAIN_BUILD"
 # The wheel's compiler is the C++ build's: scikit-build-core would otherwise take Python's
 # (sysconfig's g++ where CMake chose c++), and ccache keys on the compiler's name, so every
 # object would compile again.
-MAIN_BUILD=${BUILD:-build}
-[[ "$MAIN_BUILD" == /* ]] || MAIN_BUILD="$REPO/$MAIN_BUILD"
 MAIN_CACHE="$MAIN_BUILD/CMakeCache.txt"
 if [[ -z "${CXX:-}" && -f "$MAIN_CACHE" ]]; then
   CXX=$(sed -n 's/^CMAKE_CXX_COMPILER:FILEPATH=//p' "$MAIN_CACHE")
@@ -40,6 +41,6 @@ echo "== python: $(basename "$WHEEL") -> build-wheel/site"
 
 export SHARDPOINT_PYTHONPATH="$REPO/build-wheel/site"
 # The C++ build whose shardpoint-train the trainer interop tests run (make passes $(BUILD)).
-export SHARDPOINT_BUILD_DIR="${SHARDPOINT_BUILD_DIR:-$REPO/${BUILD:-build}}"
+export SHARDPOINT_BUILD_DIR="${SHARDPOINT_BUILD_DIR:-$MAIN_BUILD}"
 cd python/tests
 exec "$PY" -m pytest -q -p no:cacheprovider --durations=15 "$@"

@@ -56,6 +56,11 @@ std::pair<std::string, std::string> parent_and_name(const std::string& path) {
   return {parent->to_string(), location.name()};
 }
 
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name) {
+  const std::shared_ptr<storage::Storage> st = storage::open_storage(dir);
+  return engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, dir + "/" + name, true);
+}
+
 bool path_exists(const std::string& path) {
   if (!is_remote(path)) return fs::exists(path);
   const auto [parent, name] = parent_and_name(path);
@@ -127,20 +132,10 @@ struct Candidate {
 // itself. It decides which checkpoint is resumed, so data.pkl's zip CRC-32 is checked: a
 // damaged step that still parses must not pick the wrong one (FormatError naming the file).
 std::int64_t global_step_of(const Candidate& c) {
-  std::unique_ptr<storage::Storage> st;
-  std::string name;
-  if (c.sharded()) {
-    st = storage::open_storage(c.path);
-    name = "meta.pt";
-  } else {
-    const auto [parent, file] = parent_and_name(c.path);
-    st = storage::open_storage(parent);
-    name = file;
-  }
-  const std::string shown = c.sharded() ? c.path + "/meta.pt" : c.path;
-  const std::unique_ptr<torchfile::TorchFile> tf =
-      engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, shown, true);
-  engine::TorchFileCrc(*tf, shown).check_small_records();
+  const auto [dir, name] =
+      c.sharded() ? std::pair<std::string, std::string>{c.path, "meta.pt"} : parent_and_name(c.path);
+  const std::unique_ptr<torchfile::TorchFile> tf = open_torch_file(dir, name);
+  engine::TorchFileCrc(*tf, dir + "/" + name).check_small_records();
   const pickle::ValuePtr step = tf->root()->get("global_step");
   if (!step) throw FormatError(fmt::format("{}: checkpoint has no \"global_step\"", c.path));
   return step->as_int();

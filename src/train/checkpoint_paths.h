@@ -10,11 +10,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "torchfile/torch_file.h"
 #include "train/fsdp_strategy.h"
 
 namespace shardpoint::train {
@@ -28,6 +30,11 @@ std::string normalize_checkpoint_path(const std::string& path);
 // (the folder or prefix holding path, its name there). Throws UsageError for a bucket root
 // or "/" (nothing holds them).
 std::pair<std::string, std::string> parent_and_name(const std::string& path);
+
+// Opens the torch.save file `name` under `dir` (a path or URL). Throws what opening and
+// parsing throw; when data.pkl does not parse and its zip CRC-32 mismatches, that mismatch
+// (FormatError naming "dir/name") instead.
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name);
 
 // True when a file or folder is at path (local), or an object at it or any object under it
 // as a prefix (URL).

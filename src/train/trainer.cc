@@ -57,13 +57,6 @@ std::int64_t meta_int(const Value& root, const char* key, const std::string& whe
   return v->as_int();
 }
 
-// Opens the torch.save file `name` under `dir` (a damaged data.pkl that does not parse is
-// named by its zip CRC-32).
-std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name) {
-  const std::shared_ptr<storage::Storage> st = storage::open_storage(dir);
-  return engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, dir + "/" + name, true);
-}
-
 // Copies the whole tensor `info` of tf into out (row-major, little-endian) and checks the
 // zip CRC-32 of its storage record: a contiguous little-endian tensor's bytes as they are
 // read, any other's record whole first (its reads are element runs).
