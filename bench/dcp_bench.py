@@ -263,6 +263,7 @@ def summarize(ranks):
          "transient_rss": max(r["peak_rss"] - r["rss_before"] for r in ranks),
          "own": max(r["own_bytes"] for r in ranks),
          "cpu": max(r.get("cpu_seconds", 0) for r in ranks),
+         "cpu_total": sum(r.get("cpu_seconds", 0) for r in ranks),
          "verified": all(r.get("verified", True) for r in ranks)}
     if "bytes_needed" in ranks[0]:
         s["needed"] = sum(r["bytes_needed"] for r in ranks)
@@ -299,6 +300,8 @@ def zip_crc_round(tool, ckpt, layers, rnd, res, raw, scratch, peer=True):
     job("sp_l2w_pt_warmup", on)
     for name, fn in [("sp_l2w_pt_off", off), ("sp_l2w_pt", on), ("sp_l2w_pt_off", off), ("sp_l2w_pt", on)]:
         job(name, fn)
+    floor = subprocess.run([tool, "crc-floor", ckpt], capture_output=True, text=True, check=True)
+    res["crc_floor"].append(json.loads(floor.stdout.splitlines()[-1]))
     if peer:
         benchlib.drop_caches()
         job("pt_l2c", lambda: run_peer("load", ckpt, 2, layers, scratch))
@@ -306,7 +309,8 @@ def zip_crc_round(tool, ckpt, layers, rnd, res, raw, scratch, peer=True):
 
 
 def print_zip_crc_table(res, g, m):
-    """The zip CRC-32 check's cost: shardpoint loading PyTorch's checkpoint with it on and off."""
+    """The zip CRC-32 check's cost: shardpoint loading PyTorch's checkpoint with it on and off, and
+    the least it can cost on this machine (dcp_bench crc-floor)."""
     import benchlib
 
     def cost(on, off):
@@ -314,18 +318,38 @@ def print_zip_crc_table(res, g, m):
         t_off = benchlib.median([s["seconds"] for s in res[off]])
         return f"{(t_on / t_off - 1) * 100:+.1f} %" if t_on and t_off else "-"
 
+    def cpu_cost(on, off):
+        # The check's extra CPU (both ranks) over the unchecked load's wall time x ranks: what
+        # the check would add if none of it overlapped anything (an upper bound for a cold load,
+        # where the CPU waits on the disk; about the cost itself for a CPU-bound warm load).
+        c_on = benchlib.median([s["cpu_total"] for s in res[on]])
+        c_off = benchlib.median([s["cpu_total"] for s in res[off]])
+        t_off = benchlib.median([s["seconds"] for s in res[off]])
+        return f"{(c_on - c_off) / (2 * t_off) * 100:+.1f} %" if t_off else "-"
+
     def records(name):
         return str(int(benchlib.median([s.get("zip_crc_records", 0) for s in res[name]]))) if res[name] else "-"
 
     benchlib.print_table(
         "zip CRC-32 check on load: shardpoint loads PyTorch 2.6's checkpoint (4 ranks -> 2, no sidecar), "
-        "check on vs off (GB/s min/median/max; cost from median times)",
-        ["job", "check on", "check off", "cost of the check", "records checked (on / off)", "PyTorch 2.6 dcp.load",
-         "target"],
+        "check on vs off (GB/s min/median/max; cost from median times; CPU cost: the extra CPU seconds over "
+        "the unchecked wall time)",
+        ["job", "check on", "check off", "cost of the check", "CPU cost", "records checked (on / off)",
+         "PyTorch 2.6 dcp.load", "target"],
         [["cold", benchlib.triple(g["sp_l2c_pt"]), benchlib.triple(g["sp_l2c_pt_off"]), cost("sp_l2c_pt", "sp_l2c_pt_off"),
-          f"{records('sp_l2c_pt')} / {records('sp_l2c_pt_off')}", benchlib.triple(g["pt_l2c"]), "<= 3 %"],
+          cpu_cost("sp_l2c_pt", "sp_l2c_pt_off"), f"{records('sp_l2c_pt')} / {records('sp_l2c_pt_off')}",
+          benchlib.triple(g["pt_l2c"]), "<= 3 %"],
          ["warm", benchlib.triple(g["sp_l2w_pt"]), benchlib.triple(g["sp_l2w_pt_off"]), cost("sp_l2w_pt", "sp_l2w_pt_off"),
-          f"{records('sp_l2w_pt')} / {records('sp_l2w_pt_off')}", benchlib.triple(g["pt_l2w"]), "<= 10 %"]])
+          cpu_cost("sp_l2w_pt", "sp_l2w_pt_off"), f"{records('sp_l2w_pt')} / {records('sp_l2w_pt_off')}",
+          benchlib.triple(g["pt_l2w"]), "<= 10 %"]])
+    if res["crc_floor"]:
+        f = res["crc_floor"]
+        copy = benchlib.median([x["copy_seconds"] for x in f])
+        both = benchlib.median([x["copy_crc_seconds"] for x in f])
+        print(f"\nfloor (dcp_bench crc-floor, 1 thread, the checkpoint's files from the page cache): pread in 256 KiB "
+              f"pieces {f[0]['bytes'] / copy / 1e9:.2f} GB/s, with CRC-32 of each piece {f[0]['bytes'] / both / 1e9:.2f} "
+              f"GB/s: the check costs a warm copy {(both / copy - 1) * 100:+.1f} %; CRC-32 alone "
+              f"{benchlib.median([x['crc_gbps'] for x in f]):.1f} GB/s on a cached piece")
 
 
 def main():
@@ -360,6 +384,7 @@ def main():
     jobs = ["sp_save", "pt_save", "sp_l2c", "sp_l2w", "sp_l2s", "sp_l3c", "pt_l2c", "pt_l2w", "pt_l2s", "pt_l3c",
             "sp_l2c_pt", "sp_l2c_pt_off", "sp_l2w_pt_warmup", "sp_l2w_pt", "sp_l2w_pt_off"]
     res = {k: [] for k in jobs}
+    res["crc_floor"] = []  # dcp_bench crc-floor's figures, one per zip-crc round
     ceil = {k: [] for k in ["odirect4", "buf4", "read1", "read4"]}
     # fio total = the payload (per-rank numbers are what matter; at least 256 MiB)
     payload_est = sum(3 * 4 * (s[0] * (s[1] if len(s) > 1 else 1)) for _, s in gpt2_parameters(args.layers))
