@@ -16,6 +16,11 @@ parameters + optimizer state are about ``--gib`` GiB. After the first optimizer 
 - done: until the checkpoint was committed (async: after waiting for the background write);
 - load: ``strategy.load_checkpoint`` of the last one (model + optimizer), page cache warm.
 
+``lightning-alone`` is shardpoint's strategy with a DCP writer that writes no tensor bytes and a
+reader that reads none (bench/python_dcp_bench.py's DCP-alone classes): what is left is
+Lightning's, FSDP's and DCP's own work, which no storage layer can remove. The stock strategy's
+times over it are the highest ratios any storage layer can reach here (printed as "ceiling").
+
 Needs lightning and shardpoint importable (PYTHONPATH=build-wheel/site). Prints a Markdown table.
 """
 
@@ -33,7 +38,7 @@ import time
 from pathlib import Path
 
 LAYER = 2048
-CONFIGS = ["stock", "shardpoint", "shardpoint-async"]
+CONFIGS = ["stock", "shardpoint", "shardpoint-async", "lightning-alone"]
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -113,6 +118,15 @@ def worker(args: argparse.Namespace) -> None:
 
     if args.config == "stock":
         strategy = StockCpu(state_dict_type="sharded", auto_wrap_policy={nn.Linear})
+    elif args.config == "lightning-alone":
+        import torch.distributed.checkpoint as dcp
+        import shardpoint.lightning as sp_lightning
+        from python_dcp_bench import dcp_alone_classes
+
+        null_writer, null_reader = dcp_alone_classes(dcp)
+        sp_lightning.StorageWriter = null_writer  # writes .metadata only; meta.pt as usual
+        strategy = sp_lightning.FSDPStrategy(state_dict_type="sharded", auto_wrap_policy={nn.Linear})
+        strategy._reader = null_reader
     else:
         from shardpoint.lightning import FSDPStrategy
 
@@ -164,6 +178,14 @@ def main() -> None:
     for config, r in rows:
         print(f"| {config} | {statistics.median(r['stall']):.2f} | {statistics.median(r['write']):.2f} |"
               f" {statistics.median(r['done']):.2f} | {r['load']:.2f} |")
+    by_name = dict(rows)
+    if "lightning-alone" in by_name:
+        alone, stock = by_name["lightning-alone"], by_name["stock"]
+        print(f"ceiling (stock / lightning-alone, the highest ratio a storage layer can reach): save until committed "
+              f"{statistics.median(stock['done']) / statistics.median(alone['done']):.2f}x, load "
+              f"{stock['load'] / alone['load']:.2f}x; shardpoint's: save "
+              f"{statistics.median(stock['done']) / statistics.median(by_name['shardpoint']['done']):.2f}x, load "
+              f"{stock['load'] / by_name['shardpoint']['load']:.2f}x")
     print("per save (stall / save_checkpoint / committed): " + "; ".join(
         f"{c}: " + ", ".join(f"{s:.2f}/{w:.2f}/{d:.2f}" for s, w, d in zip(r["stall"], r["write"], r["done"]))
         for c, r in rows))

@@ -160,30 +160,35 @@ def rank_main(args):
 
 
 def dcp_alone_classes(dcp):
-    """A FileSystemWriter that writes nothing and a FileSystemReader that reads nothing: DCP's
-    own part of a save or load. Both still resolve (and commit) every item, as any storage layer
-    must: resolve_data may copy, resolve_tensor looks the destination up."""
+    """A FileSystemWriter that writes no tensor bytes and a FileSystemReader that reads none:
+    DCP's own part of a save or load. Both still resolve (and commit) every tensor item, as any
+    storage layer must (resolve_data may copy; resolve_tensor looks the destination up), and
+    move the small pickled objects (param groups, steps saved as bytes) and .metadata for real,
+    so what loads is a state the caller can use (its tensors hold whatever they held)."""
+    import dataclasses
+
     from torch.distributed.checkpoint.filesystem import _StorageInfo
-    from torch.distributed.checkpoint.planner import LoadItemType
+    from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
     from torch.distributed.checkpoint.storage import WriteResult
     from torch.futures import Future
 
     class NullWriter(dcp.FileSystemWriter):
         def write_data(self, plan, planner):
-            results = []
+            objects = [item for item in plan.items if item.type == WriteItemType.BYTE_IO]
+            results = super().write_data(dataclasses.replace(plan, items=objects), planner).wait()
             for item in plan.items:
-                planner.resolve_data(item)
-                results.append(WriteResult(index=item.index, size_in_bytes=0,
-                                           storage_data=_StorageInfo("null", 0, 0)))
+                if item.type != WriteItemType.BYTE_IO:
+                    planner.resolve_data(item)
+                    results.append(WriteResult(index=item.index, size_in_bytes=0,
+                                               storage_data=_StorageInfo("null", 0, 0)))
             future = Future()
             future.set_result(results)
             return future
 
-        def finish(self, metadata, results):
-            pass
-
     class NullReader(dcp.FileSystemReader):
         def read_data(self, plan, planner):
+            objects = [item for item in plan.items if item.type == LoadItemType.BYTE_IO]
+            super().read_data(dataclasses.replace(plan, items=objects), planner).wait()
             for item in plan.items:
                 if item.type != LoadItemType.BYTE_IO:
                     planner.commit_tensor(item, planner.resolve_tensor(item))
