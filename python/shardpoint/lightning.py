@@ -34,7 +34,9 @@ What it changes, and what it keeps:
   (``s3fs``, ``gcsfs``, ``adlfs``).
 - **Async saves** (``async_save=True``, sharded only): the state is copied to host memory
   while training waits, then ``dcp.save``-d by a background thread on a gloo process group of
-  its own; ``meta.pt`` follows the data commit. The next save, a load, ``remove_checkpoint`` and
+  its own; ``meta.pt`` follows the data commit. The host copy's buffers are kept for the next
+  save (the state's size in host memory, held until ``teardown``), so only the first save pays
+  for allocating them. The next save, a load, ``remove_checkpoint`` and
   ``teardown`` wait for the save in flight (and raise its error, if it failed).
 - **CPU.** Lightning refuses ``strategy="fsdp"`` without CUDA, but accepts this subclass with
   ``accelerator="cpu"`` (gloo). On CPU, FSDP is given ``device_id=torch.device("cpu")``
@@ -77,6 +79,7 @@ from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
 from . import _native, errors
+from ._staging import HostStaging
 from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
 
 __all__ = ["FSDPStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
@@ -319,43 +322,14 @@ def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Gener
         yield
 
 
-def _stage(obj: Any) -> Any:
-    """A copy of a state dict whose tensors (plain, ``DTensor``, ``ShardedTensor``: their local
-    data) are host-memory clones, so training can go on changing the originals."""
-    from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
-
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch < 2.5
-        from torch.distributed._tensor import DTensor  # type: ignore
-
-    if isinstance(obj, ShardedTensor):
-        shards = [Shard(tensor=_stage(s.tensor), metadata=s.metadata) for s in obj.local_shards()]
-        return ShardedTensor._init_from_local_shards_and_global_metadata(
-            shards, obj.metadata(), process_group=obj._process_group
-        )
-    if isinstance(obj, DTensor):
-        return DTensor.from_local(_stage(obj.to_local()), obj.device_mesh, obj.placements, run_check=False,
-                                  shape=obj.shape, stride=obj.stride())
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _stage(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_stage(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_stage(v) for v in obj)
-    return obj
-
-
 class FSDPStrategy(_LightningFSDPStrategy):
     """Lightning's ``FSDPStrategy`` with checkpoints through shardpoint (see the module's
     docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
 
     Args:
-        async_save: sharded saves return once the state is copied to host memory; the write
-            goes on in a background thread (the next save, a load, ``remove_checkpoint`` and
-            ``teardown`` wait for it).
+        async_save: sharded saves return once the state is copied to host memory (buffers
+            kept between saves); the write goes on in a background thread (the next save, a
+            load, ``remove_checkpoint`` and ``teardown`` wait for it).
         thread_count: files each rank writes in parallel (``StorageWriter``).
         sync_files: fsync before publishing (durable); turn off only for benchmarks.
         verify_checksums: verify every byte loaded against shardpoint's checksums, or where there
@@ -387,6 +361,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
         self._pending_path: Optional[str] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._save_group: Optional[Any] = None
+        self._staging: Optional[HostStaging] = None  # async saves' host copy, kept between saves
         self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
         self.load_seconds: Optional[float] = None  # the last load_checkpoint
 
@@ -520,7 +495,9 @@ class FSDPStrategy(_LightningFSDPStrategy):
 
         # The copy to host memory is what training waits for; dcp.async_save's own stager
         # cannot copy the ShardedTensors of FSDP's sharded state dict (PyTorch 2.15).
-        staged = _stage(state)
+        if self._staging is None:
+            self._staging = HostStaging(pin_memory=torch.cuda.is_available())
+        staged = self._staging.stage(state)  # the previous write is done: wait_for_save above
         if self._save_group is None:
             self._save_group = dist.new_group(backend="gloo")  # every rank, in step
         if self._executor is None:
@@ -661,11 +638,13 @@ class FSDPStrategy(_LightningFSDPStrategy):
             _remove(filepath)
 
     def teardown(self) -> None:
-        """Waits for an async save in flight, then Lightning's teardown."""
+        """Waits for an async save in flight, frees the async saves' host copy, then
+        Lightning's teardown."""
         try:
             self.wait_for_save()
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+            self._staging = None
             super().teardown()

@@ -55,6 +55,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from . import _native, errors
+from ._staging import HostStaging
 
 __all__ = ["StorageWriter", "StorageReader"]
 
@@ -163,11 +164,11 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
             partial reads verify with less widening.
         direct_io: bypass the page cache (O_DIRECT) for data files where supported.
-        cache_staged_state_dict: for ``dcp.async_save``: copy the state into one CPU copy kept
-            between saves (True: the copy is real for CPU tensors too, so training may change
-            the state while the write runs; costs the state's size in host memory once), or
-            PyTorch's default staging (False: a fresh offload per save, which on PyTorch 2.6
-            does not copy tensors that are already on the CPU).
+        cache_staged_state_dict: for ``dcp.async_save``: keep the host copy's buffers between
+            saves (True: the state's size in host memory, held; later saves only copy), or
+            allocate them afresh for every save (False: the memory is freed after each write,
+            and every save pays the page faults of new memory). Either way the copy is real
+            for CPU tensors too, so training may change the state while the write runs.
         overwrite: allow saving into a folder that holds a committed checkpoint. A local one
             is replaced atomically: the new checkpoint is written into a hidden folder beside
             it and exchanged with it once committed, so a failed save leaves the previous
@@ -193,7 +194,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
     ) -> None:
         super().__init__()
         BlockingAsyncStager.__init__(self, cache_staged_state_dict=cache_staged_state_dict)
-        self._staged: Optional[Dict[str, Any]] = None
+        self._staging: Optional[HostStaging] = None
         if thread_count < 1:
             raise errors.UsageError(f"thread_count must be >= 1, found {thread_count}")
         self.path = _location(path)
@@ -231,19 +232,17 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
 
     def stage(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
         """(all ranks, ``dcp.async_save`` only) The copy of the state the background write
-        reads: one CPU copy of every tensor (DTensor and ShardedTensor shards included),
-        allocated on the first save and reused after when ``cache_staged_state_dict``. Pinned
+        reads: one host copy of every tensor (DTensor and ShardedTensor shards included).
+        With ``cache_staged_state_dict`` the buffers are allocated on the first save and
+        reused by the next ones (wait for a save's future before starting the next). Pinned
         only where a GPU is present (pinning needs one; PyTorch 2.6's own stager pins
         unconditionally and fails on CPU-only machines)."""
-        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
-
-        staged = self._staged if self.cache_staged_state_dict else None
-        if staged is None:
-            staged = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
-        _copy_state_dict(state_dict, staged, type_check=False)
-        if self.cache_staged_state_dict:
-            self._staged = staged
-        return staged
+        staging = self._staging if self.cache_staged_state_dict else None
+        if staging is None:
+            staging = HostStaging(pin_memory=torch.cuda.is_available())
+            if self.cache_staged_state_dict:
+                self._staging = staging
+        return staging.stage(state_dict)
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)

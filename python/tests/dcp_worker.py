@@ -10,6 +10,9 @@ ACTION:
   save      dcp.save the state (--writer ours|torch, --async, --thread-count N)
   load      dcp.load into a state of this world size (--reader ours|torch) and check it
   fail-save dcp.save with a writer whose rank 1 fails in write_data
+  async-twice  dcp.async_save with one StorageWriter twice: a zeroed state, then (once the
+            first is committed) the same tensors filled in place with the real values; the
+            second save must hold the new values (its host copy reuses the first's buffers)
 """
 
 from __future__ import annotations
@@ -135,6 +138,21 @@ def check_state(state) -> None:
         raise AssertionError(f"objects differ: {state['extra']!r}")
 
 
+def fill_in_place(state, values) -> None:
+    """Copies values' tensors into state's (same structure), and its objects."""
+    for part in ("model", "optim"):
+        for key, got in state[part].items():
+            want = values[part][key]
+            if isinstance(got, DTensor):
+                got.to_local().copy_(want.to_local())
+            elif isinstance(got, torch.Tensor):
+                got.copy_(want)
+            else:  # ShardedTensor
+                for mine, theirs in zip(got.local_shards(), want.local_shards()):
+                    mine.tensor.copy_(theirs.tensor)
+    state["extra"] = values["extra"]
+
+
 def writer_for(kind: str, path: str, thread_count: int):
     if kind == "torch":
         return dcp.FileSystemWriter(path, thread_count=thread_count)
@@ -153,7 +171,7 @@ def reader_for(kind: str, path: str):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "load", "fail-save"])
+    p.add_argument("action", choices=["save", "load", "fail-save", "async-twice"])
     p.add_argument("path")
     p.add_argument("--writer", default="ours")
     p.add_argument("--reader", default="ours")
@@ -172,6 +190,17 @@ def main() -> None:
                 future.result()
             else:
                 dcp.save(state, storage_writer=writer)
+        elif a.action == "async-twice":
+            from shardpoint.torch import StorageWriter
+
+            state = make_state(mesh, fill=False)
+            writer = StorageWriter(a.path, thread_count=a.thread_count)
+            dcp.async_save(state, storage_writer=writer, checkpoint_id=a.path).result()
+            buffers = [b.data_ptr() for b in writer._staging._buffers]
+            fill_in_place(state, make_state(mesh, fill=True))
+            dcp.async_save(state, storage_writer=writer, checkpoint_id=a.path).result()
+            if [b.data_ptr() for b in writer._staging._buffers] != buffers:
+                raise AssertionError("the second async save allocated new host buffers")
         elif a.action == "load":
             state = make_state(mesh, fill=False)
             dcp.load(state, storage_reader=reader_for(a.reader, a.path))

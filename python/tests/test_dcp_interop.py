@@ -49,6 +49,12 @@ def test_async_save_then_load_on_more_ranks(interpreter, tmp_path):
     run_ranks(interpreter, 4, [WORKER, "load", path])
 
 
+def test_async_saves_reuse_the_host_copy_and_hold_each_saves_values(interpreter, tmp_path):
+    path = str(tmp_path / "ckpt")
+    run_ranks(interpreter, 2, [WORKER, "async-twice", path])
+    run_ranks(interpreter, 3, [WORKER, "load", path])
+
+
 def test_failed_save_commits_nothing(interpreter, tmp_path):
     path = tmp_path / "ckpt"
     results = run_ranks(interpreter, 2, [WORKER, "fail-save", str(path)], expect_ok=False)

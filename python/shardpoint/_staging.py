@@ -1,0 +1,92 @@
+"""Host-memory copies of a state dict for async saves, with the buffers kept between saves.
+
+An async save returns once the state is copied; training then changes the originals while the
+copy is written. What makes that copy slow is not the copy itself but fresh memory: every page
+of a new buffer faults in on its first write (about as long as the copy again on these
+machines), and ``torch.distributed._state_dict_utils._create_cpu_state_dict`` builds its
+buffers with ``copy.deepcopy`` of every DTensor, which clones the data once more. Here a
+buffer is allocated empty the first time a tensor of that shape and dtype is staged at that
+position, filled by one ``copy_``, and reused by every later save of a state shaped the same.
+
+The containers (dicts, lists, DTensor and ShardedTensor wrappers) are rebuilt on each call, so
+values that are not tensors (learning rates, step counters, ...) are the current ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+import torch
+
+
+class HostStaging:
+    """Copies state dicts into host buffers it keeps for the next call.
+
+    ``stage(state)`` returns a structure like ``state`` whose tensors (plain tensors, and the
+    local data of ``DTensor`` and ``ShardedTensor``) are host copies, with the same strides
+    where the original is dense. The buffers of
+    one call are reused by the next, so the caller must not stage again while a write still
+    reads the previous result. Not thread-safe.
+    """
+
+    def __init__(self, pin_memory: bool = False) -> None:
+        self.pin_memory = pin_memory
+        self._buffers: List[torch.Tensor] = []
+        self._next = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Host memory the kept buffers hold."""
+        return sum(b.numel() * b.element_size() for b in self._buffers)
+
+    def stage(self, state: Any) -> Any:
+        self._next = 0
+        staged = self._stage(state)
+        del self._buffers[self._next :]  # the previous state had more tensors
+        return staged
+
+    def _copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.detach()
+        position = self._next
+        self._next += 1
+        buffer = self._buffers[position] if position < len(self._buffers) else None
+        # empty_like keeps the strides of a dense tensor; a strided view's copy is contiguous.
+        # The meta probe says which strides that gives, without allocating.
+        layout = torch.empty_like(tensor, device="meta")
+        if (buffer is None or buffer.shape != layout.shape or buffer.dtype != layout.dtype
+                or buffer.stride() != layout.stride()):
+            buffer = torch.empty_like(tensor, device="cpu", pin_memory=self.pin_memory)
+            if position < len(self._buffers):
+                self._buffers[position] = buffer
+            else:
+                self._buffers.append(buffer)
+        buffer.copy_(tensor)
+        return buffer
+
+    def _stage(self, obj: Any) -> Any:
+        from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
+
+        try:
+            from torch.distributed.tensor import DTensor
+        except ImportError:  # pragma: no cover - torch < 2.5
+            from torch.distributed._tensor import DTensor  # type: ignore
+
+        if isinstance(obj, ShardedTensor):
+            shards = [Shard(tensor=self._copy(s.tensor), metadata=s.metadata) for s in obj.local_shards()]
+            return ShardedTensor._init_from_local_shards_and_global_metadata(
+                shards, obj.metadata(), process_group=obj._process_group
+            )
+        if isinstance(obj, DTensor):
+            return DTensor.from_local(
+                self._copy(obj.to_local()), obj.device_mesh, obj.placements, run_check=False,
+                shape=obj.shape, stride=obj.stride(),
+            )
+        if isinstance(obj, torch.Tensor):
+            return self._copy(obj)
+        if isinstance(obj, dict):
+            return {k: self._stage(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self._stage(v) for v in obj]
+        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+            return tuple(self._stage(v) for v in obj)
+        return obj

@@ -1,0 +1,73 @@
+"""HostStaging (the async saves' host copy), in this process: plain tensors and containers.
+DTensor and ShardedTensor staging runs in the multi-process DCP tests (async-twice)."""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+
+from shardpoint._staging import HostStaging
+
+
+def _state(scale: float, lr: float):
+    return {
+        "w": torch.arange(12, dtype=torch.float32).reshape(3, 4) * scale,
+        "groups": [{"lr": lr, "params": ["w"]}],
+        "pair": (torch.ones(2, dtype=torch.int64) * int(scale), "tag"),
+        "step": 7,
+    }
+
+
+def test_copies_are_equal_and_independent_of_the_originals():
+    state = _state(1.0, 0.1)
+    staged = HostStaging().stage(state)
+    assert torch.equal(staged["w"], state["w"]) and torch.equal(staged["pair"][0], state["pair"][0])
+    assert staged["w"].data_ptr() != state["w"].data_ptr()
+    state["w"].add_(100)
+    assert staged["w"][0, 0].item() == 0.0
+    assert staged["groups"] == [{"lr": 0.1, "params": ["w"]}] and staged["pair"][1] == "tag" and staged["step"] == 7
+
+
+def test_later_stages_reuse_the_buffers_and_take_current_values():
+    staging = HostStaging()
+    first = staging.stage(_state(1.0, 0.1))
+    pointers = [first["w"].data_ptr(), first["pair"][0].data_ptr()]
+    held = staging.nbytes
+    second = staging.stage(_state(2.0, 0.05))
+    assert [second["w"].data_ptr(), second["pair"][0].data_ptr()] == pointers
+    assert staging.nbytes == held == 12 * 4 + 2 * 8
+    assert torch.equal(second["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4) * 2)
+    assert second["pair"][0].tolist() == [2, 2]
+    assert second["groups"][0]["lr"] == 0.05  # objects are the current ones, not the first save's
+
+
+def test_a_changed_shape_or_dtype_gets_a_new_buffer_and_fewer_tensors_free_the_rest():
+    staging = HostStaging()
+    staging.stage({"a": torch.zeros(4), "b": torch.zeros(3)})
+    a_before = staging._buffers[0].data_ptr()
+    staged = staging.stage({"a": torch.ones(5)})
+    assert staged["a"].shape == (5,) and torch.equal(staged["a"], torch.ones(5))
+    assert len(staging._buffers) == 1 and staging._buffers[0].data_ptr() != a_before
+    staged = staging.stage({"a": torch.ones(5, dtype=torch.float64)})
+    assert staged["a"].dtype == torch.float64
+
+
+def test_strides_are_kept_for_dense_tensors_and_views_are_copied_contiguous():
+    staging = HostStaging()
+    transposed = torch.arange(6.0).reshape(2, 3).t()
+    every_other_row = torch.arange(20.0).reshape(10, 2)[::2]
+    staged = staging.stage({"t": transposed, "v": every_other_row})
+    assert staged["t"].stride() == transposed.stride() and torch.equal(staged["t"], transposed)
+    assert staged["v"].is_contiguous() and torch.equal(staged["v"], every_other_row)
+    pointers = [b.data_ptr() for b in staging._buffers]
+    staging.stage({"t": transposed, "v": every_other_row})
+    assert [b.data_ptr() for b in staging._buffers] == pointers  # a view's buffer is reused too
+
+
+def test_named_tuples_and_gradients_are_left_alone():
+    Point = collections.namedtuple("Point", "x y")
+    weight = torch.ones(3, requires_grad=True)
+    staged = HostStaging().stage({"p": Point(1, 2), "w": weight})
+    assert staged["p"] == Point(1, 2)
+    assert not staged["w"].requires_grad and torch.equal(staged["w"], torch.ones(3))
