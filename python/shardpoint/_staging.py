@@ -14,9 +14,16 @@ values that are not tensors (learning rates, step counters, ...) are the current
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Buffers by identity (== on tensors compares elements), the rest by value."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    return a is b or a == b
 
 
 class HostStaging:
@@ -33,6 +40,10 @@ class HostStaging:
         self.pin_memory = pin_memory
         self._buffers: List[torch.Tensor] = []
         self._next = 0
+        # DTensor / ShardedTensor wrappers around buffers, by the position of their first
+        # buffer: (what they were built from, the wrapper). Rebuilding a DTensor costs more than
+        # copying a small tensor (its spec is hashed), so an unchanged one is reused.
+        self._wrappers: Dict[int, Tuple[Tuple[Any, ...], Any]] = {}
 
     @property
     def nbytes(self) -> int:
@@ -43,7 +54,18 @@ class HostStaging:
         self._next = 0
         staged = self._stage(state)
         del self._buffers[self._next :]  # the previous state had more tensors
+        for position in [p for p in self._wrappers if p >= self._next]:
+            del self._wrappers[position]
         return staged
+
+    def _wrapper(self, position: int, key: Tuple[Any, ...], build: Callable[[], Any]) -> Any:
+        """The wrapper built for key at position last time, or a new one."""
+        cached = self._wrappers.get(position)
+        if cached is not None and len(cached[0]) == len(key) and all(map(_same, cached[0], key)):
+            return cached[1]
+        wrapper = build()
+        self._wrappers[position] = (key, wrapper)
+        return wrapper
 
     def _copy(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
@@ -72,15 +94,19 @@ class HostStaging:
             from torch.distributed._tensor import DTensor  # type: ignore
 
         if isinstance(obj, ShardedTensor):
-            shards = [Shard(tensor=self._copy(s.tensor), metadata=s.metadata) for s in obj.local_shards()]
-            return ShardedTensor._init_from_local_shards_and_global_metadata(
-                shards, obj.metadata(), process_group=obj._process_group
-            )
+            position = self._next
+            shards = obj.local_shards()
+            buffers = [self._copy(s.tensor) for s in shards]
+            key = (*buffers, obj.metadata(), obj._process_group, *[s.metadata for s in shards])
+            return self._wrapper(position, key, lambda: ShardedTensor._init_from_local_shards_and_global_metadata(
+                [Shard(tensor=b, metadata=s.metadata) for b, s in zip(buffers, shards)], obj.metadata(),
+                process_group=obj._process_group))
         if isinstance(obj, DTensor):
-            return DTensor.from_local(
-                self._copy(obj.to_local()), obj.device_mesh, obj.placements, run_check=False,
-                shape=obj.shape, stride=obj.stride(),
-            )
+            position = self._next
+            buffer = self._copy(obj.to_local())
+            key = (buffer, obj.device_mesh, tuple(obj.placements), tuple(obj.shape), tuple(obj.stride()))
+            return self._wrapper(position, key, lambda: DTensor.from_local(
+                buffer, obj.device_mesh, obj.placements, run_check=False, shape=obj.shape, stride=obj.stride()))
         if isinstance(obj, torch.Tensor):
             return self._copy(obj)
         if isinstance(obj, dict):
