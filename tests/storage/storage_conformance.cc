@@ -265,9 +265,11 @@ TEST_P(StorageConformanceTest, CreateOnlyPublishesOnlyWhereNothingIs) {
   std::atomic<int> won{0};
   std::atomic<int> refused{0};
   std::vector<std::string> bodies;
+  bodies.reserve(4);
   for (int t = 0; t < 4; ++t) bodies.push_back(pattern(2000, 10 + t));
   {
     std::vector<std::jthread> threads;
+    threads.reserve(4);
     for (int t = 0; t < 4; ++t) {
       threads.emplace_back([&, t] {
         try {
