@@ -6,9 +6,12 @@
 // sees a partial checkpoint; when save() returns on any rank the checkpoint is committed.
 // Saving into a folder that holds a committed checkpoint first removes its `.metadata`,
 // sidecar and load index (its data files are about to be overwritten); other files are
-// never touched. load() reads only the byte ranges the requested boxes need, from a
-// checkpoint saved by any number of ranks, and verifies them against the checksum sidecar
-// when asked.
+// never touched. `.metadata` is written create-only (WriteOptions::if_absent, where the
+// driver has features().conditional_put): of two saves racing into one folder, the second
+// to commit throws StorageError kAlreadyExists instead of both returning as committed (the
+// folder then holds the first's `.metadata` over files both wrote). load() reads only the byte ranges the requested
+// boxes need, from a checkpoint saved by any number of ranks, and verifies them against the checksum sidecar when
+// asked.
 //
 // Failure (save and load): when any rank fails in any step, every rank throws one error of
 // the lowest failed rank's category whose message names all failed ranks and their

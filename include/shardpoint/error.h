@@ -31,8 +31,10 @@ class FormatError : public Error {
 
 class StorageError : public Error {
  public:
-  // Existing values may be matched by callers; only add new ones.
-  enum class Kind { kNotFound, kPermission, kNoSpace, kTransient, kOther };
+  // Existing values may be matched by callers (and cross ranks by number); only add new ones,
+  // at the end. kAlreadyExists: a create-only write (storage.h WriteOptions::if_absent) found
+  // an object under its key, written by someone else.
+  enum class Kind { kNotFound, kPermission, kNoSpace, kTransient, kOther, kAlreadyExists };
 
   StorageError(Kind kind, const std::string& message) : Error(message), kind_(kind) {}
 

@@ -76,7 +76,10 @@ struct StorageFeatures {
   bool atomic_publish = false;
   // Writers bypass the page cache (O_DIRECT) when WriteOptions::direct_io asks for it.
   bool direct_io = false;
-  // Create-if-absent puts are available (none of today's drivers).
+  // WriteOptions::if_absent is honoured: a create-only publish fails with kAlreadyExists,
+  // atomically with respect to other writers of the key (local: rename without replace;
+  // S3 and Azure: If-None-Match: *; GCS: ifGenerationMatch=0). Drivers without it ignore
+  // the option and replace the object.
   bool conditional_put = false;
   // Objects are files with a local path (local_path()), so open_source() can mmap them and
   // callers may use copy_file_range.
@@ -102,6 +105,15 @@ struct WriteOptions {
   // buffered I/O by itself where the filesystem refuses O_DIRECT (tmpfs). Leave on for large
   // shard files: buffered writes of fresh data are slower and less steady than O_DIRECT.
   bool direct_io = true;
+  // Create only: commit() / write_atomic() publish the object only when no object exists
+  // under the key at that moment, else throw StorageError kAlreadyExists naming the object
+  // and publish nothing (the other object stays). Checked by the service or filesystem in
+  // the publishing step itself, so of two writers racing for one key exactly one succeeds
+  // (features().conditional_put; other drivers ignore it). A write_atomic() whose answer was
+  // lost and whose retry finds an object with exactly its bytes counts as succeeded. This is
+  // how the engine commits `.metadata` after removing any previous one (checkpoint.h): a
+  // second save racing into the same folder fails instead of both reporting success.
+  bool if_absent = false;
 };
 
 struct SourceOptions {
@@ -133,7 +145,8 @@ class StorageWriter : public ByteSink {
   virtual void write_at(std::uint64_t offset, ByteSpan data, const IoOptions& io = {});
 
   // Makes the object visible under its key, replacing any previous one (atomically when
-  // features().atomic_publish), and durable when WriteOptions::durable. REQUIRES: no
+  // features().atomic_publish; with WriteOptions::if_absent only when there is none, else
+  // StorageError kAlreadyExists), and durable when WriteOptions::durable. REQUIRES: no
   // write_at() in flight. Throws StorageError; on failure nothing new is visible and the
   // partial object is deleted when the writer is destroyed. A second commit() is a UsageError.
   virtual void commit(const IoOptions& io = {}) = 0;
@@ -191,7 +204,9 @@ class Storage {
 
   // Writes a whole (small) object and publishes it in one step: readers and list() see the
   // old object or the new one, never a partial one. This is how `.metadata` and `meta.pt`
-  // are published (local: tmp + fsync + rename + directory fsync when durable). Idempotent.
+  // are published (local: tmp + fsync + rename + directory fsync when durable). Idempotent
+  // (with WriteOptions::if_absent: throws StorageError kAlreadyExists when another object
+  // is under key, see there).
   virtual void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options = {},
                             const IoOptions& io = {}) = 0;
 

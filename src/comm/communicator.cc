@@ -202,7 +202,7 @@ void throw_decoded_error(std::string_view encoded, const std::string& prefix, co
     int kind = static_cast<int>(StorageError::Kind::kOther);
     const std::string_view digits = category.substr(8);
     std::from_chars(digits.data(), digits.data() + digits.size(), kind);
-    if (kind < 0 || kind > static_cast<int>(StorageError::Kind::kOther)) {
+    if (kind < 0 || kind > static_cast<int>(StorageError::Kind::kAlreadyExists)) {
       kind = static_cast<int>(StorageError::Kind::kOther);
     }
     throw SharedError<StorageError>(static_cast<StorageError::Kind>(kind), message);

@@ -304,9 +304,23 @@ void publish_checkpoint(storage::Storage& st, std::string_view metadata_bytes, c
                                                        checksummed ? &sidecar : nullptr, data_offsets)),
                       index_wo);
     }
-    // The commit marker (tmp + fsync + rename + directory fsync when durable).
+    // The commit marker (tmp + fsync + rename + directory fsync when durable), create-only:
+    // save() removed any previous `.metadata` when it planned, so one here now was committed
+    // by another save into the same folder meanwhile, and only one of the two may succeed.
     kill_point(KillPoint::kMetadata);
-    st.write_atomic(kMetadataKey, as_bytes(metadata_bytes), wo);
+    storage::WriteOptions commit_wo = wo;
+    commit_wo.if_absent = true;
+    st.write_atomic(kMetadataKey, as_bytes(metadata_bytes), commit_wo);
+  } catch (const StorageError& e) {
+    if (e.kind() != StorageError::Kind::kAlreadyExists) {
+      remove_sidecar_and_index_quietly(st);
+      throw;
+    }
+    // The sidecar and index may be the other save's now: leave them with its `.metadata`.
+    throw StorageError(StorageError::Kind::kAlreadyExists,
+                       std::string("save: not committed: ") + e.what() +
+                           "; another save committed into this folder while this one wrote it, so its files may "
+                           "be a mixture of both saves (run `shardpoint verify` on it)");
   } catch (...) {
     remove_sidecar_and_index_quietly(st);
     throw;

@@ -99,9 +99,12 @@ void commit_checkpoint(storage::Storage& checkpoint, format::Metadata metadata,
 // The writes of step 5 for metadata already encoded (`metadata_bytes`, which must name every
 // written item in its storage_data): the checksum sidecar from `written` (unless
 // options.checksum is kNone), the load index when `metadata` (the decoded form of
-// metadata_bytes) is given, then `.metadata` = metadata_bytes, each with write_atomic. A
+// metadata_bytes) is given, then `.metadata` = metadata_bytes, each with write_atomic
+// (`.metadata` create-only: WriteOptions::if_absent). A
 // save planned by PyTorch's DCP (whose `.metadata` pickle Python writes) commits through it.
-// Throws StorageError; a failed write removes the sidecar and index again (best effort).
+// Throws StorageError; a failed write removes the sidecar and index again (best effort),
+// except a `.metadata` that another writer committed first (kAlreadyExists): then they are
+// left to it.
 void publish_checkpoint(storage::Storage& checkpoint, std::string_view metadata_bytes, const format::Metadata* metadata,
                         const std::vector<std::vector<WrittenItem>>& written, const SaveOptions& options);
 

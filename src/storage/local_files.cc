@@ -1,6 +1,7 @@
 #include "storage/local_files.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,6 +49,27 @@ int pwrite_raw(int fd, const std::byte* data, std::size_t size, std::uint64_t of
     offset += static_cast<std::uint64_t>(n);
   }
   return 0;
+}
+
+void publish_file(const std::string& tmp, const std::string& path, bool if_absent, const std::string& description) {
+  if (!if_absent) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_os_error("rename", description, errno);
+    return;
+  }
+  auto exists = [&] {
+    throw StorageError(StorageError::Kind::kAlreadyExists, "publish " + description +
+                                                               ": already exists (another writer published it first; " +
+                                                               "create-only write refused)");
+  };
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) return;
+  if (errno == EEXIST) exists();
+  if (errno != EINVAL && errno != ENOSYS) throw_os_error("rename", description, errno);
+  // No RENAME_NOREPLACE here: link(2) fails with EEXIST just as atomically.
+  if (::link(tmp.c_str(), path.c_str()) != 0) {
+    if (errno == EEXIST) exists();
+    throw_os_error("link", description, errno);
+  }
+  ::unlink(tmp.c_str());
 }
 
 void make_dirs(const std::string& dir, bool durable) {

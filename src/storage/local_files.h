@@ -63,4 +63,10 @@ int pwrite_raw(int fd, const std::byte* data, std::size_t size, std::uint64_t of
 // StorageError.
 void make_dirs(const std::string& dir, bool durable);
 
+// Publishes the file tmp under path: rename(2), replacing any file there; with if_absent
+// only when there is none (renameat2 RENAME_NOREPLACE, or link(2) + unlink(2) where the
+// filesystem refuses that flag), else StorageError kAlreadyExists naming description and
+// tmp stays (the caller removes it). Throws StorageError for other failures.
+void publish_file(const std::string& tmp, const std::string& path, bool if_absent, const std::string& description);
+
 }  // namespace shardpoint::storage::local

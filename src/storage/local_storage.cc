@@ -46,6 +46,7 @@ class LocalStorage final : public Storage {
     f.direct_io = shared_->options.direct_io;
     f.local_path = true;
     f.parallel_writes = true;
+    f.conditional_put = true;
     return f;
   }
 
@@ -132,8 +133,9 @@ class LocalStorage final : public Storage {
       // 2. fsync it, so the name never points at data that is not on disk.
       if (options.durable) fd.fsync();
       fd.close();
-      // 3. rename over the target: readers see the old file or the new one.
-      if (::rename(tmp.c_str(), path.c_str()) != 0) throw_os_error("rename", description, errno);
+      // 3. rename over the target: readers see the old file or the new one (create-only
+      //    with if_absent: the rename fails when a file is there).
+      local::publish_file(tmp, path, options.if_absent, description);
       renamed = true;
       // 4. fsync the directory, so the rename itself survives a crash.
       if (options.durable) fsync_directory(parent_dir(path));

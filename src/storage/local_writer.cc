@@ -128,7 +128,8 @@ class LocalWriter final : public StorageWriter {
         path_(shared_->path_of(key_)),
         description_(describe_path(path_)),
         tmp_path_(temp_path_for(path_)),
-        durable_(options.durable) {
+        durable_(options.durable),
+        if_absent_(options.if_absent) {
     make_dirs(parent_dir(path_), durable_);
     const int flags = O_WRONLY | O_CREAT | O_EXCL;
     bool want_direct = options.direct_io && shared_->options.direct_io && !shared_->direct_refused.load();
@@ -274,8 +275,9 @@ class LocalWriter final : public StorageWriter {
     if (durable_) fd_.fsync();
     buffered_fd_.close();
     fd_.close();  // reports a delayed write error
-    // 2. rename atomically replaces any previous object under the key.
-    if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw_os_error("rename", description_, errno);
+    // 2. rename atomically replaces any previous object under the key (with if_absent only
+    //    when there is none).
+    publish_file(tmp_path_, path_, if_absent_, description_);
     committed_ = true;
     // 3. fsync the directory so the new name survives a crash.
     if (durable_) fsync_directory(parent_dir(path_));
@@ -344,6 +346,7 @@ class LocalWriter final : public StorageWriter {
   const std::string description_;
   const std::string tmp_path_;
   const bool durable_;
+  const bool if_absent_;  // WriteOptions::if_absent
 
   std::mutex mu_;  // guards opening buffered_fd_ and the O_DIRECT -> buffered switch
   UniqueFd fd_;

@@ -59,6 +59,7 @@ class MemoryStorage final : public Storage {
     f.range_reads = true;
     f.atomic_publish = true;
     f.parallel_writes = true;
+    f.conditional_put = true;
     return f;
   }
   std::string url() const override { return std::string(kScheme) + name_; }
@@ -93,16 +94,21 @@ class MemoryStorage final : public Storage {
   std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
                                              const IoOptions& io) override;
 
-  void publish(std::string_view key, std::string bytes) {
+  // Replaces the object, or (if_absent) adds it only when there is none.
+  void publish(std::string_view key, std::string bytes, bool if_absent) {
     auto blob = std::make_shared<const std::string>(std::move(bytes));
     std::lock_guard lock(ns_->mu);
+    if (if_absent && ns_->objects.contains(key)) {
+      throw StorageError(StorageError::Kind::kAlreadyExists,
+                         "publish " + describe_key(key) + ": already exists (create-only write refused)");
+    }
     ns_->objects.insert_or_assign(std::string(key), std::move(blob));
   }
 
   void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
     validate_key(key);
     if (io_expired(io)) check_io(io, "write");
-    publish(key, std::string(as_chars(data)));
+    publish(key, std::string(as_chars(data)), options.if_absent);
   }
 
   std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
@@ -148,8 +154,8 @@ class MemoryStorage final : public Storage {
 // through a copy of the MemoryStorage's state (name + namespace).
 class MemoryWriter final : public StorageWriter {
  public:
-  MemoryWriter(std::unique_ptr<MemoryStorage> target, std::string key)
-      : target_(std::move(target)), key_(std::move(key)) {}
+  MemoryWriter(std::unique_ptr<MemoryStorage> target, std::string key, bool if_absent)
+      : target_(std::move(target)), key_(std::move(key)), if_absent_(if_absent) {}
 
   void append(ByteSpan data, const IoOptions& io) override {
     if (io_expired(io)) check_io(io, "write " + target_->describe_key(key_));
@@ -181,7 +187,7 @@ class MemoryWriter final : public StorageWriter {
     std::lock_guard lock(mu_);
     check_open("commit");
     committed_ = true;
-    target_->publish(key_, std::move(bytes_));
+    target_->publish(key_, std::move(bytes_), if_absent_);
   }
 
   const std::string& key() const override { return key_; }
@@ -195,6 +201,7 @@ class MemoryWriter final : public StorageWriter {
 
   std::unique_ptr<MemoryStorage> target_;
   std::string key_;
+  bool if_absent_ = false;  // WriteOptions::if_absent
   mutable std::mutex mu_;
   std::string bytes_;  // GUARDED_BY(mu_)
   bool appending_ = false;
@@ -206,7 +213,8 @@ std::unique_ptr<StorageWriter> MemoryStorage::open_writer(std::string_view key, 
                                                           const IoOptions& io) {
   validate_key(key);
   if (io_expired(io)) check_io(io, "open " + describe_key(key));
-  return std::make_unique<MemoryWriter>(std::make_unique<MemoryStorage>(name_, ns_), std::string(key));
+  return std::make_unique<MemoryWriter>(std::make_unique<MemoryStorage>(name_, ns_), std::string(key),
+                                        options.if_absent);
 }
 
 }  // namespace

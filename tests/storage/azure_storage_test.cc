@@ -397,6 +397,38 @@ TEST(AzureStorageTest, AbandonedMultiBlockWriterCommitsNothing) {
   EXPECT_EQ(read_all(*s, "k"), fresh);
 }
 
+// WriteOptions::if_absent on a multi-block blob: If-None-Match: * on Put Block List.
+TEST(AzureStorageTest, CreateOnlyBlockListIsRefusedWhenTheBlobExists) {
+  SP_REQUIRE_AZURITE(endpoint);
+  azure::AzureConfig config = azurite_config(endpoint);
+  std::string url = fresh_container(config);
+  StorageOptions options;
+  BufferPoolOptions pool_options;
+  pool_options.buffer_bytes = std::size_t{1} << 20;
+  pool_options.capacity_bytes = std::size_t{4} << 20;
+  options.buffer_pool = std::make_shared<BufferPool>(pool_options);
+  auto s = azure::open_azure_storage_with(url, config, options);
+  WriteOptions create_only;
+  create_only.if_absent = true;
+  const std::string first = pattern((3 << 20) + 5, 1);
+  s->write_atomic("k", as_bytes(first), create_only);  // above one buffer: blocks + list
+  const std::string second = pattern((3 << 20) + 5, 2);
+  auto w = s->open_writer("k", create_only);
+  w->append(as_bytes(second));
+  try {
+    w->commit();
+    ADD_FAILURE() << "a create-only block list replaced the blob";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kAlreadyExists) << e.what();
+    EXPECT_NE(std::string(e.what()).find("azure blob"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_all(*s, "k"), first);
+  // The same bytes again: a retry that finds its own blob counts as written.
+  s->write_atomic("k", as_bytes(first), create_only);
+  EXPECT_THROW(s->write_atomic("k", as_bytes(second), create_only), StorageError);
+  EXPECT_EQ(read_all(*s, "k"), first);
+}
+
 TEST(AzureStorageTest, ServerKilledMidUploadFailsAndCommitsNothingThenRecovers) {
   SP_REQUIRE_AZURITE(shared);  // only to skip without Azurite; this test runs its own server
   std::string dir = (std::filesystem::temp_directory_path() / ("sp-azurite-kill-" + std::to_string(::getpid()))).string();

@@ -39,6 +39,13 @@ TEST(BodyChecksumTest, GoogHashCarriesTheCrcBigEndian) {
   EXPECT_EQ(goog_hash_crc32c(0x01020304u), "crc32c=AQIDBA==");
 }
 
+TEST(BodyChecksumTest, S3ChecksumCrc32cIsTheSameBase64) {
+  // x-amz-checksum-crc32c: base64 of the big-endian CRC-32C, as GCS's crc32c= value.
+  EXPECT_EQ(crc32c_base64(crc32c(0, as_bytes("123456789"))), "4waSgw==");
+  EXPECT_EQ(crc32c_base64(0), "AAAAAA==");
+  EXPECT_EQ("crc32c=" + crc32c_base64(0x01020304u), goog_hash_crc32c(0x01020304u));
+}
+
 TEST(BodyChecksumTest, S3RefusalsOfADamagedBody) {
   EXPECT_TRUE(s3_body_mismatch(answer(400, s3_error("BadDigest"))));
   EXPECT_TRUE(s3_body_mismatch(answer(400, s3_error("XAmzContentSHA256Mismatch"))));

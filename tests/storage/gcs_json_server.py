@@ -9,6 +9,8 @@ headers of the real service:
   GET    /download/storage/v1/b/B/o/NAME?alt=media          Range, ifGenerationMatch (412)
   POST   /upload/storage/v1/b/B/o?uploadType=media&name=N   whole object
   POST   /upload/storage/v1/b/B/o?uploadType=resumable&name=N   session URI in Location
+         (both take ifGenerationMatch: 0 = only if no object exists; checked at the POST and,
+         for a session, again atomically when its last chunk publishes: 412 conditionNotMet)
   PUT    <session URI> with Content-Range                   308 + Range until the last chunk
   DELETE <session URI>                                      499: session cancelled
 Every request needs "Authorization: Bearer TOKEN" (401 otherwise). Non-final chunks must be
@@ -122,11 +124,18 @@ class State:
                 self.fault = None
             return f["mode"]
 
-    def publish(self, bucket, name, data):
+    def publish(self, bucket, name, data, if_generation_match=None):
+        """Stores the object; None (nothing stored) when if_generation_match is not its generation (0: none)."""
         with self.lock:
+            if if_generation_match is not None and self.generation_of(bucket, name) != int(if_generation_match):
+                return None
             self.generation += 1
             self.buckets[bucket][name] = (bytes(data), self.generation)
             return self.resource(bucket, name)
+
+    def generation_of(self, bucket, name):
+        entry = self.buckets[bucket].get(name)
+        return entry[1] if entry else 0
 
     def resource(self, bucket, name):
         data, gen = self.buckets[bucket][name]
@@ -161,6 +170,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def error(self, status, message):
         self.reply(status, {"error": {"code": status, "message": message, "errors": [{"message": message}]}})
+
+    def precondition_failed(self):
+        message = "At least one of the pre-conditions you specified did not hold."
+        self.reply(412, {"error": {"code": 412, "message": message,
+                                   "errors": [{"message": message, "reason": "conditionNotMet"}]}})
 
     def handle_any(self):
         st = self.server.state
@@ -271,13 +285,21 @@ class Handler(BaseHTTPRequestHandler):
             problem = hash_mismatch(self.headers.get("X-Goog-Hash"), data)
             if problem:
                 return self.error(400, problem)
-            return self.reply(200, st.publish(bucket, q["name"], data))
+            resource = st.publish(bucket, q["name"], data, q.get("ifGenerationMatch"))
+            if resource is None:
+                return self.precondition_failed()
+            return self.reply(200, resource)
         if self.command == "POST" and kind == "resumable":
             if not q.get("name"):
                 return self.error(400, "name is required")
+            match = q.get("ifGenerationMatch")
+            with st.lock:
+                refused = match is not None and st.generation_of(bucket, q["name"]) != int(match)
+            if refused:
+                return self.precondition_failed()
             sid = uuid.uuid4().hex
             with st.lock:
-                st.sessions[sid] = {"bucket": bucket, "name": q["name"], "data": bytearray()}
+                st.sessions[sid] = {"bucket": bucket, "name": q["name"], "data": bytearray(), "match": match}
             host = self.headers.get("Host", "127.0.0.1:%d" % self.server.server_port)
             location = "http://%s/upload/storage/v1/b/%s/o?uploadType=resumable&name=%s&upload_id=%s" % (
                 host, quote(bucket, safe=""), quote(q["name"], safe=""), sid)
@@ -314,9 +336,12 @@ class Handler(BaseHTTPRequestHandler):
             problem = hash_mismatch(self.headers.get("X-Goog-Hash"), whole)
             if problem:
                 return self.error(400, problem)  # the session keeps what it had before
+            resource = st.publish(session["bucket"], session["name"], whole, session.get("match"))
             with st.lock:
                 st.sessions.pop(sid, None)
-            return self.reply(200, st.publish(session["bucket"], session["name"], whole))
+            if resource is None:
+                return self.precondition_failed()
+            return self.reply(200, resource)
         if total != "*" and len(buf) + len(new) > int(total):
             return self.error(400, "more bytes than the declared total")
         buf += new

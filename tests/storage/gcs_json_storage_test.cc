@@ -87,6 +87,43 @@ TEST(GcsJsonStorageTest, ResumableUploadInChunksPublishesOnCommitOnly) {
   EXPECT_EQ(read_all(*st, "big.distcp"), data);
 }
 
+// WriteOptions::if_absent on a resumable session: ifGenerationMatch=0 is checked when the
+// session opens and again when its last chunk publishes (an object that appeared meanwhile).
+TEST(GcsJsonStorageTest, CreateOnlySessionsAreCheckedAtOpenAndAtTheLastChunk) {
+  auto st = open_json("create-only");
+  WriteOptions create_only;
+  create_only.if_absent = true;
+  const std::string data = pattern(3 * kChunk + 5, 7);
+  auto w = st->open_writer(".metadata", create_only);
+  w->append(as_bytes(std::string_view(data).substr(0, 2 * kChunk + 1)));  // the session is open
+  EXPECT_EQ(sessions(), 1);
+  const std::string other = "published by another writer meanwhile";
+  st->write_atomic(".metadata", as_bytes(other));
+  w->append(as_bytes(std::string_view(data).substr(2 * kChunk + 1)));
+  try {
+    w->commit();
+    ADD_FAILURE() << "the create-only session published over another object";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kAlreadyExists) << e.what();
+    EXPECT_NE(std::string(e.what()).find("HTTP 412"), std::string::npos) << e.what();
+  }
+  w.reset();
+  EXPECT_EQ(read_all(*st, ".metadata"), other);
+  EXPECT_EQ(sessions(), 0);
+
+  // The object exists now: a new create-only session is refused when it opens.
+  auto late = st->open_writer(".metadata", create_only);
+  try {
+    late->append(as_bytes(data));  // the first full chunk opens the session
+    ADD_FAILURE() << "a create-only session opened over an object";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kAlreadyExists) << e.what();
+  }
+  late.reset();
+  EXPECT_EQ(read_all(*st, ".metadata"), other);
+  EXPECT_EQ(sessions(), 0);
+}
+
 TEST(GcsJsonStorageTest, ExactChunkMultiplesAndSmallObjects) {
   auto st = open_json("sizes");
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, kChunk - 1, kChunk, kChunk + 1, 2 * kChunk, 3 * kChunk}) {

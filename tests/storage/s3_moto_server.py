@@ -8,18 +8,27 @@ makes moto's signature check use the raw request target exactly as sent (RAW_URI
 what AWS does. Signatures are still verified; only the bytes moto hashes change.
 
 moto 5.2.1 checks no request body against its checksums: its SigV4 check takes the
-x-amz-content-sha256 header as given, and Content-MD5 is ignored, so a body damaged on the
-way is stored. S3 refuses such a body, as documented for both headers; this launcher does
-the same before moto sees the request:
+x-amz-content-sha256 header as given, Content-MD5 is ignored and x-amz-checksum-crc32c is
+stored as given, so a body damaged on the way is stored. S3 refuses such a body, as
+documented for each header; this launcher does the same before moto sees the request:
   Content-MD5 not base64 of 16 bytes              400 InvalidDigest
   Content-MD5 not the MD5 of the body             400 BadDigest
   x-amz-content-sha256 (a hex digest, not UNSIGNED-PAYLOAD or STREAMING-...) not the
   SHA-256 of the body                             400 XAmzContentSHA256Mismatch
+  x-amz-checksum-crc32c not base64 of 4 bytes     400 InvalidRequest
+  x-amz-checksum-crc32c not the CRC-32C of the    400 BadDigest
+  body (base64, big-endian)
+
+The gs:// driver's XML requests (sent to this server in tests) ask for a create-only write
+with GCS's "x-goog-if-generation-match: 0"; moto knows only S3's "If-None-Match: *", so the
+launcher passes the first on as the second (the same condition: no object under the key).
 
 Usage: python3 s3_moto_server.py PORT   (binds 127.0.0.1; set INITIAL_NO_AUTH_ACTION_COUNT)
 """
 import base64
 import binascii
+import ctypes
+import ctypes.util
 import hashlib
 import io
 import re
@@ -56,6 +65,35 @@ def _auth(self, iam_request_cls, resource="*"):
         self.uri = decoded
 
 
+def _isal_crc32c():
+    """ISA-L's CRC-32C (shardpoint links ISA-L, so it is installed where the tests run), or None."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("isal") or "libisal.so.2").crc32_iscsi
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32]
+    fn.restype = ctypes.c_uint32
+    return fn
+
+
+_ISAL_CRC32C = _isal_crc32c()
+
+
+def _crc32c(data):
+    """The CRC-32C (Castagnoli) of data (a table walk where ISA-L is missing: slow, but right)."""
+    crc = 0xFFFFFFFF
+    if _ISAL_CRC32C is not None:
+        for at in range(0, len(data), 1 << 30):
+            piece = data[at:at + (1 << 30)]
+            crc = _ISAL_CRC32C(piece, len(piece), crc)
+        return crc ^ 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
 def _s3_error(start_response, code, message):
     body = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message>'
             '<RequestId>SPMOTOBODYCHECK</RequestId></Error>' % (code, message)).encode()
@@ -78,6 +116,18 @@ def _body_problem(environ, body):
     sha256 = environ.get("HTTP_X_AMZ_CONTENT_SHA256", "")
     if re.fullmatch(r"[0-9a-f]{64}", sha256) and sha256 != hashlib.sha256(body).hexdigest():
         return "XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match what was computed."
+    # After the signed SHA-256 (S3 does not document which of the two it checks first; a body
+    # damaged on the way fails both).
+    crc = environ.get("HTTP_X_AMZ_CHECKSUM_CRC32C")
+    if crc is not None:
+        try:
+            given = base64.b64decode(crc, validate=True)
+        except (binascii.Error, ValueError):
+            given = b""
+        if len(given) != 4:
+            return "InvalidRequest", "Value for x-amz-checksum-crc32c header is invalid."
+        if given != _crc32c(body).to_bytes(4, "big"):
+            return "BadDigest", "The CRC32C you specified did not match the calculated checksum."
     return None
 
 
@@ -85,6 +135,8 @@ _orig_call = werkzeug_app.DomainDispatcherApplication.__call__
 
 
 def _checked_call(self, environ, start_response):
+    if environ.get("HTTP_X_GOOG_IF_GENERATION_MATCH") == "0":
+        environ["HTTP_IF_NONE_MATCH"] = "*"
     length = environ.get("CONTENT_LENGTH")
     if length and length.isdigit() and int(length) > 0:
         body = environ["wsgi.input"].read(int(length))

@@ -237,5 +237,72 @@ TEST(UploadWriterTest, AFailedFinishAbortsOnceAndRethrows) {
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 
+TEST(UploadWriterTest, PartSizesDoubleEveryTenthOfTheLimit) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  // S3: 10,000 parts; the first 1,000 of the given size, then doubling every 1,000.
+  EXPECT_EQ(part_bytes_at(0, 8 * kMiB, 10000), 8 * kMiB);
+  EXPECT_EQ(part_bytes_at(999, 8 * kMiB, 10000), 8 * kMiB);
+  EXPECT_EQ(part_bytes_at(1000, 8 * kMiB, 10000), 16 * kMiB);
+  EXPECT_EQ(part_bytes_at(2500, 8 * kMiB, 10000), 32 * kMiB);
+  EXPECT_EQ(part_bytes_at(9999, 8 * kMiB, 10000), 4096 * kMiB);
+  // No limit (GCS sessions), or one too small to split: always the given size.
+  EXPECT_EQ(part_bytes_at(123456, 8 * kMiB, 0), 8 * kMiB);
+  EXPECT_EQ(part_bytes_at(5, 8 * kMiB, 9), 8 * kMiB);
+  // What 10,000 parts hold: 1,023 x 1,000 parts of the first size, not 10,000.
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < 10000; ++i) total += part_bytes_at(i, 8 * kMiB, 10000);
+  EXPECT_EQ(total, std::uint64_t{1023} * 1000 * 8 * kMiB);  // 7.99 TiB > S3's 5 TiB objects
+  std::uint64_t at_5mib = 0;
+  for (std::size_t i = 0; i < 10000; ++i) at_5mib += part_bytes_at(i, 5 * kMiB, 10000);
+  EXPECT_EQ(at_5mib, std::uint64_t{1023} * 1000 * 5 * kMiB);
+  // Multiples of 256 KiB stay multiples (GCS chunks), and 50,000 Azure blocks double every 5,000.
+  EXPECT_EQ(part_bytes_at(5000, 256 << 10, 50000) % (256 << 10), 0u);
+  EXPECT_EQ(part_bytes_at(4999, 4 * kMiB, 50000), 4 * kMiB);
+  EXPECT_EQ(part_bytes_at(5000, 4 * kMiB, 50000), 8 * kMiB);
+}
+
+TEST(UploadWriterTest, PartsGrowPastTheLimitsTenthInBuffersOfTheWritersOwn) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(3);
+  UploadLimits limits;
+  limits.part_bytes = kPart;
+  limits.parts_in_flight = 2;
+  limits.max_parts = 20;  // sizes double every 2 parts
+  auto w = make_upload_writer("k", "test object \"t://k\"", upload, pool, limits);
+  // Parts of 1, 1, 2, 2, 4, 4 and 8 x kPart (22 in all), then the 5 bytes left: 8 parts.
+  const std::string data = pattern(22 * kPart + 5, 3);
+  append_in_pieces(*w, data, 1000);
+  w->commit();
+  ASSERT_EQ(upload->parts.size(), 8u);
+  const std::size_t expected[] = {1, 1, 2, 2, 4, 4, 8};
+  for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(upload->parts[i].second.size(), expected[i] * kPart) << i;
+  EXPECT_EQ(upload->parts[7].second.size(), 5u);
+  EXPECT_EQ(upload->assembled(), data);
+  EXPECT_EQ(upload->finished_parts, 8u);
+  EXPECT_EQ(upload->finished_size, data.size());
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+TEST(UploadWriterTest, AnObjectBeyondTheLimitFailsNamingThePartSize) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(2);
+  UploadLimits limits;
+  limits.part_bytes = kPart;
+  limits.max_parts = 10;  // 1, 2, 4, ... 512 parts of kPart: 1,023 in all
+  auto w = make_upload_writer("k", "test object \"t://k\"", upload, pool, limits);
+  const std::string chunk = pattern(64 * kPart, 4);
+  try {
+    for (int i = 0; i < 17; ++i) w->append(as_bytes(chunk));  // 1,088 parts of kPart
+    ADD_FAILURE() << "no error past 10 parts";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 10 parts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test object"), std::string::npos) << e.what();
+  }
+  EXPECT_LE(upload->parts.size(), 10u);
+  w.reset();
+  EXPECT_EQ(upload->aborts, 1);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
 }  // namespace
 }  // namespace shardpoint::storage::http

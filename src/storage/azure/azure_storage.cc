@@ -274,21 +274,40 @@ class AzureClient final : public http::ObjectClient {
 
   // Put Blob publishes the whole blob in one request; a larger one goes through a writer's
   // blocks and block list (also atomic).
-  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op,
+           const WriteOptions& options) override {
     if (data.size() <= pool_->buffer_bytes()) {
-      put_blob(key, data, io);
+      put_blob(key, data, options.if_absent, io);
       return;
     }
-    std::unique_ptr<StorageWriter> writer = open_writer(std::string(key));
+    std::unique_ptr<StorageWriter> writer = open_writer(std::string(key), options);
     writer->append(data, io);
     writer->commit(io);
   }
 
-  std::unique_ptr<StorageWriter> open_writer(const std::string& key) override;
+  std::unique_ptr<StorageWriter> open_writer(const std::string& key, const WriteOptions& options) override;
 
-  void put_blob(std::string_view key, ByteSpan data, const IoOptions& io) {
+  // if_absent: If-None-Match: *, which Azure refuses with 409 BlobAlreadyExists (412 from
+  // some versions) when a blob exists.
+  static void make_create_only(Call& call) {
+    call.headers.emplace_back("If-None-Match", "*");
+    call.accepted = {409, 412};
+  }
+
+  void run_create_only(const Call& call, bool if_absent, const IoOptions& io) {
+    Result r = run(call, io);
+    if (if_absent && (r.response.status == 409 || r.response.status == 412)) {
+      std::string code = r.response.header("x-ms-error-code");
+      if (code.empty()) code = http::xml_value(r.response.body, "Code");
+      if (r.response.status == 409 && code != "BlobAlreadyExists") throw error_for(call, r);
+      throw http::conflict_error(call.op + " " + call.what, r.response.status, code);
+    }
+  }
+
+  void put_blob(std::string_view key, ByteSpan data, bool if_absent, const IoOptions& io) {
     Call call{"write", describe(key), "PUT", blob_name(key), {}, {{"x-ms-blob-type", "BlockBlob"}}, data, {}, {}};
-    run(call, io);
+    if (if_absent) make_create_only(call);
+    run_create_only(call, if_absent, io);
   }
 
   void put_block(std::string_view key, const std::string& id, ByteSpan data, const IoOptions& io) {
@@ -296,13 +315,14 @@ class AzureClient final : public http::ObjectClient {
     run(call, io);
   }
 
-  void put_block_list(std::string_view key, const std::vector<std::string>& ids, const IoOptions& io) {
+  void put_block_list(std::string_view key, const std::vector<std::string>& ids, bool if_absent, const IoOptions& io) {
     std::string xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
     for (const std::string& id : ids) xml += "<Latest>" + id + "</Latest>";
     xml += "</BlockList>";
     Call call{"commit", describe(key), "PUT", blob_name(key), {{"comp", "blocklist"}},
               {{"Content-Type", "application/xml"}}, as_bytes(xml), {}, {}};
-    run(call, io);
+    if (if_absent) make_create_only(call);
+    run_create_only(call, if_absent, io);
   }
 
   void remove(std::string_view key, const IoOptions& io, const std::string& what) override {
@@ -360,10 +380,10 @@ class AzureClient final : public http::ObjectClient {
 // and Put Block List. Nothing to abort: blocks no list references are invisible and expire.
 class AzureUpload final : public http::PartUpload {
  public:
-  AzureUpload(std::shared_ptr<AzureClient> client, std::string key)
-      : client_(std::move(client)), key_(std::move(key)), tag_(random_tag()) {}
+  AzureUpload(std::shared_ptr<AzureClient> client, std::string key, bool if_absent)
+      : client_(std::move(client)), key_(std::move(key)), tag_(random_tag()), if_absent_(if_absent) {}
 
-  void put_whole(ByteSpan data, const IoOptions& io) override { client_->put_blob(key_, data, io); }
+  void put_whole(ByteSpan data, const IoOptions& io) override { client_->put_blob(key_, data, if_absent_, io); }
   void start(const IoOptions& io) override {}
   void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
     client_->put_block(key_, block_id(tag_, index), data, io);
@@ -372,7 +392,7 @@ class AzureUpload final : public http::PartUpload {
     std::vector<std::string> ids;
     ids.reserve(parts);
     for (std::size_t i = 0; i < parts; ++i) ids.push_back(block_id(tag_, i));
-    client_->put_block_list(key_, ids, io);
+    client_->put_block_list(key_, ids, if_absent_, io);
   }
   void abort() override {}
 
@@ -380,14 +400,17 @@ class AzureUpload final : public http::PartUpload {
   std::shared_ptr<AzureClient> client_;
   std::string key_;
   std::string tag_;
+  bool if_absent_ = false;
 };
 
-std::unique_ptr<StorageWriter> AzureClient::open_writer(const std::string& key) {
+std::unique_ptr<StorageWriter> AzureClient::open_writer(const std::string& key, const WriteOptions& options) {
   http::UploadLimits limits;
   limits.part_bytes = pool_->buffer_bytes();
   limits.parts_in_flight = static_cast<int>(std::max<std::size_t>(1, config_.parallelism));
+  limits.max_parts = 50000;  // blocks of one block blob
   return http::make_upload_writer(
-      key, describe(key), std::make_shared<AzureUpload>(std::static_pointer_cast<AzureClient>(shared_from_this()), key),
+      key, describe(key),
+      std::make_shared<AzureUpload>(std::static_pointer_cast<AzureClient>(shared_from_this()), key, options.if_absent),
       pool_, limits);
 }
 

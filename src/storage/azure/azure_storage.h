@@ -27,7 +27,10 @@
 //      garbage-collected by the service (Azure drops uncommitted blocks after 7 days;
 //      Azurite when its GC runs). A previous blob under the key stays intact.
 //   write_atomic() is one Put Blob (block upload above the buffer size), so `.metadata` is
-//   published in one step, after the data objects (the engine's order).
+//   published in one step, after the data objects (the engine's order). WriteOptions::
+//   if_absent adds If-None-Match: * to Put Blob / Put Block List; Azure's 409
+//   BlobAlreadyExists (or 412) is StorageError kAlreadyExists. Blocks: at most 50,000 per
+//   blob, so blocks grow past every 5,000 (http/upload_writer.h part_bytes_at).
 // Reads: ranged GETs (x-ms-range) straight into the caller's buffer; a read larger than
 // read_chunk_bytes is split into parallel ranged GETs. open_source() downloads blobs up to
 // AzureConfig::whole_source_bytes whole and reads larger ones through a cache of read-ahead
@@ -43,8 +46,8 @@
 // Status mapping: 404 -> kNotFound, 401/403 -> kPermission, retryable and a body refused
 // as damaged -> kTransient, others -> kOther.
 //
-// features(): range_reads, atomic_publish (Put Blob / Put Block List). No parallel_writes
-// (write_at), direct_io, local_path or conditional_put.
+// features(): range_reads, atomic_publish (Put Blob / Put Block List), conditional_put. No
+// parallel_writes (write_at), direct_io or local_path.
 //
 // Cancellation: IoOptions stop / deadline abort a transfer in progress (curl's progress
 // callback) and stop retries; a writer's blocks in flight stop retrying and are waited for.

@@ -86,9 +86,10 @@ struct GcsCore final : http::ObjectClient {
   std::string media_url(std::string_view key) const {
     return bucket_path("/download") + "/" + http::uri_encode(object_name(key), false) + "?alt=media";
   }
-  std::string upload_url(std::string_view type, std::string_view key) const {
+  // if_absent: ifGenerationMatch=0, GCS's "only if there is no live object" (412 otherwise).
+  std::string upload_url(std::string_view type, std::string_view key, bool if_absent) const {
     return bucket_path("/upload") + "?uploadType=" + std::string(type) +
-           "&name=" + http::uri_encode(object_name(key), false);
+           "&name=" + http::uri_encode(object_name(key), false) + (if_absent ? "&ifGenerationMatch=0" : "");
   }
 
   http::Request request(std::string method, std::string url, ByteSpan body = {}) const {
@@ -179,21 +180,29 @@ struct GcsCore final : http::ObjectClient {
   }
 
   // uploadType=media: the whole object in one request, published in one step.
-  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op,
+           const WriteOptions& options) override {
+    put_media(key, data, options.if_absent, io, op);
+  }
+
+  void put_media(std::string_view key, ByteSpan data, bool if_absent, const IoOptions& io, const std::string& op) {
     std::string what = op + " " + describe(key);
-    http::Request r = request("POST", upload_url("media", key), data);
+    http::Request r = request("POST", upload_url("media", key, if_absent), data);
     r.headers.push_back("Content-Type: application/octet-stream");
     add_hash(r, crc32c(0, data));
     http::Response resp = client.execute(r, io, what);
+    if (if_absent && resp.status == 412) throw http::conflict_error(what, resp.status, "conditionNotMet");
     if (resp.status != 200 && resp.status != 201) fail(what, resp);
   }
 
   // Opens a resumable upload session; returns its URI (secret: it authorizes the upload).
-  std::string start_session(std::string_view key, const IoOptions& io) {
+  // GCS checks ifGenerationMatch when the session opens and again when it completes.
+  std::string start_session(std::string_view key, bool if_absent, const IoOptions& io) {
     std::string what = "start resumable upload of " + describe(key);
-    http::Request r = request("POST", upload_url("resumable", key));
+    http::Request r = request("POST", upload_url("resumable", key, if_absent));
     r.headers.push_back("X-Upload-Content-Type: application/octet-stream");
     http::Response resp = client.execute(r, io, what);
+    if (if_absent && resp.status == 412) throw http::conflict_error(what, resp.status, "conditionNotMet");
     if (resp.status != 200 && resp.status != 201) fail(what, resp);
     std::string location = resp.header("location");
     if (location.empty()) throw StorageError(StorageError::Kind::kOther, what + ": response has no Location");
@@ -226,6 +235,8 @@ struct GcsCore final : http::ObjectClient {
         if (!last) throw StorageError(StorageError::Kind::kOther, what + ": upload finished before its last chunk");
         return;
       }
+      // The session's ifGenerationMatch failed when it completed: another writer published.
+      if (last && resp.status == 412) throw http::conflict_error(what, resp.status, "conditionNotMet");
       if (resp.status != 308) fail(what, resp);
       std::uint64_t persisted = 0;  // no Range header: nothing persisted yet
       std::string range = resp.header("range");
@@ -283,7 +294,7 @@ struct GcsCore final : http::ObjectClient {
     if (resp.status != 204 && resp.status != 200 && resp.status != 404) fail(what, resp);
   }
 
-  std::unique_ptr<StorageWriter> open_writer(const std::string& key) override;
+  std::unique_ptr<StorageWriter> open_writer(const std::string& key, const WriteOptions& options) override;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -293,10 +304,11 @@ struct GcsCore final : http::ObjectClient {
 
 class GcsUpload final : public http::PartUpload {
  public:
-  GcsUpload(std::shared_ptr<GcsCore> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
+  GcsUpload(std::shared_ptr<GcsCore> core, std::string key, bool if_absent)
+      : core_(std::move(core)), key_(std::move(key)), if_absent_(if_absent) {}
 
-  void put_whole(ByteSpan data, const IoOptions& io) override { core_->put(key_, data, io, "write"); }
-  void start(const IoOptions& io) override { session_ = core_->start_session(key_, io); }
+  void put_whole(ByteSpan data, const IoOptions& io) override { core_->put_media(key_, data, if_absent_, io, "write"); }
+  void start(const IoOptions& io) override { session_ = core_->start_session(key_, if_absent_, io); }
 
   // One chunk at a time, in order (parts_in_flight = 1): each waits for the one before, so
   // crc_ extends over the object's bytes in order.
@@ -315,18 +327,20 @@ class GcsUpload final : public http::PartUpload {
  private:
   std::shared_ptr<GcsCore> core_;
   std::string key_;
+  bool if_absent_ = false;
   std::string session_;    // secret: never printed
   std::uint32_t crc_ = 0;  // CRC-32C of the chunks given to put_part()
 };
 
-std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key) {
+std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key, const WriteOptions& options) {
   http::UploadLimits limits;
   limits.part_bytes = chunk_bytes;
   limits.parts_in_flight = 1;
   limits.tail_in_finish = true;
   return http::make_upload_writer(
-      key, describe(key), std::make_shared<GcsUpload>(std::static_pointer_cast<GcsCore>(shared_from_this()), key),
-      pool, limits);
+      key, describe(key),
+      std::make_shared<GcsUpload>(std::static_pointer_cast<GcsCore>(shared_from_this()), key, options.if_absent), pool,
+      limits);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@
 //              published.
 //              A 308 whose Range shows fewer bytes persisted than sent resends the rest.
 //   - write_atomic(): one uploadType=media POST (GCS publishes an object whole).
+//   - WriteOptions::if_absent: ifGenerationMatch=0 on the media POST or the session's POST
+//              (GCS checks it there and when the session completes); 412 is StorageError
+//              kAlreadyExists (features(): conditional_put).
 //   - integrity: the request that creates an object (the media POST, the last chunk) carries
 //              "X-Goog-Hash: crc32c=..." of the whole object (a running CRC-32C over the
 //              chunks as they are sent). GCS refuses a mismatch with 400 and creates no

@@ -55,6 +55,9 @@ std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOpt
   config.region = "auto";
   config.path_style = true;
   config.content_md5 = true;  // GCS checks Content-MD5 of a body (400 BadDigest)
+  // GCS's XML API takes its own checksum and precondition headers, not S3's.
+  config.checksum_crc32c = false;
+  config.create_only_header = "x-goog-if-generation-match: 0";
   if (!access_id.empty() && !secret.empty()) {
     config.credentials.access_key_id = access_id;
     config.credentials.secret_access_key = secret;

@@ -14,11 +14,13 @@ std::string content_md5(ByteSpan body) {
   return base64_encode(std::string_view(reinterpret_cast<const char*>(md5.data()), md5.size()));
 }
 
-std::string goog_hash_crc32c(std::uint32_t crc) {
+std::string crc32c_base64(std::uint32_t crc) {
   const std::array<char, 4> big_endian = {static_cast<char>(crc >> 24), static_cast<char>(crc >> 16),
                                           static_cast<char>(crc >> 8), static_cast<char>(crc)};
-  return "crc32c=" + base64_encode(std::string_view(big_endian.data(), big_endian.size()));
+  return base64_encode(std::string_view(big_endian.data(), big_endian.size()));
 }
+
+std::string goog_hash_crc32c(std::uint32_t crc) { return "crc32c=" + crc32c_base64(crc); }
 
 bool s3_body_mismatch(const Response& response) {
   if (response.status != 400) return false;

@@ -6,6 +6,8 @@
 //   service     the driver sends                           a damaged body gets
 //   S3          x-amz-content-sha256 (hex SHA-256, signed)  400 XAmzContentSHA256Mismatch
 //   S3 API      Content-MD5 when S3Config::content_md5      400 BadDigest
+//               x-amz-checksum-crc32c when                  400 BadDigest
+//               S3Config::checksum_crc32c
 //   Azure Blob  Content-MD5 on every request with a body    400 Md5Mismatch (Azurite: 400
 //                                                           InvalidOperation, "Provided
 //                                                           contentMD5 doesn't match.")
@@ -26,8 +28,11 @@ namespace shardpoint::storage::http {
 // The Content-MD5 value of body: base64 of its 16-byte MD5 (RFC 1864).
 std::string content_md5(ByteSpan body);
 
-// The X-Goog-Hash value of an object whose CRC-32C is crc: "crc32c=" and base64 of the
-// CRC's 4 bytes, most significant first (GCS's encoding).
+// Base64 of a CRC-32C's 4 bytes, most significant first: the encoding of GCS's X-Goog-Hash
+// and S3's x-amz-checksum-crc32c.
+std::string crc32c_base64(std::uint32_t crc);
+
+// The X-Goog-Hash value of an object whose CRC-32C is crc: "crc32c=" + crc32c_base64(crc).
 std::string goog_hash_crc32c(std::uint32_t crc);
 
 // True when an answer says the server computed another checksum of the body than the

@@ -1,6 +1,7 @@
 #include "storage/http/object_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "shardpoint/error.h"
 #include "storage/http/ranged_reads.h"
@@ -17,6 +18,7 @@ class ObjectStoreStorage final : public Storage {
     StorageFeatures f;
     f.range_reads = true;
     f.atomic_publish = true;
+    f.conditional_put = true;
     return f;
   }
 
@@ -68,12 +70,17 @@ class ObjectStoreStorage final : public Storage {
   std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
                                              const IoOptions& io) override {
     start("open", key, io);
-    return client_->open_writer(std::string(key));
+    return client_->open_writer(std::string(key), options);
   }
 
   void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& options, const IoOptions& io) override {
     start("write", key, io);
-    client_->put(key, data, io, "write");  // one request publishes the whole object
+    try {
+      client_->put(key, data, io, "write", options);  // one request publishes the whole object
+    } catch (const StorageError& e) {
+      if (e.kind() != StorageError::Kind::kAlreadyExists || !holds_exactly(key, data, io)) throw;
+      // Ours: an attempt whose answer was lost published it, and its retry found it.
+    }
   }
 
   std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
@@ -116,6 +123,21 @@ class ObjectStoreStorage final : public Storage {
                                             std::move(fetch));
   }
 
+  // True when the object under key is exactly data (compared in full; small objects only
+  // reach here: `.metadata`).
+  bool holds_exactly(std::string_view key, ByteSpan data, const IoOptions& io) {
+    std::optional<ObjectClient::Version> version = client_->head(key, io, "check");
+    if (!version || version->size != data.size()) return false;
+    std::string bytes(data.size(), '\0');
+    try {
+      if (!bytes.empty())
+        client_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "check", version->tag);
+    } catch (const Error&) {
+      return false;  // replaced or removed meanwhile: not ours to claim
+    }
+    return std::memcmp(bytes.data(), data.data(), data.size()) == 0;
+  }
+
   ObjectClient::Version existing(std::string_view key, const IoOptions& io, const std::string& op) {
     std::optional<ObjectClient::Version> version = client_->head(key, io, op);
     if (!version) throw StorageError(StorageError::Kind::kNotFound, op + " " + client_->describe(key) + ": no such object");
@@ -127,6 +149,12 @@ class ObjectStoreStorage final : public Storage {
 };
 
 }  // namespace
+
+StorageError conflict_error(const std::string& what, long status, const std::string& code) {
+  return StorageError(StorageError::Kind::kAlreadyExists,
+                      what + ": already exists (HTTP " + std::to_string(status) + (code.empty() ? "" : " " + code) +
+                          ": another writer published it first; create-only write refused)");
+}
 
 std::unique_ptr<Storage> make_object_store_storage(std::shared_ptr<ObjectClient> client, std::string query) {
   return std::make_unique<ObjectStoreStorage>(std::move(client), std::move(query));

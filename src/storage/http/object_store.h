@@ -8,9 +8,12 @@
 // parallel deletes for remove_prefix(). Drivers build their writers with
 // http/upload_writer.h.
 //
-// Features: range_reads and atomic_publish (an object store publishes a PUT or a finished
-// upload whole). Thread-safety: as storage.h; ObjectClient methods are called from any
-// number of threads at once.
+// Features: range_reads, atomic_publish (an object store publishes a PUT or a finished
+// upload whole) and conditional_put (WriteOptions::if_absent: the drivers' conditional
+// requests; a write_atomic() refused because an object exists is compared with that
+// object, and one with exactly its bytes counts as written, since that is what a retried
+// request finds when its first attempt succeeded but the answer was lost). Thread-safety: as storage.h; ObjectClient
+// methods are called from any number of threads at once.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardpoint/error.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::storage::http {
@@ -56,9 +60,13 @@ class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
   // pins the version: a changed object is StorageError kOther. Past the end: FormatError.
   virtual void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
                          const std::string& op, const std::string& tag) = 0;
-  // One request that publishes the whole object.
-  virtual void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) = 0;
-  virtual std::unique_ptr<StorageWriter> open_writer(const std::string& key) = 0;
+  // One request that publishes the whole object. With options.if_absent the request is
+  // conditional on no object existing (S3 / Azure If-None-Match: *, GCS ifGenerationMatch=0)
+  // and a refusal is StorageError kAlreadyExists (conflict_error()).
+  virtual void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op,
+                   const WriteOptions& options) = 0;
+  // A writer whose commit honours options.if_absent as put() does.
+  virtual std::unique_ptr<StorageWriter> open_writer(const std::string& key, const WriteOptions& options) = 0;
   // Every object under prefix, keys relative to the root, temporaries left out, any order.
   virtual std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io, const std::string& what) = 0;
   // Deletes one object; a missing one is not an error.
@@ -69,5 +77,9 @@ class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
 
 // A Storage over client; `query` is the URL's query as given (url() returns it).
 std::unique_ptr<Storage> make_object_store_storage(std::shared_ptr<ObjectClient> client, std::string query);
+
+// The error of a create-only publish the service refused because an object exists:
+// "<what>: already exists (HTTP <status> <code>: another writer published it first)".
+StorageError conflict_error(const std::string& what, long status, const std::string& code);
 
 }  // namespace shardpoint::storage::http

@@ -20,6 +20,7 @@ class UploadWriter final : public StorageWriter {
         limits_(limits) {
     limits_.part_bytes = std::clamp<std::size_t>(limits_.part_bytes, 1, pool_->buffer_bytes());
     limits_.parts_in_flight = std::max(1, limits_.parts_in_flight);
+    part_bytes_ = limits_.part_bytes;
   }
 
   ~UploadWriter() override {
@@ -33,16 +34,16 @@ class UploadWriter final : public StorageWriter {
       while (!data.empty()) {
         if (!buffer_) {
           reap_finished();  // a failed part fails the writer now, not at commit
-          buffer_ = pool_->acquire(io.deadline, io.stop);
+          buffer_ = staging_pool().acquire(io.deadline, io.stop);
           fill_ = 0;
         }
-        std::size_t n = std::min(data.size(), limits_.part_bytes - fill_);
+        std::size_t n = std::min(data.size(), part_bytes_ - fill_);
         std::memcpy(buffer_.data() + fill_, data.data(), n);
         fill_ += n;
         position_ += n;
         data = data.subspan(n);
         // A full buffer waits for more bytes: an object of exactly one part stays one request.
-        if (fill_ == limits_.part_bytes && !data.empty()) send_part(io);
+        if (fill_ == part_bytes_ && !data.empty()) send_part(io, /*last=*/false);
       }
     } catch (...) {
       failed_ = true;
@@ -64,7 +65,7 @@ class UploadWriter final : public StorageWriter {
         wait_all();
         upload_->finish(parts_, position_, rest, io);
       } else {
-        if (fill_ > 0) send_part(io);
+        if (fill_ > 0) send_part(io, /*last=*/true);
         wait_all();
         upload_->finish(parts_, position_, {}, io);
       }
@@ -84,13 +85,46 @@ class UploadWriter final : public StorageWriter {
     if (failed_) throw UsageError(std::string(op) + " " + name_ + ": an earlier append failed; start a new writer");
   }
 
+  // The pool the next part is staged in: the given one while parts are its buffer size,
+  // then one of this writer's own per grown size. Before a new size, the parts in flight
+  // (whose leases point into the older pool) are waited for and the older pool freed, so a
+  // writer holds one grown pool at a time (a pipeline drain at each of the <= 9 doublings).
+  BufferPool& staging_pool() {
+    if (part_bytes_ <= pool_->buffer_bytes()) return *pool_;
+    if (!own_pool_ || own_pool_->buffer_bytes() < part_bytes_) {
+      wait_all();
+      own_pool_.reset();
+      BufferPoolOptions options;
+      options.buffer_bytes = part_bytes_;
+      options.capacity_bytes = part_bytes_ * (own_in_flight() + 1);
+      own_pool_ = std::make_unique<BufferPool>(options);
+    }
+    return *own_pool_;
+  }
+
+  // Grown parts in flight at once: about the bytes parts_in_flight parts of the first size
+  // hold, at least one.
+  std::size_t own_in_flight() const {
+    const std::size_t base_bytes = limits_.part_bytes * static_cast<std::size_t>(limits_.parts_in_flight);
+    return std::max<std::size_t>(1, base_bytes / part_bytes_);
+  }
+
   // Hands the full buffer to an upload task (starting the upload before the first part).
-  void send_part(const IoOptions& io) {
+  // `last`: no bytes follow (commit); otherwise at least one more part does.
+  void send_part(const IoOptions& io, bool last) {
+    if (limits_.max_parts > 0 && parts_ + (last ? 1 : 2) > limits_.max_parts) {
+      throw StorageError(StorageError::Kind::kOther, "write " + name_ + ": the object needs more than " +
+                                                         std::to_string(limits_.max_parts) +
+                                                         " parts (the service's limit; parts have grown to " +
+                                                         std::to_string(part_bytes_ >> 20) + " MiB)");
+    }
     if (!started_) {
       upload_->start(io);
       started_ = true;
     }
-    while (static_cast<int>(inflight_.size()) >= limits_.parts_in_flight) wait_oldest();
+    const int max_in_flight =
+        part_bytes_ > pool_->buffer_bytes() ? static_cast<int>(own_in_flight()) : limits_.parts_in_flight;
+    while (static_cast<int>(inflight_.size()) >= max_in_flight) wait_oldest();
     const std::size_t index = parts_++;
     const std::uint64_t offset = position_ - fill_;
     const std::size_t size = fill_;
@@ -108,6 +142,7 @@ class UploadWriter final : public StorageWriter {
     }));
     buffer_ = BufferPool::Lease();
     fill_ = 0;
+    part_bytes_ = part_bytes_at(parts_, limits_.part_bytes, limits_.max_parts);
   }
 
   void wait_oldest() {
@@ -154,6 +189,9 @@ class UploadWriter final : public StorageWriter {
   std::shared_ptr<PartUpload> upload_;
   std::shared_ptr<BufferPool> pool_;
   UploadLimits limits_;
+  std::size_t part_bytes_ = 0;  // of the part being filled: part_bytes_at(parts_, ...)
+  // The pool of grown parts (declared before buffer_: a lease must go before its pool).
+  std::unique_ptr<BufferPool> own_pool_;
   BufferPool::Lease buffer_;
   std::size_t fill_ = 0;
   std::uint64_t position_ = 0;
@@ -167,6 +205,12 @@ class UploadWriter final : public StorageWriter {
 };
 
 }  // namespace
+
+std::size_t part_bytes_at(std::size_t index, std::size_t part_bytes, std::size_t max_parts) {
+  if (max_parts < 10) return part_bytes;
+  const std::size_t doublings = std::min<std::size_t>(index / (max_parts / 10), 9);
+  return part_bytes << doublings;
+}
 
 std::unique_ptr<StorageWriter> make_upload_writer(std::string key, std::string name, std::shared_ptr<PartUpload> upload,
                                                   std::shared_ptr<BufferPool> pool, UploadLimits limits) {

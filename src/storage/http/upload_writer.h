@@ -4,7 +4,9 @@
 //
 // Protocol (one writer):
 //   1. append() copies bytes into a leased pool buffer. A full buffer with more bytes behind
-//      it becomes part i: start() runs once before part 0, then put_part(i, offset, bytes)
+//      it becomes part i (part_bytes_at(i, ...) bytes: parts grow past the first
+//      UploadLimits::max_parts / 10, see there; the grown ones are staged in buffers of a pool
+//      of the writer's own). start() runs once before part 0, then put_part(i, offset, bytes)
 //      on a thread of its own. At most UploadLimits::parts_in_flight parts are in flight,
 //      each holding its buffer until its request ends (memory stays bounded by the pool);
 //      a part that failed fails the next append(), not only commit().
@@ -61,10 +63,27 @@ struct UploadLimits {
   int parts_in_flight = 4;
   // The last bytes go to finish() instead of put_part() (GCS: the last chunk names the total).
   bool tail_in_finish = false;
+  // The service's most parts per object (S3: 10,000; Azure: 50,000 blocks); 0 = no limit
+  // (GCS sessions). Part sizes grow so that this is never exceeded (part_bytes_at).
+  std::size_t max_parts = 0;
 };
+
+// The size of part `index` (0-based) of an upload whose first parts are `part_bytes`: with
+// max_parts > 0, part_bytes doubles after every max_parts / 10 parts, at most 9 times. So
+// objects up to max_parts / 10 parts stay in parts of part_bytes (the pool's buffers:
+// 10,000 / 10 x 8 MiB = 7.8 GiB on S3), and max_parts parts hold up to
+// part_bytes x max_parts / 10 x 1023 bytes (8 MiB parts on S3: 8 TiB, beyond S3's 5 TiB
+// object limit) instead of part_bytes x max_parts (78 GiB). A doubling of a multiple of
+// 256 KiB stays one (GCS's chunk rule). Pure; max_parts == 0 gives part_bytes.
+std::size_t part_bytes_at(std::size_t index, std::size_t part_bytes, std::size_t max_parts);
 
 // A writer of `key` (named in messages as `name`, e.g. `S3 object "s3://b/p/key"`) that
 // stages bytes in buffers of pool. REQUIRES: 0 < limits.part_bytes <= pool->buffer_bytes().
+// Parts larger than the pool's buffers (part_bytes_at) are staged in a pool of the writer's
+// own, sized so that the bytes in flight stay about parts_in_flight x part_bytes (at least
+// one grown part in flight and one filling); one such pool at a time (the parts in flight are
+// waited for when the size doubles). An object that would need more than max_parts
+// parts even so fails its append with StorageError kOther naming the part size.
 std::unique_ptr<StorageWriter> make_upload_writer(std::string key, std::string name,
                                                   std::shared_ptr<PartUpload> upload,
                                                   std::shared_ptr<BufferPool> pool, UploadLimits limits);

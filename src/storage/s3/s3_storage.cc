@@ -21,6 +21,7 @@ namespace shardpoint::storage::s3 {
 namespace {
 
 constexpr std::size_t kMinPartBytes = std::size_t{5} << 20;
+constexpr std::size_t kMaxParts = 10000;  // parts of one multipart upload
 constexpr const char* kEmptySha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
 std::string sha256_hex(ByteSpan data) {
@@ -198,49 +199,101 @@ struct S3Core final : http::ObjectClient {
                            });
   }
 
-  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op) override {
+  // Objects larger than a part go up in parts (S3 takes at most 5 GiB in one PUT; parts
+  // also upload in parallel).
+  void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op,
+           const WriteOptions& options) override {
+    if (data.size() > part_bytes) {
+      std::unique_ptr<StorageWriter> writer = open_writer(std::string(key), options);
+      writer->append(data, io);
+      writer->commit(io);
+      return;
+    }
+    put_object(key, data, io, op, options.if_absent);
+  }
+
+  // PutObject; create-only (If-None-Match: * or the service's equivalent) when if_absent.
+  void put_object(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op, bool if_absent) {
     std::string what = op + " " + describe(key);
-    http::Response resp = execute(request("PUT", object_url(key), data), io, what);
+    http::Request r = request("PUT", object_url(key), data);
+    add_crc32c(r, data);
+    if (if_absent) r.headers.push_back(config.create_only_header);
+    http::Response resp = execute(r, io, what);
+    if (if_absent && resp.status == 412) throw http::conflict_error(what, resp.status, xml_value(resp.body, "Code"));
     if (resp.status != 200) fail(what, resp);
+  }
+
+  // x-amz-checksum-crc32c of body when config.checksum_crc32c (S3 refuses a body that does
+  // not match it: 400 BadDigest, which the client retries). Returns the value ("" when off).
+  std::string add_crc32c(http::Request& r, ByteSpan body) const {
+    if (!config.checksum_crc32c) return "";
+    std::string value = http::crc32c_base64(crc32c(0, body));
+    r.headers.push_back("x-amz-checksum-crc32c: " + value);
+    r.headers.push_back("x-amz-sdk-checksum-algorithm: CRC32C");
+    return value;
   }
 
   std::string create_multipart(std::string_view key, const IoOptions& io) {
     std::string what = "start multipart upload of " + describe(key);
-    http::Response resp = execute(request("POST", object_url(key, "uploads=")), io, what);
+    http::Request r = request("POST", object_url(key, "uploads="));
+    if (config.checksum_crc32c) r.headers.push_back("x-amz-checksum-algorithm: CRC32C");
+    http::Response resp = execute(r, io, what);
     if (resp.status != 200) fail(what, resp);
     std::string id = xml_value(resp.body, "UploadId");
     if (id.empty()) throw StorageError(StorageError::Kind::kOther, what + ": response has no UploadId");
     return id;
   }
 
-  std::string upload_part(std::string_view key, const std::string& upload_id, int part, ByteSpan data,
-                          const IoOptions& io) {
-    std::string what = "upload part " + std::to_string(part) + " of " + describe(key);
+  // What CompleteMultipartUpload needs of an uploaded part.
+  struct UploadedPart {
+    std::string etag;
+    std::string crc32c;  // base64, when config.checksum_crc32c
+  };
+
+  UploadedPart upload_part(std::string_view key, const std::string& upload_id, int part, ByteSpan data,
+                           const IoOptions& io) {
+    std::string what =
+        "upload part " + std::to_string(part) + " (" + std::to_string(data.size()) + " bytes) of " + describe(key);
     std::string query = "partNumber=" + std::to_string(part) + "&uploadId=" + http::uri_encode(upload_id, false);
-    http::Response resp = execute(request("PUT", object_url(key, query), data), io, what);
+    http::Request r = request("PUT", object_url(key, query), data);
+    std::string crc = add_crc32c(r, data);
+    http::Response resp = execute(r, io, what);
     if (resp.status != 200) fail(what, resp);
     std::string etag = resp.header("etag");
     if (etag.empty()) throw StorageError(StorageError::Kind::kOther, what + ": response has no ETag");
-    return etag;
+    return {etag, std::move(crc)};
   }
 
-  void complete_multipart(std::string_view key, const std::string& upload_id,
-                          const std::map<int, std::string>& etags, const IoOptions& io) {
+  void complete_multipart(std::string_view key, const std::string& upload_id, const std::map<int, UploadedPart>& parts,
+                          bool if_absent, const IoOptions& io) {
     std::string xml = "<CompleteMultipartUpload>";
-    for (const auto& [part, etag] : etags) {
-      xml += "<Part><PartNumber>" + std::to_string(part) + "</PartNumber><ETag>" + xml_escape(etag) +
-             "</ETag></Part>";
+    std::map<int, std::string> etags;
+    for (const auto& [number, part] : parts) {
+      xml += "<Part><PartNumber>" + std::to_string(number) + "</PartNumber><ETag>" + xml_escape(part.etag) + "</ETag>";
+      // An upload created with a checksum algorithm must name each part's checksum.
+      if (!part.crc32c.empty()) xml += "<ChecksumCRC32C>" + part.crc32c + "</ChecksumCRC32C>";
+      xml += "</Part>";
+      etags[number] = part.etag;
     }
     xml += "</CompleteMultipartUpload>";
     std::string what = "complete multipart upload of " + describe(key);
     http::Request r = request("POST", object_url(key, "uploadId=" + http::uri_encode(upload_id, false)), as_bytes(xml));
+    if (if_absent) r.headers.push_back(config.create_only_header);
     http::Response resp = execute(r, io, what);
     // An earlier attempt whose answer was lost may have completed the upload: the retry (ours,
-    // or libcurl's own resend on a fresh connection) then finds no upload. The object is ours
-    // when its ETag is the one S3 gives a multipart object of exactly these parts.
-    if (resp.status == 404 && resp.body.find("NoSuchUpload") != std::string::npos) {
+    // or libcurl's own resend on a fresh connection) then finds no upload, or (create-only)
+    // the object it made. The object is ours when its ETag is the one S3 gives a multipart
+    // object of exactly these parts.
+    const bool maybe_ours = (resp.status == 404 && resp.body.find("NoSuchUpload") != std::string::npos) ||
+                            (if_absent && resp.status == 412);
+    if (maybe_ours) {
       std::optional<Version> now = head(key, io, "check the completion of");
-      if (now && unquoted(now->tag) == multipart_etag(etags)) return;
+      const bool ours = now && unquoted(now->tag) == multipart_etag(etags);
+      // A 412 leaves this upload open (the object is another upload's, or another's
+      // identical bytes): abort it, as a refused writer's would be.
+      if (resp.status == 412 && ours) abort_multipart(object_name(key), upload_id, io);
+      if (ours) return;
+      if (resp.status == 412) throw http::conflict_error(what, resp.status, xml_value(resp.body, "Code"));
     }
     // S3 may answer 200 and put the error in the body.
     if (resp.status != 200 || resp.body.find("<Error>") != std::string::npos) {
@@ -311,7 +364,7 @@ struct S3Core final : http::ObjectClient {
     if (resp.status != 204 && resp.status != 200 && resp.status != 404) fail(what, resp);
   }
 
-  std::unique_ptr<StorageWriter> open_writer(const std::string& key) override;
+  std::unique_ptr<StorageWriter> open_writer(const std::string& key, const WriteOptions& options) override;
 
   // The leftovers of writers that died: unfinished multipart uploads under prefix.
   void remove_leftovers(std::string_view prefix, const IoOptions& io) override {
@@ -334,21 +387,24 @@ struct S3Core final : http::ObjectClient {
 
 class S3Upload final : public http::PartUpload {
  public:
-  S3Upload(std::shared_ptr<S3Core> core, std::string key) : core_(std::move(core)), key_(std::move(key)) {}
+  S3Upload(std::shared_ptr<S3Core> core, std::string key, bool if_absent)
+      : core_(std::move(core)), key_(std::move(key)), if_absent_(if_absent) {}
 
-  void put_whole(ByteSpan data, const IoOptions& io) override { core_->put(key_, data, io, "write"); }
+  void put_whole(ByteSpan data, const IoOptions& io) override {
+    core_->put_object(key_, data, io, "write", if_absent_);
+  }
   void start(const IoOptions& io) override { upload_id_ = core_->create_multipart(key_, io); }
 
   void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
     const int part = static_cast<int>(index) + 1;
-    std::string etag = core_->upload_part(key_, upload_id_, part, data, io);
-    std::lock_guard lock(etags_mu_);
-    etags_[part] = std::move(etag);
+    S3Core::UploadedPart uploaded = core_->upload_part(key_, upload_id_, part, data, io);
+    std::lock_guard lock(parts_mu_);
+    parts_[part] = std::move(uploaded);
   }
 
   void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
-    std::lock_guard lock(etags_mu_);
-    core_->complete_multipart(key_, upload_id_, etags_, io);
+    std::lock_guard lock(parts_mu_);
+    core_->complete_multipart(key_, upload_id_, parts_, if_absent_, io);
   }
 
   void abort() override {
@@ -358,17 +414,20 @@ class S3Upload final : public http::PartUpload {
  private:
   std::shared_ptr<S3Core> core_;
   std::string key_;
+  bool if_absent_ = false;
   std::string upload_id_;
-  std::mutex etags_mu_;
-  std::map<int, std::string> etags_;  // GUARDED_BY(etags_mu_)
+  std::mutex parts_mu_;
+  std::map<int, S3Core::UploadedPart> parts_;  // GUARDED_BY(parts_mu_)
 };
 
-std::unique_ptr<StorageWriter> S3Core::open_writer(const std::string& key) {
+std::unique_ptr<StorageWriter> S3Core::open_writer(const std::string& key, const WriteOptions& options) {
   http::UploadLimits limits;
   limits.part_bytes = part_bytes;
   limits.parts_in_flight = config.max_parallel_parts;
+  limits.max_parts = kMaxParts;
   return http::make_upload_writer(
-      key, describe(key), std::make_shared<S3Upload>(std::static_pointer_cast<S3Core>(shared_from_this()), key), pool,
+      key, describe(key),
+      std::make_shared<S3Upload>(std::static_pointer_cast<S3Core>(shared_from_this()), key, options.if_absent), pool,
       limits);
 }
 

@@ -25,9 +25,13 @@
 //     commit() uploads the last part and completes the upload. A writer destroyed without
 //     commit(), or after a failed append() or commit(), aborts the multipart upload, so
 //     nothing half-written remains.
-//   - write_atomic() is one PUT: S3 publishes an object whole, so readers see the old or the
-//     new bytes. This is how `.metadata` is committed after every data object (the engine's
-//     order), and a prefix without `.metadata` is no checkpoint to any reader.
+//   - write_atomic() is one PUT (a multipart upload above one part): S3 publishes an object
+//     whole, so readers see the old or the new bytes. This is how `.metadata` is committed
+//     after every data object (the engine's order), and a prefix without `.metadata` is no
+//     checkpoint to any reader. WriteOptions::if_absent adds If-None-Match: * to the PUT or
+//     to CompleteMultipartUpload; S3's 412 is StorageError kAlreadyExists (features():
+//     conditional_put).
+//   - checksums: x-amz-checksum-crc32c on every body (S3Config::checksum_crc32c).
 //   - read() is a ranged GET, split into parallel ranged GETs above parallel_read_bytes.
 //   - open_source() fetches objects up to source_whole_bytes at once (so the source keeps its
 //     bytes after a replace or remove, as storage.h asks); larger objects are read lazily by
@@ -40,8 +44,8 @@
 // error code and message, request id and retry count. 404 -> kNotFound, 401/403 ->
 // kPermission (message says where the credentials came from, never the secret), 5xx/429,
 // transport failures and bodies refused as damaged after retries -> kTransient.
-// Features: range_reads, atomic_publish. No parallel_writes (parts must be appended), no
-// local_path, no direct_io.
+// Features: range_reads, atomic_publish, conditional_put. No parallel_writes (parts must be
+// appended), no local_path, no direct_io.
 // Cancellation: checked at each call, before each HTTP attempt and during transfers.
 // Thread-safety: all Storage methods are thread-safe; writers as storage.h says.
 #pragma once
@@ -74,10 +78,23 @@ struct S3Config {
   // BadDigest). For services that check it but may not check x-amz-content-sha256 against
   // the body (GCS's XML API); S3 checks the SHA-256. Cost: an MD5 pass over every body.
   bool content_md5 = false;
+  // x-amz-checksum-crc32c (base64 of the big-endian CRC-32C) on every PutObject and
+  // UploadPart, x-amz-checksum-algorithm: CRC32C on CreateMultipartUpload and each part's
+  // ChecksumCRC32C in CompleteMultipartUpload, as the AWS SDKs send them: S3 refuses a body
+  // that does not match (400 BadDigest, retried) and keeps the checksum with the object
+  // (HEAD with x-amz-checksum-mode: ENABLED; multipart: the CRC-32C of the parts' CRCs,
+  // "-N"). Off for services that do not take S3's checksum headers (GCS's XML API).
+  // Cost: one CRC-32C pass over every body (bench/README.md).
+  bool checksum_crc32c = true;
+  // The header of a create-only publish (WriteOptions::if_absent) on PutObject and
+  // CompleteMultipartUpload; the service answers 412 when an object exists.
+  std::string create_only_header = "If-None-Match: *";
 
   // --- performance ---
-  // Multipart part size; 0 = the pool's buffer size. Parts below 5 MiB (S3's minimum) are
-  // raised to 5 MiB with a pool of the driver's own.
+  // Size of the first multipart parts; 0 = the pool's buffer size. Parts below 5 MiB (S3's
+  // minimum) are raised to 5 MiB with a pool of the driver's own. Parts double after every
+  // 1,000 (http/upload_writer.h part_bytes_at), so no object needs more than S3's 10,000
+  // parts; keep it at most 10 MiB so the largest (x 512) stay within S3's 5 GiB per part.
   std::size_t part_bytes = 0;
   // Parts of one writer in flight at once. Each holds a pool buffer.
   int max_parallel_parts = 4;
