@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -69,6 +71,18 @@ class FakeGcsServer {
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
+  // Exports what open_storage() (and the CLI the tests run) reads for gs:// on the JSON API:
+  // a bearer token (any: it checks none), this endpoint, no HMAC keys (they would pick the
+  // XML API), short retry backoffs.
+  void export_environment() const {
+    ::unsetenv("GCS_HMAC_ACCESS_ID");
+    ::unsetenv("GCS_HMAC_SECRET");
+    ::setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.sp-fake-gcs-token", 1);
+    ::setenv("GCS_JSON_ENDPOINT_URL", endpoint().c_str(), 1);
+    ::setenv("SHARDPOINT_HTTP_MAX_ATTEMPTS", "3", 1);
+    ::setenv("SHARDPOINT_HTTP_BACKOFF_MS", "10", 1);
+  }
+
  private:
   explicit FakeGcsServer(std::string bin) : bin_(std::move(bin)) {}
 
@@ -114,5 +128,24 @@ class FakeGcsServer {
   pid_t pid_ = -1;
   int port_ = 0;
 };
+
+// The process-wide server with bucket "sp-gcs-json" (started at first use, killed at exit),
+// its variables exported. nullptr when unavailable; *why says why.
+inline FakeGcsServer* shared_fake_gcs(std::string* why) {
+  static std::string reason;
+  static std::unique_ptr<FakeGcsServer> server = FakeGcsServer::start({"sp-gcs-json"}, &reason);
+  *why = reason;
+  if (server) server->export_environment();
+  return server.get();
+}
+
+// Skips (or fails under SHARDPOINT_REQUIRE_ORACLES=1) when fake-gcs-server is unavailable.
+#define SP_REQUIRE_FAKE_GCS(var)                                                                                    \
+  std::string var##_why;                                                                                            \
+  ::shardpoint::storage::testing::FakeGcsServer* var = ::shardpoint::storage::testing::shared_fake_gcs(&var##_why); \
+  if (var == nullptr) {                                                                                             \
+    if (::shardpoint::testing::oracles_required()) FAIL() << var##_why;                                             \
+    GTEST_SKIP() << var##_why;                                                                                      \
+  }
 
 }  // namespace shardpoint::storage::testing

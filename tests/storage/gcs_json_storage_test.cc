@@ -51,14 +51,6 @@ GcsJsonServer& server() {
   return *s;
 }
 
-// fake-gcs-server, started at first use; nullptr (and *why) when unavailable.
-FakeGcsServer* fake_gcs(std::string* why) {
-  static std::string reason;
-  static std::unique_ptr<FakeGcsServer> s = FakeGcsServer::start({"sp-gcs-json"}, &reason);
-  *why = reason;
-  return s.get();
-}
-
 // The servers the tests of the first group run on (the suffix of their names).
 constexpr const char* kFakeGcs = "fake_gcs";
 constexpr const char* kHomeServer = "test_server";
@@ -68,7 +60,7 @@ constexpr const char* kHomeServer = "test_server";
 std::string endpoint_of(const std::string& kind) {
   if (kind == kHomeServer) return server().endpoint();
   std::string why;
-  FakeGcsServer* fake = fake_gcs(&why);
+  FakeGcsServer* fake = shared_fake_gcs(&why);  // bucket sp-gcs-json
   if (fake != nullptr) return fake->endpoint();
   if (::shardpoint::testing::oracles_required()) ADD_FAILURE() << why;
   return "";

@@ -1,6 +1,6 @@
 // `shardpoint verify`, `reshard` and `inspect` on object-store URLs, against real servers on
 // 127.0.0.1: moto_server and s3s-fs with signature checking (s3://), moto for gs:// over
-// HMAC, and Azurite (az://). Resharding
+// HMAC, fake-gcs-server for gs:// on the JSON API, and Azurite (az://). Resharding
 // s3://A -> s3://B and s3:// -> local gives what a local reshard gives (inspect --json
 // --hash equal, and the same bytes); a torch.save object behind a URL is a reshard source;
 // verify names a corrupted object (exit 1); a prefix without .metadata is "not a committed
@@ -21,6 +21,7 @@
 #include "core/byte_stream.h"
 #include "engine/checkpoint_test_state.h"
 #include "engine/torch_save.h"
+#include "fake_gcs_server.h"
 #include "s3_servers.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/storage_registry.h"
@@ -244,6 +245,29 @@ TEST(RemoteCliGcsTest, ReshardGsToGsAndToLocalEqualsTheLocalReshard) {
   SP_REQUIRE_MOTO(moto);
   static int n = 0;
   reshard_remote_to_remote_and_local("gs://sp-gcs/cli-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+}
+
+// ---------------------------------------------------------------------------------------
+// gs:// on GCS's JSON API (bearer token), served by fake-gcs-server
+
+std::string gcs_json_url(const std::string& name) {
+  static int n = 0;
+  return "gs://sp-gcs-json/cli-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+TEST(RemoteCliGcsJsonTest, ReshardGsToGsAndToLocalEqualsTheLocalReshard) {
+  SP_REQUIRE_FAKE_GCS(server);
+  reshard_remote_to_remote_and_local(gcs_json_url("reshard"));
+}
+
+TEST(RemoteCliGcsJsonTest, VerifyNamesACorruptedObject) {
+  SP_REQUIRE_FAKE_GCS(server);
+  verify_names_a_corrupted_object(gcs_json_url("corrupt"));
+}
+
+TEST(RemoteCliGcsJsonTest, PrefixWithoutMetadataIsNotACommittedCheckpoint) {
+  SP_REQUIRE_FAKE_GCS(server);
+  uncommitted_prefix_is_not_a_checkpoint(gcs_json_url("uncommitted"));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 // `shardpoint consolidate` from and to object stores, end to end (the built binary) against
-// real servers on 127.0.0.1: moto and s3s-fs (s3://, signature checking on) and Azurite (az://).
+// real servers on 127.0.0.1: moto and s3s-fs (s3://, signature checking on), fake-gcs-server
+// (gs:// on the JSON API) and Azurite (az://).
 //   - s3:// -> local, local -> s3://, s3:// -> s3:// give the bytes of local -> local (the
 //     local result loads in PyTorch 1.13); sharded safetensors to s3:// equal the local
 //     folder object by object, index last;
-//   - az:// -> local and local -> az:// equal local -> local;
+//   - az:// and gs:// (JSON API) -> local and local -> az:// / gs:// equal local -> local;
 //   - Lightning's checks worded for a prefix (no objects, an object instead of a prefix, no
 //     meta.pt, output object exists): one line, exit 1;
 //   - an upload that fails after its first parts (a corrupt blob later in the checkpoint;
@@ -30,6 +31,7 @@
 #include "engine/checkpoint_test_state.h"
 #include "engine/chunking.h"
 #include "engine/torch_save.h"
+#include "fake_gcs_server.h"
 #include "s3_servers.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/consolidate.h"
@@ -274,6 +276,20 @@ TEST_P(RemoteConsolidateS3Test, FailedUploadLeavesNoObjectAndNoUpload) {
   EXPECT_NE(r.out.find("model.b"), std::string::npos) << r.out;
   EXPECT_FALSE(storage::open_storage(prefix)->try_stat("out.pt"));
   EXPECT_EQ(open_uploads(*server, "sp-test"), 0);
+}
+
+// gs:// on GCS's JSON API (resumable uploads), served by fake-gcs-server.
+TEST(RemoteConsolidateTest, GcsJsonBothWaysEqualsLocalToLocal) {
+  SP_REQUIRE_FAKE_GCS(server);
+  TempDir dir;
+  const std::string prefix = "gs://sp-gcs-json/" + testing::unique_name("consolidate-json");
+  std::string want;
+  consolidate_both_ways(dir, prefix, "gs", want);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  ToolRun r =
+      tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(prefix + "/d/out.pt"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(read_object(prefix + "/d/out.pt") == want) << "gs -> gs differs from local -> local";
 }
 
 // SIGTERM once the multipart upload has begun (moto's request log shows its POST ?uploads):
