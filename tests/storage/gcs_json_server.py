@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
 """A small Google Cloud Storage JSON API server for the gs:// driver's tests (127.0.0.1 only).
 
+The driver's functional tests run on fsouza's fake-gcs-server (tests/storage/fake_gcs_server.h);
+this server stays for what that emulator cannot produce: injected faults (/_control/fault),
+request and session counters (/_control/state), small list pages, a refused token, and 412
+for ifGenerationMatch on downloads (fake-gcs-server v1.56.1 ignores it there). It is also
+what the Python package's gs:// tests and the fault proxy tests use.
+
 Implements exactly what src/storage/gcs/gcs_json_storage.cc uses, with the status codes and
 headers of the real service:
   GET    /storage/v1/b/B/o?prefix=&pageToken=&maxResults=   list (pages of at most --page-size)

@@ -1,6 +1,7 @@
-// Checkpoints on s3:// end to end against moto with signature checking: engine::save on 4
+// Checkpoints on s3:// end to end against moto and s3s-fs, both checking SigV4 signatures
+// (s3_servers.h): engine::save on 4
 // in-process ranks, load on 2, `shardpoint inspect --json --hash` equal to a local copy; a
-// failed save leaves no `.metadata` and no multipart upload; moto killed in the middle of an
+// failed save leaves no `.metadata` and no multipart upload; the server killed in the middle of an
 // upload fails the save, and after a restart the retried save succeeds.
 #include <gtest/gtest.h>
 
@@ -13,7 +14,7 @@
 
 #include "comm/thread_communicator.h"
 #include "engine/checkpoint_test_state.h"
-#include "s3_moto.h"
+#include "s3_servers.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
@@ -77,8 +78,12 @@ BigState big_state(int rank, int world, std::int64_t rows) {
   return s;
 }
 
-TEST(S3CheckpointTest, SaveOn4LoadOn2AndInspectEqualsALocalCopy) {
-  SP_REQUIRE_MOTO(moto);
+// Every test on each S3 server (s3_servers.h): moto and s3s-fs.
+class S3CheckpointTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(S3, S3CheckpointTest, s3_server_kinds(), S3ServerKindName());
+
+TEST_P(S3CheckpointTest, SaveOn4LoadOn2AndInspectEqualsALocalCopy) {
+  SP_REQUIRE_S3(server, GetParam());
   const std::string url = unique_url("ckpt");
   auto st = open_storage(url);  // through the registry, as every command does
   save_on(4, *st);
@@ -99,8 +104,8 @@ TEST(S3CheckpointTest, SaveOn4LoadOn2AndInspectEqualsALocalCopy) {
   EXPECT_EQ(remote.output, copy.output);
 }
 
-TEST(S3CheckpointTest, ALargeCheckpointUsesMultipartAndLoadsResharded) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3CheckpointTest, ALargeCheckpointUsesMultipartAndLoadsResharded) {
+  SP_REQUIRE_S3(server, GetParam());
   auto st = open_storage(unique_url("big"));
   constexpr std::int64_t kRows = 4 * 2048;  // 8 MiB per rank of 4: parts of 8 MiB, ranged GETs
   {
@@ -125,8 +130,8 @@ TEST(S3CheckpointTest, ALargeCheckpointUsesMultipartAndLoadsResharded) {
   }
 }
 
-TEST(S3CheckpointTest, FailedSaveLeavesNoMetadataAndNoUpload) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3CheckpointTest, FailedSaveLeavesNoMetadataAndNoUpload) {
+  SP_REQUIRE_S3(server, GetParam());
   std::shared_ptr<Storage> s3 = open_storage(unique_url("failed"));
   auto faulty = std::make_shared<FaultInjectionStorage>(s3);
   faulty->fail(FaultRule{FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__2_"});  // rank 2's file
@@ -137,12 +142,12 @@ TEST(S3CheckpointTest, FailedSaveLeavesNoMetadataAndNoUpload) {
   EXPECT_ANY_THROW(
       group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *faulty, comm); }));
   EXPECT_FALSE(s3->try_stat(".metadata"));
-  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+  EXPECT_EQ(open_uploads(*server, "sp-test"), 0);
 }
 
-TEST(S3CheckpointTest, ServerKilledMidUploadFailsThenRetriedSaveSucceeds) {
+TEST_P(S3CheckpointTest, ServerKilledMidUploadFailsThenRetriedSaveSucceeds) {
   std::string why;
-  auto moto = MotoServer::start({"sp-kill"}, &why);
+  auto moto = start_s3_server(GetParam(), {"sp-kill"}, &why);
   if (!moto) {
     if (shardpoint::testing::oracles_required()) FAIL() << why;
     GTEST_SKIP() << why;
@@ -189,7 +194,7 @@ TEST(S3CheckpointTest, ServerKilledMidUploadFailsThenRetriedSaveSucceeds) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("s3://sp-kill/ckpt/"), std::string::npos) << e.what();
   }
-  // moto keeps state in memory: the restarted server has a new user, key and bucket.
+  // The restarted server starts empty (moto: a new user, key and bucket; s3s-fs: a new root).
   ASSERT_TRUE(moto->restart(&why)) << why;
   st = open();
   EXPECT_FALSE(st->try_stat(".metadata"));

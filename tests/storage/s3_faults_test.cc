@@ -12,7 +12,7 @@
 #include "comm/thread_communicator.h"
 #include "engine/checkpoint_test_state.h"
 #include "fault_proxy.h"
-#include "s3_moto.h"
+#include "s3_servers.h"
 #include "server_faults.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
@@ -25,7 +25,7 @@ namespace {
 using shardpoint::testing::unique_name;
 
 // One proxy in front of the binary's moto, started at first use.
-FaultProxy* shared_proxy(const MotoServer& moto) {
+FaultProxy* shared_proxy(const S3TestServer& moto) {
   static std::unique_ptr<FaultProxy> proxy = [&] {
     std::string why;
     auto p = FaultProxy::start(moto.endpoint(), /*slow_seconds=*/3.5, &why);
@@ -68,7 +68,7 @@ class S3FaultsTest : public ::testing::Test {
     ASSERT_NE(proxy_, nullptr) << "fault_proxy.py did not start";
   }
 
-  MotoServer* moto_ = nullptr;
+  S3TestServer* moto_ = nullptr;
   FaultProxy* proxy_ = nullptr;
 };
 

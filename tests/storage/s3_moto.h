@@ -9,13 +9,11 @@
 //
 // A missing moto (python3 on PATH without moto and boto3) skips the test with a clear
 // message, or fails it when SHARDPOINT_REQUIRE_ORACLES=1 (as test_util.h's oracle macros).
+// s3_servers.h has the process-wide servers and the macros the tests use.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,12 +26,13 @@
 #include <vector>
 
 #include "comm/launch.h"
+#include "s3_test_server.h"
 #include "storage/http/http_client.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
 
-class MotoServer {
+class MotoServer final : public S3TestServer {
  public:
   // Starts a server with the given buckets; nullptr (and *why set) when moto is missing or
   // did not come up.
@@ -48,12 +47,13 @@ class MotoServer {
     return server;
   }
 
-  ~MotoServer() { kill(); }
+  ~MotoServer() override { kill(); }
   MotoServer(const MotoServer&) = delete;
   MotoServer& operator=(const MotoServer&) = delete;
 
-  // SIGKILL and reap; idempotent.
-  void kill() {
+  std::string kind() const override { return "moto"; }
+
+  void kill() override {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
       int status = 0;
@@ -62,46 +62,34 @@ class MotoServer {
     }
   }
 
-  // A fresh server on the same port (moto keeps state in memory: new user, key, buckets).
-  bool restart(std::string* why) {
+  // moto keeps state in memory: the fresh server has a new user, key and buckets.
+  bool restart(std::string* why) override {
     kill();
     return launch(port_, why);
   }
 
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  int port() const { return port_; }
-  const std::string& access_key() const { return access_key_; }
-  const std::string& secret_key() const { return secret_key_; }
+  std::string endpoint() const override { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const override { return port_; }
+  const std::string& access_key() const override { return access_key_; }
+  const std::string& secret_key() const override { return secret_key_; }
 
-  // Exports the AWS_* variables the driver reads for URLs opened through open_storage(),
-  // with short retry backoffs so failures return quickly.
-  void export_environment() const {
-    ::setenv("AWS_ACCESS_KEY_ID", access_key_.c_str(), 1);
-    ::setenv("AWS_SECRET_ACCESS_KEY", secret_key_.c_str(), 1);
-    ::unsetenv("AWS_SESSION_TOKEN");
-    ::unsetenv("AWS_PROFILE");
-    ::setenv("AWS_REGION", "us-east-1", 1);
-    ::setenv("AWS_ENDPOINT_URL", endpoint().c_str(), 1);
-    ::setenv("GCS_HMAC_ACCESS_ID", access_key_.c_str(), 1);
-    ::setenv("GCS_HMAC_SECRET", secret_key_.c_str(), 1);
-    ::setenv("GCS_ENDPOINT_URL", endpoint().c_str(), 1);
-    ::setenv("SHARDPOINT_HTTP_MAX_ATTEMPTS", "3", 1);
-    ::setenv("SHARDPOINT_HTTP_BACKOFF_MS", "10", 1);
+  // ListMultipartUploads, signed.
+  int open_uploads(const std::string& bucket) const override {
+    http::HttpClient client;
+    http::Request r;
+    r.url = endpoint() + "/" + bucket + "?uploads=";
+    r.headers.push_back("x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    r.aws_sigv4 = "aws:amz:us-east-1:s3";
+    r.userpwd = access_key_ + ":" + secret_key_;
+    http::Response resp = client.execute(r, {}, "list uploads");
+    if (resp.status != 200) return -1;
+    int n = 0;
+    for (std::size_t pos = 0; (pos = resp.body.find("<Upload>", pos)) != std::string::npos; ++pos) ++n;
+    return n;
   }
 
  private:
   explicit MotoServer(std::vector<std::string> buckets) : buckets_(std::move(buckets)) {}
-
-  static bool accepting(int port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    return ok;
-  }
 
   bool launch(int port, std::string* why) {
     port_ = port;
@@ -153,44 +141,5 @@ class MotoServer {
   std::string access_key_;
   std::string secret_key_;
 };
-
-// The multipart uploads in progress in `bucket` (ListMultipartUploads, signed); -1 when the
-// listing fails.
-inline int open_uploads(const MotoServer& moto, const std::string& bucket) {
-  http::HttpClient client;
-  http::Request r;
-  r.url = moto.endpoint() + "/" + bucket + "?uploads=";
-  r.headers.push_back("x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  r.aws_sigv4 = "aws:amz:us-east-1:s3";
-  r.userpwd = moto.access_key() + ":" + moto.secret_key();
-  http::Response resp = client.execute(r, {}, "list uploads");
-  if (resp.status != 200) return -1;
-  int n = 0;
-  for (std::size_t pos = 0; (pos = resp.body.find("<Upload>", pos)) != std::string::npos; ++pos) ++n;
-  return n;
-}
-
-// The process-wide server of a test binary (started at first use, killed at exit).
-// Returns nullptr when unavailable; *why says why.
-inline MotoServer* shared_moto(std::string* why) {
-  static std::string reason;
-  static std::unique_ptr<MotoServer> server = [] {
-    auto s = MotoServer::start({"sp-test", "sp-gcs"}, &reason);
-    if (s) s->export_environment();
-    return s;
-  }();
-  *why = reason;
-  return server.get();
-}
-
-// Skips (or fails under SHARDPOINT_REQUIRE_ORACLES=1) when moto is unavailable.
-#define SP_REQUIRE_MOTO(var)                                                           \
-  std::string var##_why;                                                               \
-  ::shardpoint::storage::testing::MotoServer* var =                                    \
-      ::shardpoint::storage::testing::shared_moto(&var##_why);                         \
-  if (var == nullptr) {                                                                \
-    if (::shardpoint::testing::oracles_required()) FAIL() << var##_why;                \
-    GTEST_SKIP() << var##_why;                                                         \
-  }
 
 }  // namespace shardpoint::storage::testing

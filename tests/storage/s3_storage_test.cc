@@ -1,6 +1,7 @@
-// The "s3" and "gs" (XML API) drivers against a real moto_server with signature checking:
-// the conformance suite on both, then what only an object store has (multipart, abort,
-// parallel ranged reads, auth errors, URL parsing, credentials files, registration).
+// The "s3" and "gs" (XML API) drivers against real servers with signature checking: the
+// conformance suite on s3:// (moto and s3s-fs) and gs:// over the XML API (moto), then what
+// only an object store has on both S3 servers (multipart, abort, parallel ranged reads, auth
+// errors), URL parsing, credentials files, registration.
 #include "storage/s3/s3_storage.h"
 
 #include <atomic>
@@ -9,7 +10,7 @@
 #include <fstream>
 
 #include "core/buffer_pool.h"
-#include "s3_moto.h"
+#include "s3_servers.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/gcs/gcs_storage.h"
@@ -30,30 +31,37 @@ std::string fresh_root(const std::string& scheme, const std::string& bucket) {
 }
 
 // Records the skip (or failure) for the running test; the placeholder storage is never used.
-void skip_without_moto(const std::string& why) {
+void skip_without_server(const std::string& why) {
   if (::shardpoint::testing::oracles_required()) FAIL() << why;
   GTEST_SKIP() << why;
 }
 
-StorageUnderTest make_remote(const std::string& scheme, const std::string& bucket) {
+StorageUnderTest make_remote(const std::string& scheme, const std::string& bucket, const std::string& server) {
   std::string why;
-  if (shared_moto(&why) == nullptr) {
-    skip_without_moto(why);
+  if (shared_s3_server(server, &why) == nullptr) {
+    skip_without_server(why);
     return {open_memory_storage("memory://", {}), nullptr};
   }
   return {open_storage(fresh_root(scheme, bucket)), nullptr};
 }
 
-StorageUnderTest make_s3() { return make_remote("s3", "sp-test"); }
-StorageUnderTest make_gcs_xml() { return make_remote("gs", "sp-gcs"); }
+StorageUnderTest make_s3() { return make_remote("s3", "sp-test", "moto"); }
+StorageUnderTest make_s3_s3s_fs() { return make_remote("s3", "sp-test", "s3s_fs"); }
+StorageUnderTest make_gcs_xml() { return make_remote("gs", "sp-gcs", "moto"); }
 
 INSTANTIATE_TEST_SUITE_P(Remote, StorageConformanceTest,
                          ::testing::Values(StorageFactory{"s3_moto", &make_s3},
+                                           StorageFactory{"s3_s3s_fs", &make_s3_s3s_fs,
+                                                          /*prefix_keys_answer_not_found=*/false},
                                            StorageFactory{"gcs_xml_moto", &make_gcs_xml}),
                          StorageFactoryName());
 
-TEST(S3StorageTest, MultipartParallelUploadAndParallelRangedReads) {
-  SP_REQUIRE_MOTO(moto);
+// What only an object store has, on each S3 server (s3_servers.h).
+class S3ServerTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(S3, S3ServerTest, s3_server_kinds(), S3ServerKindName());
+
+TEST_P(S3ServerTest, MultipartParallelUploadAndParallelRangedReads) {
+  SP_REQUIRE_S3(server, GetParam());
   auto st = open_storage(fresh_root("s3", "sp-test"));
   // 5 MiB parts in a pool of 4 buffers: parts upload in parallel within a bounded pool.
   StorageOptions options;
@@ -70,11 +78,11 @@ TEST(S3StorageTest, MultipartParallelUploadAndParallelRangedReads) {
   for (std::size_t pos = 0; pos < data.size(); pos += 3000017) {
     w->append(as_bytes(std::string_view(data).substr(pos, 3000017)));
   }
-  EXPECT_EQ(open_uploads(*moto, "sp-test"), 1);  // started when the first part was full
+  EXPECT_EQ(open_uploads(*server, "sp-test"), 1);  // started when the first part was full
   EXPECT_FALSE(s3->try_stat("big/__0_0.distcp"));  // nothing visible before commit
   w->commit();
   EXPECT_EQ(options.buffer_pool->leased_buffers(), 0u);
-  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+  EXPECT_EQ(open_uploads(*server, "sp-test"), 0);
   EXPECT_EQ(s3->stat("big/__0_0.distcp"), data.size());
   std::string got(data.size() - 7, '\0');
   s3->read("big/__0_0.distcp", 7, std::as_writable_bytes(std::span(got)));  // 22 parallel GETs
@@ -92,21 +100,21 @@ TEST(S3StorageTest, MultipartParallelUploadAndParallelRangedReads) {
   }
 }
 
-TEST(S3StorageTest, UncommittedMultipartWriterAbortsItsUpload) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3ServerTest, UncommittedMultipartWriterAbortsItsUpload) {
+  SP_REQUIRE_S3(server, GetParam());
   auto st = open_storage(fresh_root("s3", "sp-test"));
-  ASSERT_EQ(open_uploads(*moto, "sp-test"), 0);
+  ASSERT_EQ(open_uploads(*server, "sp-test"), 0);
   {
     auto w = st->open_writer("partial.distcp");
     w->append(as_bytes(pattern(std::size_t{20} << 20, 1)));
-    EXPECT_EQ(open_uploads(*moto, "sp-test"), 1);
+    EXPECT_EQ(open_uploads(*server, "sp-test"), 1);
   }
-  EXPECT_EQ(open_uploads(*moto, "sp-test"), 0);
+  EXPECT_EQ(open_uploads(*server, "sp-test"), 0);
   EXPECT_TRUE(st->list("").empty());
 }
 
-TEST(S3StorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3ServerTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
+  SP_REQUIRE_S3(server, GetParam());
   const std::string url = fresh_root("s3", "sp-test");
   s3::S3Config config = s3::parse_s3_url(url);
   config.credentials.secret_access_key = "wrong-secret-0123456789";
@@ -122,7 +130,7 @@ TEST(S3StorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
       EXPECT_EQ(e.kind(), StorageError::Kind::kPermission) << what;
       EXPECT_NE(what.find(url), std::string::npos) << what;
       EXPECT_EQ(what.find("wrong-secret"), std::string::npos) << what;
-      EXPECT_EQ(what.find(moto->secret_key()), std::string::npos) << what;
+      EXPECT_EQ(what.find(server->secret_key()), std::string::npos) << what;
       if (op != 2) {
         EXPECT_NE(what.find("SignatureDoesNotMatch"), std::string::npos) << what;
       }
@@ -131,8 +139,8 @@ TEST(S3StorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
   }
 }
 
-TEST(S3StorageTest, KeysWithReservedCharactersRoundTrip) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3ServerTest, KeysWithReservedCharactersRoundTrip) {
+  SP_REQUIRE_S3(server, GetParam());
   auto st = open_storage(fresh_root("s3", "sp-test"));
   for (std::string key : {"step=3/__0_0.distcp", "a b/c+d", "x%2Fy", "utf8-\xc3\xa9/k", "t~_-./q"}) {
     st->write_atomic(key, as_bytes(key));
@@ -146,10 +154,10 @@ TEST(S3StorageTest, KeysWithReservedCharactersRoundTrip) {
   EXPECT_EQ(st->remove_all(), 5u);
 }
 
-TEST(S3StorageTest, ListPagesThroughManyObjects) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3ServerTest, ListPagesThroughManyObjects) {
+  SP_REQUIRE_S3(server, GetParam());
   auto st = open_storage(fresh_root("s3", "sp-test"));
-  // moto pages at 1000 keys: 1005 objects need two pages.
+  // Both servers page at 1000 keys: 1005 objects need two pages.
   std::vector<std::exception_ptr> errors(8);
   {
     std::vector<std::jthread> threads;

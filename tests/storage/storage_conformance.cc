@@ -90,6 +90,7 @@ TEST_P(StorageConformanceTest, ReadPastEndIsFormatErrorNamingTheObject) {
 TEST_P(StorageConformanceTest, MissingKeyIsNotFound) {
   put(storage(), "present/x", "x");
   for (std::string key : {"absent", "present/absent", "absent/deeper/key", "present"}) {
+    if (key == "present" && !GetParam().prefix_keys_answer_not_found) continue;
     try {
       storage().stat(key);
       FAIL() << key;

@@ -27,6 +27,9 @@ struct StorageUnderTest {
 struct StorageFactory {
   std::string name;
   std::function<StorageUnderTest()> make;
+  // False where a key that is also a prefix of other keys cannot be asked about: s3s-fs keeps
+  // objects as files, so such a key is a folder and HEAD answers 500 InternalError.
+  bool prefix_keys_answer_not_found = true;
 };
 
 // So gtest prints the driver name, not the factory's bytes.

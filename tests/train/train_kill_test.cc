@@ -34,7 +34,7 @@
 #include "shardpoint/storage_registry.h"
 #include "shardpoint/verify.h"
 #include "storage/location.h"
-#include "storage/s3_moto.h"
+#include "storage/s3_servers.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
 

@@ -17,7 +17,7 @@
 #include "launch_ranks.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/s3_moto.h"
+#include "storage/s3_servers.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
 

@@ -19,7 +19,7 @@
 #include "shardpoint/error.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/s3_moto.h"
+#include "storage/s3_servers.h"
 #include "torchfile/torch_file.h"
 #include "train/data.h"
 #include "train/fsdp_strategy.h"

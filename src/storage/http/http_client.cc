@@ -186,7 +186,11 @@ struct HttpClient::Handle {
   ~Handle() { curl_easy_cleanup(curl); }
 };
 
-bool is_retryable_status(long status) { return status == 408 || status == 429 || (status >= 500 && status <= 599); }
+// 501 Not Implemented is the server's lasting answer (s3s-fs to ListMultipartUploads): a retry
+// would only get it again.
+bool is_retryable_status(long status) {
+  return status == 408 || status == 429 || (status >= 500 && status <= 599 && status != 501);
+}
 
 std::string check_range_answer(const ByteRange& asked, std::string_view content_range, std::uint64_t body_bytes) {
   const std::uint64_t asked_last = asked.offset + asked.length - 1;

@@ -366,12 +366,14 @@ struct S3Core final : http::ObjectClient {
 
   std::unique_ptr<StorageWriter> open_writer(const std::string& key, const WriteOptions& options) override;
 
-  // The leftovers of writers that died: unfinished multipart uploads under prefix.
+  // The leftovers of writers that died: unfinished multipart uploads under prefix. A server
+  // that cannot list uploads (501 NotImplemented: s3s-fs) leaves them to its own cleanup.
   void remove_leftovers(std::string_view prefix, const IoOptions& io) override {
     const std::string full = object_name(prefix);
     std::string what = "list multipart uploads under " + root_url() + "/" + std::string(prefix);
     std::string query = full.empty() ? "uploads=" : "prefix=" + http::uri_encode(full, false) + "&uploads=";
     http::Response resp = execute(request("GET", bucket_url() + "?" + query), io, what);
+    if (resp.status == 501) return;
     if (resp.status != 200) fail(what, resp);
     for (std::string_view upload : xml_blocks(resp.body, "Upload")) {
       std::string key = xml_value(upload, "Key");
