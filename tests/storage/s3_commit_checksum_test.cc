@@ -1,5 +1,5 @@
-// What the big S3 clients do that the s3 driver does too (issue 16 item 3), against moto
-// (tests/storage/s3_moto_server.py): a create-only `.metadata` commit (If-None-Match: * on
+// What the big S3 clients do that the s3 driver does too (issue 16 item 3), on each S3 test
+// server (s3_servers.h: moto and s3s-fs): a create-only `.metadata` commit (If-None-Match: * on
 // PutObject and CompleteMultipartUpload), x-amz-checksum-crc32c on every body with the
 // server refusing a wrong one, and the engine's commit refusing a second save that
 // committed first.
@@ -8,7 +8,7 @@
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "engine/save_steps.h"
-#include "s3_moto.h"
+#include "s3_servers.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
@@ -29,8 +29,8 @@ std::string sha256_hex(ByteSpan data) {
   return h.hex_digest();
 }
 
-// A signed request to moto with the given extra headers.
-http::Response signed_request(const MotoServer& moto, const std::string& method, const std::string& path,
+// A signed request to the server with the given extra headers.
+http::Response signed_request(const S3TestServer& moto, const std::string& method, const std::string& path,
                               const std::string& body, std::vector<std::string> headers) {
   http::HttpClient client;
   http::Request r;
@@ -50,8 +50,13 @@ std::unique_ptr<Storage> s3_storage(const std::string& prefix) {
   return s3::make_s3_storage(config);
 }
 
-TEST(S3CommitTest, CreateOnlyMultipartCommitIsRefusedWhenAnObjectExists) {
-  SP_REQUIRE_MOTO(moto);
+class S3CommitTest : public ::testing::TestWithParam<std::string> {};
+class S3ChecksumTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Servers, S3CommitTest, s3_server_kinds(), S3ServerKindName());
+INSTANTIATE_TEST_SUITE_P(Servers, S3ChecksumTest, s3_server_kinds(), S3ServerKindName());
+
+TEST_P(S3CommitTest, CreateOnlyMultipartCommitIsRefusedWhenAnObjectExists) {
+  SP_REQUIRE_S3(moto, GetParam());
   auto st = s3_storage(unique_name("create-only"));
   WriteOptions create_only;
   create_only.if_absent = true;
@@ -84,8 +89,8 @@ TEST(S3CommitTest, CreateOnlyMultipartCommitIsRefusedWhenAnObjectExists) {
   EXPECT_EQ(read_all(*st, "atomic-big"), big);
 }
 
-TEST(S3ChecksumTest, PutsCarryCrc32cThatTheServerKeepsAndChecks) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3ChecksumTest, PutsCarryCrc32cThatTheServerKeepsAndChecks) {
+  SP_REQUIRE_S3(moto, GetParam());
   const std::string prefix = unique_name("crc");
   auto st = s3_storage(prefix);
   const std::string small = pattern(100000, 3);
@@ -103,7 +108,9 @@ TEST(S3ChecksumTest, PutsCarryCrc32cThatTheServerKeepsAndChecks) {
   head = signed_request(*moto, "HEAD", "/sp-test/" + prefix + "/big", "", {"x-amz-checksum-mode: ENABLED"});
   // S3 answers the CRC-32C of the parts' CRCs and "-3"; moto 5.2.1 computes its own value
   // (CRC-32 without the crc32c module) and no suffix: only that the upload kept one is moto's.
-  EXPECT_FALSE(head.header("x-amz-checksum-crc32c").empty());
+  // s3s-fs 0.14.1 keeps no checksum for a completed multipart upload.
+  const bool s3s_fs = GetParam() == "s3s_fs";
+  if (!s3s_fs) EXPECT_FALSE(head.header("x-amz-checksum-crc32c").empty());
 
   // The server refuses a body whose x-amz-checksum-crc32c does not match it (its SHA-256
   // does: only the CRC is wrong), and stores nothing.
@@ -114,15 +121,17 @@ TEST(S3ChecksumTest, PutsCarryCrc32cThatTheServerKeepsAndChecks) {
   EXPECT_EQ(refused.status, 400);
   EXPECT_EQ(http::xml_value(refused.body, "Code"), "BadDigest") << refused.body;
   EXPECT_TRUE(http::s3_body_mismatch(refused));  // the driver retries it: the resend is the fix
-  EXPECT_FALSE(st->try_stat("wrong").has_value());
+  // s3s-fs 0.14.1 answers BadDigest but has already stored the body (its file is written
+  // before the check): a server bug, seen here; S3 and moto store nothing.
+  if (!s3s_fs) EXPECT_FALSE(st->try_stat("wrong").has_value());
   http::Response accepted = signed_request(*moto, "PUT", "/sp-test/" + prefix + "/right", body,
                                            {"x-amz-checksum-crc32c: " + http::crc32c_base64(crc32c(0, as_bytes(body))),
                                             "x-amz-sdk-checksum-algorithm: CRC32C"});
   EXPECT_EQ(accepted.status, 200) << accepted.body;
 }
 
-TEST(S3CommitTest, ASaveWhoseMetadataAnotherSaveCommittedFirstFailsAndLeavesTheOther) {
-  SP_REQUIRE_MOTO(moto);
+TEST_P(S3CommitTest, ASaveWhoseMetadataAnotherSaveCommittedFirstFailsAndLeavesTheOther) {
+  SP_REQUIRE_S3(moto, GetParam());
   auto st = open_storage("s3://sp-test/" + unique_name("race"));
   // The other save's commit: its sidecar and `.metadata` are in place.
   st->write_atomic(engine::kChecksumSidecar, as_bytes(std::string_view("the other save's sidecar")));
