@@ -1,34 +1,46 @@
 #!/usr/bin/env python3
-"""Benchmark: a ~1 GiB checkpoint uploaded to and downloaded from an S3 server (moto on
-127.0.0.1, signature checking on), shardpoint vs boto3 moving the same bytes in the same run.
+"""Benchmark: the GPT-2 + Adam state saved and loaded on 4 ranks through an S3 server on
+127.0.0.1 (s3s-fs, the tests' server; moto too if asked), shardpoint against the S3 clients a
+PyTorch user would pick, in one run, on the same server, same bytes, same machine.
 
-  python3 bench/object_store_bench.py BUILD_DIR [--rounds 3] [--layers 12]
+  PY=$(scripts/setup-python.sh bench)
+  SHARDPOINT_PYTHONPATH=build-wheel/site $PY bench/object_store_bench.py BUILD \\
+      [--servers s3s[,moto]] [--rounds 1] [--layers 24] [--clients sp,sp-py,s3torch,s3fs,boto3]
 
-Run with the Python that has moto and boto3 (the pyenv python3 first on PATH here).
-
-Each round:
-  1. shardpoint save: BUILD_DIR/bench/dcp_bench save s3://bench/sp-<round> --layers L
-     --threads 4 (one process, 4 files written in parallel, each a multipart upload with up
-     to 4 parts in flight, 8 MiB parts from the pool).
-  2. shardpoint load of it (--threads 4, checksums verified, every value checked).
-  3. boto3 upload of the same objects (bytes fetched beforehand, held in memory) to
-     s3://bench/boto-<round>/ with upload_fileobj (TransferConfig: 8 MiB parts, 10 threads,
-     boto3's defaults), 4 objects at a time in threads like shardpoint's 4 files.
-  4. boto3 download of those objects with download_fileobj into memory (same config).
-GB/s = bytes moved / seconds (10^9). shardpoint's times are the whole save()/load() call
-(planning, checksums and the `.metadata` commit included); boto3's are the transfers only.
-moto is a single Python process holding objects in RAM, so it is the ceiling for both;
-the table says how close each client gets to it, not what S3 would do.
-Needs: moto_server (moto[server]) and boto3; exits 0 with a note when missing.
+Clients (each a job of 4 ranks, save then load, every load checked against the values):
+  sp       shardpoint's C++ engine: BUILD/bench/dcp_bench save|load s3://... on 4 processes
+           (TCP communicator, no LibTorch), checksums written and verified.
+  sp-py    shardpoint's Python package: dcp.save/dcp.load with shardpoint.torch.StorageWriter
+           / StorageReader (thread_count 4 both; sync_files off: an object store has no fsync),
+           4 gloo ranks (the package from $SHARDPOINT_PYTHONPATH).
+  s3torch  AWS's s3torchconnector: dcp.save/dcp.load with S3StorageWriter (thread_count
+           --peer-threads) / S3StorageReader (its default, dcp_optimized), over its CRT client
+           pointed at the server (path-style), same ranks.
+  s3fs     dcp.save/dcp.load with DCP's FsspecWriter (thread_count --peer-threads, sync_files
+           off) / FsspecReader over s3fs, same ranks.
+  boto3    the same 4 objects as shardpoint's data files (sizes of sp's save), from and to
+           local files: upload_file / download_file with boto3's transfer manager
+           (--boto-chunk-mib parts, --boto-concurrency threads per object), one process per
+           object started together. No DCP, no .metadata: the bytes alone.
+Time = the slowest rank's call (boto3: first start to last end); GB/s = the state's payload
+(10^9 bytes) / time, for every client. Requests are counted by the server (s3s-fs:
+its debug log of routed operations; moto: its access log) and reported per GB of payload,
+by kind: GET (object reads), PUT (PutObject, UploadPart, CopyObject), POST (multipart
+create/complete), HEAD, LIST, DELETE. Peak RSS = the largest rank's VmHWM during its call
+(the state it holds included), and added = VmHWM - VmRSS before the call.
+Ratios: shardpoint (sp, and sp-py) over the best peer's median (s3torch, s3fs, boto3).
 """
+from __future__ import annotations
+
 import argparse
-import concurrent.futures
-import io
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,121 +48,500 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import benchlib  # noqa: E402
+import dcp_bench  # noqa: E402
+
+BUCKET = "bench"
+REGION = "us-east-1"
+RANKS = 4
+PEERS = ("s3torch", "s3fs", "boto3")
+KINDS = ("GET", "PUT", "POST", "HEAD", "LIST", "DELETE", "other")
 
 
-def start_moto():
+# --- servers ------------------------------------------------------------------------------
+
+class Server:
+    """An S3 server on 127.0.0.1 whose log counts the requests of each job."""
+
+    def __init__(self, kind, scratch):
+        self.kind = kind
+        self.port = benchlib.pick_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(scratch, f"{kind}.log")
+        log = open(self.log_path, "w")
+        if kind == "s3s":
+            binary = subprocess.run([os.path.join(REPO, "scripts", "setup-s3s.sh")], capture_output=True, text=True,
+                                    timeout=1500).stdout.strip()
+            if not binary:
+                sys.exit("object_store_bench: s3s-fs unavailable (scripts/setup-s3s.sh)")
+            root = os.path.join(scratch, "s3s-root")
+            os.makedirs(os.path.join(root, BUCKET))
+            self.key, self.secret = "SPBENCHKEY0000000001", "sp-bench-secret"
+            # s3s::ops logs one "resolved route, op: <Operation>" line per request at debug.
+            env = dict(os.environ, RUST_LOG="s3s::ops=debug,s3s::ops::signature=info", NO_COLOR="1")
+            self.proc = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(self.port), "--access-key",
+                                          self.key, "--secret-key", self.secret, root], stdout=log, stderr=log, env=env)
+            self._wait()
+        else:
+            env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+            self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_server.py"),
+                                          str(self.port)], env=env, stdout=log, stderr=log)
+            self._wait()
+            out = subprocess.run([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_setup.py"), self.endpoint,
+                                  BUCKET], capture_output=True, text=True, check=True)
+            self.key, self.secret = out.stdout.split()
+        self.mark = 0
+
+    def _wait(self):
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        sys.exit(f"object_store_bench: {self.kind} did not start (log: {self.log_path})")
+
+    def env(self):
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=self.key, AWS_SECRET_ACCESS_KEY=self.secret, AWS_REGION=REGION,
+                   AWS_DEFAULT_REGION=REGION, AWS_ENDPOINT_URL=self.endpoint, AWS_EC2_METADATA_DISABLED="true")
+        for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            env.pop(k, None)
+        return env
+
+    def start_counting(self):
+        time.sleep(0.2)  # lines of the previous job still being written
+        self.mark = os.path.getsize(self.log_path)
+
+    def counts(self):
+        """Requests since start_counting(), by kind."""
+        time.sleep(0.2)
+        with open(self.log_path, "rb") as f:
+            f.seek(self.mark)
+            text = f.read().decode("utf-8", "replace")
+        out = dict.fromkeys(KINDS, 0)
+        if self.kind == "s3s":
+            for op in re.findall(r"resolved route, op: (\w+)", text):
+                out[s3s_kind(op)] += 1
+        else:
+            for method, target in re.findall(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP', text):
+                out[moto_kind(method, target)] += 1
+        return out
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def s3s_kind(op):
+    if op == "GetObject":
+        return "GET"
+    if op in ("PutObject", "UploadPart", "CopyObject", "UploadPartCopy"):
+        return "PUT"
+    if op in ("CreateMultipartUpload", "CompleteMultipartUpload", "DeleteObjects"):
+        return "POST"
+    if op.startswith("Head"):
+        return "HEAD"
+    if op.startswith("List"):
+        return "LIST"
+    if op in ("DeleteObject", "AbortMultipartUpload"):
+        return "DELETE"
+    return "other"
+
+
+def moto_kind(method, target):
+    path, _, query = target.partition("?")
+    key = path.lstrip("/").partition("/")[2]
+    if method == "GET":
+        return "GET" if key else "LIST"
+    return method if method in KINDS else "other"
+
+
+def s3_client(server):
+    import boto3
+    return boto3.client("s3", endpoint_url=server.endpoint, region_name=REGION, aws_access_key_id=server.key,
+                        aws_secret_access_key=server.secret)
+
+
+def objects(s3, prefix):
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        out += [(o["Key"], o["Size"]) for o in page.get("Contents", [])]
+    return out
+
+
+def remove_prefix(s3, prefix):
+    keys = [k for k, _ in objects(s3, prefix)]
+    for i in range(0, len(keys), 1000):
+        s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]]})
+
+
+# --- one Python rank (sp-py, s3torch, s3fs) --------------------------------------------------
+
+def rank_main(args):
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (ws,))
+    locals_ = []
+
+    def dt(key, shape):
+        local = dcp_bench.peer_local(torch, key, shape, ws, rank)
+        locals_.append((key, shape, local))
+        stride, acc = [], 1
+        for s in reversed(shape):
+            stride.insert(0, acc)
+            acc *= s
+        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
+                                  stride=tuple(stride))
+
+    params = dcp_bench.gpt2_parameters(args.layers)
+    sd = {"model": {n: dt("model." + n, s) for n, s in params},
+          "optimizer_0": {"state": {n: {"step": torch.tensor(10.0),
+                                        "exp_avg": dt(f"optimizer_0.state.{n}.exp_avg", s),
+                                        "exp_avg_sq": dt(f"optimizer_0.state.{n}.exp_avg_sq", s)}
+                                    for n, s in params},
+                          "param_groups": [{"lr": 1e-3, "params": [n for n, _ in params]}]}}
+    own = sum(t.numel() * t.element_size() for _, _, t in locals_)
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    url = args.url
+
+    if args.client == "sp-py":
+        from shardpoint.torch import StorageReader, StorageWriter
+
+        def writer():
+            return StorageWriter(url, thread_count=4, sync_files=False)
+
+        def reader():
+            return StorageReader(url, thread_count=4)
+    elif args.client == "s3torch":
+        from s3torchconnector import S3ClientConfig
+        from s3torchconnector._s3client import S3Client
+        from s3torchconnector.dcp import S3FileSystem, S3StorageReader, S3StorageWriter
+        config = S3ClientConfig(force_path_style=True)
+
+        # S3StorageWriter/Reader take no endpoint: their file system is replaced by one whose
+        # client has it (the same class, the same reader strategy).
+        def writer():
+            w = S3StorageWriter(REGION, url, s3client_config=config, thread_count=args.peer_threads)
+            w.fs = S3FileSystem(REGION, s3_client=S3Client(REGION, endpoint=endpoint, s3client_config=config))
+            return w
+
+        def reader():
+            r = S3StorageReader(REGION, url, s3client_config=config)
+            r.fs = S3FileSystem(REGION, s3_client=S3Client(REGION, endpoint=endpoint, s3client_config=config),
+                                reader_constructor=r._reader_constructor)
+            return r
+    else:
+        options = {"key": os.environ["AWS_ACCESS_KEY_ID"], "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
+                   "endpoint_url": endpoint, "client_kwargs": {"region_name": REGION}}
+
+        def writer():
+            return dcp.FsspecWriter(url, thread_count=args.peer_threads, sync_files=False, **options)
+
+        def reader():
+            return dcp.FsspecReader(url, **options)
+
+    results = {}
+
+    def timed(name, fn):
+        dist.barrier()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = dcp_bench._status("VmRSS")
+        t0 = time.perf_counter()
+        fn()
+        seconds = time.perf_counter() - t0
+        hwm = dcp_bench._status("VmHWM")
+        t = torch.tensor([seconds, float(hwm), float(hwm - before)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        results[name] = {"seconds": t[0].item(), "peak_rss": t[1].item(), "added_rss": t[2].item(),
+                         "bytes": own * ws}
+        dist.barrier()
+
+    timed("save", lambda: dcp.save(sd, storage_writer=writer()))
+    if rank == 0:
+        with open(args.results + ".saved", "w") as f:
+            f.write("1")
+    # The driver counts the save's requests, then lets the load start.
+    while not os.path.exists(args.results + ".go"):
+        time.sleep(0.05)
+    for _, _, local in locals_:
+        local.fill_(-1.0)
+    timed("load", lambda: dcp.load(sd, storage_reader=reader()))
+    good = all(torch.equal(local, dcp_bench.peer_local(torch, key, shape, ws, rank)) for key, shape, local in locals_)
+    ok = torch.tensor([1.0 if good else 0.0])
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    results["load"]["ok"] = bool(ok.item())
+    if rank == 0:
+        with open(args.results, "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
+
+
+def run_python_client(client, server, url, layers, peer_threads, scratch):
+    """4 gloo ranks: save (requests counted), then load; returns {"save": job, "load": job}."""
+    results = os.path.join(scratch, f"{client}-results.json")
+    for p in (results, results + ".saved", results + ".go"):
+        if os.path.exists(p):
+            os.remove(p)
     port = benchlib.pick_port()
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
-    log = open(f"/tmp/shardpoint-bench-moto-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_server.py"), str(port)],
-                            env=env, stdout=log, stderr=log)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    procs, logs = [], []
+    for r in range(RANKS):
+        logs.append(open(os.path.join(scratch, f"{client}-rank{r}.log"), "w+"))
+        env = dict(server.env(), RANK=str(r), WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   GLOO_SOCKET_IFNAME="lo", USE_LIBUV="0", OMP_NUM_THREADS="1")
+        env["PYTHONPATH"] = os.environ.get("SHARDPOINT_PYTHONPATH", "") + ":" + HERE
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "rank", client, url, "--layers",
+                                       str(layers), "--results", results, "--peer-threads", str(peer_threads)],
+                                      env=env, stdout=logs[r], stderr=subprocess.STDOUT))
+    # The ranks build their state before the save; its requests are counted from here on.
+    server.start_counting()
+    deadline = time.time() + 3600
+    while not os.path.exists(results + ".saved"):
+        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
             break
-        except OSError:
-            time.sleep(0.1)
-    out = subprocess.run([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_setup.py"), endpoint, "bench"],
-                         capture_output=True, text=True, check=True)
-    key, secret = out.stdout.split()
-    return proc, endpoint, key, secret
+        time.sleep(0.05)
+    save_counts = server.counts()
+    server.start_counting()
+    open(results + ".go", "w").close()
+    for p in procs:
+        p.wait(timeout=3600)
+    if any(p.returncode for p in procs) or not os.path.exists(results):
+        tails = []
+        for log in logs:
+            log.seek(0)
+            tails.append(log.read()[-2500:])
+        raise RuntimeError(f"{client} on {RANKS} ranks failed:\n" + "\n".join(tails))
+    load_counts = server.counts()
+    with open(results) as f:
+        out = json.load(f)
+    if not out["load"]["ok"]:
+        raise RuntimeError(f"{client}: loaded values differ")
+    out["save"]["requests"], out["load"]["requests"] = save_counts, load_counts
+    return out
 
 
-def run_dcp_bench(build, mode, url, layers, env):
-    cmd = [os.path.join(build, "bench", "dcp_bench"), mode, url, "--layers", str(layers), "--threads", "4"]
-    return benchlib.run_json(cmd, env=env, timeout=1800)
+# --- shardpoint's C++ ranks ------------------------------------------------------------------
 
+def run_cpp(build, server, url, layers):
+    tool = os.path.join(build, "bench", "dcp_bench")
+    out = {}
+    for mode in ("save", "load"):
+        server.start_counting()
+        ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, env=server.env())
+        counts = server.counts()
+        if mode == "load" and not all(r["verified"] for r in ranks):
+            raise RuntimeError("shardpoint load returned wrong values")
+        out[mode] = {"seconds": max(r["seconds"] for r in ranks), "bytes": sum(r["bytes"] for r in ranks),
+                     "peak_rss": max(r["peak_rss"] for r in ranks),
+                     "added_rss": max(r["peak_rss"] - r["rss_before"] for r in ranks), "requests": counts}
+    return out
+
+
+# --- boto3 ------------------------------------------------------------------------------------
+
+def boto_main(args):
+    """One object: upload_file or download_file at wall-clock time args.start."""
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=REGION)
+    config = TransferConfig(multipart_threshold=args.chunk_mib << 20, multipart_chunksize=args.chunk_mib << 20,
+                            max_concurrency=args.concurrency)
+    s3.head_bucket(Bucket=BUCKET)  # connection and credentials ready before the clock starts
+    while time.time() < args.start:
+        time.sleep(0.005)
+    before = dcp_bench._status("VmRSS")
+    t0 = time.time()
+    if args.way == "up":
+        s3.upload_file(args.file, BUCKET, args.key, Config=config)
+    else:
+        s3.download_file(BUCKET, args.key, args.file, Config=config)
+    t1 = time.time()
+    hwm = dcp_bench._status("VmHWM")
+    print(json.dumps({"start": t0, "end": t1, "peak_rss": hwm, "added_rss": hwm - before}))
+
+
+def run_boto(server, sizes, prefix, payload, chunk_mib, concurrency, scratch):
+    """Uploads then downloads len(sizes) objects (one process each); returns {"save", "load"}."""
+    folder = os.path.join(scratch, "boto-files")
+    os.makedirs(folder, exist_ok=True)
+    block = os.urandom(1 << 20)
+    files = []
+    for i, size in enumerate(sizes):
+        path = os.path.join(folder, f"up-{i}")
+        with open(path, "wb") as f:
+            for _ in range(size >> 20):
+                f.write(block)
+            f.write(block[:size & ((1 << 20) - 1)])
+        files.append(path)
+    out = {}
+    for way, job in (("up", "save"), ("down", "load")):
+        server.start_counting()
+        start = time.time() + 3.0  # every process imported boto3 and connected by then
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "boto", way,
+                                   f"{prefix}/obj-{i}", path if way == "up" else os.path.join(folder, f"down-{i}"),
+                                   "--start", str(start), "--chunk-mib", str(chunk_mib),
+                                   "--concurrency", str(concurrency)],
+                                  env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i, path in enumerate(files)]
+        outs = [p.communicate(timeout=3600) for p in procs]
+        if any(p.returncode for p in procs):
+            raise RuntimeError("boto3 failed:\n" + "\n".join(e[-2000:] for _, e in outs))
+        ranks = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+        if min(r["start"] for r in ranks) < start - 0.5:
+            raise RuntimeError("boto3 processes did not start together")
+        out[job] = {"seconds": max(r["end"] for r in ranks) - min(r["start"] for r in ranks), "bytes": payload,
+                    "moved": sum(sizes), "peak_rss": max(r["peak_rss"] for r in ranks),
+                    "added_rss": max(r["added_rss"] for r in ranks), "requests": server.counts()}
+    for i, size in enumerate(sizes):
+        if os.path.getsize(os.path.join(folder, f"down-{i}")) != size:
+            raise RuntimeError("boto3 download size mismatch")
+    shutil.rmtree(folder)
+    return out
+
+
+# --- the driver -------------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser()
+    if len(sys.argv) > 1 and sys.argv[1] == "rank":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("client")
+        ap.add_argument("url")
+        ap.add_argument("--layers", type=int, required=True)
+        ap.add_argument("--results", required=True)
+        ap.add_argument("--peer-threads", type=int, default=4)
+        rank_main(ap.parse_args(sys.argv[2:]))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "boto":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("way", choices=("up", "down"))
+        ap.add_argument("key")
+        ap.add_argument("file")
+        ap.add_argument("--start", type=float, required=True)
+        ap.add_argument("--chunk-mib", type=int, required=True)
+        ap.add_argument("--concurrency", type=int, required=True)
+        boto_main(ap.parse_args(sys.argv[2:]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--servers", default="s3s", help="comma-separated: s3s (s3s-fs), moto")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=24, help="24: 2.126 GB; 2 for a smoke run")
+    ap.add_argument("--clients", default="sp,sp-py,s3torch,s3fs,boto3")
+    ap.add_argument("--peer-threads", type=int, default=4, help="thread_count of S3StorageWriter and FsspecWriter")
+    ap.add_argument("--boto-chunk-mib", type=int, default=8)
+    ap.add_argument("--boto-concurrency", type=int, default=10)
+    ap.add_argument("--dir", default="/var/tmp", help="where the servers keep their data")
     args = ap.parse_args()
-    try:
-        import boto3
-        from boto3.s3.transfer import TransferConfig
-        import moto  # noqa: F401
-    except ImportError as e:
-        print(f"object_store_bench: skipped ({e}; needs moto[server] and boto3)")
-        return 0
+    clients = args.clients.split(",")
     build = os.path.abspath(args.build)
-    if not os.path.exists(os.path.join(build, "bench", "dcp_bench")):
-        print(f"object_store_bench: skipped ({build}/bench/dcp_bench not built)")
-        return 0
-
-    proc, endpoint, key, secret = start_moto()
+    if "sp" in clients and not os.path.exists(os.path.join(build, "bench", "dcp_bench")):
+        sys.exit(f"object_store_bench: {build}/bench/dcp_bench not built")
+    if "sp-py" in clients and "SHARDPOINT_PYTHONPATH" not in os.environ:
+        sys.exit("object_store_bench: set SHARDPOINT_PYTHONPATH to the installed package (build-wheel/site)")
     try:
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret, AWS_REGION="us-east-1",
-                   AWS_ENDPOINT_URL=endpoint)
-        env.pop("AWS_SESSION_TOKEN", None)
-        env.pop("AWS_PROFILE", None)
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id=key, aws_secret_access_key=secret)
-        config = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=10)
-        rows = {"sp_up": [], "sp_down": [], "boto_up": [], "boto_down": []}
-        sizes = {}
-        for rnd in range(args.rounds):
-            prefix = f"sp-{rnd}"
-            save = run_dcp_bench(build, "save", f"s3://bench/{prefix}", args.layers, env)
-            rows["sp_up"].append(save["bytes_written"] / save["seconds"] / 1e9)
-            load = run_dcp_bench(build, "load", f"s3://bench/{prefix}", args.layers, env)
-            if not load["verified"]:
-                raise RuntimeError("shardpoint load from S3 returned wrong values")
-            rows["sp_down"].append(load["bytes_read"] / load["seconds"] / 1e9)
-            sizes = {"payload": save["bytes"], "written": save["bytes_written"], "read": load["bytes_read"]}
+        import boto3  # noqa: F401
+        if "s3torch" in clients:
+            import s3torchconnector  # noqa: F401
+        if "s3fs" in clients:
+            import s3fs  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"object_store_bench: {e}: run with the bench venv's python (scripts/setup-python.sh bench)")
+    if "boto3" in clients and "sp" not in clients:
+        sys.exit("object_store_bench: boto3 moves the objects of sp's save: list sp too")
 
-            # boto3 moves the same objects.
-            listing = s3.list_objects_v2(Bucket="bench", Prefix=prefix + "/")["Contents"]
-            blobs = {}
-            for o in listing:
-                blobs[o["Key"][len(prefix) + 1:]] = s3.get_object(Bucket="bench", Key=o["Key"])["Body"].read()
-            total = sum(len(b) for b in blobs.values())
-            pool = concurrent.futures.ThreadPoolExecutor(4)
-            t0 = time.perf_counter()
-            list(pool.map(lambda kv: s3.upload_fileobj(io.BytesIO(kv[1]), "bench", f"boto-{rnd}/{kv[0]}",
-                                                       Config=config), blobs.items()))
-            rows["boto_up"].append(total / (time.perf_counter() - t0) / 1e9)
-
-            def fetch(name):
-                buf = io.BytesIO()
-                s3.download_fileobj("bench", f"boto-{rnd}/{name}", buf, Config=config)
-                return len(buf.getvalue())
-
-            t0 = time.perf_counter()
-            got = sum(pool.map(fetch, blobs))
-            rows["boto_down"].append(total / (time.perf_counter() - t0) / 1e9)
-            pool.shutdown()
-            if got != total:
-                raise RuntimeError("boto3 download size mismatch")
-            sizes["objects"] = total
-            # Free moto's memory for the next round.
-            for o in s3.list_objects_v2(Bucket="bench", Prefix=f"boto-{rnd}/").get("Contents", []):
-                s3.delete_object(Bucket="bench", Key=o["Key"])
-            for o in listing:
-                s3.delete_object(Bucket="bench", Key=o["Key"])
-            if os.environ.get("RESULTS"):
-                with open(os.environ["RESULTS"], "a") as f:
-                    f.write(json.dumps({"bench": "object_store", "round": rnd, "save": save, "load": load,
-                                        "boto_up": rows["boto_up"][-1], "boto_down": rows["boto_down"][-1]}) + "\n")
-
-        head = ["direction", "shardpoint GB/s (min/med/max)", "boto3 GB/s (min/med/max)", "shardpoint / boto3"]
-        table = [
-            ["upload (save)", benchlib.triple(rows["sp_up"]), benchlib.triple(rows["boto_up"]),
-             benchlib.ratio(benchlib.median(rows["sp_up"]), benchlib.median(rows["boto_up"]))],
-            ["download (load)", benchlib.triple(rows["sp_down"]), benchlib.triple(rows["boto_down"]),
-             benchlib.ratio(benchlib.median(rows["sp_down"]), benchlib.median(rows["boto_down"]))],
-        ]
-        benchlib.print_table(
-            f"Object store (moto on 127.0.0.1, SigV4): {args.layers}-layer checkpoint, "
-            f"payload {benchlib.gib(sizes.get('payload'))}, objects {benchlib.gib(sizes.get('objects'))}, "
-            f"{args.rounds} rounds", head, table)
-    finally:
-        proc.kill()
-        proc.wait()
+    for kind in args.servers.split(","):
+        scratch = tempfile.mkdtemp(prefix=f"object-store-bench-{kind}-", dir=args.dir)
+        server = Server(kind, scratch)
+        jobs = {c: [] for c in clients}
+        try:
+            s3 = s3_client(server)
+            for rnd in range(args.rounds):
+                sizes = []
+                for client in clients:
+                    prefix = f"{client}-{rnd}"
+                    url = f"s3://{BUCKET}/{prefix}"
+                    print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
+                    if client == "sp":
+                        out = run_cpp(build, server, url, args.layers)
+                        listing = objects(s3, prefix)
+                        sizes = [size for key, size in listing if key.endswith(".distcp")]
+                        out["objects"] = listing
+                    elif client == "boto3":
+                        payload = jobs["sp"][-1]["save"]["bytes"]
+                        out = run_boto(server, sizes, prefix, payload, args.boto_chunk_mib, args.boto_concurrency,
+                                       scratch)
+                    else:
+                        out = run_python_client(client, server, url, args.layers, args.peer_threads, scratch)
+                    for job in ("save", "load"):
+                        r = out[job]
+                        print(f"  {job}: {r['seconds']:.2f} s, {r['bytes'] / r['seconds'] / 1e9:.3f} GB/s, "
+                              f"requests {r['requests']}, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
+                              f"(+{r['added_rss'] / 2**20:.0f})", flush=True)
+                    jobs[client].append(out)
+                    remove_prefix(s3, prefix)
+                    if os.environ.get("RESULTS"):
+                        with open(os.environ["RESULTS"], "a") as f:
+                            f.write(json.dumps({"bench": "object_store", "server": kind, "round": rnd, "client": client,
+                                                "layers": args.layers, **{j: out[j] for j in ("save", "load")}}) + "\n")
+        finally:
+            server.stop()
+            shutil.rmtree(scratch, ignore_errors=True)
+        report(kind, args, clients, jobs)
     return 0
+
+
+def report(kind, args, clients, jobs):
+    def gbps(client, job):
+        return [r[job]["bytes"] / r[job]["seconds"] / 1e9 for r in jobs[client]]
+
+    best = {}
+    for job in ("save", "load"):
+        peers = [(benchlib.median(gbps(c, job)), c) for c in clients if c in PEERS]
+        best[job] = max(peers) if peers else (None, "-")
+    payload = jobs[clients[0]][0]["save"]["bytes"]
+    rows = []
+    for c in clients:
+        row = [c]
+        for job in ("save", "load"):
+            row.append(benchlib.triple(gbps(c, job)))
+        for job in ("save", "load"):
+            row.append(benchlib.ratio(benchlib.median(gbps(c, job)), best[job][0]))
+        rows.append(row)
+    server = {"s3s": "s3s-fs 0.14.1", "moto": "moto 5.2.1"}[kind]
+    benchlib.print_table(
+        f"S3 on {server}, 127.0.0.1: {args.layers}-layer GPT-2 + Adam, {payload / 1e9:.3f} GB on {RANKS} ranks, "
+        f"{args.rounds} round(s), load average {os.getloadavg()[0]:.1f} (GB/s min/median/max; ratio = median over "
+        f"the best peer's: save {best['save'][1]}, load {best['load'][1]})",
+        ["client", "save GB/s", "load GB/s", "save / best peer", "load / best peer"], rows)
+
+    def per_gb(client, job):
+        gb = jobs[client][0][job]["bytes"] / 1e9
+        counts = jobs[client][0][job]["requests"]
+        return "/".join(f"{counts[k] / gb:.0f}" for k in KINDS[:-1]) + (f" (+{counts['other']} other)"
+                                                                       if counts["other"] else "")
+
+    def mib(client, job, field):
+        return f"{benchlib.median([r[job][field] for r in jobs[client]]) / 2**20:.0f}"
+
+    rows = [[c, per_gb(c, "save"), per_gb(c, "load"),
+             f"{mib(c, 'save', 'peak_rss')} (+{mib(c, 'save', 'added_rss')})",
+             f"{mib(c, 'load', 'peak_rss')} (+{mib(c, 'load', 'added_rss')})"] for c in clients]
+    benchlib.print_table(
+        f"Requests per GB of payload (GET/PUT/POST/HEAD/LIST/DELETE, first round, counted by {server}) and peak RSS "
+        "of the largest rank, MiB (+ added during the call; median)",
+        ["client", "save requests/GB", "load requests/GB", "save peak RSS", "load peak RSS"], rows)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,11 @@
 # PyPI, Lightning and pytest (python/requirements-test.txt). Prints the venv's python on stdout.
 #
 #   scripts/setup-python.sh          # create or update if missing; quick when ready
+#   scripts/setup-python.sh bench    # the benchmarks' venv: the test venv's requirements plus
+#                                    # the object-store peers (python/requirements-bench.txt),
+#                                    # in a venv of its own (venv-bench-py311), so the peers'
+#                                    # pins (s3fs's aiobotocore pins botocore) never move the
+#                                    # versions the tests run with
 #
 # Where:   ${SHARDPOINT_VENV:-/var/cache/shardpoint/venv-py311}, the installer's cache beside it
 #          (${SHARDPOINT_PIP_CACHE:-/var/cache/shardpoint/pip}). Never the system Python.
@@ -30,6 +35,14 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 VENV="${SHARDPOINT_VENV:-/var/cache/shardpoint/venv-py311}"
 export PIP_CACHE_DIR="${SHARDPOINT_PIP_CACHE:-/var/cache/shardpoint/pip}"
 REQ="$REPO/python/requirements-test.txt"
+IMPORTS="torch, lightning, pytest"
+HASHED=("$REQ")
+if [[ "${1:-}" == "bench" ]]; then
+  VENV="${SHARDPOINT_BENCH_VENV:-/var/cache/shardpoint/venv-bench-py311}"
+  REQ="$REPO/python/requirements-bench.txt"  # includes requirements-test.txt (-r)
+  IMPORTS="torch, boto3, s3fs, s3torchconnector.dcp, azure.storage.blob, gcsfs"
+  HASHED=("$REQ" "$REPO/python/requirements-test.txt")
+fi
 MARKER="$VENV/.shardpoint-venv-done"
 
 give_up() {
@@ -46,7 +59,7 @@ give_up() {
 # change to either installs again.
 UV_VERSION=0.13.9
 SETUP="uv $UV_VERSION, then compileall"
-want="$( (cat "$REQ"; echo "$SETUP") | sha256sum | cut -d' ' -f1)"
+want="$( (cat "${HASHED[@]}"; echo "$SETUP") | sha256sum | cut -d' ' -f1)"
 mkdir -p "$(dirname "$VENV")" || give_up "cannot create $(dirname "$VENV")"
 exec 9>"$VENV.lock" || give_up "cannot open lock $VENV.lock"
 flock -w 1800 9 || give_up "timed out waiting for $VENV.lock"
@@ -85,6 +98,6 @@ fi
 # check below is what counts.
 "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
   >/dev/null 2>&1 || true
-"$VENV/bin/python" -c 'import torch, lightning, pytest' >&2 || give_up "the venv cannot import torch, lightning, pytest"
+"$VENV/bin/python" -c "import $IMPORTS" >&2 || give_up "the venv cannot import $IMPORTS"
 printf '%s\n' "$want" >"$MARKER"
 echo "$VENV/bin/python"
