@@ -22,29 +22,14 @@ VERSION="azurite@3.35.0"
 MARKER="$DIR/.shardpoint-azurite-done"
 BIN="$DIR/node_modules/.bin/azurite-blob"
 
-give_up() {
-  echo "setup-azurite: $*" >&2
-  if [[ "${SHARDPOINT_REQUIRE_ORACLES:-}" == "1" ]]; then
-    echo "setup-azurite: SHARDPOINT_REQUIRE_ORACLES=1, failing" >&2
-    exit 1
-  fi
-  echo "setup-azurite: WARNING: Azurite unavailable; Azure tests will be skipped" >&2
-  exit 0
-}
-
-mkdir -p "$DIR" 2>/dev/null || give_up "cannot create $DIR"
-exec 9>"$DIR.lock" || give_up "cannot open lock $DIR.lock"
-flock -w 900 9 || give_up "timed out waiting for $DIR.lock"
-
-if [[ -x "$BIN" && "$(cat "$MARKER" 2>/dev/null)" == "$VERSION" ]]; then
-  echo "$BIN"
-  exit 0
-fi
+TAG="setup-azurite"
+WHAT="Azurite"
+# shellcheck source=scripts/server-cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/server-cache.sh"
+take_cache_lock
+print_if_cached
 command -v npm >/dev/null || give_up "npm not found (apt-get install npm)"
 echo "setup-azurite: npm install $VERSION into $DIR" >&2
-rm -f "$MARKER"
 timeout 900 npm install --prefix "$DIR" --no-audit --no-fund --loglevel=error "$VERSION" >&2 ||
   give_up "npm install $VERSION failed"
-[[ -x "$BIN" ]] || give_up "npm install finished but $BIN is missing"
-echo "$VERSION" > "$MARKER"
-echo "$BIN"
+finish_install

@@ -27,29 +27,16 @@ VERSION="$MODULE@v1.56.1"
 MARKER="$DIR/.shardpoint-fake-gcs-done"
 BIN="$DIR/bin/fake-gcs-server"
 
-give_up() {
-  echo "setup-fake-gcs: $*" >&2
-  if [[ "${SHARDPOINT_REQUIRE_ORACLES:-}" == "1" ]]; then
-    echo "setup-fake-gcs: SHARDPOINT_REQUIRE_ORACLES=1, failing" >&2
-    exit 1
-  fi
-  echo "setup-fake-gcs: WARNING: fake-gcs-server unavailable; the tests on it will be skipped" >&2
-  exit 0
-}
-
-mkdir -p "$DIR" 2>/dev/null || give_up "cannot create $DIR"
-exec 9>"$DIR.lock" || give_up "cannot open lock $DIR.lock"
-flock -w 900 9 || give_up "timed out waiting for $DIR.lock"
-
-if [[ -x "$BIN" && "$(cat "$MARKER" 2>/dev/null)" == "$VERSION" ]]; then
-  echo "$BIN"
-  exit 0
-fi
+TAG="setup-fake-gcs"
+WHAT="fake-gcs-server"
+# shellcheck source=scripts/server-cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/server-cache.sh"
+take_cache_lock
+print_if_cached
 GO="$(command -v go || true)"
 [[ -z "$GO" && -x /usr/local/go/bin/go ]] && GO=/usr/local/go/bin/go
 [[ -n "$GO" ]] || give_up "go not found (a Go >= 1.26 toolchain on PATH)"
 echo "setup-fake-gcs: go install $VERSION into $DIR/bin (about 2 minutes on 2 cores)" >&2
-rm -f "$MARKER"
 work="$(mktemp -d "${TMPDIR:-/tmp}/shardpoint-fake-gcs.XXXXXX")" || give_up "mktemp failed"
 # Private module and build caches (removed after: only the binary is kept); GOTOOLCHAIN=local
 # so go never fetches another toolchain; -trimpath so the binary names no build folder.
@@ -58,6 +45,4 @@ GOMODCACHE="$work/mod" GOCACHE="$work/cache" GOPATH="$work/path" GOBIN="$DIR/bin
 status=$?
 rm -rf "$work"
 [[ $status -eq 0 ]] || give_up "go install $VERSION failed"
-[[ -x "$BIN" ]] || give_up "go install finished but $BIN is missing"
-echo "$VERSION" > "$MARKER"
-echo "$BIN"
+finish_install

@@ -26,30 +26,17 @@ VERSION="s3s-fs 0.14.1 --features binary --locked"
 MARKER="$DIR/.shardpoint-s3s-done"
 BIN="$DIR/bin/s3s-fs"
 
-give_up() {
-  echo "setup-s3s: $*" >&2
-  if [[ "${SHARDPOINT_REQUIRE_ORACLES:-}" == "1" ]]; then
-    echo "setup-s3s: SHARDPOINT_REQUIRE_ORACLES=1, failing" >&2
-    exit 1
-  fi
-  echo "setup-s3s: WARNING: s3s-fs unavailable; the tests on it will be skipped" >&2
-  exit 0
-}
-
-mkdir -p "$DIR" 2>/dev/null || give_up "cannot create $DIR"
-exec 9>"$DIR.lock" || give_up "cannot open lock $DIR.lock"
-flock -w 900 9 || give_up "timed out waiting for $DIR.lock"
-
-if [[ -x "$BIN" && "$(cat "$MARKER" 2>/dev/null)" == "$VERSION" ]]; then
-  echo "$BIN"
-  exit 0
-fi
+TAG="setup-s3s"
+WHAT="s3s-fs"
+# shellcheck source=scripts/server-cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/server-cache.sh"
+take_cache_lock
+print_if_cached
 CARGO="$(command -v cargo || true)"
 [[ -z "$CARGO" && -x "$HOME/.cargo/bin/cargo" ]] && CARGO="$HOME/.cargo/bin/cargo"
 [[ -n "$CARGO" ]] || give_up "cargo not found (rustup, or a Rust >= 1.92 toolchain on PATH)"
 export PATH="$(dirname "$CARGO"):$PATH"  # rustc beside cargo
 echo "setup-s3s: cargo install $VERSION into $DIR (about 3 minutes on 2 cores)" >&2
-rm -f "$MARKER"
 work="$(mktemp -d "${TMPDIR:-/tmp}/shardpoint-s3s-build.XXXXXX")" || give_up "mktemp failed"
 # A private CARGO_HOME (its download cache) and target folder, removed after: only the binary
 # is kept, and the user's ~/.cargo is not touched.
@@ -59,6 +46,4 @@ CARGO_HOME="$work/home" CARGO_TARGET_DIR="$work/target" timeout 1200 nice -n 5 \
 status=$?
 rm -rf "$work"
 [[ $status -eq 0 ]] || give_up "cargo install $VERSION failed"
-[[ -x "$BIN" ]] || give_up "cargo install finished but $BIN is missing"
-echo "$VERSION" > "$MARKER"
-echo "$BIN"
+finish_install

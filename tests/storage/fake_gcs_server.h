@@ -11,22 +11,17 @@
 // SHARDPOINT_REQUIRE_ORACLES=1.
 #pragma once
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/launch.h"
-#include "s3_test_server.h"  // accepting()
+#include "server_process.h"
 #include "test_util.h"
 
 namespace shardpoint::storage::testing {
@@ -60,14 +55,7 @@ class FakeGcsServer {
   FakeGcsServer& operator=(const FakeGcsServer&) = delete;
 
   // SIGKILL and reap; idempotent.
-  void kill() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-  }
+  void kill() { kill_server_process(&pid_); }
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
@@ -91,35 +79,15 @@ class FakeGcsServer {
     const std::string log =
         "/tmp/shardpoint-fake-gcs-" + std::to_string(::getpid()) + "-" + std::to_string(port) + ".log";
     const std::string port_text = std::to_string(port);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      // -backend memory: the -data folders only name the buckets; -external-url: the
-      // resumable session URLs it returns point back at this port.
-      std::string cmd = "exec " + ::shardpoint::testing::shell_quote(bin_) + " -scheme http -host 127.0.0.1 -port " +
-                        port_text + " -backend memory -data " +
-                        ::shardpoint::testing::shell_quote(data_.path().string()) + " -external-url " + endpoint() +
-                        " -public-host 127.0.0.1:" + port_text + " -log-level warn >'" + log + "' 2>&1";
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pid_ = pid;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!accepting(port)) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        *why = "fake-gcs-server exited at start (log: " + log + ")";
-        return false;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        *why = "fake-gcs-server did not accept connections on port " + port_text + " within 30 s";
-        kill();
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return true;
+    // -backend memory: the -data folders only name the buckets; -external-url: the
+    // resumable session URLs it returns point back at this port.
+    pid_ = start_server_process("fake-gcs-server",
+                                ::shardpoint::testing::shell_quote(bin_) + " -scheme http -host 127.0.0.1 -port " +
+                                    port_text + " -backend memory -data " +
+                                    ::shardpoint::testing::shell_quote(data_.path().string()) + " -external-url " +
+                                    endpoint() + " -public-host 127.0.0.1:" + port_text + " -log-level warn",
+                                port, log, why);
+    return pid_ > 0;
   }
 
   std::string bin_;

@@ -12,17 +12,12 @@
 // s3_servers.h has the process-wide servers and the macros the tests use.
 #pragma once
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/launch.h"
@@ -53,14 +48,7 @@ class MotoServer final : public S3TestServer {
 
   std::string kind() const override { return "moto"; }
 
-  void kill() override {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-  }
+  void kill() override { kill_server_process(&pid_); }
 
   // moto keeps state in memory: the fresh server has a new user, key and buckets.
   bool restart(std::string* why) override {
@@ -95,32 +83,10 @@ class MotoServer final : public S3TestServer {
     port_ = port;
     const std::string script = std::string(SP_SOURCE_DIR) + "/tests/storage/s3_moto_server.py";
     const std::string log = "/tmp/shardpoint-moto-" + std::to_string(::getpid()) + "-" + std::to_string(port) + ".log";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      // Dies with the test process, even when that one aborts without running destructors.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::setenv("INITIAL_NO_AUTH_ACTION_COUNT", "3", 1);
-      std::string port_text = std::to_string(port);
-      std::string cmd = "exec python3 '" + script + "' " + port_text + " >'" + log + "' 2>&1";
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pid_ = pid;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!accepting(port)) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        *why = "moto_server exited at start (log: " + log + ")";
-        return false;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        *why = "moto_server did not accept connections on port " + std::to_string(port) + " within 30 s";
-        kill();
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    pid_ = start_server_process("moto_server",
+                                "env INITIAL_NO_AUTH_ACTION_COUNT=3 python3 '" + script + "' " + std::to_string(port),
+                                port, log, why);
+    if (pid_ < 0) return false;
     std::string cmd = "python3 '" + std::string(SP_SOURCE_DIR) + "/tests/storage/s3_moto_setup.py' " + endpoint();
     for (const std::string& b : buckets_) cmd += " " + b;
     auto result = ::shardpoint::testing::run_command(cmd + " 2>>'" + log + "'");

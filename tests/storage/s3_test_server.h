@@ -5,14 +5,10 @@
 // kind for the parameterized tests.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include "server_process.h"  // accepting()
 
 namespace shardpoint::storage::testing {
 
@@ -50,17 +46,5 @@ class S3TestServer {
     ::setenv("SHARDPOINT_HTTP_BACKOFF_MS", "10", 1);
   }
 };
-
-// True when something accepts TCP connections on 127.0.0.1:port (a test server is up).
-inline bool accepting(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
 
 }  // namespace shardpoint::storage::testing

@@ -11,16 +11,11 @@
 // SHARDPOINT_REQUIRE_ORACLES=1.
 #pragma once
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/launch.h"
@@ -52,14 +47,7 @@ class S3sFsServer final : public S3TestServer {
   const std::string& access_key() const override { return access_key_; }
   const std::string& secret_key() const override { return secret_key_; }
 
-  void kill() override {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
-  }
+  void kill() override { kill_server_process(&pid_); }
 
   // A new root folder: the fresh server has empty buckets and no uploads, as moto's restart.
   bool restart(std::string* why) override {
@@ -105,34 +93,12 @@ class S3sFsServer final : public S3TestServer {
     port_ = port;
     for (const auto& b : buckets_) std::filesystem::create_directories(root_->path() / b);
     const std::string log = "/tmp/shardpoint-s3s-" + std::to_string(::getpid()) + "-" + std::to_string(port) + ".log";
-    const std::string port_text = std::to_string(port);
-    const std::string root = root_->path().string();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the test process
-      std::string cmd = "exec " + ::shardpoint::testing::shell_quote(bin_) + " --host 127.0.0.1 --port " + port_text +
-                        " --access-key " + access_key_ + " --secret-key " + secret_key_ + " " +
-                        ::shardpoint::testing::shell_quote(root) + " >'" + log + "' 2>&1";
-      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    pid_ = pid;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!accepting(port)) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        *why = "s3s-fs exited at start (log: " + log + ")";
-        return false;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        *why = "s3s-fs did not accept connections on port " + port_text + " within 30 s";
-        kill();
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return true;
+    pid_ = start_server_process("s3s-fs",
+                                ::shardpoint::testing::shell_quote(bin_) + " --host 127.0.0.1 --port " +
+                                    std::to_string(port) + " --access-key " + access_key_ + " --secret-key " +
+                                    secret_key_ + " " + ::shardpoint::testing::shell_quote(root_->path().string()),
+                                port, log, why);
+    return pid_ > 0;
   }
 
   std::string bin_;
