@@ -269,6 +269,11 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
       ranges[t].push_back({file, g.info->offset + r.offset, r.length});
     }
   }
+  for (std::size_t k = 0; k < object_items.size(); ++k) {
+    // Objects are read whole (announced too: object stores size their GETs by it).
+    const format::StorageInfo& info = find_storage(metadata, object_items[k]->storage_index, metadata_name);
+    ranges[groups.size() + k].push_back({sources.get(info.relative_path), info.offset, info.length});
+  }
   ReadAhead read_ahead(std::move(ranges));
 
   std::vector<ReadCounts> counts(tasks);

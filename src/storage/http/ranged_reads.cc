@@ -64,23 +64,104 @@ WindowedSource::WindowedSource(std::string name, std::uint64_t size, std::size_t
 
 void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const {
   check_range(offset, out.size(), what);
-  if (out.empty()) return;
-  if (out.size() >= window_bytes_) {
-    fetch_(offset, out);
-    return;
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const std::uint64_t pos = offset + done;
+    const std::size_t left = out.size() - done;
+    if (left >= window_bytes_) {
+      std::unique_lock lock(mu_);
+      const bool cached = std::any_of(cache_.begin(), cache_.end(), [&](const Block& b) {
+        return b.start <= pos && pos < b.start + b.length;
+      });
+      lock.unlock();
+      if (!cached) {
+        fetch_(pos, out.subspan(done));
+        return;
+      }
+    }
+    std::uint64_t start = 0;
+    Bytes block = block_for(pos, left, &start);
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, start + block->size() - pos));
+    std::memcpy(out.data() + done, block->data() + (pos - start), n);
+    done += n;
   }
-  std::uint64_t start = 0;
-  Bytes block = block_for(offset, out.size(), &start);
-  std::memcpy(out.data(), block->data() + (offset - start), out.size());
 }
 
-WindowedSource::Bytes WindowedSource::block_for(std::uint64_t offset, std::size_t length, std::uint64_t* start) const {
+void WindowedSource::will_need(std::uint64_t offset, std::uint64_t length) const {
+  if (length == 0 || offset >= size_) return;
+  std::uint64_t begin = offset;
+  std::uint64_t end = offset + std::min(length, size_ - offset);
+  std::lock_guard lock(mu_);
+  auto it = hints_.upper_bound(begin);
+  if (it != hints_.begin() && std::prev(it)->second >= begin) {
+    --it;
+    begin = it->first;
+    end = std::max(end, it->second);
+    it = hints_.erase(it);
+  }
+  while (it != hints_.end() && it->first <= end) {
+    end = std::max(end, it->second);
+    it = hints_.erase(it);
+  }
+  hints_.emplace(begin, end);
+  if (hints_.size() > kMaxHints) hints_.erase(hints_.begin());
+}
+
+void WindowedSource::forget_hints(std::uint64_t begin, std::uint64_t end) const {
+  auto it = hints_.upper_bound(begin);
+  if (it != hints_.begin() && std::prev(it)->second > begin) --it;
+  while (it != hints_.end() && it->first < end) {
+    const auto [h_begin, h_end] = *it;
+    it = hints_.erase(it);
+    if (h_begin < begin) hints_.emplace(h_begin, begin);
+    if (end < h_end) {
+      hints_.emplace(end, h_end);
+      break;
+    }
+  }
+}
+
+std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_t offset, std::uint64_t length) const {
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+  auto hint = hints_.upper_bound(offset);
+  if (hint != hints_.begin() && std::prev(hint)->second >= offset + length) {
+    // Announced: this range and the announced ones close after it, up to a window.
+    // A small read starts the block at the range's start when that is close (a blob's
+    // records are read after its data), a data-sized one where it starts.
+    --hint;
+    const std::uint64_t lookbehind = std::min<std::uint64_t>(64 << 10, window_bytes_ / 4);
+    start = length < lookbehind ? std::max(hint->first, offset - std::min(offset, lookbehind)) : offset;
+    end = hint->second;
+    const std::uint64_t limit = std::min(size_, start + window_bytes_);
+    const std::uint64_t gap = window_bytes_ / 8;
+    for (++hint; hint != hints_.end() && hint->first < limit && hint->first - end <= gap; ++hint) end = hint->second;
+    end = std::min(end, limit);
+  } else {
+    // Header-sized reads look behind (a zip's end records are read before its central
+    // directory); data-sized ones are streamed forward and start the block where they start.
+    const std::uint64_t lookbehind = std::min<std::uint64_t>(64 << 10, window_bytes_ / 4);
+    start = length < lookbehind ? offset - std::min(offset, lookbehind) : offset;
+    if (start + window_bytes_ > size_) start = size_ - std::min<std::uint64_t>(size_, window_bytes_);
+    end = std::min<std::uint64_t>(size_, start + window_bytes_);
+  }
+  // Tile: no byte twice in the cache (offset itself is in no cached block).
+  for (const Block& b : cache_) {
+    const std::uint64_t b_end = b.start + b.length;
+    if (b.start <= start && start < b_end) start = b_end;  // b_end <= offset
+    if (offset < b.start && b.start < end) end = b.start;
+  }
+  return {start, end};
+}
+
+WindowedSource::Bytes WindowedSource::block_for(std::uint64_t offset, std::uint64_t length,
+                                                std::uint64_t* start) const {
   std::promise<Bytes> promise;
   Block mine;
   {
     std::unique_lock lock(mu_);
     for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-      if (it->start <= offset && offset + length <= it->start + it->length) {
+      if (it->start <= offset && offset < it->start + it->length) {
         cache_.splice(cache_.begin(), cache_, it);
         Block hit = cache_.front();
         lock.unlock();
@@ -88,16 +169,19 @@ WindowedSource::Bytes WindowedSource::block_for(std::uint64_t offset, std::size_
         return hit.bytes.get();  // waits when another thread is fetching it; rethrows its error
       }
     }
-    // Header-sized reads look behind (a zip's end records are read before its central
-    // directory); data-sized ones are streamed forward and start the block where they start.
-    const std::uint64_t lookbehind = std::min<std::uint64_t>(64 << 10, window_bytes_ / 4);
-    mine.start = length < lookbehind ? offset - std::min(offset, lookbehind) : offset;
-    if (mine.start + window_bytes_ > size_) mine.start = size_ - std::min<std::uint64_t>(size_, window_bytes_);
-    mine.length = std::min<std::uint64_t>(window_bytes_, size_ - mine.start);
+    const auto [begin, end] = block_range(offset, length);
+    forget_hints(begin, end);
+    mine.start = begin;
+    mine.length = end - begin;
     mine.id = next_id_++;
     mine.bytes = promise.get_future().share();
     cache_.push_front(mine);
-    while (static_cast<int>(cache_.size()) > windows_) cache_.pop_back();
+    cached_bytes_ += mine.length;
+    const std::uint64_t budget = static_cast<std::uint64_t>(windows_) * window_bytes_;
+    while (cache_.size() > 1 && (cached_bytes_ > budget || cache_.size() > kMaxBlocks)) {
+      cached_bytes_ -= cache_.back().length;
+      cache_.pop_back();
+    }
   }
   *start = mine.start;
   try {
@@ -107,7 +191,11 @@ WindowedSource::Bytes WindowedSource::block_for(std::uint64_t offset, std::size_
   } catch (...) {
     promise.set_exception(std::current_exception());
     std::lock_guard lock(mu_);  // a failed block is not cached: the next read tries again
-    cache_.remove_if([&](const Block& b) { return b.id == mine.id; });
+    cache_.remove_if([&](const Block& b) {
+      if (b.id != mine.id) return false;
+      cached_bytes_ -= b.length;
+      return true;
+    });
   }
   return mine.bytes.get();
 }

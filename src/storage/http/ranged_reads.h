@@ -14,10 +14,12 @@
 #include <functional>
 #include <future>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/byte_stream.h"
 
@@ -51,21 +53,41 @@ class WholeObjectSource final : public ByteSource {
   MemorySource source_;
 };
 
-// A large object read lazily, for parsers and the engine's streaming reads. A read that
-// misses the cache fetches one block of window_bytes from where it starts (a read smaller
-// than the lookbehind, min(64 KiB, window / 4), from that much before it), so the reads a .distcp load makes in order (an
-// item's zip end records, then its central directory just before them, the next item's
-// headers, its data in pieces smaller than a window) mostly land in one block. Every GET
-// costs a round trip (and moto copies the whole object per GET), so blocks are large.
-// Reads of a window or more go straight into the caller's buffer. Threads that miss on the
-// same block wait for one fetch instead of each fetching it. Memory: windows x window_bytes.
+// A large object read lazily, for parsers and the engine's streaming reads, through a small
+// cache of blocks (ranged GETs). A read takes what cached blocks hold of it and fetches the
+// rest one block at a time; every GET costs a round trip, so blocks are large, and they tile
+// the object instead of overlapping (a block ends where a cached one starts, a read that
+// crosses a block's end fetches only the bytes after it).
+// How large a block is depends on what the reader announced and has not been fetched yet
+// (ByteSource::will_need; the engine announces every byte range a load will read, about
+// 64 MiB ahead):
+//  - inside an announced range: from the read's start over the announced ranges that follow
+//    with gaps below window_bytes / 8, up to window_bytes. A lone small item (a replicated
+//    `step` in another rank's file) is one small GET, not a window of bytes nobody needs;
+//    a run of items is window_bytes per GET.
+//  - unannounced: window_bytes from where the read starts (a read smaller than the
+//    lookbehind, min(64 KiB, window / 4), from that much before it), so the reads a parser
+//    makes in order (a zip's end records, then its central directory just before them)
+//    mostly land in one block.
+// The remaining part of a read of a window or more goes straight into the caller's buffer
+// (drivers split large ones into parallel ranged GETs). Threads that miss on the same block
+// wait for one fetch instead of each fetching it.
+// Memory: cached blocks of windows x window_bytes in all (least recently used dropped
+// first; at most kMaxBlocks blocks, so small ones do not evict each other), plus the
+// announced ranges (merged; at most kMaxHints of them, ~64 B each, the lowest dropped first).
 // `fetch` must fail when the object changed since open (drivers pin the version).
 class WindowedSource final : public ByteSource {
  public:
+  static constexpr std::size_t kMaxHints = 1 << 16;
+  static constexpr std::size_t kMaxBlocks = 256;
+
   WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows, RangeFetch fetch);
   const std::string& name() const override { return name_; }
   std::uint64_t size() const override { return size_; }
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override;
+  // Records [offset, offset + length) as a range the reader will read (sizes blocks; fetches
+  // nothing now).
+  void will_need(std::uint64_t offset, std::uint64_t length) const override;
 
  private:
   using Bytes = std::shared_ptr<const std::string>;
@@ -75,7 +97,14 @@ class WindowedSource final : public ByteSource {
     std::uint64_t id = 0;             // tells this fetch from a later one of the same range
     std::shared_future<Bytes> bytes;  // ready, or being fetched by another thread
   };
-  Bytes block_for(std::uint64_t offset, std::size_t length, std::uint64_t* start) const;
+  // A block holding the byte at offset, cached or fetched now (a read of `length` bytes
+  // from offset missed); *start: where it starts.
+  Bytes block_for(std::uint64_t offset, std::uint64_t length, std::uint64_t* start) const;
+  // REQUIRES: mu_ held, no cached block holds offset. The range a miss fetches.
+  std::pair<std::uint64_t, std::uint64_t> block_range(std::uint64_t offset, std::uint64_t length) const;
+  // REQUIRES: mu_ held. Drops [begin, end) from the announced ranges (being fetched now: a
+  // later block does not stretch over them again).
+  void forget_hints(std::uint64_t begin, std::uint64_t end) const;
 
   std::string name_;
   std::uint64_t size_;
@@ -85,6 +114,8 @@ class WindowedSource final : public ByteSource {
   mutable std::mutex mu_;
   mutable std::list<Block> cache_;  // GUARDED_BY(mu_), most recently used first
   mutable std::uint64_t next_id_ = 0;  // GUARDED_BY(mu_)
+  mutable std::uint64_t cached_bytes_ = 0;  // GUARDED_BY(mu_): lengths of cache_'s blocks
+  mutable std::map<std::uint64_t, std::uint64_t> hints_;  // GUARDED_BY(mu_): announced [start, end), disjoint
 };
 
 }  // namespace shardpoint::storage::http

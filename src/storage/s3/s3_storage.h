@@ -107,10 +107,11 @@ struct S3Config {
   // source_cache_windows windows of source_window_bytes (http/ranged_reads.h): the engine
   // reads each blob's headers, small items and data in pieces in order, so one window
   // serves several reads. Each GET costs a round trip (and moto copies the whole object per
-  // GET), so windows are large; reads of a window or more go straight into the caller's
-  // buffer. A load reads about one place of a blob per reader thread at once: twice as
-  // many windows as the default reader threads keep them from evicting each other (GET
-  // counts: bench/README.md).
+  // GET), so windows are large; a window's GET covers what the engine announced it will
+  // read (a lone small item is a small GET), and reads of a window or more go straight
+  // into the caller's buffer. A load reads about one place of a blob per reader thread at
+  // once: twice as many windows as the default reader threads keep them from evicting each
+  // other (GET counts: bench/README.md).
   // Cost: windows x size per source (64 MiB).
   std::size_t source_whole_bytes = std::size_t{1} << 20;
   std::size_t source_window_bytes = std::size_t{8} << 20;
