@@ -14,7 +14,10 @@ parameters + optimizer state are about ``--gib`` GiB. After the first optimizer 
   building the state dict (FSDP's sharded model and optimizer state dicts), is the same code
   for both strategies;
 - done: until the checkpoint was committed (async: after waiting for the background write);
-- load: ``strategy.load_checkpoint`` of the last one (model + optimizer), page cache warm.
+- load: ``strategy.load_checkpoint`` of the last one (model + optimizer), page cache dropped
+  first (root; else warm): shardpoint's O_DIRECT writes leave the page cache empty, the stock
+  strategy's buffered ones leave it full, so a warm comparison would time one cold load
+  against one warm one.
 
 ``lightning-alone`` is shardpoint's strategy with a DCP writer that writes no tensor bytes and a
 reader that reads none (bench/python_dcp_bench.py's DCP-alone classes): what is left is
@@ -110,6 +113,13 @@ def worker(args: argparse.Namespace) -> None:
                     trainer.strategy.wait_for_save()
                 trainer.strategy.barrier()
                 done.append(time.perf_counter() - started)
+            # Cold for every strategy: shardpoint writes with O_DIRECT, which leaves nothing in
+            # the page cache, while the stock strategy's buffered writes leave all of it there.
+            if trainer.is_global_zero:
+                from benchlib import drop_caches
+
+                drop_caches()
+            trainer.strategy.barrier()
             started = time.perf_counter()
             trainer.strategy.load_checkpoint(path)
             trainer.strategy.barrier()
