@@ -90,6 +90,18 @@ def shard0_rows(n, ws, rank):
     return start, min(start + chunk, n)
 
 
+def shard0_dtensor(torch, local, mesh, shape):
+    """local (this rank's rows) as a DTensor Shard(0) over mesh of a row-major tensor of shape."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.insert(0, acc)
+        acc *= s
+    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
+                              stride=tuple(stride))
+
+
 def peer_local(torch, key, shape, ws, rank):
     """This rank's rows of key's tensor: ((fnv1a32(key) + 7919 i) mod 1000 - 500) / 8."""
     start, end = shard0_rows(shape[0], ws, rank)

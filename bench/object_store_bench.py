@@ -186,7 +186,6 @@ def rank_main(args):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -198,12 +197,7 @@ def rank_main(args):
     def dt(key, shape):
         local = dcp_bench.peer_local(torch, key, shape, ws, rank)
         locals_.append((key, shape, local))
-        stride, acc = [], 1
-        for s in reversed(shape):
-            stride.insert(0, acc)
-            acc *= s
-        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
-                                  stride=tuple(stride))
+        return dcp_bench.shard0_dtensor(torch, local, mesh, shape)
 
     params = dcp_bench.gpt2_parameters(args.layers)
     sd = {"model": {n: dt("model." + n, s) for n, s in params},

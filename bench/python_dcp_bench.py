@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from benchlib import drop_caches, median, pick_port, print_table, ratio, triple  # noqa: E402
-from dcp_bench import _status, gpt2_parameters, peer_local, shard0_rows  # noqa: E402
+from dcp_bench import _status, gpt2_parameters, peer_local, shard0_dtensor, shard0_rows  # noqa: E402
 
 
 # --- one rank ---------------------------------------------------------------------------
@@ -51,7 +51,6 @@ def rank_main(args):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard
 
     from shardpoint.torch import StorageReader, StorageWriter
 
@@ -71,12 +70,7 @@ def rank_main(args):
             start, end = shard0_rows(shape[0], ws, rank)
             local = torch.full((end - start,) + tuple(shape[1:]), -1.0)
         locals_.append((key, shape, local))
-        stride, acc = [], 1
-        for s in reversed(shape):
-            stride.insert(0, acc)
-            acc *= s
-        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
-                                  stride=tuple(stride))
+        return shard0_dtensor(torch, local, mesh, shape)
 
     params = gpt2_parameters(args.layers)
     sd = {"model": {n: dt("model." + n, s) for n, s in params},

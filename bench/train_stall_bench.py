@@ -51,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from benchlib import pick_port, rm  # noqa: E402
-from dcp_bench import _status, collect, shard0_rows  # noqa: E402
+from dcp_bench import _status, collect, shard0_dtensor, shard0_rows  # noqa: E402
 
 WORLD = 4
 VOCAB = 33278  # WikiText-2's vocabulary, the trainer's default
@@ -118,7 +118,6 @@ def read_spec(path):
 def peer_state(torch, specs, ws, rank):
     """(state dict over DTensors, their local tensors, bytes, rebuild(locals) -> state dict)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard
 
     mesh = init_device_mesh("cpu", (ws,))
     shapes = [s for _, s in specs for _ in range(3)]  # param, exp_avg, exp_avg_sq
@@ -132,12 +131,7 @@ def peer_state(torch, specs, ws, rank):
         return local.reshape((end - start,) + tuple(shape[1:]))
 
     def dt(local, shape):
-        stride, acc = [], 1
-        for s in reversed(shape):
-            stride.insert(0, acc)
-            acc *= s
-        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
-                                  stride=tuple(stride))
+        return shard0_dtensor(torch, local, mesh, shape)
 
     def rebuild(locals_):
         it = iter(zip(locals_, shapes))

@@ -372,16 +372,21 @@ TEST(AzureStorageTest, LargeObjectsUseBoundedParallelBlocksAndParallelRangedRead
   EXPECT_THROW(source->read_string(0, 10, "t"), StorageError);
 }
 
-TEST(AzureStorageTest, AbandonedMultiBlockWriterCommitsNothing) {
-  SP_REQUIRE_AZURITE(endpoint);
-  azure::AzureConfig config = azurite_config(endpoint);
-  std::string url = fresh_container(config);
+// Storage at url whose writers stage 1 MiB blocks from 4 MiB of buffers, so a blob of a few
+// MiB is a multi-block one.
+std::unique_ptr<Storage> small_block_storage(const std::string& url, const azure::AzureConfig& config) {
   StorageOptions options;
   BufferPoolOptions pool_options;
   pool_options.buffer_bytes = std::size_t{1} << 20;
   pool_options.capacity_bytes = std::size_t{4} << 20;
   options.buffer_pool = std::make_shared<BufferPool>(pool_options);
-  auto s = azure::open_azure_storage_with(url, config, options);
+  return azure::open_azure_storage_with(url, config, options);
+}
+
+TEST(AzureStorageTest, AbandonedMultiBlockWriterCommitsNothing) {
+  SP_REQUIRE_AZURITE(endpoint);
+  azure::AzureConfig config = azurite_config(endpoint);
+  auto s = small_block_storage(fresh_container(config), config);
   s->write_atomic("k", as_bytes(std::string_view("old")));
   {
     auto w = s->open_writer("k");
@@ -401,13 +406,7 @@ TEST(AzureStorageTest, AbandonedMultiBlockWriterCommitsNothing) {
 TEST(AzureStorageTest, CreateOnlyBlockListIsRefusedWhenTheBlobExists) {
   SP_REQUIRE_AZURITE(endpoint);
   azure::AzureConfig config = azurite_config(endpoint);
-  std::string url = fresh_container(config);
-  StorageOptions options;
-  BufferPoolOptions pool_options;
-  pool_options.buffer_bytes = std::size_t{1} << 20;
-  pool_options.capacity_bytes = std::size_t{4} << 20;
-  options.buffer_pool = std::make_shared<BufferPool>(pool_options);
-  auto s = azure::open_azure_storage_with(url, config, options);
+  auto s = small_block_storage(fresh_container(config), config);
   WriteOptions create_only;
   create_only.if_absent = true;
   const std::string first = pattern((3 << 20) + 5, 1);
@@ -435,13 +434,8 @@ TEST(AzureStorageTest, ServerKilledMidUploadFailsAndCommitsNothingThenRecovers) 
   AzuriteProcess server(dir);
   ASSERT_TRUE(server.start()) << server.error();
   azure::AzureConfig config = azurite_config(server.endpoint());
-  std::string url = fresh_container(config);
-  StorageOptions options;
-  BufferPoolOptions pool_options;
-  pool_options.buffer_bytes = std::size_t{1} << 20;
-  pool_options.capacity_bytes = std::size_t{4} << 20;
-  options.buffer_pool = std::make_shared<BufferPool>(pool_options);
-  auto s = azure::open_azure_storage_with(url, config, options);
+  const std::string url = fresh_container(config);
+  auto s = small_block_storage(url, config);
   const std::string data = pattern(8 << 20, 3);
   {
     auto w = s->open_writer("obj");
