@@ -50,9 +50,14 @@ std::string read(const WindowedSource& source, std::uint64_t offset, std::size_t
 TEST(WindowedSourceTest, ReadsReturnTheObjectsBytes) {
   FakeObject object(5 * kWindow + 321);
   WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch());
-  const std::vector<std::pair<std::uint64_t, std::size_t>> reads = {
-      {0, 8}, {100, 4000}, {kWindow - 4, 8}, {kWindow / 2, kWindow}, {3 * kWindow + 5, 2 * kWindow},
-      {object.bytes.size() - 10, 10}, {7, 0}, {2 * kWindow - 1, 3}};
+  const std::vector<std::pair<std::uint64_t, std::size_t>> reads = {{0, 8},
+                                                                    {100, 4000},
+                                                                    {kWindow - 4, 8},
+                                                                    {kWindow / 2, kWindow},
+                                                                    {3 * kWindow + 5, 2 * kWindow},
+                                                                    {object.bytes.size() - 10, 10},
+                                                                    {7, 0},
+                                                                    {2 * kWindow - 1, 3}};
   for (const auto& [offset, n] : reads) {
     EXPECT_EQ(read(source, offset, n), object.bytes.substr(offset, n)) << offset << " +" << n;
   }

@@ -44,8 +44,8 @@ inline void kill_server_process(pid_t* pid) {
 // Runs `sh -c "exec COMMAND >LOG 2>&1"` as a child and waits up to 30 s for 127.0.0.1:port
 // to accept connections. Returns the child's PID, or -1 with *why set (naming `what` and the
 // log) when the child exited first or the port stayed closed (the child is then killed).
-inline pid_t start_server_process(const std::string& what, const std::string& command, int port,
-                                  const std::string& log, std::string* why) {
+inline pid_t start_server_process(const std::string& what, const std::string& command, int port, const std::string& log,
+                                  std::string* why) {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with the test process

@@ -70,9 +70,8 @@ void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::s
     const std::size_t left = out.size() - done;
     if (left >= window_bytes_) {
       std::unique_lock lock(mu_);
-      const bool cached = std::any_of(cache_.begin(), cache_.end(), [&](const Block& b) {
-        return b.start <= pos && pos < b.start + b.length;
-      });
+      const bool cached = std::any_of(cache_.begin(), cache_.end(),
+                                      [&](const Block& b) { return b.start <= pos && pos < b.start + b.length; });
       lock.unlock();
       if (!cached) {
         fetch_(pos, out.subspan(done));

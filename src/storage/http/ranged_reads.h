@@ -114,7 +114,7 @@ class WindowedSource final : public ByteSource {
   mutable std::mutex mu_;
   mutable std::list<Block> cache_;  // GUARDED_BY(mu_), most recently used first
   mutable std::uint64_t next_id_ = 0;  // GUARDED_BY(mu_)
-  mutable std::uint64_t cached_bytes_ = 0;  // GUARDED_BY(mu_): lengths of cache_'s blocks
+  mutable std::uint64_t cached_bytes_ = 0;                // GUARDED_BY(mu_): lengths of cache_'s blocks
   mutable std::map<std::uint64_t, std::uint64_t> hints_;  // GUARDED_BY(mu_): announced [start, end), disjoint
 };
 
