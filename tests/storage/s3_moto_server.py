@@ -27,16 +27,18 @@ Usage: python3 s3_moto_server.py PORT   (binds 127.0.0.1; set INITIAL_NO_AUTH_AC
 """
 import base64
 import binascii
-import ctypes
-import ctypes.util
 import hashlib
 import io
+import os
 import re
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
 from moto.core import authorization, responses
 from moto.moto_server import werkzeug_app
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gcs_json_server import crc32c  # noqa: E402  (the tests' one CRC-32C: ISA-L or a table)
 
 
 _orig_setup = responses.BaseResponse.setup_class
@@ -63,35 +65,6 @@ def _auth(self, iam_request_cls, resource="*"):
         return _orig_auth(self, iam_request_cls, resource)
     finally:
         self.uri = decoded
-
-
-def _isal_crc32c():
-    """ISA-L's CRC-32C (shardpoint links ISA-L, so it is installed where the tests run), or None."""
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("isal") or "libisal.so.2").crc32_iscsi
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32]
-    fn.restype = ctypes.c_uint32
-    return fn
-
-
-_ISAL_CRC32C = _isal_crc32c()
-
-
-def _crc32c(data):
-    """The CRC-32C (Castagnoli) of data (a table walk where ISA-L is missing: slow, but right)."""
-    crc = 0xFFFFFFFF
-    if _ISAL_CRC32C is not None:
-        for at in range(0, len(data), 1 << 30):
-            piece = data[at:at + (1 << 30)]
-            crc = _ISAL_CRC32C(piece, len(piece), crc)
-        return crc ^ 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
 
 
 def _s3_error(start_response, code, message):
@@ -126,7 +99,7 @@ def _body_problem(environ, body):
             given = b""
         if len(given) != 4:
             return "InvalidRequest", "Value for x-amz-checksum-crc32c header is invalid."
-        if given != _crc32c(body).to_bytes(4, "big"):
+        if given != crc32c(body).to_bytes(4, "big"):
             return "BadDigest", "The CRC32C you specified did not match the calculated checksum."
     return None
 
