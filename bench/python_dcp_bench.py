@@ -13,13 +13,17 @@ layers: 2.126 GB of float32). Each round:
     (caches dropped and the folder emptied before each);
   async save, 4 ranks: the stall (dcp.async_save until it returns) of both writers, their
     first save (staging memory allocated) and the next (reused), next to the time to copy
-    the rank's bytes once in memory (the floor of any staging copy);
+    the rank's bytes once in memory (the floor of any staging copy), and shardpoint's
+    stage() alone (the writer's own part of the stall);
   load 4 -> 2 and 4 -> 3: FileSystemReader and shardpoint, cold (caches dropped) then warm;
   DCP alone, save and warm load: a writer that writes nothing and a reader that reads
     nothing (each still resolves and commits every item, as every storage layer must), so
     the time is DCP's own planning, collectives, metadata pickling and garbage collection.
     No storage layer can make dcp.save/dcp.load faster than that: PyTorch's time over it is
-    the highest ratio any StorageWriter/StorageReader can reach on this machine.
+    the highest ratio any StorageWriter/StorageReader can reach on this machine;
+  fio: the payload written with O_DIRECT by 4 jobs, the disk's write ceiling (DCP alone plus
+    the payload at that rate is the least any save can take).
+The full garbage collections (generation 2) during each call are counted, with their time.
 Time = the slowest rank's call; GB/s = payload / time; RSS = VmHWM during the call minus
 VmRSS before it (the memory the call adds beyond the state), the largest rank's. Every load is
 checked against the values. Needs root for drop_caches (else all runs are warm; said).
@@ -27,6 +31,7 @@ checked against the values. Needs root for drop_caches (else all runs are warm; 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -38,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from benchlib import drop_caches, median, pick_port, print_table, ratio, triple  # noqa: E402
+from benchlib import drop_caches, fio_cleanup, fio_gbps, median, pick_port, print_table, ratio, triple  # noqa: E402
 from dcp_bench import _status, gpt2_parameters, peer_local, shard0_dtensor, shard0_rows  # noqa: E402
 
 
@@ -81,6 +86,18 @@ def rank_main(args):
                           "param_groups": [{"lr": 1e-3, "params": [n for n, _ in params]}]}}
     own = sum(t.numel() * t.element_size() for _, _, t in locals_)
     results = []
+    # Full (generation 2) garbage collections during each call, and their time: they walk every
+    # tracked object of the process, which DCP's allocations (plans, items) set off.
+    full_collections = []
+    started = []
+
+    def count_full_collections(phase, info):
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif info["generation"] == 2 and started:
+            full_collections.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(count_full_collections)
 
     def timed(name, path, fn, cold, check=True):
         if rank == 0:
@@ -92,11 +109,12 @@ def rank_main(args):
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         before = _status("VmRSS")
+        full_collections.clear()
         t0 = time.perf_counter()
         fn()
         seconds = time.perf_counter() - t0
         extra = _status("VmHWM") - before
-        t = torch.tensor([seconds, float(extra)], dtype=torch.float64)
+        t = torch.tensor([seconds, float(extra), len(full_collections), sum(full_collections)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         ok = torch.tensor([1.0])
         if args.phase == "load" and check:
@@ -109,7 +127,7 @@ def rank_main(args):
         if rank == 0:
             print(f"  {name}: {t[0].item():.3f} s", flush=True)
         results.append({"job": name, "seconds": t[0].item(), "extra_rss": t[1].item(), "ok": bool(ok.item()),
-                        "bytes": own * ws})
+                        "bytes": own * ws, "full_gcs": int(t[2].item()), "full_gc_seconds": t[3].item()})
 
     base = args.dir
     if args.phase == "save":
@@ -127,8 +145,8 @@ def rank_main(args):
         # staging pins memory, which needs a GPU driver), so each of its saves allocates.
         timed("save dcp alone", f"{base}/null", lambda: dcp.save(sd, storage_writer=NullWriter(f"{base}/null")), True)
         save_group = dist.new_group(backend="gloo")
-        for name, writer in (("fs", dcp.FileSystemWriter(f"{base}/fsa", thread_count=4)),
-                             ("sp", StorageWriter(f"{base}/spa", thread_count=4))):
+        sp_async = StorageWriter(f"{base}/spa", thread_count=4)
+        for name, writer in (("fs", dcp.FileSystemWriter(f"{base}/fsa", thread_count=4)), ("sp", sp_async)):
             for attempt in ("first", "next"):
                 futures = []
                 timed(f"async stall {name} {attempt}", f"{base}/{name}a",
@@ -140,6 +158,10 @@ def rank_main(args):
         # already touched (zeros_like writes every page), so no page fault is timed.
         dst = [torch.zeros_like(t) for _, _, t in locals_]
         timed("memory copy", f"{base}/unused", lambda: [d.copy_(t) for d, (_, _, t) in zip(dst, locals_)], False)
+        # The writer's own part of the stall: its stage() alone, every rank at once, buffers
+        # reused. The stall adds DCP's executor and, with more ranks than cores, the CPU the
+        # background writes of ranks that finished staging take from those still staging.
+        timed("stage sp", f"{base}/unused", lambda: sp_async.stage(sd), False)
     else:
         for name, make in (("fs", lambda: dcp.FileSystemReader(f"{base}/fs4")),
                            ("sp", lambda: StorageReader(f"{base}/sp4"))):
@@ -234,6 +256,7 @@ def main():
     if not drop_caches():
         print("note: not root: caches cannot be dropped, every 'cold' run is warm")
     jobs = {}
+    fio_write = []  # O_DIRECT writes of the payload, 4 jobs: the disk's write ceiling
     try:
         for rnd in range(a.rounds):
             for phase, ws in (("save", 4), ("load", 2), ("load", 3)):
@@ -241,6 +264,11 @@ def main():
                     if not r["ok"]:
                         raise RuntimeError(f"{r['job']}: loaded values differ")
                     jobs.setdefault(r["job"], []).append(r)
+            per_job_mib = jobs["save sp t4"][0]["bytes"] // 4 // 2**20
+            rate = fio_gbps(base, "w4", "write", size=f"{per_job_mib}M", direct=True, numjobs=4)
+            fio_cleanup(base, "w4")
+            if rate:
+                fio_write.append(rate)
             print(f"round {rnd + 1}/{a.rounds} done", flush=True)
     finally:
         if a.dir is None:
@@ -276,6 +304,13 @@ def main():
     alone_rows = [[job, f"{t_alone:.3f}", f"{t_fs:.3f}", f"{t_sp:.3f}", f"{t_fs / t_alone:.2f}x", f"{t_fs / t_sp:.2f}x",
                    f"{(t_sp - t_alone) / (t_fs - t_alone):.2f}" if t_fs > t_alone else "-"]
                   for job, t_alone, t_fs, t_sp in alone]
+    if fio_write:
+        # A save is DCP's planning, then the writes, then the commit: nothing overlaps them, so
+        # no save can take less than DCP alone plus the payload at the disk's O_DIRECT rate.
+        t_alone, t_fs, t_sp = alone[0][1:]
+        floor = t_alone + payload / 1e9 / median(fio_write)
+        alone_rows.append([f"save 4 ranks, DCP alone + payload at fio O_DIRECT {median(fio_write):.2f} GB/s",
+                           f"{floor:.3f}", f"{t_fs:.3f}", f"{t_sp:.3f}", f"{t_fs / floor:.2f}x", f"{t_fs / t_sp:.2f}x", "-"])
     print_table(f"dcp through shardpoint vs FileSystemWriter/Reader, {payload / 1e9:.3f} GB, {a.rounds} rounds "
                 "(GB/s min/median/max; ratio of medians, saves to the best FileSystemWriter setting)",
                 ["job", "shardpoint GB/s", "PyTorch GB/s", "ratio", "RSS added MiB (sp / torch)"], rows)
@@ -285,12 +320,21 @@ def main():
                 "over PyTorch's)",
                 ["job", "DCP alone s", "PyTorch s", "shardpoint s", "ceiling ratio", "shardpoint ratio", "I/O share"],
                 alone_rows)
+    gc_rows = []
+    for job in ("save fs t4", "save sp t4", "save dcp alone", "load 2 warm fs", "load 2 warm sp", "load 2 dcp alone",
+                "load 3 warm fs", "load 3 warm sp", "load 3 dcp alone"):
+        gc_rows.append([job, triple([r["full_gcs"] for r in jobs[job]]), triple([r["full_gc_seconds"] for r in jobs[job]]),
+                        f"{median([r['full_gc_seconds'] / r['seconds'] for r in jobs[job]]) * 100:.0f} %"])
+    print_table("full garbage collections during the call (largest rank; min/median/max over rounds)",
+                ["job", "collections", "seconds", "share of the call"], gc_rows)
     copy = median([r["seconds"] for r in jobs["memory copy"]])
     stall_rows = []
     for name, label in (("sp", "shardpoint"), ("fs", "FileSystemWriter")):
         for attempt in ("first", "next"):
             s = median([r["seconds"] for r in jobs[f"async stall {name} {attempt}"]])
             stall_rows.append([label, attempt, f"{s:.3f}", f"{copy:.3f}", f"{s / copy:.2f}x"])
+    s = median([r["seconds"] for r in jobs["stage sp"]])
+    stall_rows.append(["shardpoint, its stage() alone", "next", f"{s:.3f}", f"{copy:.3f}", f"{s / copy:.2f}x"])
     print_table("async save stall, 4 ranks (s, median; first = the save that allocates the staging memory, next = "
                 "the saves after it; copy = the rank's bytes copied once into memory already touched)",
                 ["writer", "save", "stall s", "copy s", "stall / copy"], stall_rows)

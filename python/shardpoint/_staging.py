@@ -72,11 +72,8 @@ class HostStaging:
         position = self._next
         self._next += 1
         buffer = self._buffers[position] if position < len(self._buffers) else None
-        # empty_like keeps the strides of a dense tensor; a strided view's copy is contiguous.
-        # The meta probe says which strides that gives, without allocating.
-        layout = torch.empty_like(tensor, device="meta")
-        if (buffer is None or buffer.shape != layout.shape or buffer.dtype != layout.dtype
-                or buffer.stride() != layout.stride()):
+        if buffer is None or not self._fits(buffer, tensor):
+            # empty_like keeps the strides of a dense tensor; a strided view's copy is contiguous.
             buffer = torch.empty_like(tensor, device="cpu", pin_memory=self.pin_memory)
             if position < len(self._buffers):
                 self._buffers[position] = buffer
@@ -84,6 +81,17 @@ class HostStaging:
                 self._buffers.append(buffer)
         buffer.copy_(tensor)
         return buffer
+
+    @staticmethod
+    def _fits(buffer: torch.Tensor, tensor: torch.Tensor) -> bool:
+        """Whether buffer has the layout a new buffer for tensor would get: the strides of a
+        dense tensor, contiguous for a strided view (the meta probe says which, without
+        allocating; a contiguous tensor needs no probe)."""
+        if buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+            return False
+        if tensor.is_contiguous():
+            return buffer.is_contiguous()
+        return buffer.stride() == torch.empty_like(tensor, device="meta").stride()
 
     def _stage(self, obj: Any) -> Any:
         from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
@@ -103,7 +111,9 @@ class HostStaging:
                 process_group=obj._process_group))
         if isinstance(obj, DTensor):
             position = self._next
-            buffer = self._copy(obj.to_local())
+            # The local shard itself: to_local() would go through an autograd function.
+            local = obj._local_tensor if hasattr(obj, "_local_tensor") else obj.to_local()
+            buffer = self._copy(local)
             key = (buffer, obj.device_mesh, tuple(obj.placements), tuple(obj.shape), tuple(obj.stride()))
             return self._wrapper(position, key, lambda: DTensor.from_local(
                 buffer, obj.device_mesh, obj.placements, run_check=False, shape=obj.shape, stride=obj.stride()))
