@@ -15,7 +15,6 @@ from typing import Any, Optional, Sequence, Tuple
 
 from . import errors
 
-_c_int64_p = ctypes.POINTER(ctypes.c_int64)
 
 
 class SaveOptions(ctypes.Structure):
@@ -45,8 +44,9 @@ class Item(ctypes.Structure):
         ("fqn", ctypes.c_char_p),
         ("dtype", ctypes.c_char_p),
         ("ndim", ctypes.c_int),
-        ("offsets", _c_int64_p),
-        ("sizes", _c_int64_p),
+        # const int64_t*, set as addresses (torch.py points them into one array per call).
+        ("offsets", ctypes.c_void_p),
+        ("sizes", ctypes.c_void_p),
         ("data", ctypes.c_void_p),
         ("nbytes", ctypes.c_uint64),
     ]
@@ -60,10 +60,11 @@ class TensorRead(ctypes.Structure):
         ("fqn", ctypes.c_char_p),
         ("dtype", ctypes.c_char_p),
         ("ndim", ctypes.c_int),
-        ("chunk_offsets", _c_int64_p),
-        ("chunk_sizes", _c_int64_p),
-        ("storage_offsets", _c_int64_p),
-        ("lengths", _c_int64_p),
+        # const int64_t*, set as addresses (torch.py points them into one array per batch).
+        ("chunk_offsets", ctypes.c_void_p),
+        ("chunk_sizes", ctypes.c_void_p),
+        ("storage_offsets", ctypes.c_void_p),
+        ("lengths", ctypes.c_void_p),
         ("dest", ctypes.c_void_p),
         ("dest_nbytes", ctypes.c_uint64),
     ]
@@ -252,22 +253,24 @@ class Checkpoint:
         error = ctypes.c_char_p()
         _check(lib().sp_remove_object(self.handle, key.encode(), ctypes.byref(error)), error)
 
-    def write_items(self, items: Sequence[Item], options: SaveOptions) -> list:
-        array = (Item * max(len(items), 1))(*items)
+    def write_items(self, items: Any, count: int, options: SaveOptions) -> str:
+        """Writes the first count items of a ctypes array of Item; returns the engine's JSON
+        array of what it wrote (see sp_write_items)."""
         out = ctypes.c_void_p()
         error = ctypes.c_char_p()
         _check(
-            lib().sp_write_items(self.handle, array, len(items), ctypes.byref(options), ctypes.byref(out),
+            lib().sp_write_items(self.handle, items, count, ctypes.byref(options), ctypes.byref(out),
                                  ctypes.byref(error)),
             error,
         )
-        return json.loads(_take_string(out))
+        return _take_string(out)
 
-    def commit(self, metadata: bytes, written: list, options: SaveOptions) -> None:
+    def commit(self, metadata: bytes, written_json: str, options: SaveOptions) -> None:
+        """written_json: one JSON array of every rank's records (what write_items returned)."""
         error = ctypes.c_char_p()
         buf = ctypes.create_string_buffer(metadata, len(metadata))
         _check(
-            lib().sp_commit(self.handle, buf, len(metadata), json.dumps(written).encode(), ctypes.byref(options),
+            lib().sp_commit(self.handle, buf, len(metadata), written_json.encode(), ctypes.byref(options),
                             ctypes.byref(error)),
             error,
         )
@@ -317,8 +320,9 @@ class Reader:
         lib().sp_reader_zip_crc_counts(self._handle, ctypes.byref(checked), ctypes.byref(partial), ctypes.byref(none))
         return checked.value, partial.value, none.value
 
-    def read_tensors(self, reads: Sequence[TensorRead]) -> None:
-        array = (TensorRead * max(len(reads), 1))(*reads)
+    def read_tensors(self, reads: Any) -> None:
+        """reads: a ctypes array of TensorRead, or a sequence of them."""
+        array = reads if isinstance(reads, ctypes.Array) else (TensorRead * max(len(reads), 1))(*reads)
         error = ctypes.c_char_p()
         _check(lib().sp_reader_read_tensors(self._handle, array, len(reads), ctypes.byref(error)), error)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import io
+import json
 import logging
 import os
 import pickle
@@ -115,11 +116,19 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _WriteResultWithChecksums(WriteResult):
-    """A WriteResult carrying what the engine recorded for the item (its checksums), so the
-    coordinator's ``finish`` can write the checksum sidecar. ``storage_data`` stays PyTorch's
-    own ``_StorageInfo``, so ``.metadata`` holds only PyTorch classes."""
+    """The first WriteResult of a rank, carrying what the engine recorded for all of the rank's
+    items (their checksums) as the engine's JSON array, so the coordinator's ``finish`` can
+    write the checksum sidecar: one string per rank, not a dict per item, crosses the gather.
+    ``storage_data`` stays PyTorch's own ``_StorageInfo``, so ``.metadata`` holds only
+    PyTorch classes."""
 
-    record: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    records_json: str = ""
+
+
+def _join_json_arrays(arrays: Sequence[str]) -> str:
+    """One JSON array holding the elements of every JSON array text in arrays."""
+    inner = [text.strip()[1:-1].strip() for text in arrays]
+    return "[" + ",".join(part for part in inner if part) + "]"
 
 
 def _chunk_nbytes(item: WriteItem) -> int:
@@ -288,24 +297,48 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             files = _split_into_files(plan.items, self.thread_count)
         else:
             files = [[item] for item in plan.items]
-        keep_alive: List[Any] = []  # tensors, buffers and arrays the native call reads
-        native_items: List[_native.Item] = []
+        keep_alive: List[Any] = []  # tensors and buffers the native call reads
         by_position: List[WriteItem] = []
+        fields: List[Tuple[Any, ...]] = []
+        ints: List[int] = []  # every tensor item's chunk offsets and sizes, one array
         for n, bucket in enumerate(files):
             name = f"{prefix}{n}{_DATA_SUFFIX}".encode()
             for item in bucket:
-                native_items.append(self._native_item(name, item, planner, keep_alive))
+                fields.append(self._resolve_item(name, item, planner, keep_alive, ints))
                 by_position.append(item)
+        # One ctypes array of items filled in place, pointing into one int64 array: a few
+        # objects per rank rather than several per item (objects a save keeps alive bring
+        # CPython's next full garbage collection closer, and those walk the whole process).
+        int_array = _native.int64_array(ints)
+        base = ctypes.addressof(int_array)
+        native_items = (_native.Item * max(len(fields), 1))()
+        dtypes: Dict[torch.dtype, bytes] = {}
+        for slot, (file, fqn, dtype, ndim, start, data, nbytes) in zip(native_items, fields):
+            slot.file = file
+            slot.fqn = fqn
+            slot.data = data
+            slot.nbytes = nbytes
+            if dtype is None:
+                slot.kind = _native.ITEM_BYTES
+                continue
+            encoded = dtypes.get(dtype)
+            if encoded is None:
+                encoded = dtypes[dtype] = _dtype_name(dtype).encode()
+            slot.kind = _native.ITEM_TENSOR
+            slot.dtype = encoded
+            slot.ndim = ndim
+            slot.offsets = base + 8 * start
+            slot.sizes = base + 8 * (start + ndim)
         folder = getattr(plan.storage_data, "folder", "") or self.path
-        written = self._writing_to(folder).write_items(native_items, self._options)
+        written_json = self._writing_to(folder).write_items(native_items, len(fields), self._options)
         results: List[WriteResult] = []
-        for item, record in zip(by_position, written):
+        for n, (item, record) in enumerate(zip(by_position, json.loads(written_json))):
             info = _StorageInfo(record["file"], record["offset"], record["length"])
-            results.append(
-                _WriteResultWithChecksums(
-                    index=item.index, size_in_bytes=record["length"], storage_data=info, record=record
-                )
-            )
+            if n == 0:  # the rank's records travel to the coordinator as the engine's JSON text
+                results.append(_WriteResultWithChecksums(index=item.index, size_in_bytes=record["length"],
+                                                         storage_data=info, records_json=written_json))
+            else:
+                results.append(WriteResult(index=item.index, size_in_bytes=record["length"], storage_data=info))
         future: Future[List[WriteResult]] = Future()
         future.set_result(results)
         return future
@@ -314,16 +347,16 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """(coordinator) Commits: the checksum sidecar, the load index, then ``.metadata``
         atomically (after which the checkpoint exists for every reader)."""
         storage_md: Dict[MetadataIndex, _StorageInfo] = {}
-        records: List[Dict[str, Any]] = []
+        records: List[str] = []  # each rank's JSON array of records
         for rank_results in results:
             for wr in rank_results:
                 storage_md[wr.index] = wr.storage_data
-                record = getattr(wr, "record", None)
-                if record:
-                    records.append(record)
+                text = getattr(wr, "records_json", "")
+                if text:
+                    records.append(text)
         metadata.storage_data = storage_md
         metadata.storage_meta = self.storage_meta()
-        self._writing_to(self._folder).commit(pickle.dumps(metadata), records, self._options)
+        self._writing_to(self._folder).commit(pickle.dumps(metadata), _join_json_arrays(records), self._options)
         if self._folder != self.path:
             _native.replace_folder(self._folder, self.path, self.sync_files)
             self._folder = self.path
@@ -335,9 +368,12 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _native_item(self, file: bytes, item: WriteItem, planner: SavePlanner, keep_alive: List[Any]) -> _native.Item:
+    def _resolve_item(self, file: bytes, item: WriteItem, planner: SavePlanner, keep_alive: List[Any],
+                      ints: List[int]) -> Tuple[Any, ...]:
+        """What the native item for item holds: (file, fqn, dtype or None for a bytes item,
+        ndim, where its offsets start in ints, data address, byte count); appends the chunk's
+        offsets then sizes to ints and what the native call reads to keep_alive."""
         fqn = item.index.fqn.encode()
-        keep_alive.append(fqn)
         data = planner.resolve_data(item)
         if item.type == WriteItemType.BYTE_IO:
             # The blob is written verbatim from the BytesIO's own buffer (no copy).
@@ -345,8 +381,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             n = view.nbytes
             buf = (ctypes.c_char * n).from_buffer(view) if n else None
             keep_alive.extend([view, buf])
-            return _native.Item(file, _native.ITEM_BYTES, fqn, None, 0, None, None,
-                                ctypes.addressof(buf) if n else None, n)
+            return file, fqn, None, 0, 0, ctypes.addressof(buf) if n else None, n
         tensor = data.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()  # device tensors are copied to host first
@@ -354,20 +389,16 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             tensor = tensor.contiguous()  # the only copy: the engine writes row-major bytes
         keep_alive.append(tensor)
         chunk = item.tensor_data.chunk
-        offsets = _native.int64_array([int(x) for x in chunk.offsets])
-        sizes = _native.int64_array([int(x) for x in chunk.sizes])
-        dtype = _dtype_name(tensor.dtype).encode()
-        keep_alive.extend([offsets, sizes, dtype])
-        if list(tensor.shape) != [int(x) for x in chunk.sizes]:
+        if tuple(tensor.shape) != tuple(chunk.sizes):
             raise errors.UsageError(
                 f'save: item "{item.index.fqn}": planned chunk sizes {list(chunk.sizes)}, '
                 f"resolved tensor has shape {list(tensor.shape)}"
             )
+        start = len(ints)
+        ints.extend(chunk.offsets)
+        ints.extend(chunk.sizes)
         nbytes = tensor.numel() * tensor.element_size()
-        return _native.Item(
-            file, _native.ITEM_TENSOR, fqn, dtype, len(chunk.sizes), offsets, sizes,
-            tensor.data_ptr() if nbytes else None, nbytes,
-        )
+        return file, fqn, tensor.dtype, len(chunk.sizes), start, tensor.data_ptr() if nbytes else None, nbytes
 
 
 class StorageReader(_DcpStorageReader):
@@ -403,7 +434,7 @@ class StorageReader(_DcpStorageReader):
         self.load_id = uuid.uuid4().hex
         self._reader: Optional[_native.Reader] = None
         self._storage_data: Dict[MetadataIndex, _StorageInfo] = {}
-        self._chunks: Dict[Tuple[str, Tuple[int, ...]], Tuple[Tuple[int, ...], torch.dtype]] = {}
+        self._entries: Dict[str, Any] = {}  # .metadata's state_dict_metadata
 
     def reset(self, checkpoint_id: Union[str, os.PathLike, None] = None) -> None:
         """(all ranks) Starts a new load, from ``checkpoint_id`` when given."""
@@ -439,14 +470,11 @@ class StorageReader(_DcpStorageReader):
         return metadata
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        """(all ranks) Indexes where every item's bytes are."""
-        self._storage_data = dict(metadata.storage_data)
-        self._chunks = {}
-        for fqn, entry in metadata.state_dict_metadata.items():
-            if isinstance(entry, TensorStorageMetadata):
-                for chunk in entry.chunks:
-                    key = (fqn, tuple(int(x) for x in chunk.offsets))
-                    self._chunks[key] = (tuple(int(x) for x in chunk.sizes), entry.properties.dtype)
+        """(all ranks) Keeps the index of where every item's bytes are and what each chunk holds
+        (looked up per read item, not copied: every object a load keeps alive brings CPython's
+        next full garbage collection closer, and those walk the whole process)."""
+        self._storage_data = metadata.storage_data
+        self._entries = metadata.state_dict_metadata
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         return plan
@@ -467,23 +495,19 @@ class StorageReader(_DcpStorageReader):
                 planner.load_bytes(item, io.BytesIO(blob))
             else:
                 tensor_items.append(item)
-        batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor]] = []
+        batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor, torch.dtype]] = []
         staged = 0
         for item in tensor_items:
-            target = planner.resolve_tensor(item).detach()
-            fqn = item.storage_index.fqn
-            chunk_key = (fqn, tuple(int(x) for x in item.storage_index.offset))
-            if chunk_key not in self._chunks:
-                raise errors.FormatError(f'{self.path}: .metadata has no chunk of "{fqn}" at {list(chunk_key[1])}')
-            _, saved_dtype = self._chunks[chunk_key]
-            lengths = [int(x) for x in item.lengths]
-            if list(target.shape) != lengths:
+            _, saved_dtype = self._saved_chunk(item.storage_index)
+            target = planner.resolve_tensor(item)
+            if tuple(target.shape) != tuple(item.lengths):
                 raise errors.PlanError(
-                    f'load: "{fqn}": the destination has shape {list(target.shape)}, the read plan {lengths}'
+                    f'load: "{item.storage_index.fqn}": the destination has shape {list(target.shape)}, '
+                    f"the read plan {list(item.lengths)}"
                 )
             direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == saved_dtype
-            dest = target if direct else torch.empty(lengths, dtype=saved_dtype)
-            batch.append((item, target, dest))
+            dest = target if direct else torch.empty(item.lengths, dtype=saved_dtype)
+            batch.append((item, target, dest, saved_dtype))
             if not direct:
                 staged += dest.numel() * dest.element_size()
             if staged >= _STAGING_BATCH_BYTES:
@@ -517,34 +541,62 @@ class StorageReader(_DcpStorageReader):
             )
         return info
 
-    def _read_batch(self, reader: _native.Reader, batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor]],
-                    planner: LoadPlanner) -> None:
+    def _saved_chunk(self, index: MetadataIndex) -> Tuple[Sequence[int], torch.dtype]:
+        """The sizes and dtype of the saved chunk index names."""
+        entry = self._entries.get(index.fqn)
+        if isinstance(entry, TensorStorageMetadata) and index.offset is not None:
+            offset = tuple(index.offset)
+            for chunk in entry.chunks:
+                if tuple(chunk.offsets) == offset:
+                    return chunk.sizes, entry.properties.dtype
+        where = list(index.offset) if index.offset is not None else None
+        raise errors.FormatError(f'{self.path}: .metadata has no chunk of "{index.fqn}" at {where}')
+
+    def _read_batch(self, reader: _native.Reader,
+                    batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor, torch.dtype]], planner: LoadPlanner) -> None:
+        """Reads the batch in one native call. The reads are one ctypes array filled in place,
+        their integer arrays one int64 array: a few objects per batch, not several per item."""
         if not batch:
             return
-        keep_alive: List[Any] = []
-        reads: List[_native.TensorRead] = []
-        for item, _, dest in batch:
+        ints: List[int] = []
+        for item, _, _, _ in batch:
+            sizes, _ = self._saved_chunk(item.storage_index)
+            ints.extend(item.storage_index.offset)
+            ints.extend(sizes)
+            ints.extend(item.storage_offsets)
+            ints.extend(item.lengths)
+        int_array = _native.int64_array(ints)
+        base = ctypes.addressof(int_array)
+        reads = (_native.TensorRead * len(batch))()
+        files: Dict[str, bytes] = {}  # encoded once per batch
+        dtypes: Dict[torch.dtype, bytes] = {}
+        at = 0
+        for n, (item, _, dest, saved_dtype) in enumerate(batch):
             info = self._info(item)
-            fqn = item.storage_index.fqn
-            offsets = tuple(int(x) for x in item.storage_index.offset)
-            sizes, saved_dtype = self._chunks[(fqn, offsets)]
-            arrays = [
-                _native.int64_array(offsets),
-                _native.int64_array(sizes),
-                _native.int64_array([int(x) for x in item.storage_offsets]),
-                _native.int64_array([int(x) for x in item.lengths]),
-            ]
-            strings = [info.relative_path.encode(), fqn.encode(), _dtype_name(saved_dtype).encode()]
-            keep_alive.extend(arrays + strings)
+            ndim = len(item.lengths)
+            file = files.get(info.relative_path)
+            if file is None:
+                file = files[info.relative_path] = info.relative_path.encode()
+            dtype = dtypes.get(saved_dtype)
+            if dtype is None:
+                dtype = dtypes[saved_dtype] = _dtype_name(saved_dtype).encode()
+            read = reads[n]
+            read.file = file
+            read.blob_offset = info.offset
+            read.blob_length = info.length
+            read.fqn = item.storage_index.fqn.encode()
+            read.dtype = dtype
+            read.ndim = ndim
+            read.chunk_offsets = base + 8 * at
+            read.chunk_sizes = base + 8 * (at + ndim)
+            read.storage_offsets = base + 8 * (at + 2 * ndim)
+            read.lengths = base + 8 * (at + 3 * ndim)
+            at += 4 * ndim
             nbytes = dest.numel() * dest.element_size()
-            reads.append(
-                _native.TensorRead(
-                    strings[0], info.offset, info.length, strings[1], strings[2], len(sizes), *arrays,
-                    dest.data_ptr() if nbytes else None, nbytes,
-                )
-            )
+            read.dest = dest.data_ptr() if nbytes else None
+            read.dest_nbytes = nbytes
         reader.read_tensors(reads)
-        for item, target, dest in batch:
+        for item, target, dest, _ in batch:
             if dest is not target:
-                target.copy_(dest)
+                target.detach().copy_(dest)
             planner.commit_tensor(item, target)
