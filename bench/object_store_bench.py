@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Benchmark: the GPT-2 + Adam state saved and loaded on 4 ranks through an S3 server on
-127.0.0.1 (s3s-fs, the tests' server; moto too if asked), shardpoint against the S3 clients a
-PyTorch user would pick, in one run, on the same server, same bytes, same machine.
+"""Benchmark: the GPT-2 + Adam state saved and loaded on 4 ranks through an object-store server
+on 127.0.0.1, shardpoint against the clients a PyTorch user would pick, in one run, on the same
+server, same bytes, same machine. Servers: S3 on s3s-fs (the tests' server; moto too if asked),
+Azure Blob on Azurite, GCS (JSON API) on fsouza's fake-gcs-server.
 
   PY=$(scripts/setup-python.sh bench)
   SHARDPOINT_PYTHONPATH=build-wheel/site $PY bench/object_store_bench.py BUILD \\
-      [--servers s3s[,moto]] [--rounds 1] [--layers 24] [--clients sp,sp-py,s3torch,s3fs,boto3]
+      [--servers s3s[,moto][,azurite][,fake-gcs]] [--rounds 1] [--layers 24] [--clients ...]
+
+--clients picks from each server's clients (default: all of them); sp and sp-py run on every
+server. S3 (s3s, moto):
 
 Clients (each a job of 4 ranks, save then load, every load checked against the values):
   sp       shardpoint's C++ engine: BUILD/bench/dcp_bench save|load s3://... on 4 processes
@@ -22,13 +26,34 @@ Clients (each a job of 4 ranks, save then load, every load checked against the v
            local files: upload_file / download_file with boto3's transfer manager
            (--boto-chunk-mib parts, --boto-concurrency threads per object), one process per
            object started together. No DCP, no .metadata: the bytes alone.
-Time = the slowest rank's call (boto3: first start to last end); GB/s = the state's payload
-(10^9 bytes) / time, for every client. Requests are counted by the server (s3s-fs:
+Azure (azurite: Azurite 3.35.0, blocks in files under --dir, its --debug log counts):
+  azure-sdk  Microsoft's azure-storage-blob: the same 4 objects as sp's data files, one process
+           per object started together (as boto3): BlobClient.upload_blob / download_blob(...)
+           .readinto(file) with max_concurrency --sdk-concurrency, blocks and ranged GETs of
+           --sdk-chunk-mib (max_block_size, max_single_put_size, max_chunk_get_size).
+  adlfs    dcp.save/dcp.load with DCP's FsspecWriter (thread_count --peer-threads, sync_files
+           off) / FsspecReader over adlfs (abfs://, the connection string), same ranks.
+GCS (fake-gcs: fake-gcs-server 1.56.1, filesystem backend under --dir, JSON API; its access
+log counts):
+  gcsfs    dcp.save/dcp.load with FsspecWriter / FsspecReader over gcsfs, same ranks.
+  gcs-sdk  google-cloud-storage: the same 4 objects, one process each: blob.upload_from_filename
+           (a resumable upload in --gcs-sdk-upload-chunk-mib chunks, default the SDK's own
+           100 MiB; the JSON API takes one session's chunks in order, so it has no parallel
+           upload; the transfer manager's parallel upload is the XML API's multipart upload,
+           which fake-gcs-server lacks) and
+           transfer_manager.download_chunks_concurrently (ranged GETs of --sdk-chunk-mib on
+           --sdk-concurrency threads, the CRC-32C of the file checked).
+Time = the slowest rank's call (boto3, azure-sdk, gcs-sdk: first start to last end); GB/s =
+the state's payload (10^9 bytes) / time, for every client. Requests are counted by the server (s3s-fs:
 its debug log of routed operations; moto: its access log) and reported per GB of payload,
 by kind: GET (object reads), PUT (PutObject, UploadPart, CopyObject), POST (multipart
-create/complete), HEAD, LIST, DELETE. Peak RSS = the largest rank's VmHWM during its call
+create/complete), HEAD, LIST, DELETE. Azure (Azurite's operation names): GET = Get Blob, PUT =
+Put Blob, Put Block, Put Block List and copies, HEAD = Get Blob Properties and other property
+reads, LIST = List Blobs, DELETE. GCS (HTTP method and path): GET = media downloads, PUT =
+resumable chunks, POST = media/multipart uploads, session starts, rewrites and composes, HEAD =
+object or bucket metadata GETs, LIST = object lists, DELETE. Peak RSS = the largest rank's VmHWM during its call
 (the state it holds included), and added = VmHWM - VmRSS before the call.
-Ratios: shardpoint (sp, and sp-py) over the best peer's median (s3torch, s3fs, boto3).
+Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients).
 """
 from __future__ import annotations
 
@@ -53,7 +78,15 @@ import dcp_bench  # noqa: E402
 BUCKET = "bench"
 REGION = "us-east-1"
 RANKS = 4
-PEERS = ("s3torch", "s3fs", "boto3")
+PEERS = ("s3torch", "s3fs", "boto3", "azure-sdk", "adlfs", "gcsfs", "gcs-sdk")
+# Every client each server runs, in order (sp first: the SDK clients move the objects of its save).
+SERVER_CLIENTS = {"s3s": ("sp", "sp-py", "s3torch", "s3fs", "boto3"),
+                  "moto": ("sp", "sp-py", "s3torch", "s3fs", "boto3"),
+                  "azurite": ("sp", "sp-py", "azure-sdk", "adlfs"), "fake-gcs": ("sp", "sp-py", "gcsfs", "gcs-sdk")}
+SERVER_NAMES = {"s3s": "S3 on s3s-fs 0.14.1", "moto": "S3 on moto 5.2.1", "azurite": "Azure Blob on Azurite 3.35.0",
+                "fake-gcs": "GCS (JSON API) on fake-gcs-server 1.56.1"}
+AZ_ACCOUNT = "devstoreaccount1"
+AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 KINDS = ("GET", "PUT", "POST", "HEAD", "LIST", "DELETE", "other")
 
 
@@ -133,6 +166,145 @@ class Server:
         self.proc.kill()
         self.proc.wait()
 
+    def url(self, prefix):
+        return f"s3://{BUCKET}/{prefix}"
+
+    def objects(self, prefix):
+        return objects(s3_client(self), prefix)
+
+    def remove_prefix(self, prefix):
+        remove_prefix(s3_client(self), prefix)
+
+
+class EmulatorServer(Server):
+    """Azurite (kind "azurite") or fake-gcs-server ("fake-gcs") on 127.0.0.1: the same
+    interface as Server (env, start_counting, counts, url, objects, remove_prefix, stop)."""
+
+    def __init__(self, kind, scratch):  # Server.__init__ starts an S3 server: not called
+        self.kind = kind
+        self.port = benchlib.pick_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(scratch, f"{kind}.log")
+        out = open(os.path.join(scratch, f"{kind}.out"), "w")
+        if kind == "azurite":
+            binary = subprocess.run([os.path.join(REPO, "scripts", "setup-azurite.sh")], capture_output=True,
+                                    text=True, timeout=1500).stdout.strip()
+            if not binary:
+                sys.exit("object_store_bench: Azurite unavailable (scripts/setup-azurite.sh)")
+            # --debug: one "DispatchMiddleware: Operation=<name>" line per request.
+            self.proc = subprocess.Popen([binary, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                                          "--location", os.path.join(scratch, "azurite-data"), "--skipApiVersionCheck",
+                                          "--loose", "--disableTelemetry", "--debug", self.log_path],
+                                         stdout=out, stderr=out)
+            self._wait()
+            self.connection_string = (f"DefaultEndpointsProtocol=http;AccountName={AZ_ACCOUNT};AccountKey={AZ_KEY};"
+                                      f"BlobEndpoint={self.endpoint}/{AZ_ACCOUNT};")
+            self._container().create_container()
+        else:
+            binary = subprocess.run([os.path.join(REPO, "scripts", "setup-fake-gcs.sh")], capture_output=True,
+                                    text=True, timeout=1500).stdout.strip()
+            if not binary:
+                sys.exit("object_store_bench: fake-gcs-server unavailable (scripts/setup-fake-gcs.sh)")
+            data = os.path.join(scratch, "gcs-buckets")
+            os.makedirs(os.path.join(data, BUCKET))
+            # Its access log (level info): one combined-log line per request, on stderr.
+            log = open(self.log_path, "w")
+            self.proc = subprocess.Popen([binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+                                          "-backend", "filesystem", "-filesystem-root",
+                                          os.path.join(scratch, "gcs-root"), "-data", data, "-external-url",
+                                          self.endpoint, "-public-host", f"127.0.0.1:{self.port}", "-log-level",
+                                          "info"], stdout=log, stderr=log)
+            self._wait()
+        self.mark = 0
+
+    def env(self):
+        env = dict(os.environ)
+        for k in list(env):
+            if k.startswith(("AWS_", "AZURE_STORAGE_", "GCS_", "GOOGLE_")) or k == "STORAGE_EMULATOR_HOST":
+                env.pop(k)
+        if self.kind == "azurite":
+            env["AZURE_STORAGE_CONNECTION_STRING"] = self.connection_string
+        else:
+            # shardpoint: a bearer token (fake-gcs-server checks none) on the JSON API at this
+            # endpoint; google-cloud-storage and gcsfs: STORAGE_EMULATOR_HOST. gcsfs >= 2026.10
+            # first asks the bucket's type over gRPC (storage control API), which the emulator
+            # does not serve: every file system waits 60 s for it unless its experimental
+            # zonal/hierarchical-bucket support is off.
+            env.update(GOOGLE_OAUTH_ACCESS_TOKEN="ya29.sp-bench-token", GCS_JSON_ENDPOINT_URL=self.endpoint,
+                       STORAGE_EMULATOR_HOST=self.endpoint, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
+        return env
+
+    def counts(self):
+        """Requests since start_counting(), by kind."""
+        time.sleep(0.2)
+        with open(self.log_path, "rb") as f:
+            f.seek(self.mark)
+            text = f.read().decode("utf-8", "replace")
+        out = dict.fromkeys(KINDS, 0)
+        if self.kind == "azurite":
+            for op in re.findall(r"DispatchMiddleware: Operation=(\w+)", text):
+                out[azure_kind(op)] += 1
+        else:
+            for method, target in re.findall(r'"(GET|PUT|POST|HEAD|DELETE|PATCH) (\S+) HTTP', text):
+                out[gcs_kind(method, target)] += 1
+        return out
+
+    def url(self, prefix):
+        return f"az://{BUCKET}/{prefix}" if self.kind == "azurite" else f"gs://{BUCKET}/{prefix}"
+
+    def _container(self):
+        from azure.storage.blob import ContainerClient
+        return ContainerClient.from_connection_string(self.connection_string, BUCKET)
+
+    def _bucket(self):
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+        client = storage.Client(project="bench", credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": self.endpoint})
+        return client.bucket(BUCKET)
+
+    def objects(self, prefix):
+        if self.kind == "azurite":
+            return [(b.name, b.size) for b in self._container().list_blobs(name_starts_with=prefix + "/")]
+        return [(b.name, b.size) for b in self._bucket().list_blobs(prefix=prefix + "/")]
+
+    def remove_prefix(self, prefix):
+        if self.kind == "azurite":
+            container = self._container()
+            names = [b.name for b in container.list_blobs(name_starts_with=prefix + "/")]
+            for i in range(0, len(names), 256):
+                container.delete_blobs(*names[i:i + 256])
+        else:
+            for blob in self._bucket().list_blobs(prefix=prefix + "/"):
+                blob.delete()
+
+
+def azure_kind(op):
+    """The kind of an Azurite operation name (Blob_Download, BlockBlob_StageBlock, ...)."""
+    if op == "Blob_Download":
+        return "GET"
+    if op.startswith("BlockBlob_") or "Copy" in op:
+        return "PUT"  # Put Blob, Put Block, Put Block List (Azurite: BlockBlob_CommitBlockList)
+    if op.endswith(("GetProperties", "GetBlockList", "GetAccountInfo")):
+        return "HEAD"
+    if op.startswith("Container_List"):
+        return "LIST"
+    if op.endswith("Delete"):
+        return "DELETE"
+    return "other"
+
+
+def gcs_kind(method, target):
+    """The kind of a GCS JSON API request from its method and target."""
+    path, _, query = target.partition("?")
+    if method in ("PUT", "POST", "DELETE", "HEAD"):
+        return method
+    if "alt=media" in query or path.startswith("/download/"):
+        return "GET"
+    if re.fullmatch(r"(/storage/v1)?/b/[^/]+/o/?", path):
+        return "LIST"
+    return "HEAD"  # object or bucket metadata
+
 
 def s3s_kind(op):
     if op == "GetObject":
@@ -207,7 +379,7 @@ def rank_main(args):
                                     for n, s in params},
                           "param_groups": [{"lr": 1e-3, "params": [n for n, _ in params]}]}}
     own = sum(t.numel() * t.element_size() for _, _, t in locals_)
-    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
     url = args.url
 
     if args.client == "sp-py":
@@ -237,8 +409,13 @@ def rank_main(args):
                                 reader_constructor=r._reader_constructor)
             return r
     else:
-        options = {"key": os.environ["AWS_ACCESS_KEY_ID"], "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
-                   "endpoint_url": endpoint, "client_kwargs": {"region_name": REGION}}
+        if args.client == "adlfs":
+            options = {"connection_string": os.environ["AZURE_STORAGE_CONNECTION_STRING"]}
+        elif args.client == "gcsfs":
+            options = {"endpoint_url": os.environ["STORAGE_EMULATOR_HOST"], "token": "anon", "project": "bench"}
+        else:
+            options = {"key": os.environ["AWS_ACCESS_KEY_ID"], "secret": os.environ["AWS_SECRET_ACCESS_KEY"],
+                       "endpoint_url": endpoint, "client_kwargs": {"region_name": REGION}}
 
         def writer():
             return dcp.FsspecWriter(url, thread_count=args.peer_threads, sync_files=False, **options)
@@ -405,6 +582,96 @@ def run_boto(server, sizes, prefix, payload, chunk_mib, concurrency, scratch):
     return out
 
 
+# --- azure-sdk and gcs-sdk ----------------------------------------------------------------------
+
+def sdk_main(args):
+    """One object through azure-storage-blob or google-cloud-storage at wall-clock time args.start."""
+    part = args.chunk_mib << 20
+    if args.client == "azure-sdk":
+        from azure.storage.blob import BlobClient
+        blob = BlobClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"], BUCKET, args.key,
+                                                 max_block_size=part, max_single_put_size=part,
+                                                 max_chunk_get_size=part, max_single_get_size=part)
+        blob.exists()  # connection and credentials ready before the clock starts
+
+        def up():
+            with open(args.file, "rb") as f:
+                blob.upload_blob(f, length=os.path.getsize(args.file), overwrite=True,
+                                 max_concurrency=args.concurrency)
+
+        def down():
+            with open(args.file, "wb") as f:
+                blob.download_blob(max_concurrency=args.concurrency).readinto(f)
+    else:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+        from google.cloud.storage import transfer_manager
+        client = storage.Client(project="bench", credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": os.environ["STORAGE_EMULATOR_HOST"]})
+        bucket = client.bucket(BUCKET)
+        bucket.reload()  # connection ready before the clock starts
+
+        def up():
+            bucket.blob(args.key, chunk_size=args.upload_chunk_mib << 20).upload_from_filename(args.file)
+
+        def down():
+            transfer_manager.download_chunks_concurrently(bucket.blob(args.key), args.file, chunk_size=part,
+                                                          max_workers=args.concurrency,
+                                                          worker_type=transfer_manager.THREAD)
+    while time.time() < args.start:
+        time.sleep(0.005)
+    before = dcp_bench._status("VmRSS")
+    t0 = time.time()
+    (up if args.way == "up" else down)()
+    t1 = time.time()
+    hwm = dcp_bench._status("VmHWM")
+    print(json.dumps({"start": t0, "end": t1, "peak_rss": hwm, "added_rss": hwm - before}))
+
+
+def run_sdk(client, server, sizes, prefix, payload, chunk_mib, concurrency, scratch, upload_chunk_mib=100):
+    """As run_boto, through azure-sdk or gcs-sdk: uploads then downloads len(sizes) objects."""
+    folder = os.path.join(scratch, f"{client}-files")
+    os.makedirs(folder, exist_ok=True)
+    block = os.urandom(1 << 20)
+    files = []
+    for i, size in enumerate(sizes):
+        path = os.path.join(folder, f"up-{i}")
+        with open(path, "wb") as f:
+            for _ in range(size >> 20):
+                f.write(block)
+            f.write(block[:size & ((1 << 20) - 1)])
+        files.append(path)
+    out = {}
+    for way, job in (("up", "save"), ("down", "load")):
+        server.start_counting()
+        start = time.time() + 4.0  # every process imported its SDK and connected by then
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "sdk", client, way,
+                                   f"{prefix}/obj-{i}", path if way == "up" else os.path.join(folder, f"down-{i}"),
+                                   "--start", str(start), "--chunk-mib", str(chunk_mib),
+                                   "--concurrency", str(concurrency), "--upload-chunk-mib", str(upload_chunk_mib)],
+                                  env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i, path in enumerate(files)]
+        outs = [p.communicate(timeout=3600) for p in procs]
+        if any(p.returncode for p in procs):
+            raise RuntimeError(f"{client} failed:\n" + "\n".join(e[-2000:] for _, e in outs))
+        ranks = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+        if min(r["start"] for r in ranks) < start - 0.5:
+            raise RuntimeError(f"{client} processes did not start together")
+        out[job] = {"seconds": max(r["end"] for r in ranks) - min(r["start"] for r in ranks), "bytes": payload,
+                    "moved": sum(sizes), "peak_rss": max(r["peak_rss"] for r in ranks),
+                    "added_rss": max(r["added_rss"] for r in ranks), "requests": server.counts()}
+    for i in range(len(sizes)):
+        with open(os.path.join(folder, f"up-{i}"), "rb") as a, open(os.path.join(folder, f"down-{i}"), "rb") as b:
+            while True:
+                x, y = a.read(1 << 24), b.read(1 << 24)
+                if x != y:
+                    raise RuntimeError(f"{client} downloaded bytes differ from the uploaded ones")
+                if not x:
+                    break
+    shutil.rmtree(folder)
+    return out
+
+
 # --- the driver -------------------------------------------------------------------------------
 
 def main():
@@ -427,55 +694,91 @@ def main():
         ap.add_argument("--concurrency", type=int, required=True)
         boto_main(ap.parse_args(sys.argv[2:]))
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "sdk":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("client", choices=("azure-sdk", "gcs-sdk"))
+        ap.add_argument("way", choices=("up", "down"))
+        ap.add_argument("key")
+        ap.add_argument("file")
+        ap.add_argument("--start", type=float, required=True)
+        ap.add_argument("--chunk-mib", type=int, required=True)
+        ap.add_argument("--concurrency", type=int, required=True)
+        ap.add_argument("--upload-chunk-mib", type=int, default=100)
+        sdk_main(ap.parse_args(sys.argv[2:]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build")
-    ap.add_argument("--servers", default="s3s", help="comma-separated: s3s (s3s-fs), moto")
+    ap.add_argument("--servers", default="s3s", help="comma-separated: s3s (s3s-fs), moto, azurite, fake-gcs")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--layers", type=int, default=24, help="24: 2.126 GB; 2 for a smoke run")
-    ap.add_argument("--clients", default="sp,sp-py,s3torch,s3fs,boto3")
+    ap.add_argument("--clients", default=None, help="comma-separated; default: every client of each server "
+                    "(S3: sp,sp-py,s3torch,s3fs,boto3; azurite: sp,sp-py,azure-sdk,adlfs; fake-gcs: sp,sp-py,gcsfs,"
+                    "gcs-sdk); each server runs those of the list it has")
     ap.add_argument("--peer-threads", type=int, default=4, help="thread_count of S3StorageWriter and FsspecWriter")
     ap.add_argument("--boto-chunk-mib", type=int, default=8)
     ap.add_argument("--boto-concurrency", type=int, default=10)
+    ap.add_argument("--sdk-chunk-mib", type=int, default=8, help="azure-sdk and gcs-sdk: block / chunk size")
+    ap.add_argument("--sdk-concurrency", type=int, default=8, help="azure-sdk and gcs-sdk: threads per object")
+    ap.add_argument("--gcs-sdk-upload-chunk-mib", type=int, default=100,
+                    help="gcs-sdk: resumable upload chunk (google-cloud-storage's default, 100 MiB)")
     ap.add_argument("--dir", default="/var/tmp", help="where the servers keep their data")
     args = ap.parse_args()
-    clients = args.clients.split(",")
+    servers = args.servers.split(",")
+    for kind in servers:
+        if kind not in SERVER_CLIENTS:
+            sys.exit(f"object_store_bench: unknown server {kind!r} (s3s, moto, azurite, fake-gcs)")
+    clients = args.clients.split(",") if args.clients else [c for k in servers for c in SERVER_CLIENTS[k]]
+    asked = clients
     build = os.path.abspath(args.build)
     if "sp" in clients and not os.path.exists(os.path.join(build, "bench", "dcp_bench")):
         sys.exit(f"object_store_bench: {build}/bench/dcp_bench not built")
     if "sp-py" in clients and "SHARDPOINT_PYTHONPATH" not in os.environ:
         sys.exit("object_store_bench: set SHARDPOINT_PYTHONPATH to the installed package (build-wheel/site)")
     try:
-        import boto3  # noqa: F401
+        if {"s3s", "moto"} & set(servers):
+            import boto3  # noqa: F401
         if "s3torch" in clients:
             import s3torchconnector  # noqa: F401
         if "s3fs" in clients:
             import s3fs  # noqa: F401
+        if "azurite" in servers:
+            import azure.storage.blob  # noqa: F401
+        if "adlfs" in clients:
+            import adlfs  # noqa: F401
+        if "gcsfs" in clients:
+            import gcsfs  # noqa: F401
+        if "fake-gcs" in servers:
+            import google.cloud.storage  # noqa: F401
     except ImportError as e:
         sys.exit(f"object_store_bench: {e}: run with the bench venv's python (scripts/setup-python.sh bench)")
-    if "boto3" in clients and "sp" not in clients:
-        sys.exit("object_store_bench: boto3 moves the objects of sp's save: list sp too")
+    if any(c in clients for c in ("boto3", "azure-sdk", "gcs-sdk")) and "sp" not in clients:
+        sys.exit("object_store_bench: boto3, azure-sdk and gcs-sdk move the objects of sp's save: list sp too")
 
-    for kind in args.servers.split(","):
+    for kind in servers:
+        clients = [c for c in SERVER_CLIENTS[kind] if c in asked]
         scratch = tempfile.mkdtemp(prefix=f"object-store-bench-{kind}-", dir=args.dir)
-        server = Server(kind, scratch)
+        server = Server(kind, scratch) if kind in ("s3s", "moto") else EmulatorServer(kind, scratch)
         jobs = {c: [] for c in clients}
         try:
-            s3 = s3_client(server)
             for rnd in range(args.rounds):
                 sizes = []
                 for client in clients:
                     prefix = f"{client}-{rnd}"
-                    url = f"s3://{BUCKET}/{prefix}"
+                    url = server.url(prefix)
                     print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
                     if client == "sp":
                         out = run_cpp(build, server, url, args.layers)
-                        listing = objects(s3, prefix)
+                        listing = server.objects(prefix)
                         sizes = [size for key, size in listing if key.endswith(".distcp")]
                         out["objects"] = listing
                     elif client == "boto3":
                         payload = jobs["sp"][-1]["save"]["bytes"]
                         out = run_boto(server, sizes, prefix, payload, args.boto_chunk_mib, args.boto_concurrency,
                                        scratch)
+                    elif client in ("azure-sdk", "gcs-sdk"):
+                        payload = jobs["sp"][-1]["save"]["bytes"]
+                        out = run_sdk(client, server, sizes, prefix, payload, args.sdk_chunk_mib,
+                                      args.sdk_concurrency, scratch, args.gcs_sdk_upload_chunk_mib)
                     else:
                         out = run_python_client(client, server, url, args.layers, args.peer_threads, scratch)
                     for job in ("save", "load"):
@@ -484,7 +787,7 @@ def main():
                               f"requests {r['requests']}, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
                               f"(+{r['added_rss'] / 2**20:.0f})", flush=True)
                     jobs[client].append(out)
-                    remove_prefix(s3, prefix)
+                    server.remove_prefix(prefix)
                     if os.environ.get("RESULTS"):
                         with open(os.environ["RESULTS"], "a") as f:
                             f.write(json.dumps({"bench": "object_store", "server": kind, "round": rnd, "client": client,
@@ -513,9 +816,9 @@ def report(kind, args, clients, jobs):
         for job in ("save", "load"):
             row.append(benchlib.ratio(benchlib.median(gbps(c, job)), best[job][0]))
         rows.append(row)
-    server = {"s3s": "s3s-fs 0.14.1", "moto": "moto 5.2.1"}[kind]
+    server = SERVER_NAMES[kind]
     benchlib.print_table(
-        f"S3 on {server}, 127.0.0.1: {args.layers}-layer GPT-2 + Adam, {payload / 1e9:.3f} GB on {RANKS} ranks, "
+        f"{server}, 127.0.0.1: {args.layers}-layer GPT-2 + Adam, {payload / 1e9:.3f} GB on {RANKS} ranks, "
         f"{args.rounds} round(s), load average {os.getloadavg()[0]:.1f} (GB/s min/median/max; ratio = median over "
         f"the best peer's: save {best['save'][1]}, load {best['load'][1]})",
         ["client", "save GB/s", "load GB/s", "save / best peer", "load / best peer"], rows)
@@ -533,7 +836,8 @@ def report(kind, args, clients, jobs):
              f"{mib(c, 'save', 'peak_rss')} (+{mib(c, 'save', 'added_rss')})",
              f"{mib(c, 'load', 'peak_rss')} (+{mib(c, 'load', 'added_rss')})"] for c in clients]
     benchlib.print_table(
-        f"Requests per GB of payload (GET/PUT/POST/HEAD/LIST/DELETE, first round, counted by {server}) and peak RSS "
+        f"Requests per GB of payload (GET/PUT/POST/HEAD/LIST/DELETE, first round, counted by "
+        f"{server.split(' on ')[-1]}) and peak RSS "
         "of the largest rank, MiB (+ added during the call; median)",
         ["client", "save requests/GB", "load requests/GB", "save peak RSS", "load peak RSS"], rows)
 

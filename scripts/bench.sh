@@ -9,5 +9,11 @@ cd "$(dirname "$0")/.."
 /usr/bin/python3 bench/consolidate_bench.py "$BUILD" --rounds "$ROUNDS"
 /usr/bin/python3 bench/reshard_bench.py "$BUILD" --rounds "$ROUNDS"
 /usr/bin/python3 bench/train_stall_bench.py "$BUILD" --rounds "$ROUNDS"
-# Object store (S3 on moto) vs boto3: needs the Python that has moto and boto3 (pyenv python3 here).
-if command -v moto_server >/dev/null 2>&1; then python3 bench/object_store_bench.py "$BUILD" --rounds "$ROUNDS"; fi
+# Object stores (S3 on s3s-fs, Azure Blob on Azurite, GCS on fake-gcs-server) against the SDKs and
+# fsspec file systems of each: the bench venv, and the Python package installed into
+# build-wheel/site (make test-python builds it); skipped without them.
+PY=$(scripts/setup-python.sh bench)
+if [[ -n "$PY" && -d build-wheel/site ]]; then
+  SHARDPOINT_PYTHONPATH="$PWD/build-wheel/site" "$PY" bench/object_store_bench.py "$BUILD" \
+    --servers s3s,azurite,fake-gcs --rounds "$ROUNDS"
+fi

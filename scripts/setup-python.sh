@@ -40,7 +40,7 @@ HASHED=("$REQ")
 if [[ "${1:-}" == "bench" ]]; then
   VENV="${SHARDPOINT_BENCH_VENV:-/var/cache/shardpoint/venv-bench-py311}"
   REQ="$REPO/python/requirements-bench.txt"  # includes requirements-test.txt (-r)
-  IMPORTS="torch, boto3, s3fs, s3torchconnector.dcp, azure.storage.blob, gcsfs"
+  IMPORTS="torch, boto3, s3fs, s3torchconnector.dcp, azure.storage.blob, adlfs, gcsfs, google.cloud.storage"
   HASHED=("$REQ" "$REPO/python/requirements-test.txt")
 fi
 MARKER="$VENV/.shardpoint-venv-done"

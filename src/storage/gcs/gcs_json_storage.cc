@@ -58,7 +58,9 @@ struct GcsCore final : http::ObjectClient {
     } else {
       BufferPoolOptions po;
       po.buffer_bytes = wanted;
-      po.capacity_bytes = std::max(options.default_pool_bytes, 2 * wanted);
+      // As many buffers as default_pool_bytes holds of 8 MiB ones (at least 2: the chunk
+      // being filled and the one uploading), each of a whole chunk; allocated as used.
+      po.capacity_bytes = std::max<std::size_t>(options.default_pool_bytes / (std::size_t{8} << 20), 2) * wanted;
       pool = std::make_shared<BufferPool>(po);
     }
     chunk_bytes = wanted;

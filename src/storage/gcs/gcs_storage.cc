@@ -48,6 +48,10 @@ std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOpt
     json.endpoint = endpoint;
     json.token = token;
     json.retry = config.retry;
+    // SHARDPOINT_GCS_CHUNK_MB: the resumable upload's chunk in MiB (GcsJsonConfig::chunk_bytes).
+    if (const long chunk_mb = std::strtol(env("SHARDPOINT_GCS_CHUNK_MB").c_str(), nullptr, 10); chunk_mb > 0) {
+      json.chunk_bytes = static_cast<std::size_t>(chunk_mb) << 20;
+    }
     return make_gcs_json_storage(std::move(json), options);
   }
   config.service = "GCS";
