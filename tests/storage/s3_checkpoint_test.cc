@@ -225,12 +225,12 @@ struct LayeredState {
   engine::StateNode root;
 };
 
-LayeredState layered_state(int rank, int world, int layers, bool with_weights, bool filled) {
+LayeredState layered_state(std::int64_t rank, std::int64_t world, std::size_t layers, bool with_weights, bool filled) {
   constexpr std::int64_t kRows = 32768;
   LayeredState s;
-  s.buffers.resize(static_cast<std::size_t>(2 * layers));
+  s.buffers.resize(2 * layers);
   engine::StateDict d;
-  for (int i = 0; i < layers; ++i) {
+  for (std::size_t i = 0; i < layers; ++i) {
     auto tensor = [&](std::vector<float>& buffer, format::Shape global, format::Shape offsets, format::Shape sizes) {
       engine::TensorShard t;
       t.dtype = DType::kFloat32;
@@ -246,7 +246,10 @@ LayeredState layered_state(int rank, int world, int layers, bool with_weights, b
     if (!with_weights) continue;
     std::vector<float>& w = s.buffers[2 * i + 1];
     w.resize(kRows);
-    for (std::int64_t k = 0; k < kRows; ++k) w[k] = filled ? static_cast<float>(i * 1000 + rank * kRows + k) : 0.0f;
+    for (std::int64_t k = 0; k < kRows; ++k) {
+      w[static_cast<std::size_t>(k)] =
+          filled ? static_cast<float>(static_cast<std::int64_t>(i) * 1000 + rank * kRows + k) : 0.0f;
+    }
     d.emplace_back("l" + std::to_string(i) + ".w", tensor(w, {world * kRows}, {rank * kRows}, {kRows}));
   }
   s.root = engine::StateNode(std::move(d));
@@ -267,9 +270,10 @@ TEST_P(S3CheckpointTest, ReplicatedSmallTensorsAreReadWithOneGetPerFile) {
   config.source_window_bytes = 256 << 10;
   auto st = s3::make_s3_storage(config);
   constexpr int kWorld = 4;
-  constexpr int kLayers = 24;
+  constexpr std::size_t kLayers = 24;
   {
     std::vector<LayeredState> states;
+    states.reserve(kWorld);
     for (int r = 0; r < kWorld; ++r) states.push_back(layered_state(r, kWorld, kLayers, true, true));
     comm::ThreadGroup group(kWorld, fast());
     group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); });
@@ -284,11 +288,12 @@ TEST_P(S3CheckpointTest, ReplicatedSmallTensorsAreReadWithOneGetPerFile) {
   for (int world : {1, kWorld}) {
     proxy->set_faults("");
     std::vector<LayeredState> steps;
+    steps.reserve(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) steps.push_back(layered_state(r, world, kLayers, false, false));
     comm::ThreadGroup group(world, fast());
     group.run([&](comm::Communicator& comm) { engine::load(steps[comm.rank()].root, *st, comm); });
     for (int r = 0; r < world; ++r) {
-      for (int i = 0; i < kLayers; ++i) {
+      for (std::size_t i = 0; i < kLayers; ++i) {
         EXPECT_EQ(steps[r].buffers[2 * i][0], static_cast<float>(i + 1)) << "rank " << r << " layer " << i;
       }
     }
@@ -297,6 +302,7 @@ TEST_P(S3CheckpointTest, ReplicatedSmallTensorsAreReadWithOneGetPerFile) {
 
   // Everything, on four ranks.
   std::vector<LayeredState> got;
+  got.reserve(kWorld);
   for (int r = 0; r < kWorld; ++r) got.push_back(layered_state(r, kWorld, kLayers, true, false));
   comm::ThreadGroup group(kWorld, fast());
   group.run([&](comm::Communicator& comm) { engine::load(got[comm.rank()].root, *st, comm); });
