@@ -31,6 +31,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -259,20 +260,36 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     return cs;
   };
 
+  // Task t < groups.size() reads groups[t], the others object_items[t - groups.size()]; they
+  // run in file order, objects among the blobs: another rank's objects and small tensors
+  // sit together at the start of its file (save_plan.h), and are then read in one pass.
   const std::size_t tasks = groups.size() + object_items.size();
-  std::vector<std::vector<ReadAhead::Range>> ranges(tasks);
-  for (std::size_t t = 0; t < groups.size(); ++t) {
-    const Group& g = groups[t];
-    std::shared_ptr<const ByteSource> file = sources.get(g.info->relative_path);
-    for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(
-             *g.items, g.chunk->sizes, dtype_itemsize(g.tensor->properties.dtype), g.info->length)) {
-      ranges[t].push_back({file, g.info->offset + r.offset, r.length});
-    }
-  }
+  std::vector<const format::StorageInfo*> task_info(tasks);
+  for (std::size_t t = 0; t < groups.size(); ++t) task_info[t] = groups[t].info;
   for (std::size_t k = 0; k < object_items.size(); ++k) {
-    // Objects are read whole (announced too: object stores size their GETs by it).
-    const format::StorageInfo& info = find_storage(metadata, object_items[k]->storage_index, metadata_name);
-    ranges[groups.size() + k].push_back({sources.get(info.relative_path), info.offset, info.length});
+    task_info[groups.size() + k] = &find_storage(metadata, object_items[k]->storage_index, metadata_name);
+  }
+  std::vector<std::size_t> order(tasks);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(task_info[a]->relative_path, task_info[a]->offset) <
+           std::tie(task_info[b]->relative_path, task_info[b]->offset);
+  });
+  std::vector<std::vector<ReadAhead::Range>> ranges(tasks);  // by position in `order`
+  for (std::size_t i = 0; i < tasks; ++i) {
+    const std::size_t t = order[i];
+    const format::StorageInfo& info = *task_info[t];
+    std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
+    if (t >= groups.size()) {
+      // Objects are read whole (announced too: object stores size their GETs by it).
+      ranges[i].push_back({file, info.offset, info.length});
+      continue;
+    }
+    const Group& g = groups[t];
+    for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(
+             *g.items, g.chunk->sizes, dtype_itemsize(g.tensor->properties.dtype), info.length)) {
+      ranges[i].push_back({file, info.offset + r.offset, r.length});
+    }
   }
   ReadAhead read_ahead(std::move(ranges));
 
@@ -281,8 +298,9 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
   std::vector<pickle::ValuePtr> objects(object_items.size());
   std::atomic<std::uint64_t> needed{0};
 
-  parallel_for(tasks, static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t task) {
-    read_ahead.starting(task);
+  parallel_for(tasks, static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t position) {
+    read_ahead.starting(position);
+    const std::size_t task = order[position];
     if (task < groups.size()) {
       const Group& g = groups[task];
       const format::MetadataIndex& key = g.items->front()->storage_index;
@@ -308,7 +326,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     } else {
       const std::size_t k = task - groups.size();
       const ReadItem& item = *object_items[k];
-      const format::StorageInfo& info = find_storage(metadata, item.storage_index, metadata_name);
+      const format::StorageInfo& info = *task_info[task];
       std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
       objects[k] = read_saved_object(*file, info, item.storage_index.fqn, checksums_for(info), counts[task]);
       needed += info.length;

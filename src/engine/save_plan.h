@@ -9,7 +9,8 @@
 //                    build the Metadata skeleton, validate the chunks, assign files
 //                    __{rank}_{n}.distcp and each item's position in its file.
 //   3. (engine)      scatter the final plans; the executor writes each file's items in
-//                    index_in_file order and fills Metadata::storage_data with the offsets
+//                    index_in_file order (bytes items, small tensors, the rest: see
+//                    SavePlanOptions::small_item_bytes) and fills Metadata::storage_data with the offsets
 //                    and lengths it wrote (the plan does not know blob sizes).
 //
 // Plan items are values: planners take them by const reference or by value and return
@@ -90,6 +91,12 @@ struct SavePlanOptions {
   // dedup_save_to_lowest_rank). false (default): by the candidate rank with the smallest
   // accumulated storage_size so far, which spreads replicated data over ranks.
   bool dedup_to_lowest_rank = false;
+  // Tensor chunks of fewer raw bytes are written together after a file's bytes items and
+  // before its larger tensors, so a reader that needs only the small items of a file (the
+  // replicated ones dedup left to another rank) reads one byte run. 0: plan order
+  // (bytes items still first). The default takes in 1-D shards (biases, norms, 0-dim Adam
+  // steps) and keeps the run well below an object-store read window (8 MiB).
+  std::uint64_t small_item_bytes = std::uint64_t{64} << 10;
 };
 
 struct GlobalSavePlan {

@@ -283,6 +283,44 @@ TEST(FileAssignment, OneFilePerItem) {
   EXPECT_EQ(plan.items[1].index_in_file, 0);
 }
 
+TEST(FileAssignment, SmallTensorsFollowTheBytesItemsAheadOfLargeOnes) {
+  // Two ranks of two layers: a 0-dim step on both, a bias and a weight sharded by rows
+  // (8 B and 128 KiB per rank), and an object. In fqn order the steps and biases sit
+  // between the weights; written, they are one run after the object.
+  auto rank = [](std::int64_t r) {
+    return flat_of({{"l0.b", shard({4}, {2 * r}, {2})},
+                    {"l0.step", whole({})},
+                    {"l0.w", shard({65536}, {32768 * r}, {32768})},
+                    {"l1.b", shard({4}, {2 * r}, {2})},
+                    {"l1.step", whole({})},
+                    {"l1.w", shard({65536}, {32768 * r}, {32768})},
+                    {"opt", pickle::Value::integer(1)}});
+  };
+  const std::vector<SavePlan> plans = local_plans({rank(0), rank(1)});
+  SavePlanOptions options{.dedup_to_lowest_rank = true};
+  GlobalSavePlan global = make_global_save_plan(plans, options);
+  EXPECT_EQ(item_names(global.plans[0]),
+            (std::vector<std::string>{"opt", "l0.b@0", "l0.step", "l1.b@0", "l1.step", "l0.w@0", "l1.w@0"}));
+  EXPECT_EQ(item_names(global.plans[1]), (std::vector<std::string>{"l0.b@2", "l1.b@2", "l0.w@32768", "l1.w@32768"}));
+  for (const SavePlan& plan : global.plans) {
+    for (std::size_t i = 0; i < plan.items.size(); ++i) {
+      EXPECT_EQ(plan.items[i].index_in_file, static_cast<std::int64_t>(i)) << plan.items[i].to_string();
+    }
+  }
+  // The limit is exclusive: at 128 KiB the weights are still large; one byte more and every
+  // tensor is small, so the tensors keep plan order.
+  options.small_item_bytes = 128 << 10;
+  EXPECT_EQ(item_names(make_global_save_plan(plans, options).plans[0]),
+            (std::vector<std::string>{"opt", "l0.b@0", "l0.step", "l1.b@0", "l1.step", "l0.w@0", "l1.w@0"}));
+  options.small_item_bytes = (128 << 10) + 1;
+  EXPECT_EQ(item_names(make_global_save_plan(plans, options).plans[0]),
+            (std::vector<std::string>{"opt", "l0.b@0", "l0.step", "l0.w@0", "l1.b@0", "l1.step", "l1.w@0"}));
+  // 0: plan order, bytes items still first (DCP's writer).
+  options.small_item_bytes = 0;
+  EXPECT_EQ(item_names(make_global_save_plan(plans, options).plans[0]),
+            (std::vector<std::string>{"opt", "l0.b@0", "l0.step", "l0.w@0", "l1.b@0", "l1.step", "l1.w@0"}));
+}
+
 TEST(GlobalSavePlan, DTensorBoxesOnATwoDimensionalMesh) {
   // Mesh 2x2: Shard(0) x Shard(1) of a [5, 6] tensor; ceil division gives rows 3 + 2.
   auto boxes = shard_boxes({5, 6}, {2, 2}, {Placement::shard(0), Placement::shard(1)});

@@ -1,7 +1,7 @@
 // http::WindowedSource (the object-store drivers' lazy source): the bytes of any read are
 // the object's, blocks tile the object instead of overlapping, and announced ranges
 // (will_need) size the ranged fetches: a lone small item is one small fetch, a run of items
-// one window.
+// one window, and a reader ahead fetches the announced bytes a reader behind it needs next.
 #include "storage/http/ranged_reads.h"
 
 #include <gtest/gtest.h>
@@ -104,6 +104,36 @@ TEST(WindowedSourceTest, CloseAnnouncedRangesShareAFetch) {
   EXPECT_EQ(read(source, 1100 + kWindow / 16, 100), object.bytes.substr(1100 + kWindow / 16, 100));
   ASSERT_EQ(object.fetches.size(), 1u);
   EXPECT_EQ(object.fetches[0], std::make_pair(std::uint64_t{1000}, std::size_t{200 + kWindow / 16}));
+}
+
+TEST(WindowedSourceTest, AReaderAheadFetchesTheAnnouncedBytesBehindIt) {
+  FakeObject object(4 * kWindow);
+  WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch());
+  source.will_need(0, object.bytes.size());
+  // Two reader threads in file order: the one ahead misses past the first block's end
+  // while the one behind still reads up to it; the block starts at that end, so the one
+  // behind finds its bytes there instead of fetching the gap alone.
+  EXPECT_EQ(read(source, 0, 4096), object.bytes.substr(0, 4096));
+  EXPECT_EQ(read(source, kWindow + 5000, 4096), object.bytes.substr(kWindow + 5000, 4096));
+  EXPECT_EQ(read(source, kWindow - 100, 5100), object.bytes.substr(kWindow - 100, 5100));
+  ASSERT_EQ(object.fetches.size(), 2u);
+  EXPECT_EQ(object.fetches[1], std::make_pair(std::uint64_t{kWindow}, kWindow));
+  // Not over bytes read already: a read of a window or more goes straight to the caller,
+  // and a later miss looks back only to where that read ended.
+  EXPECT_EQ(read(source, 2 * kWindow, kWindow), object.bytes.substr(2 * kWindow, kWindow));
+  EXPECT_EQ(read(source, 3 * kWindow + 100, 10), object.bytes.substr(3 * kWindow + 100, 10));
+  ASSERT_EQ(object.fetches.size(), 4u);
+  EXPECT_EQ(object.fetches[2], std::make_pair(std::uint64_t{2 * kWindow}, kWindow));
+  EXPECT_EQ(object.fetches[3], std::make_pair(std::uint64_t{3 * kWindow}, kWindow));
+  EXPECT_EQ(object.fetched_bytes(), object.bytes.size());  // no byte twice
+
+  // Not further back than window / 4.
+  FakeObject far(4 * kWindow);
+  WindowedSource far_source("far", far.bytes.size(), kWindow, 4, far.fetch());
+  far_source.will_need(0, far.bytes.size());
+  EXPECT_EQ(read(far_source, 2 * kWindow, 100), far.bytes.substr(2 * kWindow, 100));
+  ASSERT_EQ(far.fetches.size(), 1u);
+  EXPECT_EQ(far.fetches[0], std::make_pair(std::uint64_t{2 * kWindow - kWindow / 4}, kWindow));
 }
 
 TEST(WindowedSourceTest, UnannouncedSmallReadsStillFetchAWindow) {

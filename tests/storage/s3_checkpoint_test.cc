@@ -2,7 +2,8 @@
 // (s3_servers.h): engine::save on 4
 // in-process ranks, load on 2, `shardpoint inspect --json --hash` equal to a local copy; a
 // failed save leaves no `.metadata` and no multipart upload; the server killed in the middle of an
-// upload fails the save, and after a restart the retried save succeeds.
+// upload fails the save, and after a restart the retried save succeeds; the replicated small
+// tensors each rank's file holds are read back in one ranged GET per file.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -14,6 +15,7 @@
 
 #include "comm/thread_communicator.h"
 #include "engine/checkpoint_test_state.h"
+#include "fault_proxy.h"
 #include "s3_servers.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
@@ -213,6 +215,100 @@ TEST_P(S3CheckpointTest, ServerKilledMidUploadFailsThenRetriedSaveSucceeds) {
   std::vector<std::byte> expected;
   for (const auto& s : states) expected.insert(expected.end(), s.bytes.begin(), s.bytes.end());
   EXPECT_TRUE(got[0].bytes == expected);
+}
+
+// A GPT-like state for counting reads: layer i has "l<i>.step" (float32 [], on every rank,
+// as Adam's step) and, with weights, "l<i>.w" (float32 [world * 32768], Shard(0): 128 KiB per
+// rank). In fqn order each file's steps lie between its weights.
+struct LayeredState {
+  std::vector<std::vector<float>> buffers;
+  engine::StateNode root;
+};
+
+LayeredState layered_state(std::int64_t rank, std::int64_t world, std::size_t layers, bool with_weights, bool filled) {
+  constexpr std::int64_t kRows = 32768;
+  LayeredState s;
+  s.buffers.resize(2 * layers);
+  engine::StateDict d;
+  for (std::size_t i = 0; i < layers; ++i) {
+    auto tensor = [&](std::vector<float>& buffer, format::Shape global, format::Shape offsets, format::Shape sizes) {
+      engine::TensorShard t;
+      t.dtype = DType::kFloat32;
+      t.global_shape = std::move(global);
+      t.offsets = std::move(offsets);
+      t.sizes = std::move(sizes);
+      t.data = std::as_writable_bytes(std::span(buffer));
+      return engine::StateNode(std::move(t));
+    };
+    std::vector<float>& step = s.buffers[2 * i];
+    step.assign(1, filled ? static_cast<float>(i + 1) : 0.0f);
+    d.emplace_back("l" + std::to_string(i) + ".step", tensor(step, {}, {}, {}));
+    if (!with_weights) continue;
+    std::vector<float>& w = s.buffers[2 * i + 1];
+    w.resize(kRows);
+    for (std::int64_t k = 0; k < kRows; ++k) {
+      w[static_cast<std::size_t>(k)] =
+          filled ? static_cast<float>(static_cast<std::int64_t>(i) * 1000 + rank * kRows + k) : 0.0f;
+    }
+    d.emplace_back("l" + std::to_string(i) + ".w", tensor(w, {world * kRows}, {rank * kRows}, {kRows}));
+  }
+  s.root = engine::StateNode(std::move(d));
+  return s;
+}
+
+TEST_P(S3CheckpointTest, ReplicatedSmallTensorsAreReadWithOneGetPerFile) {
+  SP_REQUIRE_S3(server, GetParam());
+  std::string why;
+  auto proxy = FaultProxy::start(server->endpoint(), /*slow_seconds=*/3.5, &why);
+  ASSERT_NE(proxy, nullptr) << why;
+  // Through the proxy, which counts the requests; 256 KiB read windows, so the 128 KiB
+  // weights between the steps of the old layout (gaps above window / 8) kept each step a GET
+  // of its own.
+  s3::S3Config config = s3::parse_s3_url(unique_url("small"));
+  config.endpoint = proxy->endpoint();
+  config.path_style = true;
+  config.source_window_bytes = 256 << 10;
+  auto st = s3::make_s3_storage(config);
+  constexpr int kWorld = 4;
+  constexpr std::size_t kLayers = 24;
+  {
+    std::vector<LayeredState> states;
+    states.reserve(kWorld);
+    for (int r = 0; r < kWorld; ++r) states.push_back(layered_state(r, kWorld, kLayers, true, true));
+    comm::ThreadGroup group(kWorld, fast());
+    group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); });
+  }
+  auto ranged_gets = [&] {
+    const nlohmann::json stats = proxy->stats();
+    return stats["requests"].value("RGET", 0);
+  };
+
+  // Ranks loading only the steps: one GET per data file and rank, not one per step (plus
+  // the coordinator's two of `.metadata` and the load index). The old layout took 24.
+  for (int world : {1, kWorld}) {
+    proxy->set_faults("");
+    std::vector<LayeredState> steps;
+    steps.reserve(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) steps.push_back(layered_state(r, world, kLayers, false, false));
+    comm::ThreadGroup group(world, fast());
+    group.run([&](comm::Communicator& comm) { engine::load(steps[comm.rank()].root, *st, comm); });
+    for (int r = 0; r < world; ++r) {
+      for (std::size_t i = 0; i < kLayers; ++i) {
+        EXPECT_EQ(steps[r].buffers[2 * i][0], static_cast<float>(i + 1)) << "rank " << r << " layer " << i;
+      }
+    }
+    EXPECT_LE(ranged_gets(), world * kWorld + 2) << "loading on " << world;
+  }
+
+  // Everything, on four ranks.
+  std::vector<LayeredState> got;
+  got.reserve(kWorld);
+  for (int r = 0; r < kWorld; ++r) got.push_back(layered_state(r, kWorld, kLayers, true, false));
+  comm::ThreadGroup group(kWorld, fast());
+  group.run([&](comm::Communicator& comm) { engine::load(got[comm.rank()].root, *st, comm); });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(got[r].buffers == layered_state(r, kWorld, kLayers, true, true).buffers) << "rank " << r;
+  }
 }
 
 }  // namespace

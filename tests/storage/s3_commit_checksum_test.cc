@@ -29,24 +29,29 @@ std::string sha256_hex(ByteSpan data) {
   return h.hex_digest();
 }
 
-// A signed request to the server with the given extra headers.
+// A signed request to the server with the given extra headers; with unsigned_payload its
+// x-amz-content-sha256 is UNSIGNED-PAYLOAD instead of the body's hash.
 http::Response signed_request(const S3TestServer& moto, const std::string& method, const std::string& path,
-                              const std::string& body, std::vector<std::string> headers) {
+                              const std::string& body, std::vector<std::string> headers,
+                              bool unsigned_payload = false) {
   http::HttpClient client;
   http::Request r;
   r.method = method;
   r.url = moto.endpoint() + path;
   r.body = as_bytes(body);
   r.headers = std::move(headers);
-  r.headers.push_back("x-amz-content-sha256: " + sha256_hex(as_bytes(body)));
+  r.headers.push_back("x-amz-content-sha256: " +
+                      (unsigned_payload ? std::string("UNSIGNED-PAYLOAD") : sha256_hex(as_bytes(body))));
   r.aws_sigv4 = "aws:amz:us-east-1:s3";
   r.userpwd = moto.access_key() + ":" + moto.secret_key();
   return client.execute(r, {}, method + " " + path);
 }
 
-std::unique_ptr<Storage> s3_storage(const std::string& prefix) {
+std::unique_ptr<Storage> s3_storage(const std::string& prefix,
+                                    s3::S3Config::PayloadSigning signing = s3::S3Config::PayloadSigning::kAuto) {
   s3::S3Config config = s3::parse_s3_url("s3://sp-test/" + prefix);
   config.part_bytes = std::size_t{5} << 20;
+  config.payload_signing = signing;
   return s3::make_s3_storage(config);
 }
 
@@ -128,6 +133,36 @@ TEST_P(S3ChecksumTest, PutsCarryCrc32cThatTheServerKeepsAndChecks) {
                                            {"x-amz-checksum-crc32c: " + http::crc32c_base64(crc32c(0, as_bytes(body))),
                                             "x-amz-sdk-checksum-algorithm: CRC32C"});
   EXPECT_EQ(accepted.status, 200) << accepted.body;
+}
+
+// UNSIGNED-PAYLOAD bodies (S3Config::payload_signing, forced here over the servers' plain
+// http): the server takes them with their x-amz-checksum-crc32c and refuses one whose CRC
+// does not match (the check that replaces the signed hash); the driver's PutObject and
+// multipart upload go through intact.
+TEST_P(S3ChecksumTest, UnsignedPayloadBodiesAreCheckedByTheirCrc32c) {
+  SP_REQUIRE_S3(moto, GetParam());
+  const std::string prefix = unique_name("unsigned");
+  const std::string body = "an unsigned body";
+  const std::string path = "/sp-test/" + prefix + "/raw";
+  http::Response refused = signed_request(
+      *moto, "PUT", path, body,
+      {"x-amz-checksum-crc32c: " + http::crc32c_base64(0x12345678u), "x-amz-sdk-checksum-algorithm: CRC32C"},
+      /*unsigned_payload=*/true);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(http::xml_value(refused.body, "Code"), "BadDigest") << refused.body;
+  http::Response accepted = signed_request(*moto, "PUT", path, body,
+                                           {"x-amz-checksum-crc32c: " + http::crc32c_base64(crc32c(0, as_bytes(body))),
+                                            "x-amz-sdk-checksum-algorithm: CRC32C"},
+                                           /*unsigned_payload=*/true);
+  EXPECT_EQ(accepted.status, 200) << accepted.body;
+
+  auto st = s3_storage(prefix, s3::S3Config::PayloadSigning::kUnsigned);
+  const std::string small = pattern(100000, 5);
+  st->write_atomic("small", as_bytes(small));
+  EXPECT_EQ(read_all(*st, "small"), small);
+  const std::string big = pattern((std::size_t{11} << 20) + 7, 6);  // 3 parts of 5 MiB
+  st->write_atomic("big", as_bytes(big));
+  EXPECT_EQ(read_all(*st, "big"), big);
 }
 
 TEST_P(S3CommitTest, ASaveWhoseMetadataAnotherSaveCommittedFirstFailsAndLeavesTheOther) {

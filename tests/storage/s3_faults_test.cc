@@ -48,13 +48,15 @@ http::RetryPolicy test_policy(int attempts) {
 // s3://sp-test/<prefix> with its requests sent to `endpoint` (the proxy, or moto itself);
 // with Content-MD5 on every body when content_md5 (as the gs:// XML driver sends).
 std::unique_ptr<Storage> s3_at(const std::string& endpoint, const std::string& prefix, int attempts = 4,
-                               bool content_md5 = false) {
+                               bool content_md5 = false,
+                               s3::S3Config::PayloadSigning signing = s3::S3Config::PayloadSigning::kAuto) {
   s3::S3Config config = s3::parse_s3_url("s3://sp-test/" + prefix);
   config.endpoint = endpoint;
   config.path_style = true;
   config.retry = test_policy(attempts);
   config.part_bytes = std::size_t{5} << 20;
   config.content_md5 = content_md5;
+  config.payload_signing = signing;
   return s3::make_s3_storage(config);
 }
 
@@ -129,7 +131,8 @@ TEST_F(S3FaultsTest, MultipartUploadThroughFaultsCommitsExactlyTheBytesWritten) 
 // Request bodies damaged on the way (the proxy's damagebody): the server refuses each by
 // its signed x-amz-content-sha256 (XAmzContentSHA256Mismatch; moto through
 // s3_moto_server.py's check, as S3), or by its Content-MD5 (BadDigest) when the driver sends
-// one; the driver sends it again and the object holds exactly the bytes written. Damaged
+// one, or by its x-amz-checksum-crc32c (BadDigest) when it goes as UNSIGNED-PAYLOAD; the
+// driver sends it again and the object holds exactly the bytes written. Damaged
 // on every attempt, the write fails in one line naming the object and leaves no object.
 TEST_F(S3FaultsTest, DamagedBodiesAreRefusedAndSentAgain) {
   const std::string prefix = unique_name("damaged");
@@ -153,6 +156,16 @@ TEST_F(S3FaultsTest, DamagedBodiesAreRefusedAndSentAgain) {
   expect_failed_write_leaves_nothing(*st, *direct, *proxy_, "never-put.bin", small, /*atomic=*/true,
                                      "PUT 1 0 damagebody\n", "HTTP 400 XAmzContentSHA256Mismatch", "3 retries");
   expect_failed_write_leaves_nothing(*md5, *direct, *proxy_, "never-md5.bin", small, /*atomic=*/true,
+                                     "PUT 1 0 damagebody\n", "HTTP 400 BadDigest", "3 retries");
+
+  // UNSIGNED-PAYLOAD bodies are refused by their x-amz-checksum-crc32c (BadDigest, where a
+  // signed one gets XAmzContentSHA256Mismatch) and sent again alike.
+  auto crc_only = s3_at(proxy_->endpoint(), prefix, 4, false, s3::S3Config::PayloadSigning::kUnsigned);
+  expect_damaged_bodies_sent_again(*crc_only, *direct, *proxy_, "unsigned-parts.bin", data, /*atomic=*/false,
+                                   "PUT 2 1 damagebody\n", 1);
+  expect_damaged_bodies_sent_again(*crc_only, *direct, *proxy_, "unsigned-put.bin", small, /*atomic=*/true,
+                                   "PUT 1 1 damagebody\n", 1);
+  expect_failed_write_leaves_nothing(*crc_only, *direct, *proxy_, "never-unsigned.bin", small, /*atomic=*/true,
                                      "PUT 1 0 damagebody\n", "HTTP 400 BadDigest", "3 retries");
 }
 

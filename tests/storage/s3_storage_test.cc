@@ -262,6 +262,38 @@ TEST(S3UrlTest, ParsesAndRejectsStrictly) {
   }
 }
 
+TEST(S3UrlTest, PayloadGoesUnsignedOnlyWhereACrc32cCoversItOverTls) {
+  using Signing = s3::S3Config::PayloadSigning;
+  s3::S3Config c;
+  c.endpoint = "https://s3.us-east-1.amazonaws.com";
+  EXPECT_TRUE(s3::sends_unsigned_payload(c));  // kAuto over TLS
+  c.endpoint = "http://127.0.0.1:9000";
+  EXPECT_FALSE(s3::sends_unsigned_payload(c));  // kAuto over plain http: signed
+  c.payload_signing = Signing::kUnsigned;
+  EXPECT_TRUE(s3::sends_unsigned_payload(c));
+  c.checksum_crc32c = false;  // nothing would cover the body
+  EXPECT_FALSE(s3::sends_unsigned_payload(c));
+  c.checksum_crc32c = true;
+  c.payload_signing = Signing::kSigned;
+  c.endpoint = "https://s3.us-east-1.amazonaws.com";
+  EXPECT_FALSE(s3::sends_unsigned_payload(c));
+
+  EnvGuard env;
+  env.set("SHARDPOINT_S3_PAYLOAD", "unsigned");
+  EXPECT_EQ(s3::parse_s3_url("s3://bkt?endpoint=http://127.0.0.1:1").payload_signing, Signing::kUnsigned);
+  env.set("SHARDPOINT_S3_PAYLOAD", "signed");
+  EXPECT_EQ(s3::parse_s3_url("s3://bkt").payload_signing, Signing::kSigned);
+  env.set("SHARDPOINT_S3_PAYLOAD", "auto");
+  EXPECT_EQ(s3::parse_s3_url("s3://bkt").payload_signing, Signing::kAuto);
+  env.set("SHARDPOINT_S3_PAYLOAD", "sometimes");
+  try {
+    s3::parse_s3_url("s3://bkt");
+    ADD_FAILURE() << "SHARDPOINT_S3_PAYLOAD=sometimes was taken";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("SHARDPOINT_S3_PAYLOAD=\"sometimes\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(S3UrlTest, GcsUrlsFollowGcsBucketRules) {
   EXPECT_NO_THROW(gcs::open_gcs_storage("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1", {}));
   EXPECT_THROW(gcs::open_gcs_storage("gs://my_bucket?region=x", {}), UsageError);

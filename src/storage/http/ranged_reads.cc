@@ -72,6 +72,7 @@ void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::s
       std::unique_lock lock(mu_);
       const bool cached = std::any_of(cache_.begin(), cache_.end(),
                                       [&](const Block& b) { return b.start <= pos && pos < b.start + b.length; });
+      if (!cached) forget_hints(pos, offset + out.size());  // read now: no later block looks back over it
       lock.unlock();
       if (!cached) {
         fetch_(pos, out.subspan(done));
@@ -125,12 +126,14 @@ std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_
   std::uint64_t end = 0;
   auto hint = hints_.upper_bound(offset);
   if (hint != hints_.begin() && std::prev(hint)->second >= offset + length) {
-    // Announced: this range and the announced ones close after it, up to a window.
-    // A small read starts the block at the range's start when that is close (a blob's
-    // records are read after its data), a data-sized one where it starts.
+    // Announced: this range and the announced ones close after it, up to a window. The
+    // block starts where the announced, unfetched bytes before the read start, at most
+    // window / 4 back: a blob's records are read after its data, and reader threads take
+    // blobs in file order, so the one ahead misses first while the one behind still reads
+    // up to here; that one then finds its bytes cached instead of fetching the gap in a
+    // small GET of its own.
     --hint;
-    const std::uint64_t lookbehind = std::min<std::uint64_t>(64 << 10, window_bytes_ / 4);
-    start = length < lookbehind ? std::max(hint->first, offset - std::min(offset, lookbehind)) : offset;
+    start = std::max(hint->first, offset - std::min<std::uint64_t>(offset, window_bytes_ / 4));
     end = hint->second;
     const std::uint64_t limit = std::min(size_, start + window_bytes_);
     const std::uint64_t gap = window_bytes_ / 8;

@@ -61,10 +61,11 @@ class WholeObjectSource final : public ByteSource {
 // How large a block is depends on what the reader announced and has not been fetched yet
 // (ByteSource::will_need; the engine announces every byte range a load will read, about
 // 64 MiB ahead):
-//  - inside an announced range: from the read's start over the announced ranges that follow
-//    with gaps below window_bytes / 8, up to window_bytes. A lone small item (a replicated
-//    `step` in another rank's file) is one small GET, not a window of bytes nobody needs;
-//    a run of items is window_bytes per GET.
+//  - inside an announced range: from where that range's unfetched bytes start (at most
+//    window_bytes / 4 before the read: a reader thread behind this one reads them next)
+//    over the announced ranges that follow with gaps below window_bytes / 8, up to
+//    window_bytes. A lone small item (a replicated `step` in another rank's file) is one
+//    small GET, not a window of bytes nobody needs; a run of items is window_bytes per GET.
 //  - unannounced: window_bytes from where the read starts (a read smaller than the
 //    lookbehind, min(64 KiB, window / 4), from that much before it), so the reads a parser
 //    makes in order (a zip's end records, then its central directory just before them)

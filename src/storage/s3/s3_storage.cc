@@ -102,12 +102,16 @@ struct S3Core final : http::ObjectClient {
            (query.empty() ? "" : "?" + query);
   }
 
-  http::Request request(std::string method, std::string url, ByteSpan body = {}) const {
+  // crc_covered: the caller adds the body's x-amz-checksum-crc32c (add_crc32c), which then
+  // stands in for its signed SHA-256 where sends_unsigned_payload() allows.
+  http::Request request(std::string method, std::string url, ByteSpan body = {}, bool crc_covered = false) const {
     http::Request r;
     r.method = std::move(method);
     r.url = std::move(url);
     r.body = body;
-    r.headers.push_back("x-amz-content-sha256: " + sha256_hex(body));
+    const bool unsigned_body = crc_covered && sends_unsigned_payload(config);
+    r.headers.push_back("x-amz-content-sha256: " +
+                        (unsigned_body ? std::string("UNSIGNED-PAYLOAD") : sha256_hex(body)));
     if (!body.empty()) {
       if (config.content_md5) r.headers.push_back("Content-MD5: " + http::content_md5(body));
       r.body_mismatch = &http::s3_body_mismatch;
@@ -215,7 +219,7 @@ struct S3Core final : http::ObjectClient {
   // PutObject; create-only (If-None-Match: * or the service's equivalent) when if_absent.
   void put_object(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op, bool if_absent) {
     std::string what = op + " " + describe(key);
-    http::Request r = request("PUT", object_url(key), data);
+    http::Request r = request("PUT", object_url(key), data, /*crc_covered=*/true);
     add_crc32c(r, data);
     if (if_absent) r.headers.push_back(config.create_only_header);
     http::Response resp = execute(r, io, what);
@@ -255,7 +259,7 @@ struct S3Core final : http::ObjectClient {
     std::string what =
         "upload part " + std::to_string(part) + " (" + std::to_string(data.size()) + " bytes) of " + describe(key);
     std::string query = "partNumber=" + std::to_string(part) + "&uploadId=" + http::uri_encode(upload_id, false);
-    http::Request r = request("PUT", object_url(key, query), data);
+    http::Request r = request("PUT", object_url(key, query), data, /*crc_covered=*/true);
     std::string crc = add_crc32c(r, data);
     http::Response resp = execute(r, io, what);
     if (resp.status != 200) fail(what, resp);
@@ -517,12 +521,30 @@ std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_vi
   return pairs;
 }
 
+bool sends_unsigned_payload(const S3Config& config) {
+  using Signing = S3Config::PayloadSigning;
+  if (!config.checksum_crc32c || config.payload_signing == Signing::kSigned) return false;
+  return config.payload_signing == Signing::kUnsigned || config.endpoint.starts_with("https://");
+}
+
 void apply_tuning_environment(S3Config& config) {
   config.retry.max_attempts = static_cast<int>(env_long("SHARDPOINT_HTTP_MAX_ATTEMPTS", config.retry.max_attempts));
   config.retry.initial_backoff =
       std::chrono::milliseconds(env_long("SHARDPOINT_HTTP_BACKOFF_MS", config.retry.initial_backoff.count()));
   long part_mb = env_long("SHARDPOINT_S3_PART_MB", 0);
   if (part_mb > 0) config.part_bytes = static_cast<std::size_t>(part_mb) << 20;
+  if (const char* v = std::getenv("SHARDPOINT_S3_PAYLOAD"); v != nullptr && *v != '\0') {
+    const std::string_view payload = v;
+    if (payload == "auto") {
+      config.payload_signing = S3Config::PayloadSigning::kAuto;
+    } else if (payload == "signed") {
+      config.payload_signing = S3Config::PayloadSigning::kSigned;
+    } else if (payload == "unsigned") {
+      config.payload_signing = S3Config::PayloadSigning::kUnsigned;
+    } else {
+      throw UsageError("SHARDPOINT_S3_PAYLOAD=\"" + std::string(payload) + "\": expected auto, signed or unsigned");
+    }
+  }
 }
 
 S3Config parse_s3_url(std::string_view url) {

@@ -12,12 +12,14 @@
 // Any other key, a fragment, an invalid bucket name or prefix segment ("", ".", "..") is a
 // UsageError naming the URL. Credentials: aws_credentials.h; none found = unsigned requests.
 // Environment for tests and tuning: SHARDPOINT_HTTP_MAX_ATTEMPTS, SHARDPOINT_HTTP_BACKOFF_MS
-// (RetryPolicy), SHARDPOINT_S3_PART_MB (multipart part size, >= 5).
+// (RetryPolicy), SHARDPOINT_S3_PART_MB (multipart part size, >= 5), SHARDPOINT_S3_PAYLOAD
+// (auto|signed|unsigned: S3Config::payload_signing).
 //
 // Protocol (AWS S3 REST, SigV4 signed by libcurl with x-amz-content-sha256 = the SHA-256 of
 // the body, which S3 checks: a body damaged on the way is refused with 400
 // XAmzContentSHA256Mismatch and sent again, as is one refused with BadDigest when
-// content_md5 adds Content-MD5; http/body_checksum.h):
+// content_md5 adds Content-MD5 or an UNSIGNED-PAYLOAD body its x-amz-checksum-crc32c
+// (S3Config::payload_signing); http/body_checksum.h):
 //   - writers (http/upload_writer.h) stage bytes in BufferPool buffers. An object that fits
 //     in one part is one PUT at commit(). A larger one starts a multipart upload when the
 //     first part is full and uploads parts in parallel (at most max_parallel_parts in flight
@@ -86,6 +88,20 @@ struct S3Config {
   // "-N"). Off for services that do not take S3's checksum headers (GCS's XML API).
   // Cost: one CRC-32C pass over every body (bench/README.md).
   bool checksum_crc32c = true;
+  // What x-amz-content-sha256 says of a PutObject or UploadPart body that
+  // x-amz-checksum-crc32c covers (every other request signs the SHA-256 of its body):
+  //   kAuto (default): UNSIGNED-PAYLOAD over https://, where TLS keeps the body intact on the
+  //     way and S3 checks the CRC-32C against what arrived (the AWS SDKs do the same); the
+  //     body's SHA-256 over plain http://, where only a signed hash stops someone on the path
+  //     from changing the body (a CRC-32C is easily matched by whoever changes it).
+  //   kUnsigned: UNSIGNED-PAYLOAD over http:// too; only for a link nobody else can touch
+  //     (loopback, benchmarks). kSigned: always the SHA-256.
+  // Unsigned saves a SHA-256 pass over every uploaded byte (~1.5 s of CPU per GiB on the
+  // benchmark machine, bench/README.md), and the server's check of it. A body damaged on
+  // the way is then refused by its CRC-32C (400 BadDigest, retried) instead of its hash.
+  // Needs checksum_crc32c; without it bodies are always signed.
+  enum class PayloadSigning { kAuto, kSigned, kUnsigned };
+  PayloadSigning payload_signing = PayloadSigning::kAuto;
   // The header of a create-only publish (WriteOptions::if_absent) on PutObject and
   // CompleteMultipartUpload; the service answers 412 when an object exists.
   std::string create_only_header = "If-None-Match: *";
@@ -122,7 +138,12 @@ struct S3Config {
 // endpoint from the environment. Throws UsageError for a bad URL.
 S3Config parse_s3_url(std::string_view url);
 
-// Applies SHARDPOINT_HTTP_MAX_ATTEMPTS / SHARDPOINT_HTTP_BACKOFF_MS / SHARDPOINT_S3_PART_MB.
+// True when config's PutObject and UploadPart bodies go with x-amz-content-sha256:
+// UNSIGNED-PAYLOAD (S3Config::payload_signing, checksum_crc32c and the endpoint's scheme).
+bool sends_unsigned_payload(const S3Config& config);
+
+// Applies SHARDPOINT_HTTP_MAX_ATTEMPTS / SHARDPOINT_HTTP_BACKOFF_MS / SHARDPOINT_S3_PART_MB /
+// SHARDPOINT_S3_PAYLOAD. Throws UsageError naming the variable for a value it does not take.
 void apply_tuning_environment(S3Config& config);
 
 // A storage for config (no I/O: a missing bucket shows at the first request).
