@@ -22,7 +22,7 @@ layers: 2.126 GB of float32). Each round:
     No storage layer can make dcp.save/dcp.load faster than that: PyTorch's time over it is
     the highest ratio any StorageWriter/StorageReader can reach on this machine;
   fio: the payload written with O_DIRECT by 4 jobs, the disk's write ceiling (DCP alone plus
-    the payload at that rate is the least any save can take).
+    the payload at that rate: the least a save can take, up to garbage collections).
 The full garbage collections (generation 2) during each call are counted, with their time.
 Time = the slowest rank's call; GB/s = payload / time; RSS = VmHWM during the call minus
 VmRSS before it (the memory the call adds beyond the state), the largest rank's. Every load is
@@ -305,8 +305,9 @@ def main():
                    f"{(t_sp - t_alone) / (t_fs - t_alone):.2f}" if t_fs > t_alone else "-"]
                   for job, t_alone, t_fs, t_sp in alone]
     if fio_write:
-        # A save is DCP's planning, then the writes, then the commit: nothing overlaps them, so
-        # no save can take less than DCP alone plus the payload at the disk's O_DIRECT rate.
+        # A save is DCP's planning, then the writes, then the commit, none overlapping: DCP alone
+        # plus the payload at the disk's O_DIRECT rate. A floor only where both calls ran as
+        # many full garbage collections (see the next table): one is 0.2-0.8 s here.
         t_alone, t_fs, t_sp = alone[0][1:]
         floor = t_alone + payload / 1e9 / median(fio_write)
         alone_rows.append([f"save 4 ranks, DCP alone + payload at fio O_DIRECT {median(fio_write):.2f} GB/s",
