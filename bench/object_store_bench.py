@@ -154,13 +154,16 @@ class Server:
             f.seek(self.mark)
             text = f.read().decode("utf-8", "replace")
         out = dict.fromkeys(KINDS, 0)
-        if self.kind == "s3s":
-            for op in re.findall(r"resolved route, op: (\w+)", text):
-                out[s3s_kind(op)] += 1
-        else:
-            for method, target in re.findall(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP', text):
-                out[moto_kind(method, target)] += 1
+        for kind in self.request_kinds(text):
+            out[kind] += 1
         return out
+
+    def request_kinds(self, log_text):
+        """The kind of every request the server logged in log_text."""
+        if self.kind == "s3s":
+            return [s3s_kind(op) for op in re.findall(r"resolved route, op: (\w+)", log_text)]
+        return [moto_kind(method, target)
+                for method, target in re.findall(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP', log_text)]
 
     def stop(self):
         self.proc.kill()
@@ -234,20 +237,11 @@ class EmulatorServer(Server):
                        STORAGE_EMULATOR_HOST=self.endpoint, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false")
         return env
 
-    def counts(self):
-        """Requests since start_counting(), by kind."""
-        time.sleep(0.2)
-        with open(self.log_path, "rb") as f:
-            f.seek(self.mark)
-            text = f.read().decode("utf-8", "replace")
-        out = dict.fromkeys(KINDS, 0)
+    def request_kinds(self, log_text):
         if self.kind == "azurite":
-            for op in re.findall(r"DispatchMiddleware: Operation=(\w+)", text):
-                out[azure_kind(op)] += 1
-        else:
-            for method, target in re.findall(r'"(GET|PUT|POST|HEAD|DELETE|PATCH) (\S+) HTTP', text):
-                out[gcs_kind(method, target)] += 1
-        return out
+            return [azure_kind(op) for op in re.findall(r"DispatchMiddleware: Operation=(\w+)", log_text)]
+        return [gcs_kind(method, target)
+                for method, target in re.findall(r'"(GET|PUT|POST|HEAD|DELETE|PATCH) (\S+) HTTP', log_text)]
 
     def url(self, prefix):
         return f"az://{BUCKET}/{prefix}" if self.kind == "azurite" else f"gs://{BUCKET}/{prefix}"
@@ -530,56 +524,16 @@ def boto_main(args):
     config = TransferConfig(multipart_threshold=args.chunk_mib << 20, multipart_chunksize=args.chunk_mib << 20,
                             max_concurrency=args.concurrency)
     s3.head_bucket(Bucket=BUCKET)  # connection and credentials ready before the clock starts
-    while time.time() < args.start:
-        time.sleep(0.005)
-    before = dcp_bench._status("VmRSS")
-    t0 = time.time()
     if args.way == "up":
-        s3.upload_file(args.file, BUCKET, args.key, Config=config)
+        transfer_at(args.start, lambda: s3.upload_file(args.file, BUCKET, args.key, Config=config))
     else:
-        s3.download_file(BUCKET, args.key, args.file, Config=config)
-    t1 = time.time()
-    hwm = dcp_bench._status("VmHWM")
-    print(json.dumps({"start": t0, "end": t1, "peak_rss": hwm, "added_rss": hwm - before}))
+        transfer_at(args.start, lambda: s3.download_file(BUCKET, args.key, args.file, Config=config))
 
 
 def run_boto(server, sizes, prefix, payload, chunk_mib, concurrency, scratch):
-    """Uploads then downloads len(sizes) objects (one process each); returns {"save", "load"}."""
-    folder = os.path.join(scratch, "boto-files")
-    os.makedirs(folder, exist_ok=True)
-    block = os.urandom(1 << 20)
-    files = []
-    for i, size in enumerate(sizes):
-        path = os.path.join(folder, f"up-{i}")
-        with open(path, "wb") as f:
-            for _ in range(size >> 20):
-                f.write(block)
-            f.write(block[:size & ((1 << 20) - 1)])
-        files.append(path)
-    out = {}
-    for way, job in (("up", "save"), ("down", "load")):
-        server.start_counting()
-        start = time.time() + 3.0  # every process imported boto3 and connected by then
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "boto", way,
-                                   f"{prefix}/obj-{i}", path if way == "up" else os.path.join(folder, f"down-{i}"),
-                                   "--start", str(start), "--chunk-mib", str(chunk_mib),
-                                   "--concurrency", str(concurrency)],
-                                  env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for i, path in enumerate(files)]
-        outs = [p.communicate(timeout=3600) for p in procs]
-        if any(p.returncode for p in procs):
-            raise RuntimeError("boto3 failed:\n" + "\n".join(e[-2000:] for _, e in outs))
-        ranks = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
-        if min(r["start"] for r in ranks) < start - 0.5:
-            raise RuntimeError("boto3 processes did not start together")
-        out[job] = {"seconds": max(r["end"] for r in ranks) - min(r["start"] for r in ranks), "bytes": payload,
-                    "moved": sum(sizes), "peak_rss": max(r["peak_rss"] for r in ranks),
-                    "added_rss": max(r["added_rss"] for r in ranks), "requests": server.counts()}
-    for i, size in enumerate(sizes):
-        if os.path.getsize(os.path.join(folder, f"down-{i}")) != size:
-            raise RuntimeError("boto3 download size mismatch")
-    shutil.rmtree(folder)
-    return out
+    """Uploads then downloads len(sizes) objects with boto3 (one process each); returns {"save", "load"}."""
+    return run_object_processes("boto3", ["boto"], ["--chunk-mib", str(chunk_mib), "--concurrency", str(concurrency)],
+                                server, sizes, prefix, payload, scratch, lead_seconds=3.0)
 
 
 # --- azure-sdk and gcs-sdk ----------------------------------------------------------------------
@@ -618,18 +572,33 @@ def sdk_main(args):
             transfer_manager.download_chunks_concurrently(bucket.blob(args.key), args.file, chunk_size=part,
                                                           max_workers=args.concurrency,
                                                           worker_type=transfer_manager.THREAD)
-    while time.time() < args.start:
+    transfer_at(args.start, up if args.way == "up" else down)
+
+
+def run_sdk(client, server, sizes, prefix, payload, chunk_mib, concurrency, scratch, upload_chunk_mib=100):
+    """As run_boto, through azure-sdk or gcs-sdk: uploads then downloads len(sizes) objects."""
+    return run_object_processes(client, ["sdk", client],
+                                ["--chunk-mib", str(chunk_mib), "--concurrency", str(concurrency),
+                                 "--upload-chunk-mib", str(upload_chunk_mib)],
+                                server, sizes, prefix, payload, scratch, lead_seconds=4.0)
+
+
+def transfer_at(start, transfer):
+    """Runs transfer() at wall-clock time start; prints its times and memory as one JSON line."""
+    while time.time() < start:
         time.sleep(0.005)
     before = dcp_bench._status("VmRSS")
     t0 = time.time()
-    (up if args.way == "up" else down)()
+    transfer()
     t1 = time.time()
     hwm = dcp_bench._status("VmHWM")
     print(json.dumps({"start": t0, "end": t1, "peak_rss": hwm, "added_rss": hwm - before}))
 
 
-def run_sdk(client, server, sizes, prefix, payload, chunk_mib, concurrency, scratch, upload_chunk_mib=100):
-    """As run_boto, through azure-sdk or gcs-sdk: uploads then downloads len(sizes) objects."""
+def run_object_processes(client, command, options, server, sizes, prefix, payload, scratch, lead_seconds):
+    """Uploads len(sizes) local files of random bytes as objects, one process each started
+    together (`command up KEY FILE`), then downloads them (`command down`), and checks the
+    bytes; returns {"save", "load"} with the time from the first start to the last end."""
     folder = os.path.join(scratch, f"{client}-files")
     os.makedirs(folder, exist_ok=True)
     block = os.urandom(1 << 20)
@@ -644,11 +613,10 @@ def run_sdk(client, server, sizes, prefix, payload, chunk_mib, concurrency, scra
     out = {}
     for way, job in (("up", "save"), ("down", "load")):
         server.start_counting()
-        start = time.time() + 4.0  # every process imported its SDK and connected by then
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "sdk", client, way,
-                                   f"{prefix}/obj-{i}", path if way == "up" else os.path.join(folder, f"down-{i}"),
-                                   "--start", str(start), "--chunk-mib", str(chunk_mib),
-                                   "--concurrency", str(concurrency), "--upload-chunk-mib", str(upload_chunk_mib)],
+        start = time.time() + lead_seconds  # every process imported its client and connected by then
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *command, way, f"{prefix}/obj-{i}",
+                                   path if way == "up" else os.path.join(folder, f"down-{i}"),
+                                   "--start", str(start), *options],
                                   env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for i, path in enumerate(files)]
         outs = [p.communicate(timeout=3600) for p in procs]
