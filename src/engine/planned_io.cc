@@ -10,6 +10,7 @@
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
 #include "engine/parallel_for.h"
+#include "engine/read_ahead.h"
 #include "engine/save_steps.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
@@ -125,14 +126,41 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
 PlannedReader::~PlannedReader() = default;
 
 void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
-  // Requests of one blob share the opened blob (its headers are parsed once).
+  // Requests of one blob share the opened blob (its headers are parsed once); blobs are read
+  // in file order, what each needs announced to read-ahead before the readers reach it (an
+  // object store sizes its GETs by what is announced, a local file starts its readahead).
   std::map<std::pair<std::string, std::uint64_t>, std::vector<const PlannedTensorRead*>> by_blob;
   for (const PlannedTensorRead& r : requests) by_blob[{r.blob.relative_path, r.blob.offset}].push_back(&r);
   std::vector<const std::vector<const PlannedTensorRead*>*> blobs;
   blobs.reserve(by_blob.size());
   for (const auto& [key, list] : by_blob) blobs.push_back(&list);
 
+  std::vector<std::vector<ReadItem>> items(blobs.size());
+  std::vector<std::vector<ReadAhead::Range>> ranges(blobs.size());
+  for (std::size_t b = 0; b < blobs.size(); ++b) {
+    const PlannedTensorRead& first = *blobs[b]->front();
+    std::vector<const ReadItem*> item_pointers;
+    items[b].reserve(blobs[b]->size());
+    for (const PlannedTensorRead* r : *blobs[b]) {
+      ReadItem& item = items[b].emplace_back();
+      item.type = ReadItemType::kTensor;
+      item.dest_index = format::MetadataIndex{r->fqn, Shape(r->lengths.size(), 0), std::nullopt};
+      item.dest_offsets = Shape(r->lengths.size(), 0);
+      item.storage_index = format::MetadataIndex{r->fqn, r->chunk.offsets, std::nullopt};
+      item.storage_offsets = r->storage_offsets;
+      item.lengths = r->lengths;
+    }
+    for (const ReadItem& item : items[b]) item_pointers.push_back(&item);
+    std::shared_ptr<const ByteSource> file = sources_->get(first.blob.relative_path);
+    for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(item_pointers, first.chunk.sizes,
+                                                                  dtype_itemsize(first.dtype), first.blob.length)) {
+      ranges[b].push_back({file, first.blob.offset + r.offset, r.length});
+    }
+  }
+  ReadAhead read_ahead(std::move(ranges));
+
   parallel_for(blobs.size(), static_cast<std::size_t>(std::max(options_.thread_count, 1)), [&](std::size_t b) {
+    read_ahead.starting(b);
     const PlannedTensorRead& first = *blobs[b]->front();
     BlobChecksums checksums;
     if (verified()) {
@@ -148,15 +176,9 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     }
     SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
                          data_offset);
-    for (const PlannedTensorRead* r : *blobs[b]) {
-      ReadItem item;
-      item.type = ReadItemType::kTensor;
-      item.dest_index = format::MetadataIndex{r->fqn, Shape(r->lengths.size(), 0), std::nullopt};
-      item.dest_offsets = Shape(r->lengths.size(), 0);
-      item.storage_index = format::MetadataIndex{r->fqn, r->chunk.offsets, std::nullopt};
-      item.storage_offsets = r->storage_offsets;
-      item.lengths = r->lengths;
-      blob.read_into(item, r->dest, r->lengths, checksums);
+    for (std::size_t i = 0; i < items[b].size(); ++i) {
+      const PlannedTensorRead& r = *(*blobs[b])[i];
+      blob.read_into(items[b][i], r.dest, r.lengths, checksums);
     }
   });
 }
