@@ -2,6 +2,9 @@
 
 #include <cstring>
 #include <limits>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checksum.h"
@@ -305,7 +308,11 @@ ItemChecksums decode_item_checksums(Reader& r, const format::MetadataIndex& inde
   return sums;
 }
 
-void decode_storage_item(Reader& r, CheckpointIndex& out) {
+// blobs_without_checksums: the (file, offset) of every item decoded so far that has none. The
+// encoder writes a blob's checksums for every item naming that blob, so an index in which
+// items naming one blob disagree is not one it wrote (and would not survive re-encoding).
+void decode_storage_item(Reader& r, CheckpointIndex& out,
+                         std::set<std::pair<std::string, std::uint64_t>>& blobs_without_checksums) {
   format::MetadataIndex index;
   index.fqn = r.str("storage item fqn");
   if (r.flag("storage item has chunk offset")) index.offset = r.shape("storage item chunk offset");
@@ -317,8 +324,18 @@ void decode_storage_item(Reader& r, CheckpointIndex& out) {
   info.transform_descriptors = r.strings("transform descriptors");
   if (r.flag("has data start")) out.data_offsets.emplace(index, r.u64("data start"));
   if (r.flag("has checksums")) {
+    if (blobs_without_checksums.count({info.relative_path, info.offset}) != 0) {
+      r.fail("checksums", "items naming the blob at " + std::to_string(info.offset) + " of " + info.relative_path +
+                              " disagree on whether it has checksums");
+    }
     ItemChecksums sums = decode_item_checksums(r, index, info, out.checksums);  // fails without out.checksums
     out.checksums->add(std::move(sums));
+  } else {
+    if (out.checksums && out.checksums->find(info.relative_path, info.offset)) {
+      r.fail("checksums", "items naming the blob at " + std::to_string(info.offset) + " of " + info.relative_path +
+                              " disagree on whether it has checksums");
+    }
+    blobs_without_checksums.emplace(info.relative_path, info.offset);
   }
   if (!out.metadata.storage_data.emplace(std::move(index), std::move(info)).second) {
     r.fail("storage item", "the same chunk appears twice");
@@ -359,7 +376,8 @@ CheckpointIndex decode_fields(std::string_view index) {
   for (std::size_t i = 0; i < entries; ++i) decode_entry(r, out.metadata);
   decode_planner_data(r, out.metadata);
   const std::size_t items = r.count("storage items", 30);
-  for (std::size_t i = 0; i < items; ++i) decode_storage_item(r, out);
+  std::set<std::pair<std::string, std::uint64_t>> blobs_without_checksums;
+  for (std::size_t i = 0; i < items; ++i) decode_storage_item(r, out, blobs_without_checksums);
   out.metadata.storage_meta = decode_storage_meta(r);
   out.metadata.version = r.opt_str("version");
   if (!r.at_end()) r.fail("end", "unexpected bytes before the trailing CRC-32C");
