@@ -489,16 +489,16 @@ class StorageReader(_DcpStorageReader):
         reader = self._opened()
         tensor_items: List[ReadItem] = []
         for item in plan.items:
-            info = self._info(item)
             if item.type == LoadItemType.BYTE_IO:
+                info = self._info(item)
                 blob = reader.read_blob(info.relative_path, info.offset, info.length, item.storage_index.fqn)
                 planner.load_bytes(item, io.BytesIO(blob))
             else:
                 tensor_items.append(item)
-        batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor, torch.dtype]] = []
+        batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor, Sequence[int], torch.dtype]] = []
         staged = 0
         for item in tensor_items:
-            _, saved_dtype = self._saved_chunk(item.storage_index)
+            saved_sizes, saved_dtype = self._saved_chunk(item.storage_index)
             target = planner.resolve_tensor(item)
             if tuple(target.shape) != tuple(item.lengths):
                 raise errors.PlanError(
@@ -507,7 +507,7 @@ class StorageReader(_DcpStorageReader):
                 )
             direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == saved_dtype
             dest = target if direct else torch.empty(item.lengths, dtype=saved_dtype)
-            batch.append((item, target, dest, saved_dtype))
+            batch.append((item, target, dest, saved_sizes, saved_dtype))
             if not direct:
                 staged += dest.numel() * dest.element_size()
             if staged >= _STAGING_BATCH_BYTES:
@@ -553,16 +553,16 @@ class StorageReader(_DcpStorageReader):
         raise errors.FormatError(f'{self.path}: .metadata has no chunk of "{index.fqn}" at {where}')
 
     def _read_batch(self, reader: _native.Reader,
-                    batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor, torch.dtype]], planner: LoadPlanner) -> None:
+                    batch: List[Tuple[ReadItem, torch.Tensor, torch.Tensor, Sequence[int], torch.dtype]],
+                    planner: LoadPlanner) -> None:
         """Reads the batch in one native call. The reads are one ctypes array filled in place,
         their integer arrays one int64 array: a few objects per batch, not several per item."""
         if not batch:
             return
         ints: List[int] = []
-        for item, _, _, _ in batch:
-            sizes, _ = self._saved_chunk(item.storage_index)
+        for item, _, _, saved_sizes, _ in batch:
             ints.extend(item.storage_index.offset)
-            ints.extend(sizes)
+            ints.extend(saved_sizes)
             ints.extend(item.storage_offsets)
             ints.extend(item.lengths)
         int_array = _native.int64_array(ints)
@@ -571,7 +571,7 @@ class StorageReader(_DcpStorageReader):
         files: Dict[str, bytes] = {}  # encoded once per batch
         dtypes: Dict[torch.dtype, bytes] = {}
         at = 0
-        for n, (item, _, dest, saved_dtype) in enumerate(batch):
+        for n, (item, _, dest, _, saved_dtype) in enumerate(batch):
             info = self._info(item)
             ndim = len(item.lengths)
             file = files.get(info.relative_path)
@@ -596,7 +596,7 @@ class StorageReader(_DcpStorageReader):
             read.dest = dest.data_ptr() if nbytes else None
             read.dest_nbytes = nbytes
         reader.read_tensors(reads)
-        for item, target, dest, _ in batch:
+        for item, target, dest, _, _ in batch:
             if dest is not target:
                 target.detach().copy_(dest)
             planner.commit_tensor(item, target)
