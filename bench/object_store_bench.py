@@ -51,7 +51,11 @@ create/complete), HEAD, LIST, DELETE. Azure (Azurite's operation names): GET = G
 Put Blob, Put Block, Put Block List and copies, HEAD = Get Blob Properties and other property
 reads, LIST = List Blobs, DELETE. GCS (HTTP method and path): GET = media downloads, PUT =
 resumable chunks, POST = media/multipart uploads, session starts, rewrites and composes, HEAD =
-object or bucket metadata GETs, LIST = object lists, DELETE. Peak RSS = the largest rank's VmHWM during its call
+object or bucket metadata GETs, LIST = object lists, DELETE. Server CPU = user + system
+seconds of the server's processes during the job, client CPU = the same summed over the
+client's processes (ranks), both next to the job's seconds: on these 2 cores a server that
+used about as many CPU seconds as the job took was the ceiling, and the client's CPU is
+taken from the server's share. Peak RSS = the largest rank's VmHWM during its call
 (the state it holds included), and added = VmHWM - VmRSS before the call.
 Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients).
 """
@@ -91,6 +95,31 @@ KINDS = ("GET", "PUT", "POST", "HEAD", "LIST", "DELETE", "other")
 
 
 # --- servers ------------------------------------------------------------------------------
+
+def process_cpu():
+    """User + system CPU seconds this process used so far, all its threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+def process_tree_cpu(pid):
+    """User + system CPU seconds used so far by process pid and its live descendants (a
+    server started through a wrapper script counts its real process too)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
+    return total
+
 
 class Server:
     """An S3 server on 127.0.0.1 whose log counts the requests of each job."""
@@ -146,6 +175,12 @@ class Server:
     def start_counting(self):
         time.sleep(0.2)  # lines of the previous job still being written
         self.mark = os.path.getsize(self.log_path)
+        self.cpu_mark = process_tree_cpu(self.proc.pid)
+
+    def cpu_seconds(self):
+        """CPU seconds the server used since start_counting() (on these 2 cores it shares the
+        machine with the clients: a job whose server used about its wall time was server-bound)."""
+        return process_tree_cpu(self.proc.pid) - self.cpu_mark
 
     def counts(self):
         """Requests since start_counting(), by kind."""
@@ -424,14 +459,17 @@ def rank_main(args):
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         before = dcp_bench._status("VmRSS")
+        cpu0 = process_cpu()
         t0 = time.perf_counter()
         fn()
         seconds = time.perf_counter() - t0
+        cpu = torch.tensor([process_cpu() - cpu0], dtype=torch.float64)
         hwm = dcp_bench._status("VmHWM")
         t = torch.tensor([seconds, float(hwm), float(hwm - before)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
         results[name] = {"seconds": t[0].item(), "peak_rss": t[1].item(), "added_rss": t[2].item(),
-                         "bytes": own * ws}
+                         "bytes": own * ws, "client_cpu": cpu.item()}
         dist.barrier()
 
     timed("save", lambda: dcp.save(sd, storage_writer=writer()))
@@ -477,7 +515,7 @@ def run_python_client(client, server, url, layers, peer_threads, scratch):
         if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
             break
         time.sleep(0.05)
-    save_counts = server.counts()
+    save_counts, save_cpu = server.counts(), server.cpu_seconds()
     server.start_counting()
     open(results + ".go", "w").close()
     for p in procs:
@@ -488,12 +526,13 @@ def run_python_client(client, server, url, layers, peer_threads, scratch):
             log.seek(0)
             tails.append(log.read()[-2500:])
         raise RuntimeError(f"{client} on {RANKS} ranks failed:\n" + "\n".join(tails))
-    load_counts = server.counts()
+    load_counts, load_cpu = server.counts(), server.cpu_seconds()
     with open(results) as f:
         out = json.load(f)
     if not out["load"]["ok"]:
         raise RuntimeError(f"{client}: loaded values differ")
     out["save"]["requests"], out["load"]["requests"] = save_counts, load_counts
+    out["save"]["server_cpu"], out["load"]["server_cpu"] = save_cpu, load_cpu
     return out
 
 
@@ -505,13 +544,22 @@ def run_cpp(build, server, url, layers):
     for mode in ("save", "load"):
         server.start_counting()
         ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, env=server.env())
-        counts = server.counts()
+        counts, server_cpu = server.counts(), server.cpu_seconds()
         if mode == "load" and not all(r["verified"] for r in ranks):
             raise RuntimeError("shardpoint load returned wrong values")
         out[mode] = {"seconds": max(r["seconds"] for r in ranks), "bytes": sum(r["bytes"] for r in ranks),
                      "peak_rss": max(r["peak_rss"] for r in ranks),
-                     "added_rss": max(r["peak_rss"] - r["rss_before"] for r in ranks), "requests": counts}
+                     "added_rss": max(r["peak_rss"] - r["rss_before"] for r in ranks), "requests": counts,
+                     "server_cpu": server_cpu, "client_cpu": sum(r["cpu_seconds"] for r in ranks)}
     return out
+
+
+def warm_up(build, server):
+    """A small untimed save and load (2 layers) on a fresh server: the first requests a server
+    answers are slower (Azurite's JIT, first files and connections), and sp runs first in
+    every round, so without this its first round alone would pay for them."""
+    run_cpp(build, server, server.url("warm-up"), 2)
+    server.remove_prefix("warm-up")
 
 
 # --- boto3 ------------------------------------------------------------------------------------
@@ -588,11 +636,13 @@ def transfer_at(start, transfer):
     while time.time() < start:
         time.sleep(0.005)
     before = dcp_bench._status("VmRSS")
+    cpu0 = process_cpu()
     t0 = time.time()
     transfer()
     t1 = time.time()
     hwm = dcp_bench._status("VmHWM")
-    print(json.dumps({"start": t0, "end": t1, "peak_rss": hwm, "added_rss": hwm - before}))
+    print(json.dumps({"start": t0, "end": t1, "peak_rss": hwm, "added_rss": hwm - before,
+                      "cpu": process_cpu() - cpu0}))
 
 
 def run_object_processes(client, command, options, server, sizes, prefix, payload, scratch, lead_seconds):
@@ -627,7 +677,8 @@ def run_object_processes(client, command, options, server, sizes, prefix, payloa
             raise RuntimeError(f"{client} processes did not start together")
         out[job] = {"seconds": max(r["end"] for r in ranks) - min(r["start"] for r in ranks), "bytes": payload,
                     "moved": sum(sizes), "peak_rss": max(r["peak_rss"] for r in ranks),
-                    "added_rss": max(r["added_rss"] for r in ranks), "requests": server.counts()}
+                    "added_rss": max(r["added_rss"] for r in ranks), "requests": server.counts(),
+                    "server_cpu": server.cpu_seconds(), "client_cpu": sum(r["cpu"] for r in ranks)}
     for i in range(len(sizes)):
         with open(os.path.join(folder, f"up-{i}"), "rb") as a, open(os.path.join(folder, f"down-{i}"), "rb") as b:
             while True:
@@ -728,6 +779,8 @@ def main():
         server = Server(kind, scratch) if kind in ("s3s", "moto") else EmulatorServer(kind, scratch)
         jobs = {c: [] for c in clients}
         try:
+            if "sp" in clients:
+                warm_up(build, server)
             for rnd in range(args.rounds):
                 sizes = []
                 for client in clients:
@@ -752,7 +805,9 @@ def main():
                     for job in ("save", "load"):
                         r = out[job]
                         print(f"  {job}: {r['seconds']:.2f} s, {r['bytes'] / r['seconds'] / 1e9:.3f} GB/s, "
-                              f"requests {r['requests']}, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
+                              f"requests {r['requests']}, CPU s server {r['server_cpu']:.1f} "
+                              f"client {r['client_cpu']:.1f}, "
+                              f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
                               f"(+{r['added_rss'] / 2**20:.0f})", flush=True)
                     jobs[client].append(out)
                     server.remove_prefix(prefix)
@@ -800,14 +855,21 @@ def report(kind, args, clients, jobs):
     def mib(client, job, field):
         return f"{benchlib.median([r[job][field] for r in jobs[client]]) / 2**20:.0f}"
 
+    def busy(client, job):
+        return "/".join(f"{benchlib.median([r[job][f] for r in jobs[client]]):.1f}"
+                        for f in ("server_cpu", "client_cpu", "seconds"))
+
     rows = [[c, per_gb(c, "save"), per_gb(c, "load"),
              f"{mib(c, 'save', 'peak_rss')} (+{mib(c, 'save', 'added_rss')})",
-             f"{mib(c, 'load', 'peak_rss')} (+{mib(c, 'load', 'added_rss')})"] for c in clients]
+             f"{mib(c, 'load', 'peak_rss')} (+{mib(c, 'load', 'added_rss')})", busy(c, "save"), busy(c, "load")]
+            for c in clients]
     benchlib.print_table(
         f"Requests per GB of payload (GET/PUT/POST/HEAD/LIST/DELETE, first round, counted by "
-        f"{server.split(' on ')[-1]}) and peak RSS "
-        "of the largest rank, MiB (+ added during the call; median)",
-        ["client", "save requests/GB", "load requests/GB", "save peak RSS", "load peak RSS"], rows)
+        f"{server.split(' on ')[-1]}), peak RSS "
+        "of the largest rank, MiB (+ added during the call), and CPU seconds of the server and of the "
+        "client's processes over the job's seconds (medians)",
+        ["client", "save requests/GB", "load requests/GB", "save peak RSS", "load peak RSS",
+         "save CPU s: server/client/wall", "load CPU s: server/client/wall"], rows)
 
 
 if __name__ == "__main__":
