@@ -359,7 +359,7 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
       if (fetched_ahead) {
         --ahead_jobs_;
       } else {
-        if (id >= ahead_paused_until_) ahead_paused_ = false;  // started after the failure: the object reads again
+        if (id >= ahead_paused_until_) ahead_paused_ = false;  // the object reads again
       }
       fetch_ahead();
     }
@@ -376,8 +376,8 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
       for (const auto& [begin, end] : announced) announce(begin, end);
       if (fetched_ahead) {
         --ahead_jobs_;
-        // Until a reader's fetch started after this one fails succeeds: no retries in the
-        // background.
+        // No retries in the background: paused until the fetch of a miss that starts after
+        // this failure succeeds.
         ahead_paused_ = true;
         ahead_paused_until_ = next_id_;
       }
