@@ -96,7 +96,10 @@ class WholeObjectSource final : public ByteSource {
 // the rest is being fetched, so a thread that misses then adds one block beyond the budget.
 // Blocks being fetched are never dropped, and a reader copying out of a dropped block keeps
 // it until its copy ends. Plus the announced ranges (merged; at most kMaxHints of them,
-// ~64 B each, the lowest dropped first).
+// ~64 B each, the lowest dropped first), and per cached block the byte ranges read from it
+// and those announced and not read yet (~64 B each; adjacent reads merge, so a block's
+// ranges number about the items whose reads skip bytes between them, a few thousand at
+// most for 8 MiB of small items).
 // `fetch` must fail when the object changed since open (drivers pin the version), and must
 // be safe to call from several threads at once.
 class WindowedSource final : public ByteSource {
