@@ -97,9 +97,8 @@ class WholeObjectSource final : public ByteSource {
 // Blocks being fetched are never dropped, and a reader copying out of a dropped block keeps
 // it until its copy ends. Plus the announced ranges (merged; at most kMaxHints of them,
 // ~64 B each, the lowest dropped first), and per cached block the byte ranges read from it
-// and those announced and not read yet (~64 B each; adjacent reads merge, so a block's
-// ranges number about the items whose reads skip bytes between them, a few thousand at
-// most for 8 MiB of small items).
+// and those announced and not read yet (~64 B each; adjacent reads merge, so there are
+// about as many as items whose reads leave a gap before the next).
 // `fetch` must fail when the object changed since open (drivers pin the version), and must
 // be safe to call from several threads at once.
 class WindowedSource final : public ByteSource {
