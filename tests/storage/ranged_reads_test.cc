@@ -2,14 +2,24 @@
 // the object's, blocks tile the object instead of overlapping, and announced ranges
 // (will_need) size the ranged fetches: a lone small item is one small fetch, a run of items
 // one window, and a reader ahead fetches the announced bytes a reader behind it needs next.
+// Fetching ahead: the next announced blocks are fetched without a reader asking, within the
+// cache's budget and keeping blocks not read through; a failed fetch ahead reaches only the
+// reader of its bytes, which fetches them again; destroying the source while a fetch ahead
+// is in flight waits for it.
 #include "storage/http/ranged_reads.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -155,6 +165,258 @@ TEST(WindowedSourceTest, FailedFetchIsNotCached) {
   });
   EXPECT_THROW(read(source, 10, 10), std::runtime_error);
   EXPECT_EQ(read(source, 10, 10), object.bytes.substr(10, 10));
+}
+
+// An object whose fetches can be held at a gate (those at offsets in `held`, until
+// open_gate()) or fail (once for each entry of `failing`), and which counts them; tests wait
+// for the fetches the source makes on its own threads instead of sleeping.
+struct GatedObject {
+  // Only a guard against a hang: every wait ends as soon as what it waits for happens.
+  static constexpr std::chrono::seconds kGuard{60};
+
+  std::string bytes;
+  std::mutex mu;
+  std::condition_variable changed;
+  std::set<std::uint64_t> held;
+  std::multiset<std::uint64_t> failing;
+  bool gate_open = false;
+  std::vector<std::uint64_t> started;                          // offsets, as fetches start
+  std::vector<std::pair<std::uint64_t, std::size_t>> fetches;  // completed: (offset, length)
+
+  explicit GatedObject(std::size_t n) : bytes(FakeObject(n).bytes) {}
+
+  RangeFetch fetch() {
+    return [this](std::uint64_t offset, std::span<std::byte> out) {
+      std::unique_lock lock(mu);
+      started.push_back(offset);
+      changed.notify_all();
+      if (held.count(offset) != 0 && !changed.wait_for(lock, kGuard, [&] { return gate_open; })) {
+        throw std::runtime_error("test gate never opened");
+      }
+      if (auto f = failing.find(offset); f != failing.end()) {
+        failing.erase(f);
+        throw std::runtime_error("injected failure at " + std::to_string(offset));
+      }
+      std::memcpy(out.data(), bytes.data() + offset, out.size());
+      fetches.emplace_back(offset, out.size());
+      changed.notify_all();
+    };
+  }
+  void open_gate() {
+    std::lock_guard lock(mu);
+    gate_open = true;
+    changed.notify_all();
+  }
+  // Waits until pred() (called with mu held); false after kGuard.
+  template <typename Pred>
+  bool wait(Pred pred) {
+    std::unique_lock lock(mu);
+    return changed.wait_for(lock, kGuard, pred);
+  }
+  std::size_t count(const std::vector<std::uint64_t>& offsets, std::uint64_t offset) {
+    return static_cast<std::size_t>(std::count(offsets.begin(), offsets.end(), offset));
+  }
+  std::size_t fetched_at(std::uint64_t offset) {
+    return static_cast<std::size_t>(
+        std::count_if(fetches.begin(), fetches.end(), [&](const auto& f) { return f.first == offset; }));
+  }
+};
+
+TEST(WindowedSourceTest, FetchesTheNextAnnouncedBlocksAhead) {
+  GatedObject object(8 * kWindow);
+  object.held = {kWindow, 2 * kWindow};
+  WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch(), /*ahead=*/2);
+  source.will_need(0, object.bytes.size());
+  // A miss fetches its block, and the next announced blocks without a reader asking, two
+  // at once (a third would be cached as soon as it is queued).
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));
+  ASSERT_TRUE(object.wait([&] { return object.started.size() == 3; }));
+  EXPECT_EQ(source.cached_bytes(), 3 * kWindow);
+  // Then as fetches end, until the cache is full of blocks not read through.
+  object.open_gate();
+  ASSERT_TRUE(object.wait([&] { return object.fetches.size() == 4; }));
+  EXPECT_EQ(source.cached_bytes(), 4 * kWindow);
+  {
+    std::lock_guard lock(object.mu);
+    for (std::uint64_t at = 0; at < 4 * kWindow; at += kWindow) EXPECT_EQ(object.fetched_at(at), 1u) << at;
+    for (const auto& f : object.fetches) EXPECT_EQ(f.second, kWindow) << f.first;
+  }
+  // Reading the first block through makes room for the next.
+  EXPECT_EQ(read(source, 100, kWindow - 100), object.bytes.substr(100, kWindow - 100));
+  ASSERT_TRUE(object.wait([&] { return object.fetches.size() == 5; }));
+  {
+    std::lock_guard lock(object.mu);
+    EXPECT_EQ(object.fetches.back(), std::make_pair(std::uint64_t{4 * kWindow}, kWindow));
+  }
+  // Read to the end (3000 does not divide the window): every byte right, none fetched twice.
+  for (std::uint64_t at = kWindow; at < object.bytes.size(); at += 3000) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(3000, object.bytes.size() - at));
+    ASSERT_EQ(read(source, at, n), object.bytes.substr(at, n));
+  }
+  std::lock_guard lock(object.mu);
+  EXPECT_EQ(object.fetches.size(), 8u);
+  for (std::uint64_t at = 0; at < object.bytes.size(); at += kWindow) EXPECT_EQ(object.fetched_at(at), 1u) << at;
+}
+
+TEST(WindowedSourceTest, NothingIsFetchedAheadOfUnannouncedReads) {
+  GatedObject object(8 * kWindow);
+  WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch(), /*ahead=*/3);
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));
+  EXPECT_EQ(read(source, 5 * kWindow, 100), object.bytes.substr(5 * kWindow, 100));
+  EXPECT_EQ(source.cached_bytes(), 2 * kWindow);  // a fetch ahead would be cached when queued
+  std::lock_guard lock(object.mu);
+  EXPECT_EQ(object.started.size(), 2u);
+}
+
+TEST(WindowedSourceTest, AFailedFetchAheadReachesOnlyTheReaderOfItsBytes) {
+  GatedObject object(8 * kWindow);
+  object.held = {kWindow};
+  object.failing = {kWindow};
+  WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch(), /*ahead=*/2);
+  source.will_need(0, object.bytes.size());
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));  // fetches [w, 2w) ahead, held
+  // A reader of the held block waits for it (or, if the fetch failed first, misses); the
+  // fetch fails, and the reader fetches the bytes itself without an error either way.
+  std::string behind;
+  std::jthread reader([&] { behind = read(source, kWindow + 10, 10); });
+  object.open_gate();
+  reader.join();
+  EXPECT_EQ(behind, object.bytes.substr(kWindow + 10, 10));
+  // Readers of other bytes never see the error.
+  EXPECT_EQ(read(source, 50, 100), object.bytes.substr(50, 100));
+  EXPECT_EQ(read(source, 2 * kWindow + 7, 100), object.bytes.substr(2 * kWindow + 7, 100));
+  std::lock_guard lock(object.mu);
+  EXPECT_EQ(object.count(object.started, kWindow), 2u);  // the failed fetch ahead, then the reader's
+  EXPECT_EQ(object.fetched_at(kWindow), 1u);
+}
+
+TEST(WindowedSourceTest, AFailedFetchAheadIsNotCachedNorRetriedInTheBackground) {
+  GatedObject object(8 * kWindow);
+  object.failing = {kWindow, kWindow, kWindow};  // ahead, the reader's own fetch, its next read
+  WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch(), /*ahead=*/1);
+  source.will_need(0, object.bytes.size());
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));
+  ASSERT_TRUE(object.wait([&] { return object.count(object.started, kWindow) == 1; }));
+  // The reader's own fetch fails too: its error is the reader's. The next read tries again.
+  EXPECT_THROW(read(source, kWindow + 10, 10), std::runtime_error);
+  EXPECT_THROW(read(source, kWindow + 10, 10), std::runtime_error);
+  {
+    std::lock_guard lock(object.mu);
+    EXPECT_EQ(object.count(object.started, kWindow), 3u);
+    EXPECT_EQ(object.started.size(), 4u);  // nothing fetched ahead since the failure
+  }
+  // A fetch that succeeds resumes fetching ahead; the block is the announced range.
+  EXPECT_EQ(read(source, kWindow + 10, 10), object.bytes.substr(kWindow + 10, 10));
+  ASSERT_TRUE(object.wait([&] { return object.fetched_at(2 * kWindow) == 1; }));
+  std::lock_guard lock(object.mu);
+  EXPECT_EQ(object.count(object.started, kWindow), 4u);
+  EXPECT_EQ(object.fetched_at(kWindow), 1u);
+  for (const auto& f : object.fetches) EXPECT_EQ(f.second, kWindow) << f.first;
+}
+
+TEST(WindowedSourceTest, FetchesAheadStayWithinTheCache) {
+  constexpr int kWindows = 4;
+  constexpr std::uint64_t kBudget = kWindows * kWindow;
+  GatedObject object(32 * kWindow);
+  object.held = {kWindow, 2 * kWindow, 3 * kWindow};
+  // More fetches ahead than the cache holds blocks: windows - 1 at once.
+  WindowedSource source("obj", object.bytes.size(), kWindow, kWindows, object.fetch(), /*ahead=*/8);
+  source.will_need(0, object.bytes.size());
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));
+  ASSERT_TRUE(object.wait([&] { return object.started.size() == 4; }));
+  EXPECT_EQ(source.cached_bytes(), kBudget);
+  // The cache is all fetches ahead in flight and a block read in part: a miss elsewhere
+  // drops that block for its own, and nothing more is fetched ahead.
+  EXPECT_EQ(read(source, 20 * kWindow, 100), object.bytes.substr(20 * kWindow, 100));
+  EXPECT_EQ(source.cached_bytes(), kBudget);
+  EXPECT_EQ(read(source, 24 * kWindow, 100), object.bytes.substr(24 * kWindow, 100));
+  EXPECT_EQ(source.cached_bytes(), kBudget);
+  {
+    std::lock_guard lock(object.mu);
+    EXPECT_EQ(object.started.size(), 6u);
+  }
+  object.open_gate();
+  // Streaming through the rest keeps the cache within the budget at every read.
+  for (std::uint64_t at = kWindow; at + 64 <= object.bytes.size(); at += kWindow / 3) {
+    ASSERT_EQ(read(source, at, 64), object.bytes.substr(at, 64));
+    ASSERT_LE(source.cached_bytes(), kBudget) << at;
+  }
+  std::lock_guard lock(object.mu);
+  for (std::uint64_t at : object.held) EXPECT_EQ(object.fetched_at(at), 1u) << at;  // kept until read
+}
+
+TEST(WindowedSourceTest, BlocksNotReadThroughAreKeptForTheReadersBehind) {
+  GatedObject object(16 * kWindow);
+  WindowedSource source("obj", object.bytes.size(), kWindow, 4, object.fetch(), /*ahead=*/2);
+  source.will_need(0, object.bytes.size());
+  // One reader stays in the first block while another reads ahead through the blocks
+  // fetched for it: the first block stays cached until it is read through.
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));
+  for (std::uint64_t at = kWindow; at < 4 * kWindow; at += kWindow / 2) {
+    ASSERT_EQ(read(source, at, kWindow / 2), object.bytes.substr(at, kWindow / 2));
+  }
+  EXPECT_EQ(read(source, 100, kWindow - 100), object.bytes.substr(100, kWindow - 100));
+  for (std::uint64_t at = 4 * kWindow; at < object.bytes.size(); at += kWindow / 2) {
+    ASSERT_EQ(read(source, at, kWindow / 2), object.bytes.substr(at, kWindow / 2));
+  }
+  std::lock_guard lock(object.mu);
+  EXPECT_EQ(object.fetches.size(), 16u);
+  for (std::uint64_t at = 0; at < object.bytes.size(); at += kWindow) EXPECT_EQ(object.fetched_at(at), 1u) << at;
+}
+
+TEST(WindowedSourceTest, ABlockIsReadThroughWhenEveryAnnouncedByteWasRead) {
+  GatedObject object(8 * kWindow);
+  WindowedSource source("obj", object.bytes.size(), kWindow, 2, object.fetch(), /*ahead=*/1);
+  // A header read before the announcement fetches an unannounced block; the announcement
+  // then makes its bytes that block's to be read (not counting the ones read already).
+  EXPECT_EQ(read(source, 0, 100), object.bytes.substr(0, 100));
+  source.will_need(0, object.bytes.size());
+  // Bytes read twice count once: with [w - 100, w) unread the block stays, and nothing more
+  // is fetched ahead than the one block that fits beside it.
+  for (int twice = 0; twice < 2; ++twice) EXPECT_EQ(read(source, 50, 150), object.bytes.substr(50, 150));
+  EXPECT_EQ(read(source, 200, kWindow - 300), object.bytes.substr(200, kWindow - 300));
+  EXPECT_EQ(read(source, kWindow, 10), object.bytes.substr(kWindow, 10));  // waits for the fetch ahead
+  EXPECT_EQ(source.cached_bytes(), 2 * kWindow);
+  {
+    std::lock_guard lock(object.mu);
+    EXPECT_EQ(object.started.size(), 2u);
+  }
+  // The last announced bytes: the block is read through and makes room for the next.
+  EXPECT_EQ(read(source, kWindow - 100, 100), object.bytes.substr(kWindow - 100, 100));
+  ASSERT_TRUE(object.wait([&] { return object.fetched_at(2 * kWindow) == 1; }));
+  std::lock_guard lock(object.mu);
+  EXPECT_EQ(object.fetched_at(0), 1u);
+  EXPECT_EQ(object.fetched_at(kWindow), 1u);
+}
+
+TEST(WindowedSourceTest, DestroyingWhileFetchingAheadWaitsForTheFetch) {
+  for (bool fail : {false, true}) {
+    GatedObject object(8 * kWindow);
+    object.held = {kWindow, 2 * kWindow, 3 * kWindow};
+    if (fail) object.failing = {2 * kWindow};
+    auto source = std::make_unique<WindowedSource>("obj", object.bytes.size(), kWindow, 4, object.fetch(), 3);
+    source->will_need(0, object.bytes.size());
+    EXPECT_EQ(read(*source, 0, 100), object.bytes.substr(0, 100));
+    ASSERT_TRUE(object.wait([&] { return object.started.size() == 4; }));
+    // The gate opens once the destructor is on its way; the fetches then write into the
+    // source's buffers and update its cache before it is gone (ASan checks the order).
+    std::jthread opener([&] {
+      object.wait([&] { return source == nullptr; });
+      object.open_gate();
+    });
+    {
+      std::unique_ptr<WindowedSource> dying;
+      {
+        std::lock_guard lock(object.mu);
+        dying = std::move(source);
+        object.changed.notify_all();
+      }
+    }
+    opener.join();
+    std::lock_guard lock(object.mu);
+    EXPECT_EQ(object.started.size(), 4u);
+    EXPECT_EQ(object.fetches.size(), fail ? 3u : 4u);
+  }
 }
 
 }  // namespace

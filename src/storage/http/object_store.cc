@@ -120,7 +120,7 @@ class ObjectStoreStorage final : public Storage {
       client->read_into(name, offset, out, {}, "read", tag);
     };
     return std::make_unique<WindowedSource>(client_->describe(key), version.size, limits.window_bytes, limits.windows,
-                                            std::move(fetch));
+                                            std::move(fetch), limits.windows_ahead);
   }
 
   // True when the object under key is exactly data (compared in full; small objects only

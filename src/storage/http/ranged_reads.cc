@@ -4,10 +4,51 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <new>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 namespace shardpoint::storage::http {
+namespace {
+
+// Adds [begin, end) to a set of disjoint ranges (start -> end), merging what touches it.
+void add_range(std::map<std::uint64_t, std::uint64_t>& set, std::uint64_t begin, std::uint64_t end) {
+  if (begin >= end) return;
+  auto it = set.upper_bound(begin);
+  if (it != set.begin() && std::prev(it)->second >= begin) {
+    --it;
+    begin = it->first;
+    end = std::max(end, it->second);
+    it = set.erase(it);
+  }
+  while (it != set.end() && it->first <= end) {
+    end = std::max(end, it->second);
+    it = set.erase(it);
+  }
+  set.emplace(begin, end);
+}
+
+// Removes [begin, end) from a set of disjoint ranges; returns the ranges it removed.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> remove_range(std::map<std::uint64_t, std::uint64_t>& set,
+                                                                  std::uint64_t begin, std::uint64_t end) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> removed;
+  auto it = set.upper_bound(begin);
+  if (it != set.begin() && std::prev(it)->second > begin) --it;
+  while (it != set.end() && it->first < end) {
+    const auto [r_begin, r_end] = *it;
+    it = set.erase(it);
+    removed.emplace_back(std::max(r_begin, begin), std::min(r_end, end));
+    if (r_begin < begin) set.emplace(r_begin, begin);
+    if (end < r_end) {
+      set.emplace(end, r_end);
+      break;
+    }
+  }
+  return removed;
+}
+
+}  // namespace
 
 void for_each_in_parallel(std::size_t count, int threads, const std::function<void(std::size_t)>& fn) {
   const int workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), count));
@@ -58,9 +99,26 @@ std::optional<ByteSpan> WholeObjectSource::view(std::uint64_t offset, std::uint6
 }
 
 WindowedSource::WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows,
-                               RangeFetch fetch)
-    : name_(std::move(name)), size_(size), window_bytes_(std::max<std::size_t>(window_bytes, 4096)),
-      windows_(std::max(1, windows)), fetch_(std::move(fetch)) {}
+                               RangeFetch fetch, int ahead)
+    : name_(std::move(name)),
+      size_(size),
+      window_bytes_(std::max<std::size_t>(window_bytes, 4096)),
+      windows_(std::max(1, windows)),
+      ahead_(std::clamp(ahead, 0, windows_ - 1)),
+      fetch_(std::move(fetch)) {}
+
+WindowedSource::~WindowedSource() {
+  std::vector<std::jthread> threads;
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;  // the fetches still running queue no more
+    jobs_.clear();    // not started: their blocks' futures break, and no reader waits on them
+    threads.swap(threads_);
+  }
+  for (std::jthread& t : threads) t.request_stop();
+  // Joined here, while the members their running fetches finish with are alive.
+  threads.clear();
+}
 
 void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const {
   check_range(offset, out.size(), what);
@@ -70,55 +128,81 @@ void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::s
     const std::size_t left = out.size() - done;
     if (left >= window_bytes_) {
       std::unique_lock lock(mu_);
-      const bool cached = std::any_of(cache_.begin(), cache_.end(),
-                                      [&](const Block& b) { return b.start <= pos && pos < b.start + b.length; });
-      if (!cached) forget_hints(pos, offset + out.size());  // read now: no later block looks back over it
-      lock.unlock();
-      if (!cached) {
-        fetch_(pos, out.subspan(done));
-        return;
+      if (find_block(pos) == cache_.end()) {
+        // Straight into the caller's buffer, up to the next block that holds (or is fetching)
+        // some of it.
+        std::uint64_t end = pos + left;
+        for (const Block& b : cache_) {
+          if (pos < b.start && b.start < end) end = b.start;
+        }
+        forget_hints(pos, end);  // read now: no later block looks back over it
+        lock.unlock();
+        const std::size_t n = static_cast<std::size_t>(end - pos);
+        fetch_(pos, out.subspan(done, n));
+        done += n;
+        continue;
       }
     }
-    std::uint64_t start = 0;
-    Bytes block = block_for(pos, left, &start);
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, start + block->size() - pos));
-    std::memcpy(out.data() + done, block->data() + (pos - start), n);
+    const Piece block = block_for(pos, left);
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, block.start + block.length - pos));
+    std::memcpy(out.data() + done, block.bytes.get() + (pos - block.start), n);
     done += n;
   }
 }
 
 void WindowedSource::will_need(std::uint64_t offset, std::uint64_t length) const {
   if (length == 0 || offset >= size_) return;
-  std::uint64_t begin = offset;
-  std::uint64_t end = offset + std::min(length, size_ - offset);
+  const std::uint64_t end = offset + std::min(length, size_ - offset);
   std::lock_guard lock(mu_);
-  auto it = hints_.upper_bound(begin);
-  if (it != hints_.begin() && std::prev(it)->second >= begin) {
-    --it;
-    begin = it->first;
-    end = std::max(end, it->second);
-    it = hints_.erase(it);
+  // Bytes a block holds already are that block's to be read (unless a reader took them
+  // before they were announced); the rest are announced for later blocks.
+  Ranges held;
+  for (Block& b : cache_) {
+    const std::uint64_t begin = std::max(offset, b.start);
+    const std::uint64_t stop = std::min(end, b.start + b.length);
+    if (begin >= stop) continue;
+    std::uint64_t at = begin;  // the parts of [begin, stop) no read took yet
+    auto r = b.read.upper_bound(begin);
+    if (r != b.read.begin()) --r;
+    for (; r != b.read.end() && r->first < stop; ++r) {
+      if (r->second <= at) continue;
+      if (at < r->first) add_range(b.unread, at, r->first);
+      at = std::max(at, r->second);
+    }
+    if (at < stop) add_range(b.unread, at, stop);
+    held.emplace_back(begin, stop);
   }
-  while (it != hints_.end() && it->first <= end) {
-    end = std::max(end, it->second);
-    it = hints_.erase(it);
+  std::sort(held.begin(), held.end());
+  std::uint64_t at = offset;
+  for (const auto& [begin, stop] : held) {
+    if (at < begin) announce(at, begin);
+    at = std::max(at, stop);
   }
-  hints_.emplace(begin, end);
+  if (at < end) announce(at, end);
+}
+
+void WindowedSource::Block::take(std::uint64_t offset, std::uint64_t n) {
+  remove_range(unread, offset, offset + n);
+  add_range(read, offset, offset + n);
+}
+
+std::uint64_t WindowedSource::cached_bytes() const {
+  std::lock_guard lock(mu_);
+  return cached_bytes_;
+}
+
+void WindowedSource::announce(std::uint64_t begin, std::uint64_t end) const {
+  add_range(hints_, begin, end);
   if (hints_.size() > kMaxHints) hints_.erase(hints_.begin());
 }
 
-void WindowedSource::forget_hints(std::uint64_t begin, std::uint64_t end) const {
-  auto it = hints_.upper_bound(begin);
-  if (it != hints_.begin() && std::prev(it)->second > begin) --it;
-  while (it != hints_.end() && it->first < end) {
-    const auto [h_begin, h_end] = *it;
-    it = hints_.erase(it);
-    if (h_begin < begin) hints_.emplace(h_begin, begin);
-    if (end < h_end) {
-      hints_.emplace(end, h_end);
-      break;
-    }
-  }
+WindowedSource::Ranges WindowedSource::forget_hints(std::uint64_t begin, std::uint64_t end) const {
+  return remove_range(hints_, begin, end);
+}
+
+std::list<WindowedSource::Block>::iterator WindowedSource::find_block(std::uint64_t offset) const {
+  return std::find_if(cache_.begin(), cache_.end(),
+                      [&](const Block& b) { return b.start <= offset && offset < b.start + b.length; });
 }
 
 std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_t offset, std::uint64_t length) const {
@@ -156,50 +240,196 @@ std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_
   return {start, end};
 }
 
-WindowedSource::Bytes WindowedSource::block_for(std::uint64_t offset, std::uint64_t length,
-                                                std::uint64_t* start) const {
-  std::promise<Bytes> promise;
-  Block mine;
-  {
-    std::unique_lock lock(mu_);
-    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-      if (it->start <= offset && offset < it->start + it->length) {
-        cache_.splice(cache_.begin(), cache_, it);
-        Block hit = cache_.front();
-        lock.unlock();
-        *start = hit.start;
-        return hit.bytes.get();  // waits when another thread is fetching it; rethrows its error
+bool WindowedSource::make_room(std::uint64_t length, bool for_miss) const {
+  const std::uint64_t budget = static_cast<std::uint64_t>(windows_) * window_bytes_;
+  const auto fits = [&] { return cached_bytes_ + length <= budget && cache_.size() + 1 <= kMaxBlocks; };
+  const auto drop = [&](std::list<Block>::iterator it) {
+    cached_bytes_ -= it->length;
+    return cache_.erase(it);
+  };
+  if (!for_miss) {
+    // All or nothing: a fetch ahead that cannot fit drops nothing.
+    std::uint64_t bytes = cached_bytes_;
+    std::size_t blocks = cache_.size();
+    for (const Block& b : cache_) {
+      if (!b.fetching && b.unread.empty()) {
+        bytes -= b.length;
+        --blocks;
       }
     }
-    const auto [begin, end] = block_range(offset, length);
-    forget_hints(begin, end);
-    mine.start = begin;
-    mine.length = end - begin;
-    mine.id = next_id_++;
-    mine.bytes = promise.get_future().share();
-    cache_.push_front(mine);
-    cached_bytes_ += mine.length;
-    const std::uint64_t budget = static_cast<std::uint64_t>(windows_) * window_bytes_;
-    while (cache_.size() > 1 && (cached_bytes_ > budget || cache_.size() > kMaxBlocks)) {
-      cached_bytes_ -= cache_.back().length;
-      cache_.pop_back();
-    }
+    if (bytes + length > budget || blocks + 1 > kMaxBlocks) return false;
   }
-  *start = mine.start;
+  // Blocks read through, least recently used first.
+  for (auto it = cache_.end(); it != cache_.begin() && !fits();) {
+    --it;
+    if (!it->fetching && it->unread.empty()) it = drop(it);
+  }
+  // A miss then drops blocks still to be read, furthest first: readers move forward, so
+  // those are read last (and fetched again then).
+  while (for_miss && !fits()) {
+    auto furthest = cache_.end();
+    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+      if (!it->fetching && (furthest == cache_.end() || it->start > furthest->start)) furthest = it;
+    }
+    if (furthest == cache_.end()) break;
+    drop(furthest);
+  }
+  return fits();
+}
+
+void WindowedSource::fetch_ahead() const noexcept {
   try {
-    auto bytes = std::make_shared<std::string>(mine.length, '\0');
-    fetch_(mine.start, std::as_writable_bytes(std::span(*bytes)));
+    std::uint64_t pos = 0;
+    while (ahead_jobs_ < ahead_ && !ahead_paused_ && !closing_) {
+      // The first announced byte at or after pos: readers read in file order, so the
+      // lowest announced bytes no block holds are the next ones missed.
+      auto hint = hints_.upper_bound(pos);
+      if (hint != hints_.begin() && std::prev(hint)->second > pos) --hint;
+      if (hint == hints_.end()) return;
+      const std::uint64_t at = std::max(pos, hint->first);
+      if (auto cached = find_block(at); cached != cache_.end()) {
+        // Announced after its block was fetched: the bytes are here already.
+        pos = cached->start + cached->length;
+        forget_hints(at, pos);
+        continue;
+      }
+      const auto [begin, end] = block_range(at, 1);
+      if (!make_room(end - begin, /*for_miss=*/false)) return;
+      if (idle_threads_ == 0 && threads_.size() < static_cast<std::size_t>(ahead_)) {
+        try {
+          threads_.emplace_back(
+              [this](const std::stop_token& stop) { run_jobs(stop); });  // takes the job when it starts
+        } catch (const std::system_error&) {
+          // Out of threads: the ones running take the job, or the readers fetch its bytes.
+          if (threads_.empty()) return;
+        }
+      }
+      Job job;
+      job.id = next_id_++;
+      job.start = begin;
+      job.length = end - begin;
+      job.announced = forget_hints(begin, end);
+      Block block;
+      block.start = begin;
+      block.length = end - begin;
+      block.id = job.id;
+      block.fetched_ahead = true;
+      for (const auto& [b, e] : job.announced) add_range(block.unread, b, e);
+      block.bytes = job.promise.get_future().share();
+      // Queued before it is cached: a block in the cache is always being fetched or fetched.
+      jobs_.push_back(std::move(job));
+      ++ahead_jobs_;
+      cache_.push_front(std::move(block));
+      cached_bytes_ += end - begin;
+      job_queued_.notify_one();
+      pos = end;
+    }
+  } catch (const std::bad_alloc&) {
+    // Fetching ahead is an optimization: what it did not queue, readers fetch themselves
+    // (the state above is consistent after every step).
+  }
+}
+
+void WindowedSource::run_jobs(const std::stop_token& stop) const {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_threads_;
+    job_queued_.wait(lock, stop, [&] { return !jobs_.empty(); });
+    --idle_threads_;
+    if (stop.stop_requested()) return;
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    fill(job.id, job.start, job.length, /*fetched_ahead=*/true, job.announced, job.promise);
+    lock.lock();
+  }
+}
+
+void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t length, bool fetched_ahead,
+                          const Ranges& announced, std::promise<Bytes>& promise) const {
+  try {
+    // Not zero-filled: the fetch writes every byte or throws.
+    std::shared_ptr<std::byte[]> bytes = std::make_unique_for_overwrite<std::byte[]>(length);
+    fetch_(start, std::span(bytes.get(), length));
+    {
+      std::lock_guard lock(mu_);
+      for (Block& b : cache_) {
+        if (b.id == id) b.fetching = false;
+      }
+      if (fetched_ahead) {
+        --ahead_jobs_;
+      } else {
+        if (id >= ahead_paused_until_) ahead_paused_ = false;  // the object reads again
+      }
+      fetch_ahead();
+    }
     promise.set_value(std::move(bytes));
   } catch (...) {
+    {
+      // Out of the cache before a waiting reader sees the error, so its retry fetches again.
+      std::lock_guard lock(mu_);
+      cache_.remove_if([&](const Block& b) {
+        if (b.id != id) return false;
+        cached_bytes_ -= b.length;
+        return true;
+      });
+      for (const auto& [begin, end] : announced) announce(begin, end);
+      if (fetched_ahead) {
+        --ahead_jobs_;
+        // No retries in the background: paused until the fetch of a miss that starts after
+        // this failure succeeds.
+        ahead_paused_ = true;
+        ahead_paused_until_ = next_id_;
+      }
+    }
     promise.set_exception(std::current_exception());
-    std::lock_guard lock(mu_);  // a failed block is not cached: the next read tries again
-    cache_.remove_if([&](const Block& b) {
-      if (b.id != mine.id) return false;
-      cached_bytes_ -= b.length;
-      return true;
-    });
   }
-  return mine.bytes.get();
+}
+
+WindowedSource::Piece WindowedSource::block_for(std::uint64_t offset, std::uint64_t length) const {
+  bool retried = false;
+  for (;;) {
+    std::unique_lock lock(mu_);
+    auto it = find_block(offset);
+    if (it != cache_.end()) {
+      cache_.splice(cache_.begin(), cache_, it);
+      Block& hit = cache_.front();
+      hit.take(offset, std::min(length, hit.start + hit.length - offset));
+      const std::shared_future<Bytes> bytes = hit.bytes;
+      const std::uint64_t start = hit.start;
+      const std::uint64_t block_length = hit.length;
+      const bool fetched_ahead = hit.fetched_ahead;
+      fetch_ahead();
+      lock.unlock();
+      try {
+        return {bytes.get(), start, block_length};  // waits while it is being fetched
+      } catch (...) {
+        // A failed fetch ahead was not this reader's request: it fetches the bytes itself
+        // once (the failed block is out of the cache) before an error is the reader's.
+        if (!fetched_ahead || retried) throw;
+        retried = true;
+        continue;
+      }
+    }
+    std::promise<Bytes> promise;
+    Block mine;
+    const auto [begin, end] = block_range(offset, length);
+    const Ranges announced = forget_hints(begin, end);
+    mine.start = begin;
+    mine.length = end - begin;
+    const std::uint64_t id = mine.id = next_id_++;
+    for (const auto& [b, e] : announced) add_range(mine.unread, b, e);
+    mine.take(offset, std::min(length, end - offset));
+    mine.bytes = promise.get_future().share();
+    const std::shared_future<Bytes> bytes = mine.bytes;
+    make_room(mine.length, /*for_miss=*/true);  // fetched even when nothing can be dropped
+    cache_.push_front(std::move(mine));
+    cached_bytes_ += end - begin;
+    fetch_ahead();
+    lock.unlock();
+    fill(id, begin, end - begin, /*fetched_ahead=*/false, announced, promise);
+    return {bytes.get(), begin, end - begin};
+  }
 }
 
 }  // namespace shardpoint::storage::http

@@ -6,11 +6,14 @@
 // (a ranged GET, signed and retried by the driver); nothing here does HTTP itself.
 //
 // Thread-safety: read_in_parallel() runs its callback on several threads at once; the
-// sources are safe to read from any number of threads (ByteSource's contract).
+// sources are safe to read from any number of threads (ByteSource's contract), and a
+// WindowedSource that fetches ahead calls `fetch` from threads of its own as well.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <future>
 #include <list>
@@ -18,8 +21,11 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/byte_stream.h"
 
@@ -73,50 +79,130 @@ class WholeObjectSource final : public ByteSource {
 // The remaining part of a read of a window or more goes straight into the caller's buffer
 // (drivers split large ones into parallel ranged GETs). Threads that miss on the same block
 // wait for one fetch instead of each fetching it.
-// Memory: cached blocks of windows x window_bytes in all (least recently used dropped
-// first; at most kMaxBlocks blocks, so small ones do not evict each other), plus the
-// announced ranges (merged; at most kMaxHints of them, ~64 B each, the lowest dropped first).
-// `fetch` must fail when the object changed since open (drivers pin the version).
+// Fetching ahead (`ahead` > 0): at every read, and whenever a fetch ends, the source also
+// starts fetching the lowest announced bytes no block holds, as blocks sized as above, with
+// at most `ahead` such fetches at once, on threads of its own (at most `ahead`, started at
+// its first fetch ahead). A reader that needs bytes of a block being fetched ahead waits
+// for it. A failed fetch ahead is not cached, its ranges stay announced, and fetching ahead
+// pauses until a reader's own fetch started after it succeeds; its error reaches only a
+// reader waiting on that block, which then fetches the bytes itself (and throws that
+// fetch's error). When no thread or memory can be had for it, fetching ahead is skipped,
+// never a read failed.
+// Memory: blocks cached or being fetched hold at most windows x window_bytes, at most
+// kMaxBlocks of them, so small ones do not evict each other. When a block does not fit, the
+// least recently used blocks whose announced bytes have all been read are dropped. A fetch
+// ahead that still does not fit waits for a later read; a miss instead drops blocks not read
+// through yet too (the furthest into the object first), and fetches its block even when all
+// the rest is being fetched, so a thread that misses then adds one block beyond the budget.
+// Blocks being fetched are never dropped, and a reader copying out of a dropped block keeps
+// it until its copy ends. Plus the announced ranges (merged; at most kMaxHints of them,
+// ~64 B each, the lowest dropped first), and per cached block the byte ranges read from it
+// and those announced and not read yet (~64 B each; adjacent reads merge, so there are
+// about as many as items whose reads leave a gap before the next).
+// `fetch` must fail when the object changed since open (drivers pin the version), and must
+// be safe to call from several threads at once.
 class WindowedSource final : public ByteSource {
  public:
   static constexpr std::size_t kMaxHints = 1 << 16;
   static constexpr std::size_t kMaxBlocks = 256;
 
-  WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows, RangeFetch fetch);
+  // ahead: fetches ahead at once (0: none; at most windows - 1 is used).
+  WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows, RangeFetch fetch,
+                 int ahead = 0);
+  // Drops the fetches ahead not started yet and waits for those in flight (at most `ahead`
+  // GETs of at most window_bytes; a GET cannot be interrupted). REQUIRES: no read or
+  // will_need running.
+  ~WindowedSource() override;
+  WindowedSource(const WindowedSource&) = delete;
+  WindowedSource& operator=(const WindowedSource&) = delete;
+
   const std::string& name() const override { return name_; }
   std::uint64_t size() const override { return size_; }
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override;
-  // Records [offset, offset + length) as a range the reader will read (sizes blocks; fetches
-  // nothing now).
+  // Records [offset, offset + length) as a range the reader will read (sizes blocks, keeps
+  // the cached blocks holding it; fetches nothing now: fetching ahead starts at the next
+  // read).
   void will_need(std::uint64_t offset, std::uint64_t length) const override;
+  // Bytes of the blocks cached or being fetched now (see Memory above). For tests and metrics.
+  std::uint64_t cached_bytes() const;
 
  private:
-  using Bytes = std::shared_ptr<const std::string>;
+  using Bytes = std::shared_ptr<const std::byte[]>;
+  using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // [start, end)
+  using RangeSet = std::map<std::uint64_t, std::uint64_t>;              // start -> end, disjoint
   struct Block {
     std::uint64_t start = 0;
     std::uint64_t length = 0;
     std::uint64_t id = 0;             // tells this fetch from a later one of the same range
+    bool fetching = true;             // its fetch is in flight (never dropped then)
+    bool fetched_ahead = false;       // by fetch_ahead(), not by a reader's miss
+    RangeSet unread;                  // announced bytes in it that no read has taken yet
+    RangeSet read;                    // bytes reads have taken from it
     std::shared_future<Bytes> bytes;  // ready, or being fetched by another thread
+
+    // A read took [offset, offset + n) from it.
+    void take(std::uint64_t offset, std::uint64_t n);
   };
+  // A block's bytes; start and length as in Block.
+  struct Piece {
+    Bytes bytes;
+    std::uint64_t start = 0;
+    std::uint64_t length = 0;
+  };
+  // A block fetch_ahead() queued for its threads (its Block has the same id).
+  struct Job {
+    std::uint64_t id = 0;
+    std::uint64_t start = 0;
+    std::uint64_t length = 0;
+    Ranges announced;  // what forget_hints() dropped for it, announced again if it fails
+    std::promise<Bytes> promise;
+  };
+
   // A block holding the byte at offset, cached or fetched now (a read of `length` bytes
-  // from offset missed); *start: where it starts.
-  Bytes block_for(std::uint64_t offset, std::uint64_t length, std::uint64_t* start) const;
+  // from offset missed). Throws the fetch's error.
+  Piece block_for(std::uint64_t offset, std::uint64_t length) const;
+  // Fetches the bytes of block `id` ([start, start + length)) and completes promise with
+  // them or the error; a failed block leaves the cache and `announced` is announced again.
+  // Never throws.
+  void fill(std::uint64_t id, std::uint64_t start, std::uint64_t length, bool fetched_ahead, const Ranges& announced,
+            std::promise<Bytes>& promise) const;
+  // REQUIRES: mu_ held. The cached block holding offset, or cache_.end().
+  std::list<Block>::iterator find_block(std::uint64_t offset) const;
   // REQUIRES: mu_ held, no cached block holds offset. The range a miss fetches.
   std::pair<std::uint64_t, std::uint64_t> block_range(std::uint64_t offset, std::uint64_t length) const;
   // REQUIRES: mu_ held. Drops [begin, end) from the announced ranges (being fetched now: a
-  // later block does not stretch over them again).
-  void forget_hints(std::uint64_t begin, std::uint64_t end) const;
+  // later block does not stretch over them again); returns what it dropped.
+  Ranges forget_hints(std::uint64_t begin, std::uint64_t end) const;
+  // REQUIRES: mu_ held. Merges [begin, end) into the announced ranges.
+  void announce(std::uint64_t begin, std::uint64_t end) const;
+  // REQUIRES: mu_ held. Drops blocks until one of `length` more bytes fits the budget (see
+  // Memory at the top: for_miss chooses the miss's rules over the fetch ahead's); a fetch
+  // ahead drops nothing when it cannot fit. Returns whether it fits.
+  bool make_room(std::uint64_t length, bool for_miss) const;
+  // REQUIRES: mu_ held. Queues fetches ahead (see the top).
+  void fetch_ahead() const noexcept;
+  // A fetch-ahead thread: runs queued jobs until stopped.
+  void run_jobs(const std::stop_token& stop) const;
 
   std::string name_;
   std::uint64_t size_;
   std::size_t window_bytes_;
   int windows_;
+  int ahead_;
   RangeFetch fetch_;
   mutable std::mutex mu_;
-  mutable std::list<Block> cache_;  // GUARDED_BY(mu_), most recently used first
-  mutable std::uint64_t next_id_ = 0;  // GUARDED_BY(mu_)
+  mutable std::list<Block> cache_;                        // GUARDED_BY(mu_), most recently used first
+  mutable std::uint64_t next_id_ = 0;                     // GUARDED_BY(mu_)
   mutable std::uint64_t cached_bytes_ = 0;                // GUARDED_BY(mu_): lengths of cache_'s blocks
   mutable std::map<std::uint64_t, std::uint64_t> hints_;  // GUARDED_BY(mu_): announced [start, end), disjoint
+  mutable std::deque<Job> jobs_;                          // GUARDED_BY(mu_): fetches ahead not started
+  mutable int ahead_jobs_ = 0;                            // GUARDED_BY(mu_): fetches ahead queued or running
+  mutable bool ahead_paused_ = false;                     // GUARDED_BY(mu_): a fetch ahead failed, and since then
+  mutable std::uint64_t ahead_paused_until_ = 0;          // GUARDED_BY(mu_): no miss from this id on succeeded
+  mutable int idle_threads_ = 0;                          // GUARDED_BY(mu_): threads waiting for a job
+  mutable bool closing_ = false;                          // GUARDED_BY(mu_): set by the destructor
+  mutable std::condition_variable_any job_queued_;
+  mutable std::vector<std::jthread> threads_;  // GUARDED_BY(mu_); joined by the destructor
 };
 
 }  // namespace shardpoint::storage::http
