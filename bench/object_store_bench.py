@@ -13,7 +13,8 @@ server. S3 (s3s, moto):
 
 Clients (each a job of 4 ranks, save then load, every load checked against the values):
   sp       shardpoint's C++ engine: BUILD/bench/dcp_bench save|load s3://... on 4 processes
-           (TCP communicator, no LibTorch), checksums written and verified.
+           (TCP communicator, no LibTorch), checksums written and verified; the save with
+           SaveOptions::thread_count --sp-save-threads (default: the engine's own).
   sp-py    shardpoint's Python package: dcp.save/dcp.load with shardpoint.torch.StorageWriter
            / StorageReader (thread_count 4 both; sync_files off: an object store has no fsync),
            4 gloo ranks (the package from $SHARDPOINT_PYTHONPATH).
@@ -51,7 +52,8 @@ create/complete), HEAD, LIST, DELETE. Azure (Azurite's operation names): GET = G
 Put Blob, Put Block, Put Block List and copies, HEAD = Get Blob Properties and other property
 reads, LIST = List Blobs, DELETE. GCS (HTTP method and path): GET = media downloads, PUT =
 resumable chunks, POST = media/multipart uploads, session starts, rewrites and composes, HEAD =
-object or bucket metadata GETs, LIST = object lists, DELETE. Peak RSS = the largest rank's VmHWM during its call
+object or bucket metadata GETs, LIST = object lists, DELETE. Server CPU = the server process's
+(and its children's) user + system seconds during the job. Peak RSS = the largest rank's VmHWM during its call
 (the state it holds included), and added = VmHWM - VmRSS before the call.
 Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients).
 """
@@ -146,9 +148,10 @@ class Server:
     def start_counting(self):
         time.sleep(0.2)  # lines of the previous job still being written
         self.mark = os.path.getsize(self.log_path)
+        self.cpu_mark = process_cpu_seconds(self.proc.pid)
 
     def counts(self):
-        """Requests since start_counting(), by kind."""
+        """Requests since start_counting(), by kind, and the server's CPU seconds ("server_cpu")."""
         time.sleep(0.2)
         with open(self.log_path, "rb") as f:
             f.seek(self.mark)
@@ -156,6 +159,7 @@ class Server:
         out = dict.fromkeys(KINDS, 0)
         for kind in self.request_kinds(text):
             out[kind] += 1
+        out["server_cpu"] = process_cpu_seconds(self.proc.pid) - self.cpu_mark
         return out
 
     def request_kinds(self, log_text):
@@ -271,6 +275,21 @@ class EmulatorServer(Server):
         else:
             for blob in self._bucket().list_blobs(prefix=prefix + "/"):
                 blob.delete()
+
+
+def process_cpu_seconds(pid):
+    """User + system CPU seconds of process pid and of its descendants (live or reaped)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return total
+    return total + sum(process_cpu_seconds(c) for c in children)
 
 
 def azure_kind(op):
@@ -499,12 +518,13 @@ def run_python_client(client, server, url, layers, peer_threads, scratch):
 
 # --- shardpoint's C++ ranks ------------------------------------------------------------------
 
-def run_cpp(build, server, url, layers):
+def run_cpp(build, server, url, layers, save_threads):
     tool = os.path.join(build, "bench", "dcp_bench")
     out = {}
     for mode in ("save", "load"):
         server.start_counting()
-        ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, env=server.env())
+        extra = ("--threads", str(save_threads)) if mode == "save" and save_threads > 0 else ()
+        ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, extra=extra, env=server.env())
         counts = server.counts()
         if mode == "load" and not all(r["verified"] for r in ranks):
             raise RuntimeError("shardpoint load returned wrong values")
@@ -683,6 +703,8 @@ def main():
                     "(S3: sp,sp-py,s3torch,s3fs,boto3; azurite: sp,sp-py,azure-sdk,adlfs; fake-gcs: sp,sp-py,gcsfs,"
                     "gcs-sdk); each server runs those of the list it has")
     ap.add_argument("--peer-threads", type=int, default=4, help="thread_count of S3StorageWriter and FsspecWriter")
+    ap.add_argument("--sp-save-threads", type=int, default=0,
+                    help="sp: SaveOptions::thread_count of the save (dcp_bench --threads); 0: the engine's default")
     ap.add_argument("--boto-chunk-mib", type=int, default=8)
     ap.add_argument("--boto-concurrency", type=int, default=10)
     ap.add_argument("--sdk-chunk-mib", type=int, default=8, help="azure-sdk and gcs-sdk: block / chunk size")
@@ -735,7 +757,7 @@ def main():
                     url = server.url(prefix)
                     print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
                     if client == "sp":
-                        out = run_cpp(build, server, url, args.layers)
+                        out = run_cpp(build, server, url, args.layers, args.sp_save_threads)
                         listing = server.objects(prefix)
                         sizes = [size for key, size in listing if key.endswith(".distcp")]
                         out["objects"] = listing
@@ -751,8 +773,10 @@ def main():
                         out = run_python_client(client, server, url, args.layers, args.peer_threads, scratch)
                     for job in ("save", "load"):
                         r = out[job]
+                        counts = {k: v for k, v in r["requests"].items() if k in KINDS}
                         print(f"  {job}: {r['seconds']:.2f} s, {r['bytes'] / r['seconds'] / 1e9:.3f} GB/s, "
-                              f"requests {r['requests']}, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
+                              f"requests {counts}, server CPU {r['requests']['server_cpu']:.1f} s, "
+                              f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
                               f"(+{r['added_rss'] / 2**20:.0f})", flush=True)
                     jobs[client].append(out)
                     server.remove_prefix(prefix)
@@ -800,14 +824,19 @@ def report(kind, args, clients, jobs):
     def mib(client, job, field):
         return f"{benchlib.median([r[job][field] for r in jobs[client]]) / 2**20:.0f}"
 
+    def cpu(client):
+        return "/".join(f"{benchlib.median([r[job]['requests']['server_cpu'] for r in jobs[client]]):.1f}"
+                        for job in ("save", "load"))
+
     rows = [[c, per_gb(c, "save"), per_gb(c, "load"),
              f"{mib(c, 'save', 'peak_rss')} (+{mib(c, 'save', 'added_rss')})",
-             f"{mib(c, 'load', 'peak_rss')} (+{mib(c, 'load', 'added_rss')})"] for c in clients]
+             f"{mib(c, 'load', 'peak_rss')} (+{mib(c, 'load', 'added_rss')})", cpu(c)] for c in clients]
     benchlib.print_table(
         f"Requests per GB of payload (GET/PUT/POST/HEAD/LIST/DELETE, first round, counted by "
         f"{server.split(' on ')[-1]}) and peak RSS "
-        "of the largest rank, MiB (+ added during the call; median)",
-        ["client", "save requests/GB", "load requests/GB", "save peak RSS", "load peak RSS"], rows)
+        "of the largest rank, MiB (+ added during the call; median); server CPU seconds (median)",
+        ["client", "save requests/GB", "load requests/GB", "save peak RSS", "load peak RSS", "server CPU save/load"],
+        rows)
 
 
 if __name__ == "__main__":
