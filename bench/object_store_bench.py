@@ -13,7 +13,8 @@ server. S3 (s3s, moto):
 
 Clients (each a job of 4 ranks, save then load, every load checked against the values):
   sp       shardpoint's C++ engine: BUILD/bench/dcp_bench save|load s3://... on 4 processes
-           (TCP communicator, no LibTorch), checksums written and verified.
+           (TCP communicator, no LibTorch), checksums written and verified; the save with
+           SaveOptions::thread_count --sp-save-threads (default: the engine's own).
   sp-py    shardpoint's Python package: dcp.save/dcp.load with shardpoint.torch.StorageWriter
            / StorageReader (thread_count 4 both; sync_files off: an object store has no fsync),
            4 gloo ranks (the package from $SHARDPOINT_PYTHONPATH).
@@ -538,12 +539,13 @@ def run_python_client(client, server, url, layers, peer_threads, scratch):
 
 # --- shardpoint's C++ ranks ------------------------------------------------------------------
 
-def run_cpp(build, server, url, layers):
+def run_cpp(build, server, url, layers, save_threads=0):
     tool = os.path.join(build, "bench", "dcp_bench")
     out = {}
     for mode in ("save", "load"):
         server.start_counting()
-        ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, env=server.env())
+        extra = ("--threads", str(save_threads)) if mode == "save" and save_threads > 0 else ()
+        ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, extra=extra, env=server.env())
         counts, server_cpu = server.counts(), server.cpu_seconds()
         if mode == "load" and not all(r["verified"] for r in ranks):
             raise RuntimeError("shardpoint load returned wrong values")
@@ -734,6 +736,8 @@ def main():
                     "(S3: sp,sp-py,s3torch,s3fs,boto3; azurite: sp,sp-py,azure-sdk,adlfs; fake-gcs: sp,sp-py,gcsfs,"
                     "gcs-sdk); each server runs those of the list it has")
     ap.add_argument("--peer-threads", type=int, default=4, help="thread_count of S3StorageWriter and FsspecWriter")
+    ap.add_argument("--sp-save-threads", type=int, default=0,
+                    help="sp: SaveOptions::thread_count of the save (dcp_bench --threads); 0: the engine's default")
     ap.add_argument("--boto-chunk-mib", type=int, default=8)
     ap.add_argument("--boto-concurrency", type=int, default=10)
     ap.add_argument("--sdk-chunk-mib", type=int, default=8, help="azure-sdk and gcs-sdk: block / chunk size")
@@ -788,7 +792,7 @@ def main():
                     url = server.url(prefix)
                     print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
                     if client == "sp":
-                        out = run_cpp(build, server, url, args.layers)
+                        out = run_cpp(build, server, url, args.layers, args.sp_save_threads)
                         listing = server.objects(prefix)
                         sizes = [size for key, size in listing if key.endswith(".distcp")]
                         out["objects"] = listing

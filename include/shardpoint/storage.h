@@ -87,6 +87,11 @@ struct StorageFeatures {
   // StorageWriter::write_at() is supported: several threads may write disjoint ranges of one
   // object at explicit offsets.
   bool parallel_writes = false;
+  // One object's bytes reach the service one request at a time, each waiting for the one
+  // before (GCS JSON API: a resumable session takes its chunks in order), so a writer is one
+  // stream however large its object. Callers that want parallel streams write several
+  // objects at once (S3 multipart and Azure blocks upload the parts of one object in parallel).
+  bool sequential_uploads = false;
 };
 
 struct ObjectInfo {

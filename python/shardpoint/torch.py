@@ -168,7 +168,9 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             file per item.
         sync_files: fsync files and folder before ``.metadata`` is published (durable). Turn
             off only for benchmarks: after a crash a checkpoint may look complete when not.
-        thread_count: files each rank writes in parallel.
+        thread_count: files each rank writes in parallel, as given (DCP plans the files). On
+            ``gs://`` (JSON API) an object uploads as one sequential session: pass 4 or more
+            for as many upload streams per rank, as the C++ engine's save does by itself.
         checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
         checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
             partial reads verify with less widening.

@@ -4,7 +4,7 @@
 //   1. (all ranks)   flatten the state, make the local plan.
 //   2. (coordinator) gather the plans, deduplicate replicated items, assign files
 //                    __{rank}_{n}.distcp, scatter the final plans.
-//   3. (all ranks)   write the items of each own file (thread_count files in parallel),
+//   3. (all ranks)   write the items of each own file (files_per_rank() in parallel),
 //                    each item a complete torch.save blob, checksummed as it streams out.
 //   4. (all ranks)   every rank learns whether any rank failed; if one did, every rank
 //                    throws an error naming the failed ranks and nothing is committed.
@@ -166,7 +166,7 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
                                            "save: plan of rank " + std::to_string(r)));
         }
         SavePlanOptions plan_options;
-        plan_options.thread_count = options.thread_count;
+        plan_options.thread_count = files_per_rank(options.thread_count, checkpoint.features());
         plan_options.single_file_per_rank = true;
         plan_options.dedup_to_lowest_rank = options.dedup_to_lowest_rank;
         GlobalSavePlan global = make_global_save_plan(std::move(plans), plan_options);
@@ -207,7 +207,8 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
   write_options.durable = options.durable;
   write_options.direct_io = options.direct_io;
 
-  parallel_for(files.size(), static_cast<std::size_t>(std::max(options.thread_count, 1)), [&](std::size_t i) {
+  const int threads = files_per_rank(std::max(options.thread_count, 1), st.features());
+  parallel_for(files.size(), static_cast<std::size_t>(threads), [&](std::size_t i) {
     const std::string& file = files[i].name;
     std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
     for (const ItemToWrite& entry : files[i].items) {
@@ -379,7 +380,7 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
   report.files = planned.plan.files;
   report.plan_seconds = seconds_since(t_plan);
 
-  // 3. (all ranks) Write this rank's files, thread_count in parallel.
+  // 3. (all ranks) Write this rank's files, files_per_rank() in parallel (save_plan.h).
   const auto t_write = Clock::now();
   CommittedFiles committed;
   std::string result =

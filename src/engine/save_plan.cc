@@ -352,6 +352,10 @@ SavePlan make_local_save_plan(const FlatStateDict& flat, int rank) {
   return plan;
 }
 
+int files_per_rank(int thread_count, const storage::StorageFeatures& features) {
+  return features.sequential_uploads ? std::max(thread_count, kSequentialUploadFiles) : thread_count;
+}
+
 GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const SavePlanOptions& options) {
   if (options.thread_count < 1) {
     throw UsageError("thread_count must be >= 1, got " + std::to_string(options.thread_count));

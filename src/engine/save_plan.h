@@ -28,6 +28,7 @@
 #include "engine/flatten.h"
 #include "shardpoint/dtype.h"
 #include "shardpoint/metadata.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
 
@@ -131,5 +132,13 @@ GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const Sa
 // Throws UsageError when blob_lengths.size() != plan.items.size() or an item has no file.
 std::map<format::MetadataIndex, format::StorageInfo> storage_layout(const SavePlan& plan,
                                                                     std::span<const std::uint64_t> blob_lengths);
+
+// Files (and writer threads) per rank when a save asks for thread_count of them
+// (SaveOptions::thread_count): thread_count, raised to kSequentialUploadFiles where the
+// storage uploads one object as a sequence of requests (features.sequential_uploads, gs://
+// on the JSON API). There, one object per rank would be one stream per rank with a round
+// trip between chunks; a few objects per rank give as many streams. Pure.
+inline constexpr int kSequentialUploadFiles = 4;
+int files_per_rank(int thread_count, const storage::StorageFeatures& features);
 
 }  // namespace shardpoint::engine

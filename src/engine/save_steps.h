@@ -69,8 +69,8 @@ struct FileToWrite {
   std::vector<ItemToWrite> items;
 };
 
-// Step 3's I/O: writes each file (options.thread_count at a time), commits it and records
-// it in `committed`. Returns every written item, file by file. Throws UsageError for an
+// Step 3's I/O: writes each file (files_per_rank(options.thread_count, ...) at a time),
+// commits it and records it in `committed`. Returns every written item, file by file. Throws UsageError for an
 // item that does not match its value, StorageError naming the file and item.
 std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files, storage::Storage& checkpoint,
                                           const SaveOptions& options, CommittedFiles& committed);

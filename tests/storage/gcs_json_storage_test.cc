@@ -400,6 +400,42 @@ TEST_P(GcsEngineTest, SaveOn4LoadOn2) {
   }
 }
 
+// A resumable session takes one chunk at a time (features().sequential_uploads), so a save
+// writes at least 4 objects per rank on gs://: as many upload streams per rank.
+TEST_P(GcsEngineTest, SaveWritesAtLeastFourObjectsPerRank) {
+  const std::string endpoint = endpoint_of(GetParam());
+  if (endpoint.empty()) GTEST_SKIP() << "fake-gcs-server unavailable";
+  export_json_environment(endpoint);
+  for (int threads : {1, 6}) {
+    auto st = open_storage("gs://sp-gcs-json/" + unique_name("files"));
+    ASSERT_TRUE(st->features().sequential_uploads);
+    std::vector<RankState> states;
+    states.reserve(2);
+    for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, true));
+    engine::SaveOptions options;
+    options.thread_count = threads;
+    std::vector<std::vector<std::string>> files(2);
+    comm::ThreadGroup group(2, fast());
+    group.run([&](comm::Communicator& comm) {
+      files[comm.rank()] = engine::save(states[comm.rank()].root, *st, comm, options).files;
+    });
+    const std::size_t expected = threads < 4 ? 4 : static_cast<std::size_t>(threads);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(files[r].size(), expected) << "rank " << r << ", thread_count " << threads;
+      std::size_t listed = 0;
+      for (const ObjectInfo& o : st->list("")) listed += o.key.starts_with("__" + std::to_string(r) + "_") ? 1 : 0;
+      EXPECT_EQ(listed, expected) << "rank " << r << ", thread_count " << threads;
+    }
+    std::vector<RankState> loaded;
+    loaded.reserve(2);
+    for (int r = 0; r < 2; ++r) loaded.push_back(make_rank_state(r, 2, false));
+    comm::ThreadGroup load_group(2, fast());
+    load_group.run([&](comm::Communicator& comm) { engine::load(loaded[comm.rank()].root, *st, comm); });
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(compare_with_expected(loaded[r], r, 2), "") << "rank " << r;
+  }
+  if (counted()) EXPECT_EQ(sessions(), 0);
+}
+
 TEST_F(GcsJsonEngineTest, AFailedSaveLeavesNoMetadataAndNoSession) {
   auto st = open_storage("gs://sp-gcs-json/" + unique_name("failed"));
   std::vector<RankState> states;
@@ -421,6 +457,7 @@ TEST_P(GcsEngineTest, UrlOptionsAndTheTokenStaysOutOfUrl) {
   EXPECT_EQ(st->url().find(kToken), std::string::npos);
   EXPECT_TRUE(st->features().atomic_publish);
   EXPECT_TRUE(st->features().range_reads);
+  EXPECT_TRUE(st->features().sequential_uploads);
   EXPECT_THROW(open_storage("gs://sp-gcs-json/p?token=x"), UsageError);
 }
 

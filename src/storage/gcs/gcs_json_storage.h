@@ -44,7 +44,8 @@
 // message, the retry count. 404 -> kNotFound; 401/403 -> kPermission, saying the token came
 // from GOOGLE_OAUTH_ACCESS_TOKEN (never the token); 5xx/429/transport and refused bodies
 // after retries -> kTransient. Session URIs (which authorize an upload) are never printed either.
-// Features: range_reads, atomic_publish.
+// Features: range_reads, atomic_publish, conditional_put, sequential_uploads (a session's
+// chunks go one at a time: the engine writes several objects per rank, engine/save_plan.h).
 // Thread-safety: as storage.h.
 #pragma once
 
@@ -75,7 +76,8 @@ struct GcsJsonConfig {
   // on fake-gcs-server, bench/README.md "Azure and GCS"). Cost: chunks are staged in a pool
   // of the storage's own when the given pool's buffers are smaller (or none is given), two
   // per writer at work (64 MiB), as many as StorageOptions::default_pool_bytes holds of
-  // 8 MiB buffers at most (8: 256 MiB). SHARDPOINT_GCS_CHUNK_MB overrides it for gs:// URLs.
+  // 8 MiB buffers at most (8: 256 MiB, the 4 writers of a save's rank). SHARDPOINT_GCS_CHUNK_MB
+  // overrides it for gs:// URLs.
   std::size_t chunk_bytes = std::size_t{32} << 20;
   // As S3Config: parallel ranged GETs for large reads, lazy sources with read-ahead windows.
   std::size_t parallel_read_bytes = std::size_t{16} << 20;
