@@ -220,6 +220,13 @@ struct GatedObject {
     return static_cast<std::size_t>(
         std::count_if(fetches.begin(), fetches.end(), [&](const auto& f) { return f.first == offset; }));
   }
+  // After reading the whole object through a source of window-sized blocks: `expected`
+  // fetches in all, and the block at every window boundary fetched exactly once.
+  void expect_each_window_fetched_once(std::size_t expected) {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(fetches.size(), expected);
+    for (std::uint64_t at = 0; at < bytes.size(); at += kWindow) EXPECT_EQ(fetched_at(at), 1u) << at;
+  }
 };
 
 TEST(WindowedSourceTest, FetchesTheNextAnnouncedBlocksAhead) {
@@ -253,9 +260,7 @@ TEST(WindowedSourceTest, FetchesTheNextAnnouncedBlocksAhead) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(3000, object.bytes.size() - at));
     ASSERT_EQ(read(source, at, n), object.bytes.substr(at, n));
   }
-  std::lock_guard lock(object.mu);
-  EXPECT_EQ(object.fetches.size(), 8u);
-  for (std::uint64_t at = 0; at < object.bytes.size(); at += kWindow) EXPECT_EQ(object.fetched_at(at), 1u) << at;
+  object.expect_each_window_fetched_once(8u);
 }
 
 TEST(WindowedSourceTest, NothingIsFetchedAheadOfUnannouncedReads) {
@@ -359,9 +364,7 @@ TEST(WindowedSourceTest, BlocksNotReadThroughAreKeptForTheReadersBehind) {
   for (std::uint64_t at = 4 * kWindow; at < object.bytes.size(); at += kWindow / 2) {
     ASSERT_EQ(read(source, at, kWindow / 2), object.bytes.substr(at, kWindow / 2));
   }
-  std::lock_guard lock(object.mu);
-  EXPECT_EQ(object.fetches.size(), 16u);
-  for (std::uint64_t at = 0; at < object.bytes.size(); at += kWindow) EXPECT_EQ(object.fetched_at(at), 1u) << at;
+  object.expect_each_window_fetched_once(16u);
 }
 
 TEST(WindowedSourceTest, ABlockIsReadThroughWhenEveryAnnouncedByteWasRead) {
