@@ -115,6 +115,7 @@ def _load() -> ctypes.CDLL:
         "sp_read_object": (status, [P, ctypes.c_char_p, out_buf, size_p, ctypes.POINTER(ctypes.c_int), err]),
         "sp_write_object": (status, [P, ctypes.c_char_p, P, ctypes.c_size_t, ctypes.c_int, err]),
         "sp_remove_object": (status, [P, ctypes.c_char_p, err]),
+        "sp_checkpoint_files_per_rank": (ctypes.c_int, [P, ctypes.c_int]),
         "sp_save_options_init": (None, [ctypes.POINTER(SaveOptions)]),
         "sp_write_items": (
             status,
@@ -252,6 +253,11 @@ class Checkpoint:
     def remove_object(self, key: str) -> None:
         error = ctypes.c_char_p()
         _check(lib().sp_remove_object(self.handle, key.encode(), ctypes.byref(error)), error)
+
+    def files_per_rank(self, thread_count: int) -> int:
+        """The data files a rank should write in parallel for thread_count: thread_count, or
+        more where one object uploads as one sequential stream (gs://, sp_checkpoint_files_per_rank)."""
+        return int(lib().sp_checkpoint_files_per_rank(self.handle, int(thread_count)))
 
     def write_items(self, items: Any, count: int, options: SaveOptions) -> str:
         """Writes the first count items of a ctypes array of Item; returns the engine's JSON

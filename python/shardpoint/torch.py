@@ -168,9 +168,9 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             file per item.
         sync_files: fsync files and folder before ``.metadata`` is published (durable). Turn
             off only for benchmarks: after a crash a checkpoint may look complete when not.
-        thread_count: files each rank writes in parallel, as given (DCP plans the files). On
-            ``gs://`` (JSON API) an object uploads as one sequential session: pass 4 or more
-            for as many upload streams per rank, as the C++ engine's save does by itself.
+        thread_count: files each rank writes in parallel. Raised to 4 on ``gs://`` with the
+            JSON API (an OAuth token), where an object uploads as one sequential session, so
+            that a rank has 4 upload streams, as the C++ engine's save does.
         checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
         checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
             partial reads verify with less widening.
@@ -296,7 +296,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """(all ranks) Writes this rank's items; the future is already complete."""
         prefix = plan.storage_data.prefix
         if self.single_file_per_rank:
-            files = _split_into_files(plan.items, self.thread_count)
+            files = _split_into_files(plan.items, self._opened().files_per_rank(self.thread_count))
         else:
             files = [[item] for item in plan.items]
         keep_alive: List[Any] = []  # tensors and buffers the native call reads

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import servers
 from conftest import REPO, run_ranks, worker_env
 
 pytest.importorskip("lightning")
@@ -308,29 +309,15 @@ def test_sharded_resume_checks_meta_pt(data_dir, tmp_path):
 
 
 @pytest.fixture
-def gcs(monkeypatch):
-    """The repository's GCS JSON API server (tests/storage/gcs_json_server.py) on 127.0.0.1,
-    one bucket; gs:// URLs reach it through the engine's environment variables."""
-    import urllib.request
-
-    token = "test-token"
-    server = subprocess.Popen([sys.executable, str(REPO / "tests" / "storage" / "gcs_json_server.py"), token,
-                               "bucket", "--page-size", "100"], stdout=subprocess.PIPE, text=True)
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("PORT "), line
-        endpoint = f"http://127.0.0.1:{int(line.split()[1])}"
-        monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", token)
-        monkeypatch.setenv("GCS_JSON_ENDPOINT_URL", endpoint)
-
-        def objects() -> int:
-            with urllib.request.urlopen(f"{endpoint}/_control/state") as r:
-                return json.loads(r.read())["objects"]
-
-        yield objects
-    finally:
-        server.kill()
-        server.wait()
+def gcs(monkeypatch, tmp_path_factory):
+    """fsouza's fake-gcs-server (servers.py) on 127.0.0.1 with one bucket; gs:// URLs reach it
+    through the engine's environment variables. Yields a function counting the bucket's objects."""
+    with servers.fake_gcs(tmp_path_factory.mktemp("fake-gcs"), "bucket") as env:
+        for name in ("GCS_HMAC_ACCESS_ID", "GCS_HMAC_SECRET"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        yield lambda: len(servers.gcs_object_names(env["GCS_JSON_ENDPOINT_URL"], "bucket"))
 
 
 def test_remote_sharded_save_resume_remove(data_dir, tmp_path, gcs):

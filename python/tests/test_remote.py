@@ -2,23 +2,21 @@
 as the CLI, real processes on gloo:
 - az:// on Azurite (the Azure Blob emulator from npm, tests/storage/azure_azurite.sh), both
   PyTorch versions;
-- s3:// on moto_server (tests/storage/s3_moto_server.py, signatures checked) and gs:// on the
-  GCS JSON API server of the C++ tests (tests/storage/gcs_json_server.py), newest PyTorch (the
-  Python side is the same for every store; the stores differ only in the native drivers).
+- s3:// on s3s-fs (SigV4 checked, multipart; scripts/setup-s3s.sh) and gs:// on fsouza's
+  fake-gcs-server (the JSON API; scripts/setup-fake-gcs.sh), newest PyTorch (the Python side
+  is the same for every store; the stores differ only in the native drivers).
 Every server is started on 127.0.0.1 by its fixture and stopped after the module."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
+import servers
 from conftest import REPO, run_ranks
 
 ACCOUNT = "devstoreaccount1"
@@ -84,91 +82,39 @@ def test_tools_on_azure(container, tmp_path):
     assert torch.equal(target["w"], state["w"]) and target["epoch"] == 1
 
 
-def _python_with(module: str) -> str | None:
-    """A python3 on PATH that imports ``module`` (moto lives outside the test venv)."""
-    for candidate in ("python3", "python3.11"):
-        path = shutil.which(candidate)
-        if path and subprocess.run([path, "-c", f"import {module}"], capture_output=True).returncode == 0:
-            return path
-    return None
-
-
-def _unavailable(why: str):
-    if os.environ.get("SHARDPOINT_REQUIRE_ORACLES") == "1":
-        pytest.fail(f"{why} (SHARDPOINT_REQUIRE_ORACLES=1)")
-    pytest.skip(why)
-
-
-def _wait_accepting(port: int, proc: subprocess.Popen, what: str, seconds: float = 30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{what} exited at start (exit {proc.returncode})")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"{what} did not accept connections on port {port} within {seconds} s")
+@pytest.fixture(scope="module")
+def s3s(tmp_path_factory):
+    """s3s-fs (servers.py) with one bucket; yields (env, bucket)."""
+    with servers.s3s_fs(tmp_path_factory.mktemp("s3s"), "ckpt-py") as env:
+        yield env, "ckpt-py"
 
 
 @pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    """moto_server with signature checks, an IAM user and one bucket; yields (env, bucket)."""
-    from conftest import free_port
-
-    python = _python_with("moto, boto3")
-    if python is None:
-        _unavailable("moto_server missing: no python3 on PATH imports moto and boto3")
-    port, bucket = free_port(), "ckpt-py"
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([python, str(REPO / "tests" / "storage" / "s3_moto_server.py"), str(port)],
-                              env=dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3"), stdout=log, stderr=log)
-    try:
-        _wait_accepting(port, server, "moto_server")
-        endpoint = f"http://127.0.0.1:{port}"
-        keys = subprocess.run([python, str(REPO / "tests" / "storage" / "s3_moto_setup.py"), endpoint, bucket],
-                              check=True, capture_output=True, text=True, timeout=120).stdout.split()
-        yield {"AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1], "AWS_REGION": "us-east-1",
-               "AWS_ENDPOINT_URL": endpoint}, bucket
-    finally:
-        server.kill()
-        server.wait()
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    """The GCS JSON API test server with one bucket; yields (env, bucket)."""
-    token, bucket = "py-test-token", "ckpt-py"
-    server = subprocess.Popen(["python3", str(REPO / "tests" / "storage" / "gcs_json_server.py"), token, bucket],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        line = server.stdout.readline().split()
-        if len(line) != 2 or line[0] != "PORT":
-            pytest.fail(f"gcs_json_server.py did not report its port: {line}")
-        yield {"GOOGLE_OAUTH_ACCESS_TOKEN": token, "GCS_JSON_ENDPOINT_URL": f"http://127.0.0.1:{line[1]}"}, bucket
-    finally:
-        server.kill()
-        server.wait()
+def gcs(tmp_path_factory):
+    """fake-gcs-server (servers.py) with one bucket; yields (env, bucket)."""
+    with servers.fake_gcs(tmp_path_factory.mktemp("fake-gcs"), "ckpt-py") as env:
+        yield env, "ckpt-py"
 
 
 @pytest.fixture(params=["s3", "gs"])
 def object_store(request, monkeypatch):
-    """(scheme, bucket) of a running test server, its credential variables set."""
-    env, bucket = request.getfixturevalue("moto" if request.param == "s3" else "gcs")
+    """(scheme, bucket, names) of a running test server, its credential variables set;
+    names(prefix) lists the objects under prefix."""
+    env, bucket = request.getfixturevalue("s3s" if request.param == "s3" else "gcs")
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "GCS_HMAC_ACCESS_ID", "GCS_HMAC_SECRET"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return request.param, bucket
+    if request.param == "s3":
+        return "s3", bucket, lambda prefix: servers.s3_object_names(env, bucket, prefix)
+    return "gs", bucket, lambda prefix: servers.gcs_object_names(env["GCS_JSON_ENDPOINT_URL"], bucket, prefix)
 
 
 def test_save_on_s3_and_gcs_load_resharded(object_store, tmp_path):
     """2 ranks save to s3:// or gs:// with dcp.async_save, 3 ranks load it; the tools read it there."""
     import shardpoint
 
-    scheme, bucket = object_store
+    scheme, bucket, names_under = object_store
     url = f"{scheme}://{bucket}/run-{uuid.uuid4().hex[:8]}/step-3"
     newest = [sys.executable]
     run_ranks(newest, 2, ["dcp_worker.py", "save", url, "--async"])
@@ -177,3 +123,9 @@ def test_save_on_s3_and_gcs_load_resharded(object_store, tmp_path):
     assert report["ok"], report
     names = set(shardpoint.inspect(url)["tensors"])
     assert names, "inspect found no tensors"
+    # A rank writes its thread_count files (2 here), at least 4 on gs://, where each object
+    # uploads as one sequential session (StorageWriter's thread_count).
+    per_rank = 4 if scheme == "gs" else 2
+    prefix = url.split("/", 3)[3] + "/"
+    written = {n[len(prefix):] for n in names_under(prefix) if n.endswith(".distcp")}
+    assert written == {f"__{r}_{f}.distcp" for r in range(2) for f in range(per_rank)}, sorted(written)

@@ -20,6 +20,7 @@
 #include "engine/chunking.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
+#include "engine/save_plan.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/communicator_from_env.h"
@@ -187,6 +188,12 @@ sp_status sp_checkpoint_open(const char* path_or_url, sp_checkpoint** out, char*
 }
 
 void sp_checkpoint_close(sp_checkpoint* checkpoint) { delete checkpoint; }
+
+int sp_checkpoint_files_per_rank(const sp_checkpoint* checkpoint, int thread_count) {
+  const int asked = std::max(thread_count, 1);
+  if (checkpoint == nullptr || checkpoint->storage == nullptr) return asked;
+  return engine::files_per_rank(asked, checkpoint->storage->features());
+}
 
 sp_status sp_read_object(sp_checkpoint* checkpoint, const char* key, void** data, size_t* size, int* found,
                          char** error) {

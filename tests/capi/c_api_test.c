@@ -1,5 +1,7 @@
 /* The C API from C: every function, success and failure, on a temporary folder.
  * Prints one line per check and "N passed, N failed" at the end; exit 1 on any failure. */
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
+
 #include <shardpoint/c_api.h>
 
 #include <stdint.h>
@@ -124,6 +126,37 @@ static void test_errors(const char* dir) {
   CHECK(strlen(sp_version()) >= 5, "version");
 }
 
+/* The files a rank writes: as asked on local folders and S3, at least 4 on gs:// (one
+ * resumable session per object is one sequential stream). Opening URLs does no I/O. */
+static void test_files_per_rank(const char* dir) {
+  char* error = NULL;
+  sp_checkpoint* ckpt = NULL;
+  CHECK(sp_checkpoint_open(dir, &ckpt, &error) == SP_OK, "open: %s", msg(error));
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 1 && sp_checkpoint_files_per_rank(ckpt, 3) == 3, "local");
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 0) == 1, "local, 0 asked");
+  sp_checkpoint_close(ckpt);
+  /* gs:// takes the JSON API (resumable sessions) with an OAuth token, the XML API (S3's
+   * multipart, parallel parts) with HMAC keys. */
+  unsetenv("GCS_HMAC_ACCESS_ID");
+  unsetenv("GCS_HMAC_SECRET");
+  setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "test-token", 1);
+  CHECK(sp_checkpoint_open("gs://bucket/prefix", &ckpt, &error) == SP_OK, "open gs: %s", msg(error));
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 4 && sp_checkpoint_files_per_rank(ckpt, 6) == 6, "gs JSON");
+  sp_checkpoint_close(ckpt);
+  unsetenv("GOOGLE_OAUTH_ACCESS_TOKEN");
+  setenv("GCS_HMAC_ACCESS_ID", "id", 1);
+  setenv("GCS_HMAC_SECRET", "secret", 1);
+  CHECK(sp_checkpoint_open("gs://bucket/prefix", &ckpt, &error) == SP_OK, "open gs: %s", msg(error));
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 1, "gs XML");
+  sp_checkpoint_close(ckpt);
+  unsetenv("GCS_HMAC_ACCESS_ID");
+  unsetenv("GCS_HMAC_SECRET");
+  CHECK(sp_checkpoint_open("s3://bucket/prefix", &ckpt, &error) == SP_OK, "open s3: %s", msg(error));
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 1, "s3");
+  sp_checkpoint_close(ckpt);
+  CHECK(sp_checkpoint_files_per_rank(NULL, 2) == 2, "NULL");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: c_api_test TEMP_DIR\n");
@@ -131,6 +164,7 @@ int main(int argc, char** argv) {
   }
   test_save_load_reshard(argv[1]);
   test_errors(argv[1]);
+  test_files_per_rank(argv[1]);
   printf("c_api_test: %d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }
