@@ -16,7 +16,7 @@ Clients (each a job of 4 ranks, save then load, every load checked against the v
            (TCP communicator, no LibTorch), checksums written and verified; the save with
            SaveOptions::thread_count --sp-save-threads (default: the engine's own).
   sp-py    shardpoint's Python package: dcp.save/dcp.load with shardpoint.torch.StorageWriter
-           / StorageReader (thread_count 4 both; sync_files off: an object store has no fsync),
+           / StorageReader (thread_count 4 both, the writer's --sp-py-threads; sync_files off: an object store has no fsync),
            4 gloo ranks (the package from $SHARDPOINT_PYTHONPATH).
   s3torch  AWS's s3torchconnector: dcp.save/dcp.load with S3StorageWriter (thread_count
            --peer-threads) / S3StorageReader (its default, dcp_optimized), over its CRT client
@@ -59,6 +59,9 @@ used about as many CPU seconds as the job took was the ceiling, and the client's
 taken from the server's share. Peak RSS = the largest rank's VmHWM during its call
 (the state it holds included), and added = VmHWM - VmRSS before the call.
 Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients).
+Order: every round runs each client once, save then load; odd rounds in reverse order (sp
+first in the first round: boto3 and the SDKs upload its objects), so that no client always
+runs after the same job, whose writeback and server state it would inherit.
 """
 from __future__ import annotations
 
@@ -416,7 +419,7 @@ def rank_main(args):
         from shardpoint.torch import StorageReader, StorageWriter
 
         def writer():
-            return StorageWriter(url, thread_count=4, sync_files=False)
+            return StorageWriter(url, thread_count=args.sp_py_threads, sync_files=False)
 
         def reader():
             return StorageReader(url, thread_count=4)
@@ -493,7 +496,7 @@ def rank_main(args):
     dist.destroy_process_group()
 
 
-def run_python_client(client, server, url, layers, peer_threads, scratch):
+def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, scratch):
     """4 gloo ranks: save (requests counted), then load; returns {"save": job, "load": job}."""
     results = os.path.join(scratch, f"{client}-results.json")
     for p in (results, results + ".saved", results + ".go"):
@@ -507,7 +510,8 @@ def run_python_client(client, server, url, layers, peer_threads, scratch):
                    GLOO_SOCKET_IFNAME="lo", USE_LIBUV="0", OMP_NUM_THREADS="1")
         env["PYTHONPATH"] = os.environ.get("SHARDPOINT_PYTHONPATH", "") + ":" + HERE
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "rank", client, url, "--layers",
-                                       str(layers), "--results", results, "--peer-threads", str(peer_threads)],
+                                       str(layers), "--results", results, "--peer-threads", str(peer_threads),
+                                       "--sp-py-threads", str(sp_py_threads)],
                                       env=env, stdout=logs[r], stderr=subprocess.STDOUT))
     # The ranks build their state before the save; its requests are counted from here on.
     server.start_counting()
@@ -559,7 +563,7 @@ def run_cpp(build, server, url, layers, save_threads=0):
 def warm_up(build, server):
     """A small untimed save and load (2 layers) on a fresh server: the first requests a server
     answers are slower (Azurite's JIT, first files and connections), and sp runs first in
-    every round, so without this its first round alone would pay for them."""
+    the first round, so without this it alone would pay for them."""
     run_cpp(build, server, server.url("warm-up"), 2)
     server.remove_prefix("warm-up")
 
@@ -703,6 +707,7 @@ def main():
         ap.add_argument("--layers", type=int, required=True)
         ap.add_argument("--results", required=True)
         ap.add_argument("--peer-threads", type=int, default=4)
+        ap.add_argument("--sp-py-threads", type=int, default=4)
         rank_main(ap.parse_args(sys.argv[2:]))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "boto":
@@ -738,6 +743,7 @@ def main():
     ap.add_argument("--peer-threads", type=int, default=4, help="thread_count of S3StorageWriter and FsspecWriter")
     ap.add_argument("--sp-save-threads", type=int, default=0,
                     help="sp: SaveOptions::thread_count of the save (dcp_bench --threads); 0: the engine's default")
+    ap.add_argument("--sp-py-threads", type=int, default=4, help="sp-py: StorageWriter's thread_count")
     ap.add_argument("--boto-chunk-mib", type=int, default=8)
     ap.add_argument("--boto-concurrency", type=int, default=10)
     ap.add_argument("--sdk-chunk-mib", type=int, default=8, help="azure-sdk and gcs-sdk: block / chunk size")
@@ -785,9 +791,12 @@ def main():
         try:
             if "sp" in clients:
                 warm_up(build, server)
+            sizes = []  # of sp's objects, its latest save: what boto3 and the SDKs upload
             for rnd in range(args.rounds):
-                sizes = []
-                for client in clients:
+                # Every other round runs the clients in reverse order, so that none always
+                # follows the same job (its page cache and writeback, the server's state);
+                # sp first in the first round: the bytes-only peers upload its objects.
+                for client in (clients if rnd % 2 == 0 else clients[::-1]):
                     prefix = f"{client}-{rnd}"
                     url = server.url(prefix)
                     print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
@@ -805,7 +814,8 @@ def main():
                         out = run_sdk(client, server, sizes, prefix, payload, args.sdk_chunk_mib,
                                       args.sdk_concurrency, scratch, args.gcs_sdk_upload_chunk_mib)
                     else:
-                        out = run_python_client(client, server, url, args.layers, args.peer_threads, scratch)
+                        out = run_python_client(client, server, url, args.layers, args.peer_threads,
+                                                        args.sp_py_threads, scratch)
                     for job in ("save", "load"):
                         r = out[job]
                         print(f"  {job}: {r['seconds']:.2f} s, {r['bytes'] / r['seconds'] / 1e9:.3f} GB/s, "
