@@ -36,7 +36,8 @@
 // Memory: bounded by the options, whatever the checkpoint size: memory_budget_bytes of
 // slabs, plus the destination driver's staging buffers (StorageOptions: 64 MiB by default;
 // object stores also hold their multipart part buffers, S3: 4 x 8 MiB per writer), plus an
-// object-store source's read cache (S3: 64 MiB per open source file), plus the objects (a
+// object-store source's read cache (S3: 64 MiB for all its open files together, plus a
+// window per reader thread that misses when that is full), plus the objects (a
 // DCP object item that holds tensors: its whole item, storages included) and the metadata.
 // Sources are read with pread / ranged GETs, never mapped, so source pages do not count in
 // the RSS (bench/README.md, "reshard", has the figures).

@@ -75,7 +75,8 @@ class GcsJsonServer {
                         std::to_string(skip) + "&match=" + http::uri_encode(match, false));
   }
 
-  // {"requests": N, "sessions": N, "objects": N}
+  // {"requests": N, "sessions": N, "objects": N, "session_bytes": N (held by open sessions),
+  //  "chunk_sizes": [N, ...] (the body of every session PUT so far, in arrival order)}
   nlohmann::json state() { return nlohmann::json::parse(control("GET", "/_control/state")); }
 
  private:

@@ -34,7 +34,8 @@ the session as it was before that request, so the request can be sent again.
 Test controls (no token): POST /_control/fault?mode=503|drop&count=N[&skip=K][&match=S] fails
 the next N requests (after skipping K) whose "METHOD path" contains S: 503 with a JSON error,
 or the connection closed without a response. GET /_control/state gives request, session and
-object counts as JSON.
+object counts, the bytes open sessions hold and the body sizes of every chunk PUT so far, as
+JSON.
 
 Usage: gcs_json_server.py TOKEN BUCKET... [--page-size N]. Listens on a free port and prints
 "PORT <n>" on stdout once it accepts connections.
@@ -114,6 +115,7 @@ class State:
         self.sessions = {}  # id -> {bucket, name, data: bytearray}
         self.generation = 1000
         self.requests = 0
+        self.chunk_sizes = []  # body bytes of every session PUT, in arrival order
         self.fault = None  # {mode, count, skip, match}
 
     def take_fault(self, line):
@@ -242,7 +244,9 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_control/state":
             with st.lock:
                 objects = sum(len(b) for b in st.buckets.values())
-                return self.reply(200, {"requests": st.requests, "sessions": len(st.sessions), "objects": objects})
+                session_bytes = sum(len(s["data"]) for s in st.sessions.values())
+                return self.reply(200, {"requests": st.requests, "sessions": len(st.sessions), "objects": objects,
+                                        "session_bytes": session_bytes, "chunk_sizes": st.chunk_sizes})
         return self.error(404, "unknown control")
 
     def list(self, bucket, q):
@@ -328,6 +332,8 @@ class Handler(BaseHTTPRequestHandler):
         spec = self.headers.get("Content-Range", "").removeprefix("bytes ")
         span, _, total = spec.partition("/")
         buf = session["data"]
+        with st.lock:
+            st.chunk_sizes.append(len(data))
         new = b""
         if span != "*":
             first, _, last = span.partition("-")

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "comm/thread_communicator.h"
+#include "core/buffer_pool.h"
 #include "engine/checkpoint_test_state.h"
 #include "fake_gcs_server.h"
 #include "gcs_json_server.h"
@@ -135,6 +136,46 @@ TEST_P(GcsServerTest, ResumableUploadInChunksPublishesOnCommitOnly) {
     EXPECT_EQ(sessions(), 0);
   }
   EXPECT_EQ(read_all(*st, "big.distcp"), data);
+}
+
+// A writer uploads each full chunk in the append() that needs its buffer again and holds one
+// chunk buffer (GcsJsonConfig::overlap_chunks off, the default): when append() returns, the
+// session holds every chunk but the one being filled. With overlap_chunks a chunk uploads
+// while the next fills (two buffers). Either way the chunks are chunk_bytes, the last the rest.
+TEST(GcsJsonStorageTest, ChunksUploadOneAtATimeFromOneBufferUnlessOverlapped) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap_chunks" : "one buffer");
+    BufferPoolOptions po;
+    po.buffer_bytes = kChunk;
+    po.capacity_bytes = 4 * kChunk;
+    po.huge_pages = false;
+    auto pool = std::make_shared<BufferPool>(po);
+    StorageOptions options;
+    options.buffer_pool = pool;
+    gcs::GcsJsonConfig c = config("chunks");
+    c.overlap_chunks = overlap;
+    auto st = gcs::make_gcs_json_storage(c, options);
+    const std::size_t chunks_before = server().state()["chunk_sizes"].size();
+    const auto bytes_before = server().state()["session_bytes"].get<std::uint64_t>();
+    const std::string data = pattern(4 * kChunk + 1000, 7);
+    auto w = st->open_writer("chunks.distcp");
+    for (std::size_t at = 0; at < data.size(); at += 100000) {
+      w->append(as_bytes(std::string_view(data).substr(at, 100000)));
+      if (overlap) continue;  // a chunk may still be uploading
+      const std::uint64_t sent = (w->position() - 1) / kChunk * kChunk;
+      EXPECT_EQ(server().state()["session_bytes"].get<std::uint64_t>() - bytes_before, sent) << w->position();
+      EXPECT_EQ(pool->leased_buffers(), 1u) << w->position();
+    }
+    w->commit();
+    const nlohmann::json all = server().state()["chunk_sizes"];
+    std::vector<std::size_t> sizes;
+    for (std::size_t i = chunks_before; i < all.size(); ++i) sizes.push_back(all[i].get<std::size_t>());
+    EXPECT_EQ(sizes, (std::vector<std::size_t>{kChunk, kChunk, kChunk, kChunk, 1000}));
+    EXPECT_LE(pool->allocated_buffers(), overlap ? 2u : 1u);
+    EXPECT_EQ(pool->leased_buffers(), 0u);
+    EXPECT_EQ(sessions(), 0);
+    EXPECT_EQ(read_all(*st, "chunks.distcp"), data);
+  }
 }
 
 // WriteOptions::if_absent on a resumable session: ifGenerationMatch=0 is checked when the

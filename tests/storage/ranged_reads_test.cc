@@ -5,7 +5,10 @@
 // Fetching ahead: the next announced blocks are fetched without a reader asking, within the
 // cache's budget and keeping blocks not read through; a failed fetch ahead reaches only the
 // reader of its bytes, which fetches them again; destroying the source while a fetch ahead
-// is in flight waits for it.
+// is in flight waits for it. A ReadAheadBudget shared by several sources: their blocks stay
+// within it together (read-through blocks of other sources dropped first), a source
+// holding all of it in fetches does not block another's reads, and parallel readers of
+// several sources stay within it plus a block per reader.
 #include "storage/http/ranged_reads.h"
 
 #include <gtest/gtest.h>
@@ -420,6 +423,96 @@ TEST(WindowedSourceTest, DestroyingWhileFetchingAheadWaitsForTheFetch) {
     EXPECT_EQ(object.started.size(), 4u);
     EXPECT_EQ(object.fetches.size(), fail ? 3u : 4u);
   }
+}
+
+// Reads [0, size) in pieces of `piece` (announced first).
+void stream_through(const WindowedSource& source, const std::string& bytes, std::size_t piece) {
+  source.will_need(0, bytes.size());
+  for (std::uint64_t at = 0; at < bytes.size(); at += piece) {
+    const std::size_t n = std::min<std::size_t>(piece, bytes.size() - at);
+    ASSERT_EQ(read(source, at, n), bytes.substr(at, n)) << at;
+  }
+}
+
+TEST(ReadAheadBudgetTest, SourcesDropEachOthersReadThroughBlocksToStayWithinIt) {
+  constexpr std::uint64_t kBudget = 4 * kWindow;
+  auto budget = std::make_shared<ReadAheadBudget>(kBudget);
+  FakeObject a_object(8 * kWindow);
+  FakeObject b_object(8 * kWindow);
+  // No fetches ahead: every block is a reader's miss, on this thread.
+  WindowedSource a("a", a_object.bytes.size(), kWindow, 4, a_object.fetch(), 0, budget);
+  WindowedSource b("b", b_object.bytes.size(), kWindow, 4, b_object.fetch(), 0, budget);
+  stream_through(a, a_object.bytes, kWindow / 3);
+  EXPECT_EQ(a.cached_bytes(), kBudget);  // its last 4 blocks, read through
+  EXPECT_EQ(budget->used(), kBudget);
+  // Each block b fetches takes the room of one of a's: together they stay at the budget.
+  b.will_need(0, b_object.bytes.size());
+  for (std::uint64_t block = 0; block < 6; ++block) {
+    ASSERT_EQ(read(b, block * kWindow, kWindow / 2), b_object.bytes.substr(block * kWindow, kWindow / 2));
+    EXPECT_EQ(b.cached_bytes(), std::min<std::uint64_t>(block + 1, 4) * kWindow) << block;
+    EXPECT_EQ(a.cached_bytes() + b.cached_bytes(), kBudget) << block;
+    EXPECT_EQ(budget->used(), kBudget) << block;
+  }
+  // b's blocks are each half read (the rest announced): a's read-through ones went first,
+  // then b dropped its own furthest. a reading again takes room from b's unread ones.
+  EXPECT_EQ(a.cached_bytes(), 0u);
+  EXPECT_EQ(read(a, 0, 10), a_object.bytes.substr(0, 10));
+  EXPECT_EQ(a.cached_bytes(), kWindow);
+  EXPECT_EQ(b.cached_bytes(), kBudget - kWindow);
+  EXPECT_EQ(budget->peak(), kBudget);
+  EXPECT_EQ(a_object.fetches.size(), 9u);  // a's 8 blocks, then block 0 again
+}
+
+TEST(ReadAheadBudgetTest, ASourceHoldingAllOfItInFetchesDoesNotBlockAnother) {
+  constexpr std::uint64_t kBudget = 4 * kWindow;
+  auto budget = std::make_shared<ReadAheadBudget>(kBudget);
+  GatedObject a_object(16 * kWindow);
+  a_object.held = {kWindow, 2 * kWindow, 3 * kWindow};
+  FakeObject b_object(8 * kWindow);
+  WindowedSource a("a", a_object.bytes.size(), kWindow, 4, a_object.fetch(), /*ahead=*/3, budget);
+  WindowedSource b("b", b_object.bytes.size(), kWindow, 4, b_object.fetch(), /*ahead=*/3, budget);
+  a.will_need(0, a_object.bytes.size());
+  EXPECT_EQ(read(a, 0, 100), a_object.bytes.substr(0, 100));
+  ASSERT_TRUE(a_object.wait([&] { return a_object.started.size() == 4; }));
+  EXPECT_EQ(budget->used(), kBudget);  // a's first block and its 3 fetches ahead, held
+  // b reads all of its object: its first miss drops a's one block not being fetched, then
+  // b's blocks take turns in that room (each fetched once), and b never waits for a.
+  stream_through(b, b_object.bytes, kWindow / 2);
+  EXPECT_EQ(b_object.fetches.size(), 8u);
+  EXPECT_LE(budget->peak(), kBudget + kWindow);  // one block beyond, for b's one reader
+  a_object.open_gate();
+  for (std::uint64_t at = 100; at < a_object.bytes.size(); at += kWindow / 2) {
+    const std::size_t n = std::min<std::size_t>(kWindow / 2, a_object.bytes.size() - at);
+    ASSERT_EQ(read(a, at, n), a_object.bytes.substr(at, n)) << at;
+  }
+  EXPECT_LE(budget->peak(), kBudget + kWindow);
+}
+
+TEST(ReadAheadBudgetTest, ParallelReadersOfSeveralSourcesStayWithinItPlusABlockEach) {
+  constexpr int kSources = 4;
+  constexpr std::uint64_t kBudget = 4 * kWindow;
+  auto budget = std::make_shared<ReadAheadBudget>(kBudget);
+  std::vector<std::unique_ptr<FakeObject>> objects;
+  std::vector<std::unique_ptr<WindowedSource>> sources;
+  for (int i = 0; i < kSources; ++i) {
+    objects.push_back(std::make_unique<FakeObject>(24 * kWindow + std::size_t{1000} * i));
+    sources.push_back(std::make_unique<WindowedSource>("s" + std::to_string(i), objects[i]->bytes.size(), kWindow, 4,
+                                                       objects[i]->fetch(), /*ahead=*/3, budget));
+  }
+  {
+    std::vector<std::jthread> readers;
+    readers.reserve(kSources);
+    for (int i = 0; i < kSources; ++i) {
+      readers.emplace_back([&, i] { stream_through(*sources[i], objects[i]->bytes, kWindow / 5); });
+    }
+  }
+  // Fetches ahead never go beyond the budget; a miss may, by its one block.
+  EXPECT_LE(budget->peak(), kBudget + kSources * kWindow);
+  std::uint64_t cached = 0;
+  for (const auto& source : sources) cached += source->cached_bytes();
+  EXPECT_EQ(budget->used(), cached);
+  sources.clear();
+  EXPECT_EQ(budget->used(), 0u);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // http::make_upload_writer, the writer of every object-store driver, over a PartUpload that
 // records what it is asked (no server): one-part objects, parts in parallel with their
-// offsets, the tail handed to finish(), a failed part, abandoned writers and failed commits.
+// offsets, the tail handed to finish(), a failed part, abandoned writers and failed commits;
+// without overlap_fill, parts uploaded one at a time on the writer's thread from one buffer.
 #include "storage/http/upload_writer.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "core/buffer_pool.h"
 #include "shardpoint/error.h"
@@ -33,6 +36,11 @@ class RecordingUpload final : public PartUpload {
   }
   void start(const IoOptions& io) override { starts++; }
   void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+    {
+      std::lock_guard lock(mu_);
+      part_threads.insert(std::this_thread::get_id());
+      if (pool != nullptr) leased_during_part.push_back(pool->leased_buffers());
+    }
     int now = ++in_flight_;
     for (int seen = max_in_flight.load(); now > seen && !max_in_flight.compare_exchange_weak(seen, now);) {
     }
@@ -71,8 +79,11 @@ class RecordingUpload final : public PartUpload {
     return out + tail;
   }
 
+  int in_flight() const { return in_flight_.load(); }
+
   int fail_part = -1;
   bool fail_finish = false;
+  const BufferPool* pool = nullptr;  // when set, its leased buffers are recorded per part
   bool wait_for_company = false;  // put_part() waits for another part to be in flight
   std::string whole;
   int whole_calls = 0;
@@ -83,6 +94,8 @@ class RecordingUpload final : public PartUpload {
   std::size_t finished_parts = 0;
   std::uint64_t finished_size = 0;
   std::string tail;
+  std::set<std::thread::id> part_threads;       // the threads put_part() ran on
+  std::vector<std::size_t> leased_during_part;  // pool->leased_buffers() as each part began
 
  private:
   std::mutex mu_;
@@ -100,11 +113,12 @@ std::shared_ptr<BufferPool> small_pool(std::size_t buffers) {
 }
 
 std::unique_ptr<StorageWriter> writer_for(std::shared_ptr<RecordingUpload> upload, std::shared_ptr<BufferPool> pool,
-                                          int parts_in_flight, bool tail_in_finish) {
+                                          int parts_in_flight, bool tail_in_finish, bool overlap_fill = true) {
   UploadLimits limits;
   limits.part_bytes = kPart;
   limits.parts_in_flight = parts_in_flight;
   limits.tail_in_finish = tail_in_finish;
+  limits.overlap_fill = overlap_fill;
   return make_upload_writer("k", "test object \"t://k\"", std::move(upload), std::move(pool), limits);
 }
 
@@ -116,20 +130,23 @@ void append_in_pieces(StorageWriter& w, const std::string& data, std::size_t pie
 
 TEST(UploadWriterTest, AnObjectOfOnePartIsOnePutWhole) {
   for (std::size_t size : {std::size_t{0}, std::size_t{100}, kPart}) {
-    auto upload = std::make_shared<RecordingUpload>();
-    auto pool = small_pool(2);
-    auto w = writer_for(upload, pool, 4, false);
-    const std::string data = pattern(size, 1);
-    append_in_pieces(*w, data, 33);
-    EXPECT_EQ(w->position(), size);
-    w->commit();
-    EXPECT_EQ(upload->whole_calls, 1) << size;
-    EXPECT_EQ(upload->whole, data) << size;
-    EXPECT_EQ(upload->starts, 0) << size;
-    EXPECT_TRUE(upload->parts.empty()) << size;
-    EXPECT_EQ(pool->leased_buffers(), 0u);
-    EXPECT_THROW(w->commit(), UsageError);
-    EXPECT_THROW(w->append(as_bytes(std::string_view("x"))), UsageError);
+    for (bool overlap : {true, false}) {
+      SCOPED_TRACE(overlap ? "overlap_fill" : "no overlap_fill");
+      auto upload = std::make_shared<RecordingUpload>();
+      auto pool = small_pool(2);
+      auto w = writer_for(upload, pool, 4, false, overlap);
+      const std::string data = pattern(size, 1);
+      append_in_pieces(*w, data, 33);
+      EXPECT_EQ(w->position(), size);
+      w->commit();
+      EXPECT_EQ(upload->whole_calls, 1) << size;
+      EXPECT_EQ(upload->whole, data) << size;
+      EXPECT_EQ(upload->starts, 0) << size;
+      EXPECT_TRUE(upload->parts.empty()) << size;
+      EXPECT_EQ(pool->leased_buffers(), 0u);
+      EXPECT_THROW(w->commit(), UsageError);
+      EXPECT_THROW(w->append(as_bytes(std::string_view("x"))), UsageError);
+    }
   }
 }
 
@@ -234,6 +251,109 @@ TEST(UploadWriterTest, AFailedFinishAbortsOnceAndRethrows) {
     EXPECT_THROW(w->commit(), UsageError);
   }
   EXPECT_EQ(upload->aborts, 1);  // not again at destruction
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+// Without overlap_fill (GCS sessions): the append() that needs a full buffer emptied uploads
+// it on the caller's thread and refills it, so when append() returns no part is in flight,
+// every full buffer but the last is uploaded, and the writer holds one buffer.
+TEST(UploadWriterTest, WithoutOverlapEachPartUploadsInTheAppendFromOneBuffer) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(4);
+  upload->pool = pool.get();
+  auto w = writer_for(upload, pool, /*parts_in_flight=*/4, /*tail_in_finish=*/true, /*overlap_fill=*/false);
+  const std::string data = pattern(5 * kPart + 100, 2);
+  for (std::size_t pos = 0; pos < data.size(); pos += 1000) {
+    w->append(as_bytes(std::string_view(data).substr(pos, 1000)));
+    // A full buffer goes when the byte after it arrives, and is done when append() returns.
+    EXPECT_EQ(upload->parts.size(), (w->position() - 1) / kPart) << w->position();
+    EXPECT_EQ(upload->in_flight(), 0) << w->position();
+    EXPECT_EQ(pool->leased_buffers(), 1u) << w->position();
+  }
+  w->commit();
+  EXPECT_EQ(upload->starts, 1);
+  ASSERT_EQ(upload->parts.size(), 5u);
+  for (const auto& [index, part] : upload->parts) EXPECT_EQ(part.second.size(), kPart) << index;
+  EXPECT_EQ(upload->tail.size(), 100u);
+  EXPECT_EQ(upload->finished_parts, 5u);
+  EXPECT_EQ(upload->finished_size, data.size());
+  EXPECT_EQ(upload->assembled(), data);
+  EXPECT_EQ(upload->max_in_flight, 1);
+  EXPECT_EQ(upload->part_threads, std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(upload->leased_during_part, std::vector<std::size_t>(5, 1));  // only the part's own
+  EXPECT_EQ(pool->allocated_buffers(), 1u);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+  EXPECT_EQ(upload->aborts, 0);
+}
+
+// Without overlap_fill and without tail_in_finish (S3-style parts), commit() uploads the
+// last part itself, then finish() publishes.
+TEST(UploadWriterTest, WithoutOverlapCommitUploadsTheLastPart) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(2);
+  auto w = writer_for(upload, pool, 2, /*tail_in_finish=*/false, /*overlap_fill=*/false);
+  const std::string data = pattern(3 * kPart + 7, 3);
+  append_in_pieces(*w, data, kPart);
+  EXPECT_EQ(upload->parts.size(), 3u);  // the 7 bytes wait for commit
+  w->commit();
+  ASSERT_EQ(upload->parts.size(), 4u);
+  EXPECT_EQ(upload->parts[3].second.size(), 7u);
+  EXPECT_TRUE(upload->tail.empty());
+  EXPECT_EQ(upload->finished_parts, 4u);
+  EXPECT_EQ(upload->assembled(), data);
+  EXPECT_EQ(upload->part_threads, std::set<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_EQ(pool->allocated_buffers(), 1u);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+// Without overlap_fill a failed part fails the very append() that sent it; the writer then
+// refuses appends and commit, and its destruction aborts the upload once.
+TEST(UploadWriterTest, WithoutOverlapAFailedPartFailsTheAppendThatSentIt) {
+  auto upload = std::make_shared<RecordingUpload>();
+  upload->fail_part = 1;
+  auto pool = small_pool(2);
+  {
+    auto w = writer_for(upload, pool, 1, /*tail_in_finish=*/true, /*overlap_fill=*/false);
+    const std::string data = pattern(2 * kPart, 1);
+    w->append(as_bytes(data));  // part 0 uploaded, part 1 full and waiting
+    EXPECT_EQ(upload->parts.size(), 1u);
+    try {
+      w->append(as_bytes(std::string_view("x")));  // sends part 1
+      FAIL() << "the append that sent the failing part succeeded";
+    } catch (const StorageError& e) {
+      EXPECT_NE(std::string(e.what()).find("part failed"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(w->append(as_bytes(std::string_view("y"))), UsageError);
+    EXPECT_THROW(w->commit(), UsageError);
+    EXPECT_EQ(upload->aborts, 0);
+  }
+  EXPECT_EQ(upload->aborts, 1);
+  EXPECT_EQ(upload->finished_parts, 0u);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+// Grown parts without overlap_fill: the given pool's buffer goes back once parts outgrow it,
+// and each grown part is staged in the one buffer of the writer's own pool.
+TEST(UploadWriterTest, WithoutOverlapGrownPartsLeaveTheGivenPool) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(3);
+  upload->pool = pool.get();
+  UploadLimits limits;
+  limits.part_bytes = kPart;
+  limits.max_parts = 20;  // sizes double every 2 parts
+  limits.overlap_fill = false;
+  auto w = make_upload_writer("k", "test object \"t://k\"", upload, pool, limits);
+  const std::string data = pattern(22 * kPart + 5, 3);
+  append_in_pieces(*w, data, 1000);
+  w->commit();
+  ASSERT_EQ(upload->parts.size(), 8u);
+  const std::size_t expected[] = {1, 1, 2, 2, 4, 4, 8};
+  for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(upload->parts[i].second.size(), expected[i] * kPart) << i;
+  EXPECT_EQ(upload->parts[7].second.size(), 5u);
+  EXPECT_EQ(upload->assembled(), data);
+  EXPECT_EQ(upload->leased_during_part, (std::vector<std::size_t>{1, 1, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(upload->max_in_flight, 1);
+  EXPECT_EQ(pool->allocated_buffers(), 1u);
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 

@@ -73,7 +73,8 @@ struct AzureConfig {
   // a cache of source_cache_windows blocks of source_window_bytes (http/ranged_reads.h, as
   // S3 and GCS). Every GET costs a round trip (and a request to Azurite's one process), so
   // blocks are large; reads of a block or more go straight to the caller's buffer.
-  // Cost: windows x size per open source (64 MiB).
+  // Cost: windows x size (64 MiB) for all of a storage's open sources together (one
+  // budget they share), plus a window per reader thread that misses when it is full.
   std::size_t whole_source_bytes = std::size_t{32} << 20;
   std::size_t source_window_bytes = std::size_t{8} << 20;
   int source_cache_windows = 8;

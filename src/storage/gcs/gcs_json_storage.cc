@@ -58,9 +58,10 @@ struct GcsCore final : http::ObjectClient {
     } else {
       BufferPoolOptions po;
       po.buffer_bytes = wanted;
-      // As many buffers as default_pool_bytes holds of 8 MiB ones (at least 2: the chunk
-      // being filled and the one uploading), each of a whole chunk; allocated as used.
-      po.capacity_bytes = std::max<std::size_t>(options.default_pool_bytes / (std::size_t{8} << 20), 2) * wanted;
+      // A chunk per writer at work (two with overlap_chunks: the one being filled and the
+      // one uploading), for default_pool_bytes / 16 MiB writers (at least 1); allocated as used.
+      const std::size_t writers = std::max<std::size_t>(options.default_pool_bytes / (std::size_t{16} << 20), 1);
+      po.capacity_bytes = writers * (config.overlap_chunks ? 2 : 1) * wanted;
       pool = std::make_shared<BufferPool>(po);
     }
     chunk_bytes = wanted;
@@ -304,8 +305,9 @@ struct GcsCore final : http::ObjectClient {
 
 // ---------------------------------------------------------------------------------------
 // Writer: http/upload_writer.h with a resumable session. GCS takes a session's chunks in
-// order, so one chunk uploads while the writer fills the next; the last names the total and
-// carries the CRC-32C of the whole object.
+// order, one at a time: the writer uploads a full chunk then refills its buffer (or, with
+// overlap_chunks, fills the next while it uploads); the last names the total and carries
+// the CRC-32C of the whole object.
 
 class GcsUpload final : public http::PartUpload {
  public:
@@ -315,8 +317,8 @@ class GcsUpload final : public http::PartUpload {
   void put_whole(ByteSpan data, const IoOptions& io) override { core_->put_media(key_, data, if_absent_, io, "write"); }
   void start(const IoOptions& io) override { session_ = core_->start_session(key_, if_absent_, io); }
 
-  // One chunk at a time, in order (parts_in_flight = 1): each waits for the one before, so
-  // crc_ extends over the object's bytes in order.
+  // One chunk at a time, in order (parts_in_flight = 1, or no overlap_fill): each waits for
+  // the one before, so crc_ extends over the object's bytes in order.
   void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
     crc_ = crc32c(crc_, data);
     core_->put_chunk(session_, key_, offset, data, std::nullopt, io);
@@ -341,6 +343,7 @@ std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key, cons
   http::UploadLimits limits;
   limits.part_bytes = chunk_bytes;
   limits.parts_in_flight = 1;
+  limits.overlap_fill = config.overlap_chunks;
   limits.tail_in_finish = true;
   return http::make_upload_writer(
       key, describe(key),

@@ -18,11 +18,12 @@
 //              commit(). A larger one opens a resumable session (uploadType=resumable; the
 //              session URI comes back in Location) when the first chunk is full and PUTs
 //              chunks of a multiple of 256 KiB with "Content-Range: bytes A-B/*"; the last
-//              says the total. GCS takes a session's chunks in order, so one chunk uploads
-//              while the writer fills the next (two buffers per writer). The object appears
-//              in one step when the last chunk lands. A writer destroyed without commit(),
-//              or after a failed append() or commit(), DELETEs the session: nothing is
-//              published.
+//              says the total. GCS takes a session's chunks in order: by default a writer
+//              uploads its full chunk and then refills the same buffer (one buffer per
+//              writer; overlap_chunks: one chunk uploads while the next fills, two buffers
+//              per writer). The object appears in one step when the last chunk lands. A
+//              writer destroyed without commit(), or after a failed append() or commit(),
+//              DELETEs the session: nothing is published.
 //              A 308 whose Range shows fewer bytes persisted than sent resends the rest.
 //   - write_atomic(): one uploadType=media POST (GCS publishes an object whole).
 //   - WriteOptions::if_absent: ifGenerationMatch=0 on the media POST or the session's POST
@@ -73,12 +74,20 @@ struct GcsJsonConfig {
   // 256 KiB (GCS's rule), at least 256 KiB. A session takes one chunk at a time, so every
   // chunk is a round trip with nothing else in flight for that object: larger chunks mean
   // fewer of them (32 MiB: 31 PUTs per GB instead of 8 MiB's 122, a 1.6x faster 4-rank save
-  // on fake-gcs-server, bench/README.md "Azure and GCS"). Cost: chunks are staged in a pool
-  // of the storage's own when the given pool's buffers are smaller (or none is given), two
-  // per writer at work (64 MiB), as many as StorageOptions::default_pool_bytes holds of
-  // 8 MiB buffers at most (8: 256 MiB, the 4 writers of a save's rank). SHARDPOINT_GCS_CHUNK_MB
-  // overrides it for gs:// URLs.
-  std::size_t chunk_bytes = std::size_t{32} << 20;
+  // on fake-gcs-server; 64 MiB: 15 per GB, the google-cloud-storage SDK's count, with less
+  // rehashing by fake-gcs-server; bench/README.md). Cost: chunks are staged in a pool of the
+  // storage's own when the given pool's buffers are smaller (or none is given), one per
+  // writer at work (two with overlap_chunks), for as many writers at work as
+  // StorageOptions::default_pool_bytes / 16 MiB (4: a save's 4 objects per rank; 256 MiB of
+  // 64 MiB chunks); more writers wait for a buffer. SHARDPOINT_GCS_CHUNK_MB overrides it for
+  // gs:// URLs.
+  std::size_t chunk_bytes = std::size_t{64} << 20;
+  // Whether a writer fills its next chunk while the last one uploads
+  // (http::UploadLimits::overlap_fill). Off: one chunk buffer per writer and append() waits
+  // for each chunk's PUT; a save's other sessions (4 per rank) keep the server busy
+  // meanwhile, and the memory a second buffer would take goes into chunks twice the size.
+  // Turn it on for a writer that uploads alone (it then holds two chunks).
+  bool overlap_chunks = false;
   // As S3Config: parallel ranged GETs for large reads, lazy sources with read-ahead windows.
   std::size_t parallel_read_bytes = std::size_t{16} << 20;
   std::size_t read_chunk_bytes = std::size_t{8} << 20;

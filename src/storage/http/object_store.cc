@@ -12,7 +12,11 @@ namespace {
 class ObjectStoreStorage final : public Storage {
  public:
   ObjectStoreStorage(std::shared_ptr<ObjectClient> client, std::string query)
-      : client_(std::move(client)), query_(std::move(query)) {}
+      : client_(std::move(client)), query_(std::move(query)) {
+    const SourceLimits limits = client_->source_limits();
+    read_budget_ = std::make_shared<ReadAheadBudget>(static_cast<std::uint64_t>(std::max(1, limits.windows)) *
+                                                     std::max<std::size_t>(limits.window_bytes, 4096));
+  }
 
   StorageFeatures features() const override {
     StorageFeatures f;
@@ -121,7 +125,7 @@ class ObjectStoreStorage final : public Storage {
       client->read_into(name, offset, out, {}, "read", tag);
     };
     return std::make_unique<WindowedSource>(client_->describe(key), version.size, limits.window_bytes, limits.windows,
-                                            std::move(fetch), limits.windows_ahead);
+                                            std::move(fetch), limits.windows_ahead, read_budget_);
   }
 
   // True when the object under key is exactly data (compared in full; small objects only
@@ -147,6 +151,9 @@ class ObjectStoreStorage final : public Storage {
 
   std::shared_ptr<ObjectClient> client_;
   std::string query_;
+  // The read-ahead memory of all the windowed sources this storage opens (a load's rank reads
+  // several objects at once): one source's windows x window_bytes, shared.
+  std::shared_ptr<ReadAheadBudget> read_budget_;
 };
 
 }  // namespace

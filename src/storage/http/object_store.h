@@ -35,7 +35,9 @@ namespace shardpoint::storage::http {
 struct SourceLimits {
   std::size_t whole_bytes = std::size_t{1} << 20;   // objects up to this size are fetched at open
   std::size_t window_bytes = std::size_t{4} << 20;  // read-ahead window of larger ones
-  int windows = 4;                                  // windows cached per source
+  // Windows cached per source, and by all the storage's open sources together: their blocks
+  // share one budget of windows x window_bytes (http/ranged_reads.h ReadAheadBudget).
+  int windows = 4;
   // Fetches ahead at once per source (http/ranged_reads.h; at most windows - 1): each is a
   // GET of up to a window in flight beside the readers' own, on a thread of the source's
   // own. Their blocks count in the cache above (no more memory).

@@ -98,16 +98,61 @@ std::optional<ByteSpan> WholeObjectSource::view(std::uint64_t offset, std::uint6
   return source_.view(offset, length, what);
 }
 
+bool ReadAheadBudget::try_charge(std::uint64_t bytes) {
+  std::uint64_t now = used_.load();
+  do {
+    if (now + bytes > capacity_) return false;
+  } while (!used_.compare_exchange_weak(now, now + bytes));
+  for (std::uint64_t seen = peak_.load(); now + bytes > seen && !peak_.compare_exchange_weak(seen, now + bytes);) {
+  }
+  return true;
+}
+
+void ReadAheadBudget::charge(std::uint64_t bytes) {
+  const std::uint64_t now = used_.fetch_add(bytes) + bytes;
+  for (std::uint64_t seen = peak_.load(); now > seen && !peak_.compare_exchange_weak(seen, now);) {
+  }
+}
+
+void ReadAheadBudget::release(std::uint64_t bytes) { used_.fetch_sub(bytes); }
+
+void ReadAheadBudget::add_source(const WindowedSource* source) {
+  std::lock_guard lock(mu_);
+  sources_.push_back(source);
+}
+
+void ReadAheadBudget::remove_source(const WindowedSource* source) {
+  std::lock_guard lock(mu_);
+  std::erase(sources_, source);
+}
+
+void ReadAheadBudget::reclaim(const WindowedSource* asking, std::uint64_t bytes, bool unread_too) {
+  // mu_ keeps every source in sources_ alive while it sheds (their destructors wait in
+  // remove_source()). shed() only tries the source's lock: a source holding its own lock
+  // while it waits here for mu_ is skipped, not waited for.
+  std::lock_guard lock(mu_);
+  for (const WindowedSource* source : sources_) {
+    const std::uint64_t now = used_.load();
+    if (now + bytes <= capacity_) return;
+    if (source != asking) source->shed(now + bytes - capacity_, unread_too);
+  }
+}
+
 WindowedSource::WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows,
-                               RangeFetch fetch, int ahead)
+                               RangeFetch fetch, int ahead, std::shared_ptr<ReadAheadBudget> budget)
     : name_(std::move(name)),
       size_(size),
       window_bytes_(std::max<std::size_t>(window_bytes, 4096)),
       windows_(std::max(1, windows)),
       ahead_(std::clamp(ahead, 0, windows_ - 1)),
-      fetch_(std::move(fetch)) {}
+      fetch_(std::move(fetch)),
+      budget_(std::move(budget)) {
+  if (budget_) budget_->add_source(this);
+}
 
 WindowedSource::~WindowedSource() {
+  // First: from here on no other source's reclaim() drops blocks of this one.
+  if (budget_) budget_->remove_source(this);
   std::vector<std::jthread> threads;
   {
     std::lock_guard lock(mu_);
@@ -118,6 +163,7 @@ WindowedSource::~WindowedSource() {
   for (std::jthread& t : threads) t.request_stop();
   // Joined here, while the members their running fetches finish with are alive.
   threads.clear();
+  if (budget_) budget_->release(cached_bytes_);  // no thread left that could change it
 }
 
 void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const {
@@ -241,14 +287,14 @@ std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_
 }
 
 bool WindowedSource::make_room(std::uint64_t length, bool for_miss) const {
-  const std::uint64_t budget = static_cast<std::uint64_t>(windows_) * window_bytes_;
-  const auto fits = [&] { return cached_bytes_ + length <= budget && cache_.size() + 1 <= kMaxBlocks; };
-  const auto drop = [&](std::list<Block>::iterator it) {
-    cached_bytes_ -= it->length;
-    return cache_.erase(it);
+  const std::uint64_t own_budget = static_cast<std::uint64_t>(windows_) * window_bytes_;
+  const auto fits_shared = [&] { return !budget_ || budget_->used() + length <= budget_->capacity(); };
+  const auto fits = [&] {
+    return cached_bytes_ + length <= own_budget && cache_.size() + 1 <= kMaxBlocks && fits_shared();
   };
   if (!for_miss) {
-    // All or nothing: a fetch ahead that cannot fit drops nothing.
+    // All or nothing for this source's budget: a fetch ahead that cannot fit drops nothing.
+    // (What the shared budget can give shows only by dropping: see ReadAheadBudget.)
     std::uint64_t bytes = cached_bytes_;
     std::size_t blocks = cache_.size();
     for (const Block& b : cache_) {
@@ -257,27 +303,56 @@ bool WindowedSource::make_room(std::uint64_t length, bool for_miss) const {
         --blocks;
       }
     }
-    if (bytes + length > budget || blocks + 1 > kMaxBlocks) return false;
+    if (bytes + length > own_budget || blocks + 1 > kMaxBlocks) return false;
   }
-  // Blocks read through, least recently used first.
-  for (auto it = cache_.end(); it != cache_.begin() && !fits();) {
-    --it;
-    if (!it->fetching && it->unread.empty()) it = drop(it);
-  }
-  // A miss then drops blocks still to be read, furthest first: readers move forward, so
-  // those are read last (and fetched again then).
-  while (for_miss && !fits()) {
-    auto furthest = cache_.end();
-    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
-      if (!it->fetching && (furthest == cache_.end() || it->start > furthest->start)) furthest = it;
+  // Blocks read through, least recently used first: this source's, then the other sources'.
+  drop_read_through([&] { return fits(); });
+  if (!fits_shared()) budget_->reclaim(this, length, /*unread_too=*/false);
+  if (for_miss) {
+    // A miss then drops blocks still to be read, furthest first: readers move forward, so
+    // those are read last (and fetched again then). This source's, then the others'.
+    while (!fits() && drop_furthest()) {
     }
-    if (furthest == cache_.end()) break;
-    drop(furthest);
+    if (!fits_shared()) budget_->reclaim(this, length, /*unread_too=*/true);
   }
   return fits();
 }
 
+std::list<WindowedSource::Block>::iterator WindowedSource::drop(std::list<Block>::iterator it) const {
+  cached_bytes_ -= it->length;
+  if (budget_) budget_->release(it->length);
+  return cache_.erase(it);
+}
+
+template <typename Done>
+void WindowedSource::drop_read_through(const Done& done) const {
+  for (auto it = cache_.end(); it != cache_.begin() && !done();) {
+    --it;
+    if (!it->fetching && it->unread.empty()) it = drop(it);
+  }
+}
+
+bool WindowedSource::drop_furthest() const {
+  auto furthest = cache_.end();
+  for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+    if (!it->fetching && (furthest == cache_.end() || it->start > furthest->start)) furthest = it;
+  }
+  if (furthest == cache_.end()) return false;
+  drop(furthest);
+  return true;
+}
+
+void WindowedSource::shed(std::uint64_t bytes, bool unread_too) const noexcept {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  const std::uint64_t target = cached_bytes_ - std::min(cached_bytes_, bytes);
+  drop_read_through([&] { return cached_bytes_ <= target; });
+  while (unread_too && cached_bytes_ > target && drop_furthest()) {
+  }
+}
+
 void WindowedSource::fetch_ahead() const noexcept {
+  std::uint64_t charged = 0;  // charged to the budget for a block not cached yet
   try {
     std::uint64_t pos = 0;
     while (ahead_jobs_ < ahead_ && !ahead_paused_ && !closing_) {
@@ -304,6 +379,10 @@ void WindowedSource::fetch_ahead() const noexcept {
           if (threads_.empty()) return;
         }
       }
+      if (budget_) {
+        if (!budget_->try_charge(end - begin)) return;  // another source took the room meanwhile
+        charged = end - begin;
+      }
       Job job;
       job.id = next_id_++;
       job.start = begin;
@@ -321,12 +400,14 @@ void WindowedSource::fetch_ahead() const noexcept {
       ++ahead_jobs_;
       cache_.push_front(std::move(block));
       cached_bytes_ += end - begin;
+      charged = 0;
       job_queued_.notify_one();
       pos = end;
     }
   } catch (const std::bad_alloc&) {
     // Fetching ahead is an optimization: what it did not queue, readers fetch themselves
     // (the state above is consistent after every step).
+    if (charged > 0) budget_->release(charged);
   }
 }
 
@@ -371,6 +452,7 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
       cache_.remove_if([&](const Block& b) {
         if (b.id != id) return false;
         cached_bytes_ -= b.length;
+        if (budget_) budget_->release(b.length);
         return true;
       });
       for (const auto& [begin, end] : announced) announce(begin, end);
@@ -425,6 +507,7 @@ WindowedSource::Piece WindowedSource::block_for(std::uint64_t offset, std::uint6
     make_room(mine.length, /*for_miss=*/true);  // fetched even when nothing can be dropped
     cache_.push_front(std::move(mine));
     cached_bytes_ += end - begin;
+    if (budget_) budget_->charge(end - begin);
     fetch_ahead();
     lock.unlock();
     fill(id, begin, end - begin, /*fetched_ahead=*/false, announced, promise);

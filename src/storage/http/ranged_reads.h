@@ -7,9 +7,11 @@
 //
 // Thread-safety: read_in_parallel() runs its callback on several threads at once; the
 // sources are safe to read from any number of threads (ByteSource's contract), and a
-// WindowedSource that fetches ahead calls `fetch` from threads of its own as well.
+// WindowedSource that fetches ahead calls `fetch` from threads of its own as well. A
+// ReadAheadBudget is thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +61,54 @@ class WholeObjectSource final : public ByteSource {
   MemorySource source_;
 };
 
+class WindowedSource;
+
+// One memory budget for the blocks of several WindowedSources (a storage's open sources: a
+// load on gs:// reads 4 objects per rank at once), so that their blocks together stay
+// within about one budget instead of one per source. A source that needs room drops its own
+// blocks first, as it does alone, then those of the other sources: for a fetch ahead or a
+// miss, blocks read through (least recently used first, per source); for a miss also
+// blocks not read yet (furthest into their object first). Blocks being fetched are never
+// dropped. Other sources are only tried (try_lock), never waited for, so there is no lock
+// order between sources; one busy at that instant keeps its blocks.
+// Slack, as for one source: a fetch ahead never goes beyond the budget, while a miss fetches
+// its block even when not enough could be dropped (every other block being fetched, or its
+// source busy), so each thread that misses may add one block beyond it.
+// Thread-safety: every method is thread-safe. Sources keep their budget alive (shared_ptr).
+class ReadAheadBudget {
+ public:
+  explicit ReadAheadBudget(std::uint64_t bytes) : capacity_(bytes) {}
+  ReadAheadBudget(const ReadAheadBudget&) = delete;
+  ReadAheadBudget& operator=(const ReadAheadBudget&) = delete;
+
+  std::uint64_t capacity() const { return capacity_; }
+  // Bytes of the blocks its sources cache or fetch now.
+  std::uint64_t used() const { return used_.load(); }
+  // The most used() has been. For tests and metrics.
+  std::uint64_t peak() const { return peak_.load(); }
+
+ private:
+  friend class WindowedSource;
+  // Adds bytes when used() + bytes fits the capacity (fetches ahead); returns whether it did.
+  bool try_charge(std::uint64_t bytes);
+  // Adds bytes, fitting or not (misses).
+  void charge(std::uint64_t bytes);
+  void release(std::uint64_t bytes);
+  void add_source(const WindowedSource* source);
+  // Blocks until no reclaim() is dropping blocks of source.
+  void remove_source(const WindowedSource* source);
+  // Has the sources other than `asking` drop blocks until `bytes` more fit (see the top:
+  // those read through, and with unread_too those not read yet). REQUIRES: the caller holds
+  // no source's lock but asking's.
+  void reclaim(const WindowedSource* asking, std::uint64_t bytes, bool unread_too);
+
+  const std::uint64_t capacity_;
+  std::atomic<std::uint64_t> used_{0};
+  std::atomic<std::uint64_t> peak_{0};
+  std::mutex mu_;                               // held while reclaim() calls into sources
+  std::vector<const WindowedSource*> sources_;  // GUARDED_BY(mu_)
+};
+
 // A large object read lazily, for parsers and the engine's streaming reads, through a small
 // cache of blocks (ranged GETs). A read takes what cached blocks hold of it and fetches the
 // rest one block at a time; every GET costs a round trip, so blocks are large, and they tile
@@ -89,7 +139,8 @@ class WholeObjectSource final : public ByteSource {
 // fetch's error). When no thread or memory can be had for it, fetching ahead is skipped,
 // never a read failed.
 // Memory: blocks cached or being fetched hold at most windows x window_bytes, at most
-// kMaxBlocks of them, so small ones do not evict each other. When a block does not fit, the
+// kMaxBlocks of them, so small ones do not evict each other; with a ReadAheadBudget, the
+// blocks of all its sources together also stay within it (see there). When a block does not fit, the
 // least recently used blocks whose announced bytes have all been read are dropped. A fetch
 // ahead that still does not fit waits for a later read; a miss instead drops blocks not read
 // through yet too (the furthest into the object first), and fetches its block even when all
@@ -106,9 +157,10 @@ class WindowedSource final : public ByteSource {
   static constexpr std::size_t kMaxHints = 1 << 16;
   static constexpr std::size_t kMaxBlocks = 256;
 
-  // ahead: fetches ahead at once (0: none; at most windows - 1 is used).
+  // ahead: fetches ahead at once (0: none; at most windows - 1 is used). budget: shared
+  // with other sources (nullptr: this source's windows x window_bytes only).
   WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows, RangeFetch fetch,
-                 int ahead = 0);
+                 int ahead = 0, std::shared_ptr<ReadAheadBudget> budget = nullptr);
   // Drops the fetches ahead not started yet and waits for those in flight (at most `ahead`
   // GETs of at most window_bytes; a GET cannot be interrupted). REQUIRES: no read or
   // will_need running.
@@ -127,6 +179,7 @@ class WindowedSource final : public ByteSource {
   std::uint64_t cached_bytes() const;
 
  private:
+  friend class ReadAheadBudget;
   using Bytes = std::shared_ptr<const std::byte[]>;
   using Ranges = std::vector<std::pair<std::uint64_t, std::uint64_t>>;  // [start, end)
   using RangeSet = std::map<std::uint64_t, std::uint64_t>;              // start -> end, disjoint
@@ -179,6 +232,18 @@ class WindowedSource final : public ByteSource {
   // Memory at the top: for_miss chooses the miss's rules over the fetch ahead's); a fetch
   // ahead drops nothing when it cannot fit. Returns whether it fits.
   bool make_room(std::uint64_t length, bool for_miss) const;
+  // REQUIRES: mu_ held. Drops a cached block (not one being fetched), releasing its bytes.
+  std::list<Block>::iterator drop(std::list<Block>::iterator it) const;
+  // REQUIRES: mu_ held. Drops blocks read through, least recently used first, until done()
+  // or none is left.
+  template <typename Done>
+  void drop_read_through(const Done& done) const;
+  // REQUIRES: mu_ held. Drops the cached block furthest into the object (not one being
+  // fetched); false when there is none.
+  bool drop_furthest() const;
+  // For ReadAheadBudget::reclaim(): unless another thread holds mu_, drops blocks read
+  // through (then with unread_too, the furthest not read yet) until `bytes` are dropped.
+  void shed(std::uint64_t bytes, bool unread_too) const noexcept;
   // REQUIRES: mu_ held. Queues fetches ahead (see the top).
   void fetch_ahead() const noexcept;
   // A fetch-ahead thread: runs queued jobs until stopped.
@@ -190,6 +255,7 @@ class WindowedSource final : public ByteSource {
   int windows_;
   int ahead_;
   RangeFetch fetch_;
+  std::shared_ptr<ReadAheadBudget> budget_;  // nullptr: none shared
   mutable std::mutex mu_;
   mutable std::list<Block> cache_;                        // GUARDED_BY(mu_), most recently used first
   mutable std::uint64_t next_id_ = 0;                     // GUARDED_BY(mu_)

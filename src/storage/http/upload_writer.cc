@@ -103,14 +103,16 @@ class UploadWriter final : public StorageWriter {
   }
 
   // Grown parts in flight at once: about the bytes parts_in_flight parts of the first size
-  // hold, at least one.
+  // hold, at least one; none without overlap_fill.
   std::size_t own_in_flight() const {
+    if (!limits_.overlap_fill) return 0;
     const std::size_t base_bytes = limits_.part_bytes * static_cast<std::size_t>(limits_.parts_in_flight);
     return std::max<std::size_t>(1, base_bytes / part_bytes_);
   }
 
-  // Hands the full buffer to an upload task (starting the upload before the first part).
-  // `last`: no bytes follow (commit); otherwise at least one more part does.
+  // Hands the full buffer to an upload task (starting the upload before the first part), or
+  // without overlap_fill uploads it here. `last`: no bytes follow (commit); otherwise at
+  // least one more part does.
   void send_part(const IoOptions& io, bool last) {
     if (limits_.max_parts > 0 && parts_ + (last ? 1 : 2) > limits_.max_parts) {
       throw StorageError(StorageError::Kind::kOther, "write " + name_ + ": the object needs more than " +
@@ -121,6 +123,10 @@ class UploadWriter final : public StorageWriter {
     if (!started_) {
       upload_->start(io);
       started_ = true;
+    }
+    if (!limits_.overlap_fill) {
+      upload_part_here(io);
+      return;
     }
     const int max_in_flight =
         part_bytes_ > pool_->buffer_bytes() ? static_cast<int>(own_in_flight()) : limits_.parts_in_flight;
@@ -143,6 +149,16 @@ class UploadWriter final : public StorageWriter {
     buffer_ = BufferPool::Lease();
     fill_ = 0;
     part_bytes_ = part_bytes_at(parts_, limits_.part_bytes, limits_.max_parts);
+  }
+
+  // Without overlap_fill: the part uploads on this thread (the caller's stop token stops its
+  // retries) and the buffer stays leased to be refilled, unless the next part outgrows it.
+  void upload_part_here(const IoOptions& io) {
+    const std::size_t index = parts_++;
+    upload_->put_part(index, position_ - fill_, ByteSpan(buffer_.data(), fill_), io);
+    fill_ = 0;
+    part_bytes_ = part_bytes_at(parts_, limits_.part_bytes, limits_.max_parts);
+    if (part_bytes_ > buffer_.size()) buffer_.release();
   }
 
   void wait_oldest() {

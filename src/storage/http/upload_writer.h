@@ -9,7 +9,10 @@
 //      of the writer's own). start() runs once before part 0, then put_part(i, offset, bytes)
 //      on a thread of its own. At most UploadLimits::parts_in_flight parts are in flight,
 //      each holding its buffer until its request ends (memory stays bounded by the pool);
-//      a part that failed fails the next append(), not only commit().
+//      a part that failed fails the next append(), not only commit(). With
+//      UploadLimits::overlap_fill off, put_part() runs on the writer's thread instead, inside
+//      the append() (or commit()) that sends the part, and its buffer is then refilled: no
+//      part is in flight between calls and the writer holds one buffer.
 //   2. commit() of an object that fits in one buffer is put_whole() (one request publishes
 //      it). Otherwise the last part is sent (or handed to finish() when the service takes
 //      it last, GCS), every part is waited for, then finish() publishes the object whole.
@@ -20,7 +23,8 @@
 //   part may be missing, so committing would publish a hole.
 //
 // Thread-safety: a writer is used by one thread (storage.h); put_part() is called from
-// several threads at once, the other PartUpload methods from the writer's thread.
+// several threads at once (without overlap_fill: one at a time, from the writer's thread),
+// the other PartUpload methods from the writer's thread.
 #pragma once
 
 #include <cstddef>
@@ -58,9 +62,20 @@ class PartUpload {
 struct UploadLimits {
   // Bytes of every part but the last: at most the pool's buffer size.
   std::size_t part_bytes = 0;
-  // Parts uploading at once; 1 for services that take parts in order (GCS sessions), then
-  // one part uploads while the writer fills the next buffer.
+  // Parts uploading at once; 1 for services that take parts in order, then one part
+  // uploads while the writer fills the next buffer. Ignored without overlap_fill.
   int parts_in_flight = 4;
+  // Whether the writer fills its next buffer while parts upload. On: parts upload on
+  // threads of their own and a writer holds up to parts_in_flight + 1 buffers. Off: the
+  // append() that needs a full buffer emptied uploads it itself, on the caller's thread, and
+  // then refills it: one buffer per writer, nothing in flight between calls, and that
+  // append() blocks for the part's request (and throws its error).
+  // Turn it off where one object takes one part at a time and several objects upload at
+  // once (GCS sessions: a save writes 4 objects per rank): the other objects keep the
+  // service busy, so the memory of a second buffer buys parts twice the size instead, which
+  // cost the service fewer requests. The cost: a writer that uploads alone loses the
+  // overlap of filling one part with uploading the one before.
+  bool overlap_fill = true;
   // The last bytes go to finish() instead of put_part() (GCS: the last chunk names the total).
   bool tail_in_finish = false;
   // The service's most parts per object (S3: 10,000; Azure: 50,000 blocks); 0 = no limit
@@ -81,9 +96,10 @@ std::size_t part_bytes_at(std::size_t index, std::size_t part_bytes, std::size_t
 // stages bytes in buffers of pool. REQUIRES: 0 < limits.part_bytes <= pool->buffer_bytes().
 // Parts larger than the pool's buffers (part_bytes_at) are staged in a pool of the writer's
 // own, sized so that the bytes in flight stay about parts_in_flight x part_bytes (at least
-// one grown part in flight and one filling); one such pool at a time (the parts in flight are
-// waited for when the size doubles). An object that would need more than max_parts
-// parts even so fails its append with StorageError kOther naming the part size.
+// one grown part in flight and one filling; without overlap_fill, one buffer); one such
+// pool at a time (the parts in flight are waited for when the size doubles). An object that
+// would need more than max_parts parts even so fails its append with StorageError kOther
+// naming the part size.
 std::unique_ptr<StorageWriter> make_upload_writer(std::string key, std::string name,
                                                   std::shared_ptr<PartUpload> upload,
                                                   std::shared_ptr<BufferPool> pool, UploadLimits limits);

@@ -128,7 +128,9 @@ struct S3Config {
   // into the caller's buffer. A load reads about one place of a blob per reader thread at
   // once: twice as many windows as the default reader threads keep them from evicting each
   // other (GET counts: bench/README.md).
-  // Cost: windows x size per source (64 MiB).
+  // Cost: windows x size (64 MiB) for all of a storage's open sources together (one
+  // budget they share, http/ranged_reads.h ReadAheadBudget), plus a window per reader
+  // thread that misses when the budget is full.
   std::size_t source_whole_bytes = std::size_t{1} << 20;
   std::size_t source_window_bytes = std::size_t{8} << 20;
   int source_cache_windows = 8;
