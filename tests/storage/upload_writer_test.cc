@@ -332,16 +332,12 @@ TEST(UploadWriterTest, WithoutOverlapAFailedPartFailsTheAppendThatSentIt) {
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 
-// Grown parts without overlap_fill: the given pool's buffer goes back once parts outgrow it,
-// and each grown part is staged in the one buffer of the writer's own pool.
-TEST(UploadWriterTest, WithoutOverlapGrownPartsLeaveTheGivenPool) {
-  auto upload = std::make_shared<RecordingUpload>();
-  auto pool = small_pool(3);
-  upload->pool = pool.get();
-  UploadLimits limits;
+// Writes 22 x kPart + 5 bytes through a writer whose parts double every 2 (max_parts 20)
+// and checks the parts: 1, 1, 2, 2, 4, 4 and 8 x kPart, then the 5 bytes left.
+void expect_parts_grow_to_eight_times(UploadLimits limits, const std::shared_ptr<RecordingUpload>& upload,
+                                      const std::shared_ptr<BufferPool>& pool) {
   limits.part_bytes = kPart;
-  limits.max_parts = 20;  // sizes double every 2 parts
-  limits.overlap_fill = false;
+  limits.max_parts = 20;
   auto w = make_upload_writer("k", "test object \"t://k\"", upload, pool, limits);
   const std::string data = pattern(22 * kPart + 5, 3);
   append_in_pieces(*w, data, 1000);
@@ -351,6 +347,17 @@ TEST(UploadWriterTest, WithoutOverlapGrownPartsLeaveTheGivenPool) {
   for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(upload->parts[i].second.size(), expected[i] * kPart) << i;
   EXPECT_EQ(upload->parts[7].second.size(), 5u);
   EXPECT_EQ(upload->assembled(), data);
+}
+
+// Grown parts without overlap_fill: the given pool's buffer goes back once parts outgrow it,
+// and each grown part is staged in the one buffer of the writer's own pool.
+TEST(UploadWriterTest, WithoutOverlapGrownPartsLeaveTheGivenPool) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = small_pool(3);
+  upload->pool = pool.get();
+  UploadLimits limits;
+  limits.overlap_fill = false;
+  expect_parts_grow_to_eight_times(limits, upload, pool);
   EXPECT_EQ(upload->leased_during_part, (std::vector<std::size_t>{1, 1, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(upload->max_in_flight, 1);
   EXPECT_EQ(pool->allocated_buffers(), 1u);
@@ -385,21 +392,10 @@ TEST(UploadWriterTest, PartsGrowPastTheLimitsTenthInBuffersOfTheWritersOwn) {
   auto upload = std::make_shared<RecordingUpload>();
   auto pool = small_pool(3);
   UploadLimits limits;
-  limits.part_bytes = kPart;
   limits.parts_in_flight = 2;
-  limits.max_parts = 20;  // sizes double every 2 parts
-  auto w = make_upload_writer("k", "test object \"t://k\"", upload, pool, limits);
-  // Parts of 1, 1, 2, 2, 4, 4 and 8 x kPart (22 in all), then the 5 bytes left: 8 parts.
-  const std::string data = pattern(22 * kPart + 5, 3);
-  append_in_pieces(*w, data, 1000);
-  w->commit();
-  ASSERT_EQ(upload->parts.size(), 8u);
-  const std::size_t expected[] = {1, 1, 2, 2, 4, 4, 8};
-  for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(upload->parts[i].second.size(), expected[i] * kPart) << i;
-  EXPECT_EQ(upload->parts[7].second.size(), 5u);
-  EXPECT_EQ(upload->assembled(), data);
+  expect_parts_grow_to_eight_times(limits, upload, pool);
   EXPECT_EQ(upload->finished_parts, 8u);
-  EXPECT_EQ(upload->finished_size, data.size());
+  EXPECT_EQ(upload->finished_size, 22 * kPart + 5);
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 
