@@ -330,7 +330,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
         async_save: sharded saves return once the state is copied to host memory (buffers
             kept between saves); the write goes on in a background thread (the next save, a
             load, ``remove_checkpoint`` and ``teardown`` wait for it).
-        thread_count: files each rank writes in parallel (``StorageWriter``).
+        thread_count: files each rank writes in parallel (``StorageWriter``: at least 4 on ``gs://``).
         sync_files: fsync before publishing (durable); turn off only for benchmarks.
         verify_checksums: verify every byte loaded against shardpoint's checksums, or where there
             are none (checkpoints PyTorch wrote) against the zip CRC-32 of each record read
