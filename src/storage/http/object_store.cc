@@ -14,8 +14,7 @@ class ObjectStoreStorage final : public Storage {
   ObjectStoreStorage(std::shared_ptr<ObjectClient> client, std::string query)
       : client_(std::move(client)), query_(std::move(query)) {
     const SourceLimits limits = client_->source_limits();
-    read_budget_ = std::make_shared<ReadAheadBudget>(static_cast<std::uint64_t>(std::max(1, limits.windows)) *
-                                                     std::max<std::size_t>(limits.window_bytes, 4096));
+    read_budget_ = std::make_shared<ReadAheadBudget>(WindowedSource::cache_bytes(limits.window_bytes, limits.windows));
   }
 
   StorageFeatures features() const override {

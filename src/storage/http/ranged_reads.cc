@@ -103,14 +103,14 @@ bool ReadAheadBudget::try_charge(std::uint64_t bytes) {
   do {
     if (now + bytes > capacity_) return false;
   } while (!used_.compare_exchange_weak(now, now + bytes));
-  for (std::uint64_t seen = peak_.load(); now + bytes > seen && !peak_.compare_exchange_weak(seen, now + bytes);) {
-  }
+  note_used(now + bytes);
   return true;
 }
 
-void ReadAheadBudget::charge(std::uint64_t bytes) {
-  const std::uint64_t now = used_.fetch_add(bytes) + bytes;
-  for (std::uint64_t seen = peak_.load(); now > seen && !peak_.compare_exchange_weak(seen, now);) {
+void ReadAheadBudget::charge(std::uint64_t bytes) { note_used(used_.fetch_add(bytes) + bytes); }
+
+void ReadAheadBudget::note_used(std::uint64_t used) {
+  for (std::uint64_t seen = peak_.load(); used > seen && !peak_.compare_exchange_weak(seen, used);) {
   }
 }
 
@@ -138,11 +138,15 @@ void ReadAheadBudget::reclaim(const WindowedSource* asking, std::uint64_t bytes,
   }
 }
 
+std::uint64_t WindowedSource::cache_bytes(std::size_t window_bytes, int windows) {
+  return static_cast<std::uint64_t>(std::max(1, windows)) * std::max(window_bytes, kMinWindowBytes);
+}
+
 WindowedSource::WindowedSource(std::string name, std::uint64_t size, std::size_t window_bytes, int windows,
                                RangeFetch fetch, int ahead, std::shared_ptr<ReadAheadBudget> budget)
     : name_(std::move(name)),
       size_(size),
-      window_bytes_(std::max<std::size_t>(window_bytes, 4096)),
+      window_bytes_(std::max(window_bytes, kMinWindowBytes)),
       windows_(std::max(1, windows)),
       ahead_(std::clamp(ahead, 0, windows_ - 1)),
       fetch_(std::move(fetch)),
@@ -287,7 +291,7 @@ std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_
 }
 
 bool WindowedSource::make_room(std::uint64_t length, bool for_miss) const {
-  const std::uint64_t own_budget = static_cast<std::uint64_t>(windows_) * window_bytes_;
+  const std::uint64_t own_budget = cache_bytes(window_bytes_, windows_);
   const auto fits_shared = [&] { return !budget_ || budget_->used() + length <= budget_->capacity(); };
   const auto fits = [&] {
     return cached_bytes_ + length <= own_budget && cache_.size() + 1 <= kMaxBlocks && fits_shared();
@@ -449,12 +453,8 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
     {
       // Out of the cache before a waiting reader sees the error, so its retry fetches again.
       std::lock_guard lock(mu_);
-      cache_.remove_if([&](const Block& b) {
-        if (b.id != id) return false;
-        cached_bytes_ -= b.length;
-        if (budget_) budget_->release(b.length);
-        return true;
-      });
+      const auto failed = std::find_if(cache_.begin(), cache_.end(), [&](const Block& b) { return b.id == id; });
+      if (failed != cache_.end()) drop(failed);
       for (const auto& [begin, end] : announced) announce(begin, end);
       if (fetched_ahead) {
         --ahead_jobs_;

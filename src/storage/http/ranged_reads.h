@@ -94,6 +94,8 @@ class ReadAheadBudget {
   // Adds bytes, fitting or not (misses).
   void charge(std::uint64_t bytes);
   void release(std::uint64_t bytes);
+  // Raises peak() to used when it is higher.
+  void note_used(std::uint64_t used);
   void add_source(const WindowedSource* source);
   // Blocks until no reclaim() is dropping blocks of source.
   void remove_source(const WindowedSource* source);
@@ -156,6 +158,12 @@ class WindowedSource final : public ByteSource {
  public:
   static constexpr std::size_t kMaxHints = 1 << 16;
   static constexpr std::size_t kMaxBlocks = 256;
+  static constexpr std::size_t kMinWindowBytes = 4096;
+
+  // The bytes a source of these settings caches at most (windows x window_bytes, each as the
+  // constructor clamps it): its own budget, and what a ReadAheadBudget shared by such
+  // sources is sized to.
+  static std::uint64_t cache_bytes(std::size_t window_bytes, int windows);
 
   // ahead: fetches ahead at once (0: none; at most windows - 1 is used). budget: shared
   // with other sources (nullptr: this source's windows x window_bytes only).
@@ -232,7 +240,8 @@ class WindowedSource final : public ByteSource {
   // Memory at the top: for_miss chooses the miss's rules over the fetch ahead's); a fetch
   // ahead drops nothing when it cannot fit. Returns whether it fits.
   bool make_room(std::uint64_t length, bool for_miss) const;
-  // REQUIRES: mu_ held. Drops a cached block (not one being fetched), releasing its bytes.
+  // REQUIRES: mu_ held. Takes a block out of the cache, releasing its bytes: one fetched,
+  // or one whose fetch failed (a block a fetch will still fill must stay).
   std::list<Block>::iterator drop(std::list<Block>::iterator it) const;
   // REQUIRES: mu_ held. Drops blocks read through, least recently used first, until done()
   // or none is left.
