@@ -16,8 +16,9 @@ Clients (each a job of 4 ranks, save then load, every load checked against the v
            (TCP communicator, no LibTorch), checksums written and verified; the save with
            SaveOptions::thread_count --sp-save-threads (default: the engine's own).
   sp-py    shardpoint's Python package: dcp.save/dcp.load with shardpoint.torch.StorageWriter
-           / StorageReader (thread_count 4 both, the writer's --sp-py-threads; sync_files off: an object store has no fsync),
-           4 gloo ranks (the package from $SHARDPOINT_PYTHONPATH).
+           / StorageReader (thread_count: the writer's --sp-py-threads, default 4; the
+           reader's 4; sync_files off: an object store has no fsync), 4 gloo ranks (the
+           package from $SHARDPOINT_PYTHONPATH).
   s3torch  AWS's s3torchconnector: dcp.save/dcp.load with S3StorageWriter (thread_count
            --peer-threads) / S3StorageReader (its default, dcp_optimized), over its CRT client
            pointed at the server (path-style), same ranks.
@@ -815,7 +816,7 @@ def main():
                                       args.sdk_concurrency, scratch, args.gcs_sdk_upload_chunk_mib)
                     else:
                         out = run_python_client(client, server, url, args.layers, args.peer_threads,
-                                                        args.sp_py_threads, scratch)
+                                                args.sp_py_threads, scratch)
                     for job in ("save", "load"):
                         r = out[job]
                         print(f"  {job}: {r['seconds']:.2f} s, {r['bytes'] / r['seconds'] / 1e9:.3f} GB/s, "

@@ -295,8 +295,10 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         """(all ranks) Writes this rank's items; the future is already complete."""
         prefix = plan.storage_data.prefix
+        folder = getattr(plan.storage_data, "folder", "") or self.path
+        checkpoint = self._writing_to(folder)
         if self.single_file_per_rank:
-            files = _split_into_files(plan.items, self._opened().files_per_rank(self.thread_count))
+            files = _split_into_files(plan.items, checkpoint.files_per_rank(self.thread_count))
         else:
             files = [[item] for item in plan.items]
         keep_alive: List[Any] = []  # tensors and buffers the native call reads
@@ -331,8 +333,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             slot.ndim = ndim
             slot.offsets = base + 8 * start
             slot.sizes = base + 8 * (start + ndim)
-        folder = getattr(plan.storage_data, "folder", "") or self.path
-        written_json = self._writing_to(folder).write_items(native_items, len(fields), self._options)
+        written_json = checkpoint.write_items(native_items, len(fields), self._options)
         results: List[WriteResult] = []
         for n, (item, record) in enumerate(zip(by_position, json.loads(written_json))):
             info = _StorageInfo(record["file"], record["offset"], record["length"])

@@ -24,7 +24,7 @@ from typing import Dict, Iterator, Set
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from conftest import REPO, free_port
 
 
 def unavailable(why: str) -> None:
@@ -41,12 +41,6 @@ def _installed(script: str, what: str) -> str:
     if not path or not os.access(path, os.X_OK):
         unavailable(f"{what} unavailable (scripts/{script})")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_accepting(port: int, proc: subprocess.Popen, what: str, seconds: float = 30) -> None:
@@ -77,7 +71,7 @@ def _running(command, port: int, what: str, log_path: Path) -> Iterator[None]:
 def s3s_fs(folder: Path, bucket: str) -> Iterator[Dict[str, str]]:
     """s3s-fs over folder with one (empty) bucket; yields the variables an s3:// URL needs."""
     binary = _installed("setup-s3s.sh", "s3s-fs")
-    port = _free_port()
+    port = free_port()
     root = folder / "root"
     (root / bucket).mkdir(parents=True)
     key, secret = "SPPYTESTKEY000000001", f"sp-py-secret-{os.getpid()}"
@@ -92,7 +86,7 @@ def fake_gcs(folder: Path, bucket: str) -> Iterator[Dict[str, str]]:
     """fake-gcs-server in memory with one (empty) bucket; yields the variables a gs:// URL
     needs for the JSON API (any bearer token: the server checks none)."""
     binary = _installed("setup-fake-gcs.sh", "fake-gcs-server")
-    port = _free_port()
+    port = free_port()
     data = folder / "data"
     (data / bucket).mkdir(parents=True)  # -data: its folders name the buckets
     endpoint = f"http://127.0.0.1:{port}"

@@ -31,9 +31,7 @@ def azurite(tmp_path_factory):
     subprocess.run([str(script), "start", str(state)], check=True, timeout=900)
     endpoint_file = state / "endpoint"
     if not endpoint_file.exists():
-        if os.environ.get("SHARDPOINT_REQUIRE_ORACLES") == "1":
-            pytest.fail("Azurite unavailable (SHARDPOINT_REQUIRE_ORACLES=1)")
-        pytest.skip("Azurite unavailable")
+        servers.unavailable("Azurite unavailable")
     endpoint = endpoint_file.read_text().strip()
     connection = (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
                   f"BlobEndpoint={endpoint}/{ACCOUNT};")
