@@ -61,7 +61,6 @@ import concurrent.futures
 import io
 import logging
 import os
-import pickle
 import re
 import shutil
 import tempfile
@@ -78,7 +77,7 @@ from lightning.fabric.plugins import CheckpointIO as _LightningCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
-from . import _native, errors
+from . import _native, _trust, errors
 from ._staging import HostStaging
 from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
 
@@ -158,10 +157,8 @@ def _checkpoint_files(checkpoint: _native.Checkpoint, location: str) -> List[str
     blob = checkpoint.read_object(_DCP_METADATA)
     if blob is None:
         return []
-    try:
-        metadata = pickle.loads(blob)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not ours to list"
-        raise errors.FormatError(f"{location}/.metadata: not a DCP Metadata pickle: {e}") from e
+    source = f"{location}/{_DCP_METADATA}"
+    metadata = _trust.metadata_from_engine(_native.metadata_rebuild(blob, source), source)
     return sorted({info.relative_path for info in (metadata.storage_data or {}).values()})
 
 
@@ -274,16 +271,21 @@ class CheckpointIO(_LightningCheckpointIO):
         self, path: PathOrUrl, map_location: Optional[Callable] = lambda storage, loc: storage,
         weights_only: Optional[bool] = None,
     ) -> Dict[str, Any]:
-        """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it.
+        """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it with
+        ``weights_only=True`` unless ``weights_only=False`` is passed (on every PyTorch: a
+        checkpoint's pickle runs no code unless the caller trusts it).
 
         Raises:
             FileNotFoundError: no file at ``path``.
             shardpoint.FormatError: damaged or truncated.
+            pickle.UnpicklingError: with ``weights_only`` unset or True, the file names a global
+                outside PyTorch's allowlist (and ``torch.serialization.add_safe_globals``).
         """
         data = _read_file(path)
         if self.verify:
             _verify_zip(data, _text(path))
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+        return torch.load(io.BytesIO(data), map_location=map_location,
+                          weights_only=_trust.weights_only_default(weights_only))
 
     def remove_checkpoint(self, path: PathOrUrl) -> None:
         """(global rank 0) Deletes the file (or a sharded checkpoint folder, uncommitting it
@@ -534,7 +536,9 @@ class FSDPStrategy(_LightningFSDPStrategy):
         """(every rank) Loads the model (and, when fitting, optimizer) state into the FSDP
         model and returns the rest of the checkpoint. Sharded folders are read through
         :class:`shardpoint.torch.StorageReader` at any world size; single files through the
-        ``CheckpointIO`` (checked) and Lightning's own full-state loading."""
+        ``CheckpointIO`` (checked) and Lightning's own full-state loading. ``meta.pt`` and
+        single files are unpickled with ``weights_only=True`` unless ``weights_only=False``
+        is passed (``Trainer.fit(..., weights_only=False)``), on every PyTorch."""
         self.wait_for_save()
         started = time.perf_counter()
         location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))
@@ -606,7 +610,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
             raise errors.NotFoundError(f"{location}/{_META}: missing")
         if self.verify_checksums:
             _verify_zip(meta, f"{location}/{_META}")
-        return torch.load(io.BytesIO(meta), weights_only=weights_only)
+        return torch.load(io.BytesIO(meta), weights_only=_trust.weights_only_default(weights_only))
 
     def _reader(self, location: str) -> StorageReader:
         return StorageReader(location, verify_checksums=self.verify_checksums)
@@ -626,7 +630,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
             return self._lightning_load_full(local, weights_only)
 
     def _lightning_load_full(self, local: str, weights_only: Optional[bool]) -> Dict[str, Any]:
-        return super().load_checkpoint(local, weights_only=weights_only)
+        return super().load_checkpoint(local, weights_only=_trust.weights_only_default(weights_only))
 
     # -- removing and teardown ------------------------------------------------------------
 
