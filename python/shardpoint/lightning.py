@@ -58,6 +58,7 @@ on load, remote URLs. ``FSDPStrategy`` uses it by default for ``state_dict_type=
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import io
 import logging
 import os
@@ -150,6 +151,17 @@ def find_committed_checkpoints(folder: PathOrUrl) -> List[str]:
             step = _STEP.search(entry.name)
             found.append(((int(step.group(1)) if step else -1, (entry / _META).stat().st_mtime), str(entry)))
     return [p for _, p in sorted(found)]
+
+
+def _save_planner() -> Any:
+    """DCP's default save planner, with plan caching where this PyTorch has it (2.7+): a
+    training loop saves the same state shapes again and again, and a cached plan skips the
+    gather and the global planning of every later save."""
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    if "enable_plan_caching" in inspect.signature(DefaultSavePlanner.__init__).parameters:
+        return DefaultSavePlanner(enable_plan_caching=True)
+    return DefaultSavePlanner()
 
 
 def _checkpoint_files(checkpoint: _native.Checkpoint, location: str) -> List[str]:
@@ -489,9 +501,10 @@ class FSDPStrategy(_LightningFSDPStrategy):
         state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
         meta = _serialize(checkpoint) if self.is_global_zero else b""
         writer = StorageWriter(location, thread_count=self.thread_count, sync_files=self.sync_files)
+        planner = _save_planner()
 
         if not self.async_save:
-            dcp.save(state, storage_writer=writer)
+            dcp.save(state, storage_writer=writer, planner=planner)
             self._publish_meta(location, meta, target)
             return
 
@@ -507,7 +520,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
         group = self._save_group
 
         def write() -> None:
-            dcp.save(staged, storage_writer=writer, process_group=group)
+            dcp.save(staged, storage_writer=writer, planner=planner, process_group=group)
             self._publish_meta(location, meta, target)
 
         self._pending = self._executor.submit(write)

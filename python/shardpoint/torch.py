@@ -83,11 +83,12 @@ def _is_local(location: str) -> bool:
 _STAGING_MARK = ".sp-replace-"
 
 
-def _staging_folder(target: str) -> str:
-    """The hidden sibling a save into a committed local checkpoint writes to first. Every rank
-    names it alone, from the target: nothing of it travels in the plan, which DCP may cache."""
+def _staging_folder(target: str, tag: str = "save") -> str:
+    """The hidden sibling a save into a committed local checkpoint writes to first. The
+    StorageWriter's ranks each name it alone, from the target and the default tag: nothing
+    of it travels in the plan, which DCP may cache and replay."""
     parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}{_STAGING_MARK}save")
+    return os.path.join(parent, f".{name}{_STAGING_MARK}{tag[:16]}")
 
 
 def _remove_stale_staging(target: str) -> None:
