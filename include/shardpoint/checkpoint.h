@@ -103,7 +103,8 @@ struct LoadOptions {
   // rank reads whole, computed right after each read while the bytes are in cache. A record
   // a resharding load reads only in part on this rank is not checked
   // (LoadReport::zip_crc.records_partial). Applies only with verify_checksums. Off: such
-  // blobs are read unverified. Cost: bench/README.md ("zip CRC-32 on load").
+  // blobs are read unverified. Cost: one CRC-32 pass over the bytes read while they are
+  // in cache: +6-11 % of a warm load's time, within the noise of a cold one.
   bool check_zip_crc = true;
   // Parallel readers per rank.
   int thread_count = 4;

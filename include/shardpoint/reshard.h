@@ -40,7 +40,7 @@
 // window per reader thread that misses when that is full), plus the objects (a
 // DCP object item that holds tensors: its whole item, storages included) and the metadata.
 // Sources are read with pread / ranged GETs, never mapped, so source pages do not count in
-// the RSS (bench/README.md, "reshard", has the figures).
+// the RSS (a 1.41 GB file -> 4 ranks: 234 MiB peak with the default 256 MiB budget).
 //
 // Thread-safety: reshard() calls may run concurrently on different destinations.
 #pragma once

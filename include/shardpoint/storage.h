@@ -1,14 +1,15 @@
 // Storage: where checkpoint bytes live. One small interface, several drivers.
 //
-// A Storage is rooted at one location (a local directory, a memory namespace, later a
-// bucket prefix) and holds objects named by keys. A key is a relative path inside the root,
+// A Storage is rooted at one location (a local directory, a memory namespace, an
+// object-store bucket prefix) and holds objects named by keys. A key is a relative path inside the root,
 // segments separated by '/': "__0_0.distcp", ".metadata", "step=3/__1_0.distcp". Keys are
 // validated by every call (validate_key): empty keys, absolute keys, empty, "." or ".."
 // segments, NUL bytes, and the reserved temporary marker ".sp-tmp." are a UsageError naming
 // the key. Directories are not objects: they appear and vanish with the keys under them.
 //
 // Drivers: local POSIX files ("file", local_storage.h), in-process memory ("memory",
-// memory_storage.h). Open one by URL with open_storage() (storage_registry.h). Behavior
+// memory_storage.h), S3 ("s3"), GCS ("gs") and Azure Blob ("az", "abfs", "abfss"). Open one
+// by URL with open_storage() (storage_registry.h). Behavior
 // is added with wrappers (storage_wrapper.h, fault_injection_storage.h), not flags.
 //
 // Errors: StorageError (kind() says not found / permission / no space / transient / other)

@@ -5,9 +5,9 @@
 //   const StorageRegistration kFileRegistration{"file", &open_local_storage};
 //   }  // namespace
 //
-// Because linkers drop unreferenced objects from static libraries (and with them those
-// registrations), open_storage() first calls register_builtin_storage(), which registers
-// every driver built into sp_storage by name. A new driver adds itself in both places.
+// The registry knows no driver. Linkers drop unreferenced objects from static libraries,
+// and with them such registrations, so the storage layer is linked whole
+// (src/storage/CMakeLists.txt); libshardpoint.so holds every built-in driver.
 //
 // Built-in schemes:
 //   "/abs/dir", "rel/dir", "file:///abs/dir"  local directory (local_storage.h)
@@ -58,10 +58,6 @@ std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions
 // Registers fn for scheme. Registering the same fn again is a no-op; a different fn for a
 // registered scheme throws UsageError.
 void register_storage_scheme(std::string_view scheme, OpenStorageFn fn);
-
-// Registers the drivers built into sp_storage ("file", "memory"). Idempotent; called by
-// open_storage().
-void register_builtin_storage();
 
 // Registered schemes, sorted.
 std::vector<std::string> registered_storage_schemes();

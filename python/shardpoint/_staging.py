@@ -10,11 +10,17 @@ position, filled by one ``copy_``, and reused by every later save of a state sha
 
 The containers (dicts, lists, DTensor and ShardedTensor wrappers) are rebuilt on each call, so
 values that are not tensors (learning rates, step counters, ...) are the current ones.
+
+``stage_async`` returns at once and copies on a thread of its own (DCP's ``AsyncSaveResponse``
+semantics: the state may change once its future completes). Device tensors are copied into
+pinned buffers with non-blocking copies on a side stream, ordered after the work the caller's
+stream had queued when it asked; the future completes when the side stream's event does.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+import concurrent.futures
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -40,6 +46,10 @@ class HostStaging:
         self.pin_memory = pin_memory
         self._buffers: List[torch.Tensor] = []
         self._next = 0
+        # (buffer, source) pairs of device tensors, copied by _copy_from_devices (stage_async).
+        self._device_copies: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._side_stream: Any = None
         # DTensor / ShardedTensor wrappers around buffers, by the position of their first
         # buffer: (what they were built from, the wrapper). Rebuilding a DTensor costs more than
         # copying a small tensor (its spec is hashed), so an unchanged one is reused.
@@ -51,12 +61,56 @@ class HostStaging:
         return sum(b.numel() * b.element_size() for b in self._buffers)
 
     def stage(self, state: Any) -> Any:
+        """The host copy of ``state``, complete when this returns."""
         self._next = 0
         staged = self._stage(state)
         del self._buffers[self._next :]  # the previous state had more tensors
         for position in [p for p in self._wrappers if p >= self._next]:
             del self._wrappers[position]
         return staged
+
+    def stage_async(self, state: Any) -> "concurrent.futures.Future[Any]":
+        """Starts the host copy of ``state`` on this object's thread and returns its future at
+        once; ``state``'s tensors must not change until the future completes (DCP's
+        ``staging_completion``). Host tensors are copied on the thread (``copy_`` releases
+        the GIL); device tensors with non-blocking copies into pinned buffers on a side
+        stream that first waits for what the caller's current stream had queued, the future
+        completing when that stream's event does. Raises what the copy raised through the
+        future. Call ``close`` when done."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardpoint-stage")
+        ready = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream())  # the state as the caller's stream will leave it
+        return self._executor.submit(self._stage_on_thread, state, ready)
+
+    def close(self, wait: bool = True) -> None:
+        """Stops the staging thread after the copy in flight, if any (waiting for it when
+        ``wait``; from the staging thread itself, pass False)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=wait)
+            self._executor = None
+
+    def _stage_on_thread(self, state: Any, ready: Any) -> Any:
+        if ready is None:
+            return self.stage(state)
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream()
+        self._device_copies = []
+        try:
+            staged = self.stage(state)  # host tensors copied here; device ones listed
+            with torch.cuda.stream(self._side_stream):
+                self._side_stream.wait_event(ready)
+                for buffer, source in self._device_copies:
+                    buffer.copy_(source, non_blocking=True)
+                    source.record_stream(self._side_stream)
+                done = torch.cuda.Event()
+                done.record(self._side_stream)
+            done.synchronize()
+            return staged
+        finally:
+            self._device_copies = None
 
     def _wrapper(self, position: int, key: Tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """The wrapper built for key at position last time, or a new one."""
@@ -79,7 +133,10 @@ class HostStaging:
                 self._buffers[position] = buffer
             else:
                 self._buffers.append(buffer)
-        buffer.copy_(tensor)
+        if self._device_copies is not None and tensor.device.type == "cuda":
+            self._device_copies.append((buffer, tensor))  # copied on the side stream
+        else:
+            buffer.copy_(tensor)
         return buffer
 
     @staticmethod

@@ -27,8 +27,10 @@ coordinator alone calls ``prepare_global_plan`` and ``finish``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import dataclasses
+import importlib
 import io
 import json
 import logging
@@ -59,6 +61,10 @@ from . import _native, _trust, errors
 from ._staging import HostStaging
 
 __all__ = ["StorageWriter", "StorageReader"]
+
+# dcp.async_save returns AsyncSaveResponse when the stager's stage() returns a future (2.9+).
+_ASYNC_SAVE_RESPONSE = hasattr(importlib.import_module("torch.distributed.checkpoint.state_dict_saver"),
+                               "AsyncSaveResponse")
 
 _log = logging.getLogger("shardpoint")
 
@@ -179,6 +185,13 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             it and exchanged with it once committed, so a failed save leaves the previous
             checkpoint intact. On an object store the old ``.metadata`` is removed first (the
             old checkpoint stops being one before its files are replaced).
+        async_staging: for ``dcp.async_save`` (PyTorch 2.9+): False (default) copies the
+            state before ``async_save`` returns its future. True copies it on a thread of
+            its own, and ``async_save`` returns at once with DCP's ``AsyncSaveResponse``:
+            the state may change once ``staging_completion`` is done, the checkpoint is
+            committed once ``upload_completion`` is. On a GPU the copies are non-blocking,
+            on a side stream, into pinned buffers kept between saves. Either way, wait for
+            a save's ``upload_completion`` before starting the next.
 
     Extra positional or keyword arguments newer PyTorch versions pass are accepted.
     """
@@ -195,6 +208,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         overwrite: bool = True,
         cache_staged_state_dict: bool = True,
         *args: Any,
+        async_staging: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -202,6 +216,12 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self._staging: Optional[HostStaging] = None
         if thread_count < 1:
             raise errors.UsageError(f"thread_count must be >= 1, found {thread_count}")
+        if async_staging and not _ASYNC_SAVE_RESPONSE:
+            raise errors.UsageError(
+                f"async_staging needs a PyTorch whose dcp.async_save returns AsyncSaveResponse (2.9+), "
+                f"found {torch.__version__}"
+            )
+        self.async_staging = async_staging
         self.path = _location(path)
         self.single_file_per_rank = single_file_per_rank
         self.sync_files = sync_files
@@ -235,19 +255,32 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             self._checkpoint = _native.Checkpoint(self.path)
         return self._checkpoint
 
-    def stage(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
+    def stage(self, state_dict: Dict[str, Any]) -> Union[Dict[str, Any], "concurrent.futures.Future[Dict[str, Any]]"]:
         """(all ranks, ``dcp.async_save`` only) The copy of the state the background write
-        reads: one host copy of every tensor (DTensor and ShardedTensor shards included).
-        With ``cache_staged_state_dict`` the buffers are allocated on the first save and
-        reused by the next ones (wait for a save's future before starting the next). Pinned
-        only where a GPU is present (pinning needs one; PyTorch 2.6's own stager pins
+        reads: one host copy of every tensor (DTensor and ShardedTensor shards included);
+        with ``async_staging``, the future of that copy, made on a thread. With
+        ``cache_staged_state_dict`` the buffers are allocated on the first save and reused
+        by the next ones (wait for a save's future before starting the next). Pinned only
+        where a GPU is present (pinning needs one; PyTorch 2.6's own stager pins
         unconditionally and fails on CPU-only machines)."""
         staging = self._staging if self.cache_staged_state_dict else None
         if staging is None:
             staging = HostStaging(pin_memory=torch.cuda.is_available())
             if self.cache_staged_state_dict:
                 self._staging = staging
-        return staging.stage(state_dict)
+        if not self.async_staging:
+            return staging.stage(state_dict)
+        future = staging.stage_async(state_dict)
+        if staging is not self._staging:  # a one-save staging: its thread ends with the copy
+            future.add_done_callback(lambda _: staging.close(wait=False))
+        return future
+
+    def close(self) -> None:
+        """Releases the kept host buffers and the staging thread (``async_staging``); the
+        next async save allocates them again."""
+        if self._staging is not None:
+            self._staging.close()
+            self._staging = None
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)

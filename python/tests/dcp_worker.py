@@ -13,6 +13,9 @@ ACTION:
   async-twice  dcp.async_save with one StorageWriter twice: a zeroed state, then (once the
             first is committed) the same tensors filled in place with the real values; the
             second save must hold the new values (its host copy reuses the first's buffers)
+  async-staging  dcp.async_save with StorageWriter(async_staging=True), twice: it returns
+            DCP's AsyncSaveResponse; once staging_completion is done the state is zeroed in
+            place, and the checkpoint must still hold the values before (then load checks)
   cached-saves  a training loop's saves with DCP's plan caching on (where this PyTorch has
             it): --saves N saves of the state bumped by i into PATH/s<i> (a new writer each,
             sync or --async), then N more into PATH/same, removed before each; every
@@ -189,6 +192,28 @@ def check_equal(got_state, want_state, what: str) -> None:
         raise AssertionError(f"{what}: objects differ: {got_state['extra']!r} != {want_state['extra']!r}")
 
 
+def async_staging(mesh, path: str) -> None:
+    from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+
+    from shardpoint.torch import StorageWriter
+
+    state = make_state(mesh, fill=True)
+    writer = StorageWriter(path, async_staging=True)
+    # The save's collectives run on a group of their own while this thread's run on the
+    # default one (distribute_tensor below), as a training loop's would.
+    save_group = dist.new_group(backend="gloo")
+    for _ in range(2):  # the second save reuses the staging buffers and thread
+        response = dcp.async_save(state, storage_writer=writer, checkpoint_id=path, process_group=save_group)
+        if not isinstance(response, AsyncSaveResponse):
+            raise AssertionError(f"async_save returned {type(response).__name__}, not AsyncSaveResponse")
+        response.staging_completion.result()
+        zeroed = make_state(mesh, fill=False)
+        fill_in_place(state, zeroed)  # training changes the state while the write runs
+        response.upload_completion.result()
+        state = make_state(mesh, fill=True)
+    writer.close()
+
+
 def cached_saves(mesh, root: str, saves: int, use_async: bool) -> None:
     import inspect
     import shutil
@@ -254,7 +279,7 @@ def reader_for(kind: str, path: str):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "load", "fail-save", "async-twice", "cached-saves"])
+    p.add_argument("action", choices=["save", "load", "fail-save", "async-twice", "async-staging", "cached-saves"])
     p.add_argument("path")
     p.add_argument("--writer", default="ours")
     p.add_argument("--reader", default="ours")
@@ -285,6 +310,8 @@ def main() -> None:
             dcp.async_save(state, storage_writer=writer, checkpoint_id=a.path).result()
             if [b.data_ptr() for b in writer._staging._buffers] != buffers:
                 raise AssertionError("the second async save allocated new host buffers")
+        elif a.action == "async-staging":
+            async_staging(mesh, a.path)
         elif a.action == "cached-saves":
             cached_saves(mesh, a.path, a.saves, a.use_async)
         elif a.action == "load":

@@ -91,3 +91,11 @@ def test_plan_caching_never_rewrites_a_committed_checkpoint(interpreter, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s0", "s1", "s2", "same"]
     if "oracle-python" not in interpreter[0]:
         assert all("plan caching on" in r.stdout for r in results)
+
+
+def test_async_staging_returns_before_the_copy_and_saves_the_state_as_it_was(interpreter, tmp_path):
+    if "oracle-python" in interpreter[0]:
+        pytest.skip("PyTorch 2.6's async_save has no AsyncSaveResponse (async_staging needs 2.9+)")
+    path = str(tmp_path / "ckpt")
+    run_ranks(interpreter, 2, [WORKER, "async-staging", path])
+    run_ranks(interpreter, 3, [WORKER, "load", path])

@@ -305,6 +305,28 @@ def test_sharded_resume_checks_meta_pt(data_dir, tmp_path):
     assert "meta.pt: record" in results[0].stdout and "CRC-32" in results[0].stdout, results[0].stdout[-3000:]
 
 
+def test_sharded_resume_runs_no_code_from_meta_pt(data_dir, tmp_path):
+    """meta.pt is loaded with weights_only=True unless the caller passes False: a meta.pt that
+    calls os.system stops the resume, naming the global, and the command never runs."""
+    import hostile_pickles
+
+    train(1, tmp_path / "a", "ours", data_dir, 2)
+    ckpt = tmp_path / "a" / "checkpoints" / "epoch=0-step=2.ckpt"
+    marker = tmp_path / "ran"
+    meta = torch.load(ckpt / "meta.pt", weights_only=True)
+    meta["hparams_name"] = hostile_pickles.calls(str(marker))["os.system"]
+    torch.save(meta, ckpt / "meta.pt")
+    out = tmp_path / "b" / "result.json"
+    results = run_ranks(NEWEST, 1, [WORKER, "--root", str(tmp_path / "b"), "--strategy", "ours", "--data", str(data_dir),
+                                    "--max-steps", "3", "--out", str(out), "--ckpt-path", str(ckpt)],
+                        timeout=240, expect_ok=False)
+    assert results[0].returncode != 0
+    assert "posix.system" in results[0].stdout, results[0].stdout[-3000:]
+    assert not marker.exists()
+    torch.load(ckpt / "meta.pt", weights_only=False)  # the payload is live
+    assert marker.exists()
+
+
 # -- 5. object stores ----------------------------------------------------------------------------
 
 

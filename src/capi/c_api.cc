@@ -61,7 +61,7 @@ void set_error(char** error, std::string_view message) {
   if (error != nullptr) *error = copy_string(message);
 }
 
-// Runs fn, mapping the engine's exceptions to statuses (core/error.h's hierarchy).
+// Runs fn, mapping the engine's exceptions to statuses (shardpoint/error.h's hierarchy).
 template <typename Fn>
 sp_status guarded(char** error, Fn&& fn) {
   try {

@@ -1,6 +1,6 @@
 // `shardpoint consolidate CHECKPOINT_FOLDER [--output_file FILE]`: Lightning's
 // consolidate_checkpoint (docs/lightning-layout.md §4), streaming with a fixed memory budget
-// (engine/consolidate.h). Folder and output may be local paths or object-store URLs.
+// (shardpoint/consolidate.h). Folder and output may be local paths or object-store URLs.
 // Validation messages and exit codes are Lightning's: each failure is one stderr line and
 // exit 1, usage errors exit 2; nothing is printed on success.
 // SIGINT/SIGTERM stop the copy between slabs; the temporary output is removed and the exit

@@ -1,5 +1,5 @@
 // `shardpoint reshard SRC DST --ranks N`: rewrite a checkpoint as a DCP folder saved by N
-// ranks with dim-0 sharding (engine/reshard.h). SRC and DST may be storage URLs. Errors are
+// ranks with dim-0 sharding (shardpoint/reshard.h). SRC and DST may be storage URLs. Errors are
 // one line, exit 1 (a DST that exists and is not empty included); bad arguments exit 2. A
 // failed reshard leaves no output: the engine removes its files, this command the DST
 // folder it created.

@@ -1,5 +1,5 @@
 // `shardpoint verify PATH [--quick] [--json]`: prints what engine::verify() reports about a
-// checkpoint (engine/verify.h says what is checked). PATH is a local path or a storage URL.
+// checkpoint (shardpoint/verify.h says what is checked). PATH is a local path or a storage URL.
 // Exit 0 when clean (a one-line summary on stdout, or the JSON report); otherwise one line
 // per problem on stdout (or the JSON report), a count on stderr, and exit 1.
 #include <iostream>

@@ -7,8 +7,8 @@
 //
 // Buffers are allocated lazily (the first acquire that finds no free buffer, while the
 // pool is below capacity) and then kept until the pool is destroyed, because the first
-// touch of fresh anonymous memory is far slower than writing to reused memory
-// (bench/README.md). Buffers of 2 MiB or more are 2 MiB aligned and
+// touch of fresh anonymous memory is far slower than writing to reused memory (1-3 GB/s
+// against ~20 GB/s). Buffers of 2 MiB or more are 2 MiB aligned and
 // madvise(MADV_HUGEPAGE)d.
 //
 // Thread-safety: all methods are thread-safe. A Lease is move-only and must be returned

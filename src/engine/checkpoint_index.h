@@ -4,8 +4,9 @@
 //
 // Why: every rank of a load needs the whole `.metadata` (a pickle of a node per chunk and
 // field), the checksum sidecar (JSON) and, per blob it reads, the blob's zip records and
-// data.pkl to find where the tensor bytes start. Decoding those was a large part of a warm
-// load (bench/README.md). The index holds the same facts as binary.
+// data.pkl to find where the tensor bytes start. Decoding those was a fifth of a warm 4 -> 2
+// load of a 2 GB state (its `.metadata`: 0.9 MB, ~60 ms per rank; the JSON sidecar ~14 ms;
+// ~10-25 us per blob's headers). The index holds the same facts as binary.
 //
 // It binds to one `.metadata`: it records that file's length and CRC-32C, and a load uses
 // the index only when the `.metadata` it read has both (else it reads `.metadata` and the

@@ -308,7 +308,7 @@ namespace {
 // Verified reads (whole blocks and pieces of blocks) go into the destination this many
 // bytes per pread at most and are hashed right after each read, while the bytes are still
 // in the core's cache; with much larger reads the checksum pass goes to memory instead
-// (bench/README.md, "Figures behind constants in the code").
+// (1 MiB reads cost the checksum 1.6x as much on warm loads).
 constexpr std::uint64_t kVerifiedReadBytes = std::uint64_t{256} << 10;
 
 }  // namespace

@@ -47,7 +47,8 @@ struct ItemWriteOptions {
   // Tensor bytes are handed to the sink in slices of this size, so the zip CRC, the item
   // checksum and the storage writer's copy touch each slice while it is in cache: the
   // default fits a core's L2; slices of several MiB fall out of L3, which the ranks share,
-  // and cost more CPU per byte (bench/README.md).
+  // and cost more CPU per byte (zip CRC + copy + CRC-32C: 0.19 s of CPU per GB at 256 KiB,
+  // 0.28 s at 4 MiB).
   std::size_t slice_bytes = std::size_t{256} << 10;
 };
 

@@ -7,14 +7,7 @@
 
 #include "shardpoint/error.h"
 #include "shardpoint/storage.h"
-#include "storage/azure/azure_storage.h"
-#include "storage/local_storage.h"
 #include "storage/location.h"
-#include "storage/memory_storage.h"
-#ifdef SHARDPOINT_HAVE_OBJECT_STORES
-#include "storage/gcs/gcs_storage.h"
-#include "storage/s3/s3_storage.h"
-#endif
 
 namespace shardpoint::storage {
 namespace {
@@ -43,20 +36,6 @@ void register_storage_scheme(std::string_view scheme, OpenStorageFn fn) {
   r.schemes.emplace(std::string(scheme), fn);
 }
 
-void register_builtin_storage() {
-  // Referencing the driver functions here is what keeps their object files (and their
-  // StorageRegistration constants) in a static link.
-  register_storage_scheme("file", &open_local_storage);
-  register_storage_scheme("memory", &open_memory_storage);
-  register_storage_scheme("az", &azure::open_azure_storage);
-  register_storage_scheme("abfs", &azure::open_azure_storage);
-  register_storage_scheme("abfss", &azure::open_azure_storage);
-#ifdef SHARDPOINT_HAVE_OBJECT_STORES
-  register_storage_scheme("s3", &s3::open_s3_storage);
-  register_storage_scheme("gs", &gcs::open_gcs_storage);
-#endif
-}
-
 std::vector<std::string> registered_storage_schemes() {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
@@ -66,7 +45,6 @@ std::vector<std::string> registered_storage_schemes() {
 }
 
 std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions& options) {
-  register_builtin_storage();
   if (url.empty()) throw UsageError("storage URL is empty (expected a directory path or scheme://...)");
   const Location location = Location::parse(url);
   const std::string scheme = location.is_remote() ? location.scheme() : "file";

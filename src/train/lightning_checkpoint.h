@@ -19,7 +19,7 @@
 #include "shardpoint/state_dict.h"
 #include "train/data.h"
 #include "train/model_checkpoint.h"
-#include "train/trainer.h"
+#include "train/trainer_options.h"
 
 namespace shardpoint::train {
 

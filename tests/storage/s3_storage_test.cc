@@ -303,7 +303,6 @@ TEST(S3UrlTest, GcsUrlsFollowGcsBucketRules) {
 }
 
 TEST(S3UrlTest, EverySchemeResolvesThroughTheRegistry) {
-  register_builtin_storage();
   auto schemes = registered_storage_schemes();
   for (const char* s : {"file", "memory", "s3", "gs"}) {
     EXPECT_NE(std::find(schemes.begin(), schemes.end(), s), schemes.end()) << s;

@@ -75,7 +75,7 @@ struct GcsJsonConfig {
   // chunk is a round trip with nothing else in flight for that object: larger chunks mean
   // fewer of them (32 MiB: 31 PUTs per GB instead of 8 MiB's 122, a 1.6x faster 4-rank save
   // on fake-gcs-server; 64 MiB: 15 per GB, the google-cloud-storage SDK's count, with less
-  // rehashing by fake-gcs-server; bench/README.md). Cost: chunks are staged in a pool of the
+  // rehashing by fake-gcs-server). Cost: chunks are staged in a pool of the
   // storage's own when the given pool's buffers are smaller (or none is given), one per
   // writer at work (two with overlap_chunks), for as many writers at work as
   // StorageOptions::default_pool_bytes / 16 MiB (4: a save's 4 objects per rank; 256 MiB of
