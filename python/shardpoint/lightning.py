@@ -1,4 +1,5 @@
-"""PyTorch Lightning integration: an FSDP strategy whose checkpoints go through shardpoint.
+"""PyTorch Lightning integration: FSDP and ModelParallel strategies whose checkpoints go
+through shardpoint.
 
 ``FSDPStrategy`` is Lightning's own ``lightning.pytorch.strategies.FSDPStrategy`` with the
 checkpoint I/O replaced and the changes CPU training needs::
@@ -51,6 +52,10 @@ What it changes, and what it keeps:
   committed (no ``.metadata`` or no ``meta.pt``: the run died while writing it), the newest
   committed checkpoint in the same folder is loaded instead, said in one log line.
 
+``ModelParallelStrategy`` is Lightning's ``ModelParallelStrategy`` (FSDP2 ``fully_shard`` /
+tensor parallel in ``configure_model``) with the same checkpoint I/O; its DCP files keep the
+module state under ``"state_dict"``, as Lightning's do.
+
 ``CheckpointIO`` is the plugin for full (single-file) checkpoints: atomic, durable, checked
 on load, remote URLs. ``FSDPStrategy`` uses it by default for ``state_dict_type="full"``.
 """
@@ -76,13 +81,14 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins import CheckpointIO as _LightningCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
+from lightning.pytorch.strategies import ModelParallelStrategy as _LightningModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
 from . import _native, errors
 from ._staging import HostStaging
 from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
 
-__all__ = ["FSDPStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
+__all__ = ["FSDPStrategy", "ModelParallelStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
 
 _log = logging.getLogger("shardpoint.lightning")
 
@@ -322,37 +328,21 @@ def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Gener
         yield
 
 
-class FSDPStrategy(_LightningFSDPStrategy):
-    """Lightning's ``FSDPStrategy`` with checkpoints through shardpoint (see the module's
-    docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
+class _EngineCheckpoints:
+    """The checkpoint I/O that :class:`FSDPStrategy` and :class:`ModelParallelStrategy` share
+    (see the module's docstring): sharded saves through :class:`shardpoint.torch.StorageWriter`
+    (sync or async, ``meta.pt`` after the data commit, atomic replacement, remote URLs), loads
+    through :class:`shardpoint.torch.StorageReader` with the ``last`` fallback, full files
+    through the ``CheckpointIO``, removal that uncommits first.
 
-    Args:
-        async_save: sharded saves return once the state is copied to host memory (buffers
-            kept between saves); the write goes on in a background thread (the next save, a
-            load, ``remove_checkpoint`` and ``teardown`` wait for it).
-        thread_count: files each rank writes in parallel (``StorageWriter``: at least 4 on ``gs://``).
-        sync_files: fsync before publishing (durable); turn off only for benchmarks.
-        verify_checksums: verify every byte loaded against shardpoint's checksums, or where there
-            are none (checkpoints PyTorch wrote) against the zip CRC-32 of each record read
-            whole (``StorageReader``), ``meta.pt`` included. False: nothing is checked.
-        checkpoint_io: for full state dicts; default :class:`CheckpointIO` (atomic, checked,
-            remote URLs).
-
-    Lightning calls ``save_checkpoint``, ``load_checkpoint`` and ``remove_checkpoint`` on every
-    rank; rank 0 alone writes ``meta.pt`` and deletes files.
+    A strategy mixes it in before Lightning's class, calls :meth:`_init_engine` from its
+    ``__init__``, and gives what differs between strategies: ``_MODULE_KEY`` (the DCP key of
+    the module state), :meth:`_saves_sharded` and :meth:`_load_sharded_states`.
     """
 
-    def __init__(
-        self,
-        *args: Any,
-        async_save: bool = False,
-        thread_count: int = 1,
-        sync_files: bool = True,
-        verify_checksums: bool = True,
-        checkpoint_io: Optional[_LightningCheckpointIO] = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)
+    _MODULE_KEY = "model"  # FSDPStrategy's; ModelParallelStrategy saves under "state_dict"
+
+    def _init_engine(self, async_save: bool, thread_count: int, sync_files: bool, verify_checksums: bool) -> None:
         self.async_save = async_save
         self.thread_count = thread_count
         self.sync_files = sync_files
@@ -365,92 +355,31 @@ class FSDPStrategy(_LightningFSDPStrategy):
         self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
         self.load_seconds: Optional[float] = None  # the last load_checkpoint
 
-    # -- CPU ------------------------------------------------------------------------------
+    def _saves_sharded(self) -> bool:
+        """Whether the state dicts Lightning hands to save_checkpoint are sharded (a DCP
+        folder) rather than full (one file)."""
+        raise NotImplementedError
 
-    @property
-    def _on_cpu(self) -> bool:
-        return self.root_device.type == "cpu"
-
-    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Lightning's wrapping, but on CPU FSDP gets ``device_id=torch.device("cpu")``."""
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        if not self._on_cpu or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
-            return super()._setup_model(model)
-        wrapped = FullyShardedDataParallel(
-            module=model,
-            cpu_offload=self.cpu_offload,
-            mixed_precision=self.mixed_precision_config,
-            sharding_strategy=self.sharding_strategy,
-            device_id=torch.device("cpu"),
-            **self.kwargs,
-        )
-        # The rest of Lightning's set-up runs on the wrapped model (it skips re-wrapping).
-        kwargs, self.kwargs = self.kwargs, {k: v for k, v in self.kwargs.items() if k != "auto_wrap_policy"}
-        try:
-            return super()._setup_model(wrapped)
-        finally:
-            self.kwargs = kwargs
-
-    @contextmanager
-    def model_sharded_context(self) -> Generator[None, None, None]:
-        if not self._on_cpu:
-            with super().model_sharded_context():
-                yield
-            return
-        from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
-        from torch.distributed.fsdp.wrap import enable_wrap
-
-        with enable_wrap(
-            wrapper_cls=FullyShardedDataParallel,
-            cpu_offload=self.cpu_offload,
-            mixed_precision=self.mixed_precision_config,
-            sharding_strategy=self.sharding_strategy,
-            device_id=torch.device("cpu"),
-            **self.kwargs,
-        ):
-            yield
-
-    def lightning_module_state_dict(self) -> Dict[str, Any]:
-        if self._state_dict_type == "full" and self._on_cpu:
-            assert self.model is not None
-            with _full_state_dict_context(self.model, offload=False):
-                return self.model.state_dict()
-        return super().lightning_module_state_dict()
-
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
-        if self._state_dict_type == "full" and self._on_cpu:
-            from lightning.pytorch.core.optimizer import LightningOptimizer
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            from torch.distributed.fsdp import OptimStateKeyType
-
-            if isinstance(optimizer, LightningOptimizer):
-                optimizer = optimizer._optimizer
-            assert self.model is not None
-            with _full_state_dict_context(self.model, offload=False):
-                state = FSDP.optim_state_dict(self.model, optimizer)
-                if self.global_rank == 0:
-                    state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
-                return state
-        return super().optimizer_state(optimizer)
+    def _load_sharded_states(self, location: str) -> None:
+        """(every rank) Loads the module state and, when fitting, the optimizer states from the
+        DCP files at ``location`` into the sharded model."""
+        raise NotImplementedError
 
     # -- saving ---------------------------------------------------------------------------
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: PathOrUrl, storage_options: Optional[Any] = None) -> None:
         """(every rank) Saves ``checkpoint`` (Lightning's dict: ``state_dict``,
         ``optimizer_states`` and the rest) at ``filepath``: a sharded folder, or one file
-        through the ``CheckpointIO`` for ``state_dict_type="full"``."""
+        through the ``CheckpointIO`` when the strategy saves full state dicts."""
         if storage_options is not None:
-            raise TypeError("shardpoint.lightning.FSDPStrategy.save_checkpoint takes no storage_options")
+            raise TypeError(f"shardpoint.lightning.{type(self).__name__}.save_checkpoint takes no storage_options")
         started = time.perf_counter()
         self.wait_for_save()
         location = _text(self.broadcast(_text(filepath)))
-        if self._state_dict_type == "full":
-            self._save_full(checkpoint, location)
-        elif self._state_dict_type == "sharded":
+        if self._saves_sharded():
             self._save_sharded(checkpoint, location)
         else:
-            raise ValueError(f"Unknown state_dict_type: {self._state_dict_type}")
+            self._save_full(checkpoint, location)
         self.save_stalls.append(time.perf_counter() - started)
 
     def _save_full(self, checkpoint: Dict[str, Any], location: str) -> None:
@@ -483,7 +412,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
             # Object stores cannot swap: uncommit an older checkpoint here before any of its
             # files change (StorageWriter removes its .metadata once every rank has planned).
             _native.Checkpoint(location).remove_object(_META)
-        state = {"model": checkpoint.pop("state_dict")}
+        state = {self._MODULE_KEY: checkpoint.pop("state_dict")}
         state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
         meta = _serialize(checkpoint) if self.is_global_zero else b""
         writer = StorageWriter(location, thread_count=self.thread_count, sync_files=self.sync_files)
@@ -580,27 +509,9 @@ class FSDPStrategy(_LightningFSDPStrategy):
         return _text(self.broadcast(chosen))
 
     def _load_sharded(self, location: str, weights_only: Optional[bool]) -> Dict[str, Any]:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-        assert self.model is not None and self.lightning_module is not None
-        with _sharded_state_dict_context(self.model, offload=False):
-            module_state = {"model": self.model.state_dict()}
-            dcp.load(module_state, storage_reader=self._reader(location))
-            self.model.load_state_dict(module_state["model"], strict=self.lightning_module.strict_loading)
-            if self.lightning_module.trainer.state.fn == TrainerFn.FITTING and self.optimizers:
-                for idx, optimizer in enumerate(self.optimizers):
-                    key = f"optimizer_{idx}"
-                    optim_state = load_sharded_optimizer_state_dict(
-                        model_state_dict=module_state["model"], optimizer_key=key, storage_reader=self._reader(location)
-                    )[key]
-                    # DCP stores no empty dicts: a stateless optimizer's (plain SGD) "state" is
-                    # gone after the round trip, and FSDP refuses a state dict without it.
-                    optim_state.setdefault("state", {})
-                    optimizer.load_state_dict(
-                        FSDP.optim_state_dict_to_load(optim_state_dict=optim_state, model=self.model, optim=optimizer)
-                    )
+        """Loads the module (and optimizer) state from the folder's DCP files into the
+        sharded model (_load_sharded_states), then returns ``meta.pt``'s dict, checked."""
+        self._load_sharded_states(location)
         meta = _native.Checkpoint(location).read_object(_META)
         if meta is None:
             raise errors.NotFoundError(f"{location}/{_META}: missing")
@@ -648,3 +559,200 @@ class FSDPStrategy(_LightningFSDPStrategy):
                 self._executor = None
             self._staging = None
             super().teardown()
+
+
+class FSDPStrategy(_EngineCheckpoints, _LightningFSDPStrategy):
+    """Lightning's ``FSDPStrategy`` with checkpoints through shardpoint (see the module's
+    docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
+
+    Args:
+        async_save: sharded saves return once the state is copied to host memory (buffers
+            kept between saves); the write goes on in a background thread (the next save, a
+            load, ``remove_checkpoint`` and ``teardown`` wait for it).
+        thread_count: files each rank writes in parallel (``StorageWriter``: at least 4 on ``gs://``).
+        sync_files: fsync before publishing (durable); turn off only for benchmarks.
+        verify_checksums: verify every byte loaded against shardpoint's checksums, or where there
+            are none (checkpoints PyTorch wrote) against the zip CRC-32 of each record read
+            whole (``StorageReader``), ``meta.pt`` included. False: nothing is checked.
+        checkpoint_io: for full state dicts; default :class:`CheckpointIO` (atomic, checked,
+            remote URLs).
+
+    Lightning calls ``save_checkpoint``, ``load_checkpoint`` and ``remove_checkpoint`` on every
+    rank; rank 0 alone writes ``meta.pt`` and deletes files.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        async_save: bool = False,
+        thread_count: int = 1,
+        sync_files: bool = True,
+        verify_checksums: bool = True,
+        checkpoint_io: Optional[_LightningCheckpointIO] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)
+        self._init_engine(async_save, thread_count, sync_files, verify_checksums)
+
+    # -- CPU ------------------------------------------------------------------------------
+
+    @property
+    def _on_cpu(self) -> bool:
+        return self.root_device.type == "cpu"
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Lightning's wrapping, but on CPU FSDP gets ``device_id=torch.device("cpu")``."""
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if not self._on_cpu or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            return super()._setup_model(model)
+        wrapped = FullyShardedDataParallel(
+            module=model,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        )
+        # The rest of Lightning's set-up runs on the wrapped model (it skips re-wrapping).
+        kwargs, self.kwargs = self.kwargs, {k: v for k, v in self.kwargs.items() if k != "auto_wrap_policy"}
+        try:
+            return super()._setup_model(wrapped)
+        finally:
+            self.kwargs = kwargs
+
+    @contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        if not self._on_cpu:
+            with super().model_sharded_context():
+                yield
+            return
+        from torch.distributed.fsdp.fully_sharded_data_parallel import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import enable_wrap
+
+        with enable_wrap(
+            wrapper_cls=FullyShardedDataParallel,
+            cpu_offload=self.cpu_offload,
+            mixed_precision=self.mixed_precision_config,
+            sharding_strategy=self.sharding_strategy,
+            device_id=torch.device("cpu"),
+            **self.kwargs,
+        ):
+            yield
+
+    def lightning_module_state_dict(self) -> Dict[str, Any]:
+        if self._state_dict_type == "full" and self._on_cpu:
+            assert self.model is not None
+            with _full_state_dict_context(self.model, offload=False):
+                return self.model.state_dict()
+        return super().lightning_module_state_dict()
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+        if self._state_dict_type == "full" and self._on_cpu:
+            from lightning.pytorch.core.optimizer import LightningOptimizer
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp import OptimStateKeyType
+
+            if isinstance(optimizer, LightningOptimizer):
+                optimizer = optimizer._optimizer
+            assert self.model is not None
+            with _full_state_dict_context(self.model, offload=False):
+                state = FSDP.optim_state_dict(self.model, optimizer)
+                if self.global_rank == 0:
+                    state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
+                return state
+        return super().optimizer_state(optimizer)
+
+    def _saves_sharded(self) -> bool:
+        if self._state_dict_type not in ("full", "sharded"):
+            raise ValueError(f"Unknown state_dict_type: {self._state_dict_type}")
+        return self._state_dict_type == "sharded"
+
+    def _load_sharded_states(self, location: str) -> None:
+        """FSDP's sharded state dicts of the module and, when fitting, the optimizers, read
+        from the DCP files at ``location`` (any world size) and loaded."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        assert self.model is not None and self.lightning_module is not None
+        with _sharded_state_dict_context(self.model, offload=False):
+            module_state = {"model": self.model.state_dict()}
+            dcp.load(module_state, storage_reader=self._reader(location))
+            self.model.load_state_dict(module_state["model"], strict=self.lightning_module.strict_loading)
+            if self.lightning_module.trainer.state.fn == TrainerFn.FITTING and self.optimizers:
+                for idx, optimizer in enumerate(self.optimizers):
+                    key = f"optimizer_{idx}"
+                    optim_state = load_sharded_optimizer_state_dict(
+                        model_state_dict=module_state["model"], optimizer_key=key, storage_reader=self._reader(location)
+                    )[key]
+                    # DCP stores no empty dicts: a stateless optimizer's (plain SGD) "state" is
+                    # gone after the round trip, and FSDP refuses a state dict without it.
+                    optim_state.setdefault("state", {})
+                    optimizer.load_state_dict(
+                        FSDP.optim_state_dict_to_load(optim_state_dict=optim_state, model=self.model, optim=optimizer)
+                    )
+
+
+class ModelParallelStrategy(_EngineCheckpoints, _LightningModelParallelStrategy):
+    """Lightning's ``ModelParallelStrategy`` (FSDP2 ``fully_shard`` and tensor parallelism,
+    applied by the module's ``configure_model``) with checkpoints through shardpoint, as
+    :class:`FSDPStrategy` has them (see the module's docstring): async saves, remote URLs,
+    atomic replacement, the ``last`` fallback, checked loads. It runs on CPU (gloo) as
+    Lightning's does. Every argument of Lightning's strategy is accepted, plus those of
+    :class:`FSDPStrategy` (``async_save``, ``thread_count``, ``sync_files``,
+    ``verify_checksums``, ``checkpoint_io``)::
+
+        trainer = pl.Trainer(accelerator="cpu", devices=4, max_steps=1000,
+                             strategy=ModelParallelStrategy(data_parallel_size=4, tensor_parallel_size=1))
+
+    Layout kept: with ``save_distributed_checkpoint=True`` (the default) a checkpoint is
+    Lightning's folder of DCP files (module state under ``"state_dict"``, optimizers under
+    ``"optimizer_0"``, ...) and ``meta.pt``; Lightning's own strategy resumes from what this
+    one writes and the reverse, at any world size. ``shardpoint consolidate`` turns it into a
+    full Lightning checkpoint. With ``save_distributed_checkpoint=False`` rank 0 writes one
+    file through the ``CheckpointIO`` (default :class:`CheckpointIO`).
+    """
+
+    _MODULE_KEY = "state_dict"  # lightning.pytorch's ModelParallelStrategy.save_checkpoint
+
+    def __init__(
+        self,
+        *args: Any,
+        async_save: bool = False,
+        thread_count: int = 1,
+        sync_files: bool = True,
+        verify_checksums: bool = True,
+        checkpoint_io: Optional[_LightningCheckpointIO] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        # Lightning's strategy takes no checkpoint_io argument; full files go through it.
+        self._checkpoint_io = checkpoint_io or CheckpointIO(durable=sync_files)
+        self._init_engine(async_save, thread_count, sync_files, verify_checksums)
+
+    def _saves_sharded(self) -> bool:
+        return self._save_distributed_checkpoint
+
+    def _load_sharded_states(self, location: str) -> None:
+        """Lightning's sharded loading (``lightning.fabric.strategies.model_parallel``'s
+        ``_load_checkpoint``), reading through :class:`shardpoint.torch.StorageReader`: the
+        module's DTensor state dict, then each optimizer's, loaded in place."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        assert self.model is not None and self.lightning_module is not None
+        module_state = {self._MODULE_KEY: get_model_state_dict(self.model)}
+        dcp.load(module_state, storage_reader=self._reader(location))
+        self.model.load_state_dict(module_state[self._MODULE_KEY], strict=self.lightning_module.strict_loading)
+        for idx, optimizer in enumerate(self.optimizers):  # none unless fitting
+            key = f"optimizer_{idx}"
+            optim_state = {key: get_optimizer_state_dict(self.model, optimizer)}
+            dcp.load(optim_state, storage_reader=self._reader(location))
+            set_optimizer_state_dict(self.model, optimizer, optim_state_dict=optim_state[key],
+                                     options=StateDictOptions(cpu_offload=True))
