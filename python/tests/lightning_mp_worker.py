@@ -60,21 +60,18 @@ class OptimizerProbe(Recorder):
     """Recorder, plus the restored optimizer state's tensors (sum of each) right after a resume."""
 
     def on_train_start(self, trainer, pl_module):
+        # Named before the probe's forward: FSDP2 leaves the root's parameters unsharded
+        # after it, so named_parameters() would no longer give the optimizer's.
+        names = {id(p): n for n, p in pl_module.named_parameters()}
         super().on_train_start(trainer, pl_module)
         if not self.loaded:
             return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
         optimizer = trainer.optimizers[0]
-        if trainer.world_size > 1:
-            state = get_optimizer_state_dict(trainer.strategy.model, optimizer,
-                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-            by_name = state["state"]
-        else:  # a plain optimizer: parameters by position, named through the module
-            names = {id(p): n for n, p in pl_module.named_parameters()}
-            by_name = {names[id(p)]: s for p, s in optimizer.state.items()}
-        self.optimizer_sums = {f"{name}/{k}": float(v.double().sum()) for name, s in by_name.items()
-                               for k, v in s.items() if isinstance(v, torch.Tensor) and v.dim() > 0}
+        entries = sorted(((f"{names[id(p)]}/{k}", v) for p, s in optimizer.state.items() for k, v in s.items()
+                          if isinstance(v, torch.Tensor) and v.dim() > 0), key=lambda e: e[0])
+        # A DTensor's full value is gathered (every rank, in the same order).
+        self.optimizer_sums = {name: float((v.full_tensor() if hasattr(v, "full_tensor") else v).double().sum())
+                               for name, v in entries}
 
 
 def main() -> None:
@@ -140,6 +137,10 @@ def main() -> None:
             "seconds": seconds,
         }))
     print(f"rank {trainer.global_rank}: done, global_step {trainer.global_step}", flush=True)
+    # Lightning's ModelParallelStrategy leaves its process group to exit, where gloo's
+    # threads abort the process ("terminate called without an active exception").
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
