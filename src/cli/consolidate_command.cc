@@ -53,8 +53,9 @@ class ConsolidateCommand : public Command {
     sub_->footer(
         "Streams: memory stays under --memory-budget whatever the checkpoint's size.\n"
         "Layouts: trainer (default; Lightning Trainer: model -> state_dict, optimizer_N ->\n"
-        "optimizer_states), fabric (keys as saved), dcp (a plain PyTorch DCP folder without\n"
-        "meta.pt; what torch's dcp_to_torch_save writes).\n"
+        "optimizer_states; a ModelParallelStrategy checkpoint keeps its state_dict), fabric\n"
+        "(keys as saved), dcp (a plain PyTorch DCP folder without meta.pt; what torch's\n"
+        "dcp_to_torch_save writes).\n"
         "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
         "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
         "Default output: <folder>.consolidated next to the folder.\n"

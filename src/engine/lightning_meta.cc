@@ -1,7 +1,5 @@
 #include "engine/lightning_meta.h"
 
-#include <span>
-
 #include "engine/zip_crc_ledger.h"
 #include "shardpoint/byte_stream.h"
 #include "torchfile/zip_reader.h"
@@ -16,7 +14,7 @@ std::optional<LightningMeta> read_lightning_meta(storage::Storage& folder, bool 
   if (check_crc) {
     // Both name the file in their messages: the source by its name, the checks by `name`.
     const std::string name = folder.describe_key(kLightningMetaName);
-    MemorySource source(std::as_bytes(std::span<const char>(meta.bytes)), name);
+    MemorySource source(as_bytes(meta.bytes), name);
     torchfile::ZipArchive archive(source);
     meta.crc = check_records_but(archive, "", 0, name);
   }
@@ -26,7 +24,7 @@ std::optional<LightningMeta> read_lightning_meta(storage::Storage& folder, bool 
 void publish_lightning_meta(storage::Storage& folder, const LightningMeta& meta, bool durable) {
   storage::WriteOptions options;
   options.durable = durable;
-  folder.write_atomic(kLightningMetaName, std::as_bytes(std::span<const char>(meta.bytes)), options);
+  folder.write_atomic(kLightningMetaName, as_bytes(meta.bytes), options);
 }
 
 }  // namespace shardpoint::engine
