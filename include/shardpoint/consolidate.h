@@ -22,9 +22,10 @@
 // _EmptyStateDictLoadPlanner does (shardpoint writes that dict sorted by key).
 //
 // Safetensors output (kSafetensors): the model weights (the "model" subtree, or
-// "state_dict" for ModelParallel's layout, or every tensor with kDcp) named by their dotted key inside that subtree;
-// one file, or, with max_shard_bytes, a folder of model-0000i-of-0000n.safetensors files plus
-// model.safetensors.index.json (a tensor larger than the limit gets a file of its own).
+// "state_dict" for ModelParallel's layout, or every tensor with kDcp) named by their
+// dotted key inside that subtree; one file, or, with max_shard_bytes, a folder of
+// model-0000i-of-0000n.safetensors files plus model.safetensors.index.json (a tensor
+// larger than the limit gets a file of its own).
 //
 // Locations: the checkpoint folder and the output may each be a local path or an
 // object-store URL (s3://, gs://, az://, abfs[s]://, memory://; storage::open_storage), in
