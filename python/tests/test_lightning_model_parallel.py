@@ -56,6 +56,23 @@ def lightning_reads(folder: Path) -> dict:
     return _load_distributed_checkpoint(Path(folder))
 
 
+def read_safetensors(path: Path) -> dict:
+    """A safetensors file's tensors, by the format's definition (8-byte little-endian header
+    length, JSON header, data), F32 only: what the demo model holds."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        assert entry["dtype"] == "F32", (name, entry["dtype"])
+        begin, end = entry["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[8 + n + begin:8 + n + end]), dtype=torch.float32).reshape(
+            entry["shape"])
+    return out
+
+
 def state_sums(optimizer_state: dict) -> dict:
     return {f"{name}/{k}": float(v.double().sum()) for name, s in optimizer_state["state"].items()
             for k, v in s.items() if isinstance(v, torch.Tensor) and v.dim() > 0}
@@ -96,6 +113,10 @@ def test_consolidate_model_parallel_gives_the_trainer_layout(stock_mp, tmp_path)
         assert_same(want, got, name)
         assert len(got["state_dict"]) > 10 and got["global_step"] == 2
         assert any(k.endswith("momentum_buffer") for k in tensors_of(got["optimizer_states"]))
+    # --to safetensors: the module's weights, named as in the LightningModule's state dict
+    weights = tmp_path / "model.safetensors"
+    shardpoint.consolidate(stock_mp, weights, format="safetensors")
+    assert_same(raw["state_dict"], read_safetensors(weights), "safetensors")
 
 
 def test_consolidated_model_parallel_checkpoint_is_a_full_checkpoint(stock_mp, data_dir, tmp_path):
