@@ -460,7 +460,7 @@ class _EngineCheckpoints:
     # -- loading --------------------------------------------------------------------------
 
     def load_checkpoint(self, checkpoint_path: PathOrUrl, weights_only: Optional[bool] = None) -> Dict[str, Any]:
-        """(every rank) Loads the model (and, when fitting, optimizer) state into the FSDP
+        """(every rank) Loads the model (and, when fitting, optimizer) state into the sharded
         model and returns the rest of the checkpoint. Sharded folders are read through
         :class:`shardpoint.torch.StorageReader` at any world size; single files through the
         ``CheckpointIO`` (checked) and Lightning's own full-state loading."""
