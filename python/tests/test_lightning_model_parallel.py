@@ -42,11 +42,14 @@ def train_mp(world: int, root: Path, strategy: str, data: Path, max_steps: int, 
     if strategy == "single":
         from conftest import HERE, worker_env
 
-        subprocess.run([sys.executable, *args], check=True, env=worker_env(), cwd=str(HERE), timeout=240,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        done = subprocess.run([sys.executable, *args], check=True, env=worker_env(), cwd=str(HERE), timeout=240,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout = [done.stdout]
     else:
-        run_ranks([sys.executable], world, args, timeout=240)
-    return json.loads(out.read_text())
+        stdout = [r.stdout for r in run_ranks([sys.executable], world, args, timeout=240)]
+    report = json.loads(out.read_text())
+    report["stdout"] = stdout
+    return report
 
 
 def lightning_reads(folder: Path) -> dict:
@@ -162,6 +165,13 @@ def test_model_parallel_strategy_saves_what_lightning_saves(stock_mp, data_dir, 
     shardpoint.consolidate(ours, a)
     shardpoint.consolidate(stock_mp, b)
     assert_same(torch.load(b, weights_only=True)["state_dict"], torch.load(a, weights_only=True)["state_dict"])
+    # a run that died while writing last.ckpt (data there, meta.pt not yet) resumes from the
+    # newest committed checkpoint instead
+    (ckpts / "last.ckpt" / "meta.pt").unlink()
+    resumed = train_mp(2, tmp_path, "ours", data_dir, 3, "--ckpt-path", str(ckpts / "last.ckpt"))
+    assert resumed["loaded"]["global_step"] == 2 and resumed["global_step"] == 3
+    log = "".join(resumed["stdout"])
+    assert "is not committed" in log and "epoch=0-step=2.ckpt" in log
 
 
 @pytest.mark.parametrize("resumer,world", [("ours", 3), ("stock", 1)])
