@@ -8,9 +8,9 @@ lightning_worker.py given a ``configure_model`` that applies FSDP2's ``fully_sha
 the data-parallel mesh (every rank: data_parallel_size = world, tensor_parallel_size = 1),
 each transformer layer first, then the root. ``stock`` is Lightning's own
 ``ModelParallelStrategy`` untouched (it runs on CPU as it is); ``ours`` is
-``shardpoint.lightning.ModelParallelStrategy``. ``--world 1`` without ranks started by the
-test runs a single-device Trainer (no strategy) that resumes from a full checkpoint, such
-as the output of ``shardpoint consolidate``. Rank 0 writes ``--out`` (JSON) as
+``shardpoint.lightning.ModelParallelStrategy``. ``single``, run as one process without
+ranks, is a single-device Trainer (no strategy, no sharding) that resumes from a full
+checkpoint, such as the output of ``shardpoint consolidate``. Rank 0 writes ``--out`` (JSON) as
 lightning_worker.py does, plus the optimizer state restored by a resume.
 """
 
