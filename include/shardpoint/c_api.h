@@ -207,6 +207,19 @@ SP_EXPORT void sp_reader_close(sp_reader* reader);
 /* The `.metadata` bytes the reader opened (borrowed: valid until sp_reader_close). */
 SP_EXPORT void sp_reader_metadata(const sp_reader* reader, const void** data, size_t* size);
 
+/* The reader's metadata as a pickle safe to unpickle: the `.metadata` decoded by the engine
+ * (nothing in it is executed; anything that is not DCP metadata is refused) and encoded
+ * again (docs/dcp-format.md §3.7), so it names only DCP's metadata classes, `_StorageInfo`,
+ * `torch.Size`, torch dtypes and the strided layout. Dropped: `storage_meta`, `version` and
+ * planner_data that is not a tuple of keys per fqn (loads need none of them). *data is
+ * malloc'd (free with sp_free). Errors: SP_ERROR_FORMAT naming the `.metadata` and what it
+ * holds instead (e.g. "the pickle's root: expected Metadata, found call of posix.system"). */
+SP_EXPORT sp_status sp_reader_metadata_rebuilt(const sp_reader* reader, void** data, size_t* size, char** error);
+
+/* The same for `.metadata` bytes the caller holds; `source_name` starts error messages. */
+SP_EXPORT sp_status sp_metadata_rebuild(const void* metadata, size_t metadata_size, const char* source_name,
+                                        void** data, size_t* size, char** error);
+
 /* 1 when reads are verified against checksums, 0 when the checkpoint has none (PyTorch's
  * own) or verification is off. */
 SP_EXPORT int sp_reader_verified(const sp_reader* reader);

@@ -127,6 +127,8 @@ def _load() -> ctypes.CDLL:
         "sp_reader_open": (status, [P, ctypes.POINTER(ReaderOptions), ctypes.POINTER(P), err]),
         "sp_reader_close": (None, [P]),
         "sp_reader_metadata": (None, [P, out_buf, size_p]),
+        "sp_reader_metadata_rebuilt": (status, [P, out_buf, size_p, err]),
+        "sp_metadata_rebuild": (status, [P, ctypes.c_size_t, ctypes.c_char_p, out_buf, size_p, err]),
         "sp_reader_verified": (ctypes.c_int, [P]),
         "sp_reader_checks_zip_crc": (ctypes.c_int, [P]),
         "sp_reader_zip_crc_counts": (
@@ -314,6 +316,16 @@ class Reader:
         lib().sp_reader_metadata(self._handle, ctypes.byref(data), ctypes.byref(size))
         return ctypes.string_at(data.value, size.value)
 
+    def metadata_rebuilt(self) -> bytes:
+        """The metadata as the engine decoded and encoded it again (sp_reader_metadata_rebuilt):
+        a pickle naming only DCP's metadata classes and torch's Size, dtypes and layout."""
+        data = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        error = ctypes.c_char_p()
+        _check(lib().sp_reader_metadata_rebuilt(self._handle, ctypes.byref(data), ctypes.byref(size),
+                                                ctypes.byref(error)), error)
+        return _take_bytes(data, size.value)
+
     def verified(self) -> bool:
         return bool(lib().sp_reader_verified(self._handle))
 
@@ -342,6 +354,18 @@ class Reader:
             error,
         )
         return _take_bytes(data, size.value)
+
+
+def metadata_rebuild(metadata: bytes, source_name: str) -> bytes:
+    """``.metadata`` bytes decoded by the engine and encoded again (sp_metadata_rebuild);
+    FormatError starting with source_name when they are not DCP metadata."""
+    buf = ctypes.create_string_buffer(metadata, len(metadata))
+    data = ctypes.c_void_p()
+    size = ctypes.c_size_t()
+    error = ctypes.c_char_p()
+    _check(lib().sp_metadata_rebuild(buf, len(metadata), source_name.encode(), ctypes.byref(data), ctypes.byref(size),
+                                     ctypes.byref(error)), error)
+    return _take_bytes(data, size.value)
 
 
 def replace_folder(staged: str, target: str, durable: bool) -> None:

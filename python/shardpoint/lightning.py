@@ -63,10 +63,10 @@ on load, remote URLs. ``FSDPStrategy`` uses it by default for ``state_dict_type=
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import io
 import logging
 import os
-import pickle
 import re
 import shutil
 import tempfile
@@ -84,7 +84,7 @@ from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
 from lightning.pytorch.strategies import ModelParallelStrategy as _LightningModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
-from . import _native, errors
+from . import _native, _trust, errors
 from ._staging import HostStaging
 from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
 
@@ -159,15 +159,24 @@ def find_committed_checkpoints(folder: PathOrUrl) -> List[str]:
     return [p for _, p in sorted(found)]
 
 
+def _save_planner() -> Any:
+    """DCP's default save planner, with plan caching where this PyTorch has it (2.7+): a
+    training loop saves the same state shapes again and again, and a cached plan skips the
+    gather and the global planning of every later save."""
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    if "enable_plan_caching" in inspect.signature(DefaultSavePlanner.__init__).parameters:
+        return DefaultSavePlanner(enable_plan_caching=True)
+    return DefaultSavePlanner()
+
+
 def _checkpoint_files(checkpoint: _native.Checkpoint, location: str) -> List[str]:
     """The data files a committed checkpoint's ``.metadata`` names (none when uncommitted)."""
     blob = checkpoint.read_object(_DCP_METADATA)
     if blob is None:
         return []
-    try:
-        metadata = pickle.loads(blob)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means "not ours to list"
-        raise errors.FormatError(f"{location}/.metadata: not a DCP Metadata pickle: {e}") from e
+    source = f"{location}/{_DCP_METADATA}"
+    metadata = _trust.metadata_from_engine(_native.metadata_rebuild(blob, source), source)
     return sorted({info.relative_path for info in (metadata.storage_data or {}).values()})
 
 
@@ -280,16 +289,21 @@ class CheckpointIO(_LightningCheckpointIO):
         self, path: PathOrUrl, map_location: Optional[Callable] = lambda storage, loc: storage,
         weights_only: Optional[bool] = None,
     ) -> Dict[str, Any]:
-        """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it.
+        """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it with
+        ``weights_only=True`` unless ``weights_only=False`` is passed (on every PyTorch: a
+        checkpoint's pickle runs no code unless the caller trusts it).
 
         Raises:
             FileNotFoundError: no file at ``path``.
             shardpoint.FormatError: damaged or truncated.
+            pickle.UnpicklingError: with ``weights_only`` unset or True, the file names a global
+                outside PyTorch's allowlist (and ``torch.serialization.add_safe_globals``).
         """
         data = _read_file(path)
         if self.verify:
             _verify_zip(data, _text(path))
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+        return torch.load(io.BytesIO(data), map_location=map_location,
+                          weights_only=_trust.weights_only_default(weights_only))
 
     def remove_checkpoint(self, path: PathOrUrl) -> None:
         """(global rank 0) Deletes the file (or a sharded checkpoint folder, uncommitting it
@@ -416,9 +430,10 @@ class _EngineCheckpoints:
         state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
         meta = _serialize(checkpoint) if self.is_global_zero else b""
         writer = StorageWriter(location, thread_count=self.thread_count, sync_files=self.sync_files)
+        planner = _save_planner()
 
         if not self.async_save:
-            dcp.save(state, storage_writer=writer)
+            dcp.save(state, storage_writer=writer, planner=planner)
             self._publish_meta(location, meta, target)
             return
 
@@ -434,7 +449,7 @@ class _EngineCheckpoints:
         group = self._save_group
 
         def write() -> None:
-            dcp.save(staged, storage_writer=writer, process_group=group)
+            dcp.save(staged, storage_writer=writer, planner=planner, process_group=group)
             self._publish_meta(location, meta, target)
 
         self._pending = self._executor.submit(write)
@@ -463,7 +478,9 @@ class _EngineCheckpoints:
         """(every rank) Loads the model (and, when fitting, optimizer) state into the sharded
         model and returns the rest of the checkpoint. Sharded folders are read through
         :class:`shardpoint.torch.StorageReader` at any world size; single files through the
-        ``CheckpointIO`` (checked) and Lightning's own full-state loading."""
+        ``CheckpointIO`` (checked) and Lightning's own full-state loading. ``meta.pt`` and
+        single files are unpickled with ``weights_only=True`` unless ``weights_only=False``
+        is passed (``Trainer.fit(..., weights_only=False)``), on every PyTorch."""
         self.wait_for_save()
         started = time.perf_counter()
         location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))
@@ -517,7 +534,7 @@ class _EngineCheckpoints:
             raise errors.NotFoundError(f"{location}/{_META}: missing")
         if self.verify_checksums:
             _verify_zip(meta, f"{location}/{_META}")
-        return torch.load(io.BytesIO(meta), weights_only=weights_only)
+        return torch.load(io.BytesIO(meta), weights_only=_trust.weights_only_default(weights_only))
 
     def _reader(self, location: str) -> StorageReader:
         return StorageReader(location, verify_checksums=self.verify_checksums)
@@ -537,7 +554,7 @@ class _EngineCheckpoints:
             return self._lightning_load_full(local, weights_only)
 
     def _lightning_load_full(self, local: str, weights_only: Optional[bool]) -> Dict[str, Any]:
-        return super().load_checkpoint(local, weights_only=weights_only)
+        return super().load_checkpoint(local, weights_only=_trust.weights_only_default(weights_only))
 
     # -- removing and teardown ------------------------------------------------------------
 

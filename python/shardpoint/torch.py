@@ -55,7 +55,7 @@ from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from . import _native, errors
+from . import _native, _trust, errors
 from ._staging import HostStaging
 
 __all__ = ["StorageWriter", "StorageReader"]
@@ -83,10 +83,12 @@ def _is_local(location: str) -> bool:
 _STAGING_MARK = ".sp-replace-"
 
 
-def _staging_folder(target: str, save_id: str) -> str:
-    """The hidden sibling a save into a committed local checkpoint writes to first."""
+def _staging_folder(target: str, tag: str = "save") -> str:
+    """The hidden sibling a save into a committed local checkpoint writes to first. The
+    StorageWriter's ranks each name it alone, from the target and the default tag: nothing
+    of it travels in the plan, which DCP may cache and replay."""
     parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}{_STAGING_MARK}{save_id[:16]}")
+    return os.path.join(parent, f".{name}{_STAGING_MARK}{tag[:16]}")
 
 
 def _remove_stale_staging(target: str) -> None:
@@ -100,14 +102,6 @@ def _remove_stale_staging(target: str) -> None:
     for entry in entries:
         if entry.startswith(prefix):
             shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-
-
-@dataclasses.dataclass
-class _RankFiles(_StoragePrefix):
-    """What the coordinator tells each rank: its file prefix and the folder to write into
-    (the checkpoint itself, or the staging folder beside it)."""
-
-    folder: str = ""
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -217,7 +211,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self._checkpoint: Optional[_native.Checkpoint] = None
-        self._folder = self.path  # where this save writes (coordinator: set by the global plan)
+        self._folder = self.path  # where this save writes (set by write_data)
         self._folder_checkpoint: Optional[_native.Checkpoint] = None
 
     # -- DCP protocol ----------------------------------------------------------------------
@@ -263,40 +257,45 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
-        """(coordinator) Gives rank i the file prefix ``__i_`` and the folder to write into.
-        When the location holds a committed checkpoint: a local one is kept until the new
-        one is committed (the ranks write into a staging folder beside it, which ``finish``
-        exchanges with it); on an object store its ``.metadata`` is removed first, so it
-        stops being a checkpoint before any of its files change."""
+        """(coordinator) Gives rank i the file prefix ``__i_``: the same in every save, so a
+        plan DCP caches (``DefaultSavePlanner(enable_plan_caching=True)``) and replays in a
+        later save holds nothing that differs between saves; where a rank writes comes from
+        the writer's own path (``write_data``). When the location holds a committed
+        checkpoint: a local one is kept until the new one is committed (the ranks write into
+        a staging folder beside it, which ``finish`` exchanges with it); on an object store
+        its ``.metadata`` is removed first, so it stops being a checkpoint before any of its
+        files change. DCP calls this before any rank writes, cached plans or not."""
         checkpoint = self._opened()
-        self._folder = self.path
         if _is_local(self.path):
             _remove_stale_staging(self.path)
         if checkpoint.read_object(".metadata") is not None:
             if not self.overwrite:
                 raise errors.UsageError(f"{self.path}: holds a committed checkpoint and overwrite=False")
-            if _is_local(self.path):
-                self._folder = _staging_folder(self.path, self.save_id)
-            else:
+            if not _is_local(self.path):
                 checkpoint.remove_object(".metadata")
-        return [
-            dataclasses.replace(plan, storage_data=_RankFiles(prefix=f"__{i}_", folder=self._folder))
-            for i, plan in enumerate(plans)
-        ]
+        return [dataclasses.replace(plan, storage_data=_StoragePrefix(prefix=f"__{i}_")) for i, plan in enumerate(plans)]
+
+    def _destination(self) -> str:
+        """Where this rank writes: the checkpoint's folder, or the staging folder beside a
+        committed local checkpoint (which the coordinator keeps until ``finish``)."""
+        if _is_local(self.path) and os.path.exists(os.path.join(self.path, ".metadata")):
+            return _staging_folder(self.path)
+        return self.path
 
     def _writing_to(self, folder: str) -> _native.Checkpoint:
+        """The opened folder this save writes and commits into; remembered for ``finish``."""
         if folder == self.path:
+            self._folder = folder
             return self._opened()
         if self._folder_checkpoint is None or self._folder != folder:
-            self._folder = folder
             self._folder_checkpoint = _native.Checkpoint(folder)
+        self._folder = folder
         return self._folder_checkpoint
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
         """(all ranks) Writes this rank's items; the future is already complete."""
         prefix = plan.storage_data.prefix
-        folder = getattr(plan.storage_data, "folder", "") or self.path
-        checkpoint = self._writing_to(folder)
+        checkpoint = self._writing_to(self._destination())
         if self.single_file_per_rank:
             files = _split_into_files(plan.items, checkpoint.files_per_rank(self.thread_count))
         else:
@@ -418,6 +417,13 @@ class StorageReader(_DcpStorageReader):
             zip CRC-32 of every torch.save record read whole; a record this rank reads only
             in part (resharding) is not checked, said once in the log. A mismatch raises
             FormatError naming file, item, record and byte range.
+        trusted: False (default): nothing a checkpoint's pickles name is executed.
+            ``.metadata`` is decoded by the engine and rebuilt from DCP's own classes (a
+            file holding anything else raises FormatError naming it and the offending
+            global), and every bytes item is screened with ``torch.load(weights_only=True)``
+            (PyTorch's allowlist plus ``torch.serialization.add_safe_globals``) before DCP's
+            planner unpickles it. True: both are unpickled as PyTorch's FileSystemReader
+            does, running whatever they name; only for checkpoints you trust.
     """
 
     def __init__(
@@ -427,6 +433,7 @@ class StorageReader(_DcpStorageReader):
         thread_count: int = 4,
         *args: Any,
         check_zip_crc: bool = True,
+        trusted: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -434,6 +441,7 @@ class StorageReader(_DcpStorageReader):
         self.verify_checksums = verify_checksums
         self.thread_count = thread_count
         self.check_zip_crc = check_zip_crc
+        self.trusted = trusted
         self.load_id = uuid.uuid4().hex
         self._reader: Optional[_native.Reader] = None
         self._storage_data: Dict[MetadataIndex, _StorageInfo] = {}
@@ -460,15 +468,16 @@ class StorageReader(_DcpStorageReader):
         return self._reader
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        """(all ranks, or the coordinator) The checkpoint's Metadata, from its ``.metadata``."""
-        try:
-            metadata = pickle.loads(self._opened().metadata_bytes())
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError) as e:
-            raise errors.FormatError(f"{self.path}/.metadata: not a DCP Metadata pickle: {e}") from e
-        if not isinstance(metadata, Metadata):
-            raise errors.FormatError(f"{self.path}/.metadata: holds a {type(metadata).__name__}, not DCP Metadata")
+        """(all ranks, or the coordinator) The checkpoint's Metadata: decoded by the engine and
+        rebuilt from DCP's own classes (``trusted=False``), or unpickled as is (``trusted=True``).
+        Raises FormatError naming the file and what it holds when it is not DCP metadata."""
+        reader = self._opened()
+        if self.trusted:
+            metadata = _trust.trusted_metadata(reader.metadata_bytes(), f"{self.path}/.metadata")
+        else:
+            metadata = _trust.metadata_from_engine(reader.metadata_rebuilt(), f"{self.path}/.metadata")
         if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
+            metadata.storage_meta = StorageMeta(checkpoint_id=self.path)
         metadata.storage_meta.load_id = self.load_id
         return metadata
 
@@ -486,15 +495,17 @@ class StorageReader(_DcpStorageReader):
         return plans
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
-        """(all ranks) Reads every item of the plan: bytes items whole (verified), tensor
-        boxes straight into the destination tensors when they are contiguous CPU tensors of
-        the saved dtype, else through a temporary copy."""
+        """(all ranks) Reads every item of the plan: bytes items whole (verified, and screened
+        unless ``trusted``), tensor boxes straight into the destination tensors when they are
+        contiguous CPU tensors of the saved dtype, else through a temporary copy."""
         reader = self._opened()
         tensor_items: List[ReadItem] = []
         for item in plan.items:
             if item.type == LoadItemType.BYTE_IO:
                 info = self._info(item)
                 blob = reader.read_blob(info.relative_path, info.offset, info.length, item.storage_index.fqn)
+                if not self.trusted:
+                    _trust.screen_bytes_item(blob, item.storage_index.fqn, self.path)
                 planner.load_bytes(item, io.BytesIO(blob))
             else:
                 tensor_items.append(item)

@@ -13,6 +13,10 @@ ACTION:
   async-twice  dcp.async_save with one StorageWriter twice: a zeroed state, then (once the
             first is committed) the same tensors filled in place with the real values; the
             second save must hold the new values (its host copy reuses the first's buffers)
+  cached-saves  a training loop's saves with DCP's plan caching on (where this PyTorch has
+            it): --saves N saves of the state bumped by i into PATH/s<i> (a new writer each,
+            sync or --async), then N more into PATH/same, removed before each; every
+            checkpoint is loaded by PyTorch's reader and ours and must hold its own values
 """
 
 from __future__ import annotations
@@ -153,6 +157,85 @@ def fill_in_place(state, values) -> None:
     state["extra"] = values["extra"]
 
 
+def bump(state, k: int) -> None:
+    """Adds k to every tensor of state in place, and to its epoch."""
+    for part in ("model", "optim"):
+        for got in state[part].values():
+            if hasattr(got, "local_shards"):  # ShardedTensor (a torch.Tensor subclass)
+                for shard in got.local_shards():
+                    shard.tensor.add_(k)
+            elif isinstance(got, DTensor):
+                got.to_local().add_(k)
+            else:
+                got.add_(k)
+    state["extra"]["epoch"] += k
+
+
+def check_equal(got_state, want_state, what: str) -> None:
+    """Every tensor and object of got_state equals want_state's (same structure, same mesh)."""
+    for part in ("model", "optim"):
+        for key, want in want_state[part].items():
+            got = got_state[part][key]
+            if hasattr(want, "local_shards"):
+                pairs = [(a.tensor, b.tensor) for a, b in zip(got.local_shards(), want.local_shards())]
+            elif isinstance(want, DTensor):
+                pairs = [(got.to_local(), want.to_local())]
+            else:
+                pairs = [(got, want)]
+            for a, b in pairs:
+                if a.dtype != b.dtype or not torch.equal(a, b):
+                    raise AssertionError(f"{what}: {part}.{key} differs on rank {dist.get_rank()}")
+    if got_state["extra"] != want_state["extra"]:
+        raise AssertionError(f"{what}: objects differ: {got_state['extra']!r} != {want_state['extra']!r}")
+
+
+def cached_saves(mesh, root: str, saves: int, use_async: bool) -> None:
+    import inspect
+    import shutil
+
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    from shardpoint.torch import StorageWriter
+
+    caching = "enable_plan_caching" in inspect.signature(DefaultSavePlanner.__init__).parameters
+
+    def planner():
+        return DefaultSavePlanner(enable_plan_caching=True) if caching else DefaultSavePlanner()
+
+    def save(state, path):
+        writer = StorageWriter(path)
+        if use_async:
+            dcp.async_save(state, storage_writer=writer, planner=planner()).result()
+        else:
+            dcp.save(state, storage_writer=writer, planner=planner())
+
+    def check(path, k):
+        want = make_state(mesh, fill=True)
+        for _ in range(k):  # as the loop did: (x + 1) + 1 rounds differently from x + 2
+            bump(want, 1)
+        for kind in ("torch", "ours"):
+            got = make_state(mesh, fill=False)
+            dcp.load(got, storage_reader=reader_for(kind, path))
+            check_equal(got, want, f"{path} read by {kind}")
+
+    state = make_state(mesh, fill=True)
+    for i in range(saves):
+        bump(state, 1)
+        save(state, f"{root}/s{i}")
+    for i in range(saves):
+        check(f"{root}/s{i}", i + 1)
+    same = f"{root}/same"
+    for i in range(saves):
+        dist.barrier()
+        if dist.get_rank() == 0:
+            shutil.rmtree(same, ignore_errors=True)
+        dist.barrier()
+        bump(state, 1)
+        save(state, same)
+        check(same, saves + i + 1)
+    print(f"rank {dist.get_rank()}: plan caching {'on' if caching else 'absent'}", flush=True)
+
+
 def writer_for(kind: str, path: str, thread_count: int):
     if kind == "torch":
         return dcp.FileSystemWriter(path, thread_count=thread_count)
@@ -171,12 +254,13 @@ def reader_for(kind: str, path: str):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["save", "load", "fail-save", "async-twice"])
+    p.add_argument("action", choices=["save", "load", "fail-save", "async-twice", "cached-saves"])
     p.add_argument("path")
     p.add_argument("--writer", default="ours")
     p.add_argument("--reader", default="ours")
     p.add_argument("--async", dest="use_async", action="store_true")
     p.add_argument("--thread-count", type=int, default=2)
+    p.add_argument("--saves", type=int, default=3)
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -201,6 +285,8 @@ def main() -> None:
             dcp.async_save(state, storage_writer=writer, checkpoint_id=a.path).result()
             if [b.data_ptr() for b in writer._staging._buffers] != buffers:
                 raise AssertionError("the second async save allocated new host buffers")
+        elif a.action == "cached-saves":
+            cached_saves(mesh, a.path, a.saves, a.use_async)
         elif a.action == "load":
             state = make_state(mesh, fill=False)
             dcp.load(state, storage_reader=reader_for(a.reader, a.path))

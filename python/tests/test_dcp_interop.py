@@ -79,3 +79,15 @@ def test_failed_resave_leaves_the_previous_checkpoint_loadable(interpreter, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
     assert sorted(p.name for p in path.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     run_ranks(interpreter, 4, [WORKER, "load", str(path)])
+
+
+@pytest.mark.parametrize("world,mode", [(2, "sync"), (2, "async"), (4, "sync"), (4, "async")])
+def test_plan_caching_never_rewrites_a_committed_checkpoint(interpreter, tmp_path, world, mode):
+    """A training loop with DCP's plan caching on (where the PyTorch has it): saves into a new
+    folder each, then into one folder removed before each; every checkpoint, read by
+    PyTorch's reader and ours, holds its own save's values."""
+    args = [WORKER, "cached-saves", str(tmp_path), "--saves", "3"] + (["--async"] if mode == "async" else [])
+    results = run_ranks(interpreter, world, args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s0", "s1", "s2", "same"]
+    if "oracle-python" not in interpreter[0]:
+        assert all("plan caching on" in r.stdout for r in results)

@@ -21,6 +21,7 @@
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
 #include "engine/save_plan.h"
+#include "format/metadata_codec.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/communicator_from_env.h"
@@ -333,6 +334,36 @@ void sp_reader_metadata(const sp_reader* reader, const void** data, size_t* size
   if (reader == nullptr || data == nullptr || size == nullptr) return;
   *data = reader->reader->metadata_bytes().data();
   *size = reader->reader->metadata_bytes().size();
+}
+
+namespace {
+
+// A malloc'd copy of bytes into *data / *size (1 byte allocated for empty input).
+void give_bytes(std::string_view bytes, void** data, size_t* size) {
+  void* p = std::malloc(std::max<std::size_t>(bytes.size(), 1));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memcpy(p, bytes.data(), bytes.size());
+  *data = p;
+  *size = bytes.size();
+}
+
+}  // namespace
+
+sp_status sp_reader_metadata_rebuilt(const sp_reader* reader, void** data, size_t* size, char** error) {
+  return guarded(error, [&] {
+    require(reader != nullptr && data != nullptr && size != nullptr, "NULL argument");
+    give_bytes(format::encode_metadata(reader->reader->metadata()), data, size);
+  });
+}
+
+sp_status sp_metadata_rebuild(const void* metadata, size_t metadata_size, const char* source_name, void** data,
+                              size_t* size, char** error) {
+  return guarded(error, [&] {
+    require((metadata != nullptr || metadata_size == 0) && data != nullptr && size != nullptr, "NULL argument");
+    const format::Metadata decoded = format::decode_metadata(
+        ByteSpan(static_cast<const std::byte*>(metadata), metadata_size), str(source_name, "source_name is NULL"));
+    give_bytes(format::encode_metadata(decoded), data, size);
+  });
 }
 
 int sp_reader_verified(const sp_reader* reader) { return reader != nullptr && reader->reader->verified() ? 1 : 0; }

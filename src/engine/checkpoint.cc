@@ -199,6 +199,15 @@ PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm
 
 std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files, storage::Storage& st,
                                           const SaveOptions& options, CommittedFiles& committed) {
+  // The data files of a committed checkpoint are never written again, whatever a plan
+  // says: a save over one un-commits it first (save() removes its `.metadata` before the
+  // plan reaches the ranks; the Python writer stages beside a local one), so a `.metadata`
+  // here means the caller would change the bytes that metadata describes.
+  if (st.try_stat(kMetadataKey)) {
+    throw UsageError(st.describe_key(kMetadataKey) +
+                     ": the folder holds a committed checkpoint; its data files are not written again (save into "
+                     "another folder, or remove this checkpoint first)");
+  }
   std::vector<std::vector<WrittenItem>> results(files.size());
   ItemWriteOptions item_options;
   item_options.checksum = options.checksum;

@@ -125,6 +125,13 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
 
 PlannedReader::~PlannedReader() = default;
 
+const format::Metadata& PlannedReader::metadata() const {
+  std::lock_guard lock(metadata_mutex_);
+  if (!metadata_)
+    metadata_ = format::decode_metadata(as_bytes(metadata_bytes_), checkpoint_.describe_key(kMetadataKey));
+  return *metadata_;
+}
+
 void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
   // Requests of one blob share the opened blob (its headers are parsed once); blobs are read
   // in file order, what each needs announced to read-ahead before the readers reach it (an

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -51,7 +52,9 @@ struct PlannedFile {
 // Writes `files` into the checkpoint folder (options.thread_count at a time; O_DIRECT,
 // checksums and durability as SaveOptions say) and returns what each item became, in file
 // order. A failure removes this call's files again. Throws UsageError for a tensor whose
-// byte count does not match its sizes and dtype, StorageError naming the file and item.
+// byte count does not match its sizes and dtype, and before writing anything when the
+// folder holds a committed `.metadata` (a committed checkpoint is never written again);
+// StorageError naming the file and item.
 std::vector<WrittenItem> write_planned_files(storage::Storage& checkpoint, const std::vector<PlannedFile>& files,
                                              const SaveOptions& options);
 
@@ -98,6 +101,9 @@ class PlannedReader {
 
   // The exact `.metadata` bytes (DCP's Metadata pickle).
   const std::string& metadata_bytes() const { return metadata_bytes_; }
+  // Those bytes decoded (on the first call; nothing in them is executed). Throws
+  // FormatError naming the `.metadata` when they are not DCP metadata. Thread-safe.
+  const format::Metadata& metadata() const;
   // True when reads are verified (a sidecar or index holds checksums and options ask).
   bool verified() const { return checksums_.has_value() && options_.verify_checksums; }
   // True when blobs no sidecar covers have their zip CRC-32s checked.
@@ -119,6 +125,8 @@ class PlannedReader {
   storage::Storage& checkpoint_;
   PlannedReaderOptions options_;
   std::string metadata_bytes_;
+  mutable std::mutex metadata_mutex_;
+  mutable std::optional<format::Metadata> metadata_;  // GUARDED_BY(metadata_mutex_)
   std::optional<ChecksumSidecar> checksums_;
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;  // (file, blob offset)
   std::unique_ptr<SourceCache> sources_;

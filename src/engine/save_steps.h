@@ -71,7 +71,9 @@ struct FileToWrite {
 
 // Step 3's I/O: writes each file (files_per_rank(options.thread_count, ...) at a time),
 // commits it and records it in `committed`. Returns every written item, file by file. Throws UsageError for an
-// item that does not match its value, StorageError naming the file and item.
+// item that does not match its value, and before writing anything when `checkpoint` holds a
+// committed `.metadata` (a committed checkpoint's files are never written again);
+// StorageError naming the file and item.
 std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files, storage::Storage& checkpoint,
                                           const SaveOptions& options, CommittedFiles& committed);
 

@@ -68,7 +68,38 @@ static void test_save_load_reshard(const char* dir) {
   size_t size = 0;
   int found = 0;
   CHECK(sp_read_object(ckpt, ".metadata", &data, &size, &found, &error) == SP_OK && found && size > 0, "metadata");
+  /* The rebuild is stable: rebuilding a rebuild gives the same bytes. */
+  void* rebuilt = NULL;
+  size_t rebuilt_size = 0;
+  CHECK(sp_metadata_rebuild(data, size, "ckpt/.metadata", &rebuilt, &rebuilt_size, &error) == SP_OK &&
+            rebuilt_size > 0,
+        "rebuild: %s", msg(error));
+  void* again = NULL;
+  size_t again_size = 0;
+  CHECK(sp_metadata_rebuild(rebuilt, rebuilt_size, "rebuilt", &again, &again_size, &error) == SP_OK &&
+            again_size == rebuilt_size && memcmp(again, rebuilt, again_size) == 0,
+        "rebuild of a rebuild");
+  sp_free(again);
+  sp_free(rebuilt);
   sp_free(data);
+  /* A pickle that calls os.system is refused by name, nothing run. */
+  static const char hostile[] = "\x80\x02" "cposix\nsystem\nX\x04\x00\x00\x00" "true\x85R.";
+  char* e3 = NULL;
+  CHECK(sp_metadata_rebuild(hostile, sizeof hostile - 1, "evil/.metadata", &rebuilt, &rebuilt_size, &e3) ==
+                SP_ERROR_FORMAT &&
+            e3 != NULL && strstr(e3, "evil/.metadata") && strstr(e3, "posix.system"),
+        "hostile metadata: %s", msg(e3));
+  sp_free(e3);
+  /* The committed checkpoint's data files are never written again. */
+  int64_t one_offset = 0, one_size = 1;
+  float one = 1;
+  sp_item item = {"__0_0.distcp", SP_ITEM_TENSOR, "model.w", "float32", 1, &one_offset, &one_size, &one, sizeof one};
+  char* written = NULL;
+  char* e4 = NULL;
+  CHECK(sp_write_items(ckpt, &item, 1, NULL, &written, &e4) == SP_ERROR_USAGE && e4 != NULL &&
+            strstr(e4, "committed checkpoint"),
+        "write into a committed checkpoint: %s", msg(e4));
+  sp_free(e4);
   CHECK(sp_read_object(ckpt, "absent", &data, &size, &found, &error) == SP_OK && !found && data == NULL, "absent");
   CHECK(sp_write_object(ckpt, "meta.txt", "hello", 5, 1, &error) == SP_OK, "write_object: %s", msg(error));
   CHECK(sp_read_object(ckpt, "meta.txt", &data, &size, &found, &error) == SP_OK && size == 5 &&
