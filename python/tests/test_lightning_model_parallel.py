@@ -132,15 +132,18 @@ def test_consolidated_model_parallel_checkpoint_is_a_full_checkpoint(stock_mp, d
     vocab = raw["state_dict"]["model.embedding.weight"].shape[0]
     module = ShardedTransformer.load_from_checkpoint(ckpt, vocab_size=vocab)
     assert_same(raw["state_dict"], module.state_dict(), "load_from_checkpoint")
-    # Trainer(ckpt_path=...) on one device: trainer state, weights and optimizer state restored
-    report = train_mp(1, tmp_path / "single", "single", data_dir, 3, "--ckpt-path", str(ckpt))
-    assert report["loaded"]["global_step"] == 2 and report["start_step"] == 2 and report["global_step"] == 3
-    assert report["restored"] == {k: report["loaded"][k] for k in ("batches_that_stepped", "batches_completed")}
-    assert report["resumed_probe"] == pytest.approx(report["loaded"]["probe_loss"], rel=1e-6)
+    # Trainer(ckpt_path=...) on one device, and Lightning's ModelParallelStrategy on 2 ranks
+    # taking it as a full checkpoint: trainer state, weights and optimizer state restored
     want = state_sums(raw["optimizer_0"])
-    assert set(report["optimizer_sums"]) == set(want) and len(want) > 10
-    for name, value in want.items():
-        assert report["optimizer_sums"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+    assert len(want) > 10
+    for world, strategy in ((1, "single"), (2, "stock")):
+        report = train_mp(world, tmp_path / strategy, strategy, data_dir, 3, "--ckpt-path", str(ckpt))
+        assert report["loaded"]["global_step"] == 2 and report["start_step"] == 2 and report["global_step"] == 3
+        assert report["restored"] == {k: report["loaded"][k] for k in ("batches_that_stepped", "batches_completed")}
+        assert report["resumed_probe"] == pytest.approx(report["loaded"]["probe_loss"], rel=1e-6), strategy
+        assert set(report["optimizer_sums"]) == set(want), strategy
+        for name, value in want.items():
+            assert report["optimizer_sums"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), (strategy, name)
 
 
 # -- 2. shardpoint.lightning.ModelParallelStrategy ----------------------------------------------
