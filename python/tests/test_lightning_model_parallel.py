@@ -3,8 +3,9 @@
 fixtures: checkpoints Lightning's own strategy saves):
 
 - ``consolidate`` of its sharded checkpoint (module state under ``"state_dict"``) gives the
-  Trainer layout, with the values Lightning's own reader reads, and a single-device Trainer
-  and ``load_from_checkpoint`` use the file as a full checkpoint;
+  Trainer layout, with the values Lightning's own reader reads (``--to safetensors``: the
+  weights); a single-device Trainer, ``load_from_checkpoint`` and Lightning's
+  ModelParallelStrategy on 2 ranks use the file as a full checkpoint;
 - ``shardpoint.lightning.ModelParallelStrategy``: train, save (async, ``last``), resume on
   another number of ranks, Lightning's reader and strategy read what it writes;
 - ``reshard`` keeps Lightning checkpoints Lightning checkpoints (``meta.pt`` carried), for
