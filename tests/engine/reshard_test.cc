@@ -3,7 +3,8 @@
 // the report's counts, the output's layout (Shard(0) boxes, replicated tensors once, files
 // __r_0.distcp), a torch.save source converted with ranks = 1 and 2, the memory budget
 // setting the slabs, a bytes item whose object holds tensors, Lightning's meta.pt carried
-// over (and a damaged one refused), and the usage errors.
+// over (a damaged one refused, a failed write of it uncommitting the output), and the
+// usage errors.
 #include "shardpoint/reshard.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/memory_storage.h"
+#include "storage/storage_wrapper.h"
 #include "test_util.h"
 
 namespace shardpoint::engine {
@@ -209,6 +211,35 @@ TEST(ReshardTest, LightningMetaPtIsCarriedAfterMetadata) {
   src->remove("meta.pt");
   EXPECT_EQ(reshard(source, *plain, options).meta_pt_bytes, 0u);
   EXPECT_FALSE(plain->try_stat("meta.pt"));
+}
+
+// Fails the write of meta.pt, after noting whether `.metadata` was committed by then.
+class FailingMetaPtStorage final : public storage::StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  void write_atomic(std::string_view key, ByteSpan data, const storage::WriteOptions& options,
+                    const storage::IoOptions& io) override {
+    if (key == "meta.pt") {
+      metadata_before_meta_pt = target().try_stat(kMetadataKey).has_value();
+      throw StorageError(StorageError::Kind::kOther, "meta.pt: injected write failure");
+    }
+    target().write_atomic(key, data, options, io);
+  }
+  bool metadata_before_meta_pt = false;
+};
+
+TEST(ReshardTest, FailedMetaPtWriteLeavesNoCheckpoint) {
+  const std::string source = unique_url("fail-meta-src");
+  auto src = storage::open_storage(source);
+  save_on(2, *src);
+  src->write_atomic("meta.pt", as_bytes(meta_pt_bytes()));
+  auto target = std::shared_ptr<storage::Storage>(storage::open_storage(unique_url("fail-meta-dst")));
+  FailingMetaPtStorage dst(target);
+  ReshardOptions options;
+  options.ranks = 2;
+  EXPECT_THROW(reshard(source, dst, options), StorageError);
+  EXPECT_TRUE(dst.metadata_before_meta_pt);  // Lightning's order: the DCP commit first
+  EXPECT_TRUE(target->list("").empty());     // then uncommitted and removed again
 }
 
 TEST(ReshardTest, DamagedMetaPtFailsBeforeAnythingIsWritten) {
