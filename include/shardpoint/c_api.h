@@ -278,7 +278,8 @@ SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* op
  * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
  * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none"}.
  * *report_json: {"source_format", "tensors", "objects", "payload_bytes", "bytes_written",
- * "zip_crc", "seconds"}, "zip_crc" as in sp_consolidate's report. */
+ * "zip_crc", "meta_pt_bytes", "seconds"}, "zip_crc" as in sp_consolidate's report;
+ * "meta_pt_bytes": the size of Lightning's meta.pt carried over (0: the source has none). */
 SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int ranks, const char* options_json,
                                char** report_json, char** error);
 

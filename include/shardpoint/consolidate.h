@@ -1,5 +1,5 @@
-// Consolidation: one sharded checkpoint folder (a Lightning FSDP checkpoint, or a plain
-// PyTorch DCP folder) turned into one file that torch.load reads, streaming with a fixed
+// Consolidation: one sharded checkpoint folder (a Lightning FSDP or ModelParallel
+// checkpoint, or a plain PyTorch DCP folder) turned into one file that torch.load reads, streaming with a fixed
 // memory budget (docs/lightning-layout.md §4, docs/dcp-format.md §6.1).
 //
 // What is written (torch.save output):
@@ -8,8 +8,11 @@
 //             (dict.update: a meta key replaces a DCP key in place, new keys are appended),
 //             then "model" moved to the end as "state_dict", then the keys matching the
 //             prefix regex `optimizer_[0-9]+` (N of them) popped as optimizer_0..N-1 into a
-//             list "optimizer_states" at the end. A missing "model" or a gap in the
-//             optimizer indices is a PlanError (Lightning raises KeyError there).
+//             list "optimizer_states" at the end. A ModelParallelStrategy checkpoint (module
+//             state saved under "state_dict", no "model"; engine/lightning_layout.h) gets
+//             its "state_dict" moved to the end instead, where Lightning 2.6 fails with
+//             KeyError 'model'. Neither key, or a gap in the optimizer indices, is a
+//             PlanError (Lightning raises KeyError there).
 //   kFabric   the same merge, keys as saved (lightning.fabric's consolidator).
 //   kDcp      a DCP folder without meta.pt: what torch's dcp_to_torch_save writes.
 // Every tensor is written as a contiguous CPU tensor (requires_grad false for DCP tensors;
@@ -18,10 +21,11 @@
 // follows the order of state_dict_metadata in the .metadata pickle, as PyTorch's
 // _EmptyStateDictLoadPlanner does (shardpoint writes that dict sorted by key).
 //
-// Safetensors output (kSafetensors): the model weights (the "state_dict"/"model" subtree,
-// or every tensor with kDcp) named by their dotted key inside that subtree; one file, or,
-// with max_shard_bytes, a folder of model-0000i-of-0000n.safetensors files plus
-// model.safetensors.index.json (a tensor larger than the limit gets a file of its own).
+// Safetensors output (kSafetensors): the model weights (the "model" subtree, or
+// "state_dict" for ModelParallel's layout, or every tensor with kDcp) named by their
+// dotted key inside that subtree; one file, or, with max_shard_bytes, a folder of
+// model-0000i-of-0000n.safetensors files plus model.safetensors.index.json (a tensor
+// larger than the limit gets a file of its own).
 //
 // Locations: the checkpoint folder and the output may each be a local path or an
 // object-store URL (s3://, gs://, az://, abfs[s]://, memory://; storage::open_storage), in

@@ -27,6 +27,12 @@
 //      sidecar, then `.metadata` in one atomic write (the commit marker), so a failed
 //      reshard leaves no checkpoint behind; the sidecar and the files already written are
 //      removed (best effort).
+//   5. A DCP source with Lightning's meta.pt (a Lightning sharded checkpoint, FSDPStrategy's
+//      "model" or ModelParallelStrategy's "state_dict" layout alike): its bytes, read and
+//      checked by their zip CRC-32s before step 2 (with verify_checksums and
+//      check_zip_crc), are published unchanged after `.metadata`, Lightning's order, so
+//      Lightning resumes from the output at any world size. When that write fails,
+//      `.metadata` is removed again with the rest.
 //
 // Replicated-looking: in a DCP source whose tensors were sharded (some tensor has more than
 // one saved chunk), a tensor with dimensions stored as exactly one chunk covering it
@@ -84,7 +90,8 @@ struct ReshardReport {
   std::uint64_t copied_bytes = 0;   // tensor bytes read from the source (slabs)
   std::uint64_t slab_bytes = 0;     // largest slab of one file writer
   std::uint64_t bytes_written = 0;  // all ranks, blobs with headers
-  ZipCrcCounts zip_crc;             // zip CRC-32 checks of records no sidecar covers (check_zip_crc)
+  ZipCrcCounts zip_crc;             // zip CRC-32 checks of records no sidecar covers (check_zip_crc), meta.pt's too
+  std::uint64_t meta_pt_bytes = 0;  // Lightning's meta.pt carried over (0: the source has none)
   double seconds = 0;               // the whole call
 };
 

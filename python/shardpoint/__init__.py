@@ -125,10 +125,14 @@ def reshard(
     ``check_zip_crc``: where no sidecar covers a record (PyTorch's checkpoints, torch.save
     files), check its zip CRC-32; a record read only in part is counted, not checked.
 
+    A Lightning sharded checkpoint stays one: the source folder's ``meta.pt`` (trainer
+    state) is carried over byte for byte, checked by its zip CRC-32s, and written after
+    ``.metadata``, so Lightning resumes from ``destination`` at any world size.
+
     Returns:
         A dict: ``source_format`` (``"dcp"``/``"torch"``), ``tensors``, ``objects``,
         ``payload_bytes``, ``bytes_written``, ``zip_crc`` (as in :func:`consolidate`),
-        ``seconds``.
+        ``meta_pt_bytes`` (the ``meta.pt`` carried; 0 when there is none), ``seconds``.
     """
     options = {
         "verify_checksums": bool(verify_checksums),

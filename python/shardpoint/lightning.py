@@ -1,4 +1,5 @@
-"""PyTorch Lightning integration: an FSDP strategy whose checkpoints go through shardpoint.
+"""PyTorch Lightning integration: FSDP and ModelParallel strategies whose checkpoints go
+through shardpoint.
 
 ``FSDPStrategy`` is Lightning's own ``lightning.pytorch.strategies.FSDPStrategy`` with the
 checkpoint I/O replaced and the changes CPU training needs::
@@ -51,6 +52,10 @@ What it changes, and what it keeps:
   committed (no ``.metadata`` or no ``meta.pt``: the run died while writing it), the newest
   committed checkpoint in the same folder is loaded instead, said in one log line.
 
+``ModelParallelStrategy`` is Lightning's ``ModelParallelStrategy`` (FSDP2 ``fully_shard`` /
+tensor parallel in ``configure_model``) with the same checkpoint I/O; its DCP files keep the
+module state under ``"state_dict"``, as Lightning's do.
+
 ``CheckpointIO`` is the plugin for full (single-file) checkpoints: atomic, durable, checked
 on load, remote URLs. ``FSDPStrategy`` uses it by default for ``state_dict_type="full"``.
 """
@@ -76,13 +81,14 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins import CheckpointIO as _LightningCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
+from lightning.pytorch.strategies import ModelParallelStrategy as _LightningModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
 from . import _native, _trust, errors
 from ._staging import HostStaging
 from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
 
-__all__ = ["FSDPStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
+__all__ = ["FSDPStrategy", "ModelParallelStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
 
 _log = logging.getLogger("shardpoint.lightning")
 
@@ -336,7 +342,243 @@ def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Gener
         yield
 
 
-class FSDPStrategy(_LightningFSDPStrategy):
+class _EngineCheckpoints:
+    """The checkpoint I/O that :class:`FSDPStrategy` and :class:`ModelParallelStrategy` share
+    (see the module's docstring): sharded saves through :class:`shardpoint.torch.StorageWriter`
+    (sync or async, ``meta.pt`` after the data commit, atomic replacement, remote URLs), loads
+    through :class:`shardpoint.torch.StorageReader` with the ``last`` fallback, full files
+    through the ``CheckpointIO``, removal that uncommits first.
+
+    A strategy mixes it in before Lightning's class, calls :meth:`_init_engine` from its
+    ``__init__``, and gives what differs between strategies: ``_MODULE_KEY`` (the DCP key of
+    the module state), :meth:`_saves_sharded` and :meth:`_load_sharded_states`.
+    """
+
+    _MODULE_KEY = "model"  # FSDPStrategy's; ModelParallelStrategy saves under "state_dict"
+
+    def _init_engine(self, async_save: bool, thread_count: int, sync_files: bool, verify_checksums: bool) -> None:
+        self.async_save = async_save
+        self.thread_count = thread_count
+        self.sync_files = sync_files
+        self.verify_checksums = verify_checksums
+        self._pending: Optional[concurrent.futures.Future] = None
+        self._pending_path: Optional[str] = None
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._save_group: Optional[Any] = None
+        self._staging: Optional[HostStaging] = None  # async saves' host copy, kept between saves
+        self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
+        self.load_seconds: Optional[float] = None  # the last load_checkpoint
+
+    def _saves_sharded(self) -> bool:
+        """Whether the state dicts Lightning hands to save_checkpoint are sharded (a DCP
+        folder) rather than full (one file)."""
+        raise NotImplementedError
+
+    def _load_sharded_states(self, location: str) -> None:
+        """(every rank) Loads the module state and, when fitting, the optimizer states from the
+        DCP files at ``location`` into the sharded model."""
+        raise NotImplementedError
+
+    # -- saving ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: PathOrUrl, storage_options: Optional[Any] = None) -> None:
+        """(every rank) Saves ``checkpoint`` (Lightning's dict: ``state_dict``,
+        ``optimizer_states`` and the rest) at ``filepath``: a sharded folder, or one file
+        through the ``CheckpointIO`` when the strategy saves full state dicts."""
+        if storage_options is not None:
+            raise TypeError(f"shardpoint.lightning.{type(self).__name__}.save_checkpoint takes no storage_options")
+        started = time.perf_counter()
+        self.wait_for_save()
+        location = _text(self.broadcast(_text(filepath)))
+        if self._saves_sharded():
+            self._save_sharded(checkpoint, location)
+        else:
+            self._save_full(checkpoint, location)
+        self.save_stalls.append(time.perf_counter() - started)
+
+    def _save_full(self, checkpoint: Dict[str, Any], location: str) -> None:
+        if not _is_url(location):
+            local = Path(_local(location))
+            if local.is_dir():
+                if not (local / _META).is_file() and not (local / _DCP_METADATA).is_file():
+                    raise IsADirectoryError(f"The checkpoint path exists and is a directory: {local}")
+                if self.is_global_zero:
+                    _remove(local)
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(checkpoint, location)
+
+    def _save_sharded(self, checkpoint: Dict[str, Any], location: str) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        target = location
+        if not _is_url(location):
+            # Local: written in a hidden sibling, meta.pt included, and swapped in once
+            # committed (_publish_meta), so a committed checkpoint at the location stays whole
+            # until its successor is; leftovers of killed saves go first.
+            target = str(Path(_local(location)))
+            staging = ""
+            if self.is_global_zero:
+                _remove_stale_staging(target)
+                staging = _staging_folder(target, uuid.uuid4().hex)
+            location = _text(self.broadcast(staging))
+            Path(location).mkdir(parents=True, exist_ok=True)
+        elif self.is_global_zero:
+            # Object stores cannot swap: uncommit an older checkpoint here before any of its
+            # files change (StorageWriter removes its .metadata once every rank has planned).
+            _native.Checkpoint(location).remove_object(_META)
+        state = {self._MODULE_KEY: checkpoint.pop("state_dict")}
+        state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
+        meta = _serialize(checkpoint) if self.is_global_zero else b""
+        writer = StorageWriter(location, thread_count=self.thread_count, sync_files=self.sync_files)
+        planner = _save_planner()
+
+        if not self.async_save:
+            dcp.save(state, storage_writer=writer, planner=planner)
+            self._publish_meta(location, meta, target)
+            return
+
+        # The copy to host memory is what training waits for; dcp.async_save's own stager
+        # cannot copy the ShardedTensors of FSDP's sharded state dict (PyTorch 2.15).
+        if self._staging is None:
+            self._staging = HostStaging(pin_memory=torch.cuda.is_available())
+        staged = self._staging.stage(state)  # the previous write is done: wait_for_save above
+        if self._save_group is None:
+            self._save_group = dist.new_group(backend="gloo")  # every rank, in step
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardpoint-save")
+        group = self._save_group
+
+        def write() -> None:
+            dcp.save(staged, storage_writer=writer, planner=planner, process_group=group)
+            self._publish_meta(location, meta, target)
+
+        self._pending = self._executor.submit(write)
+        self._pending_path = target
+
+    def _publish_meta(self, location: str, meta: bytes, target: str) -> None:
+        """(rank 0 publishes) ``meta.pt``, after the data's ``.metadata`` is committed, then
+        swaps the folder written at ``location`` into ``target`` when they differ."""
+        if self.is_global_zero:
+            _native.Checkpoint(location).write_object(_META, meta, self.sync_files)
+            if location != target:
+                _native.replace_folder(location, target, self.sync_files)
+
+    def wait_for_save(self) -> None:
+        """(every rank) Waits for the async save in flight, if any, and raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:
+                raise errors.StorageError(f"async save of {self._pending_path} failed: {e}") from e
+
+    # -- loading --------------------------------------------------------------------------
+
+    def load_checkpoint(self, checkpoint_path: PathOrUrl, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        """(every rank) Loads the model (and, when fitting, optimizer) state into the sharded
+        model and returns the rest of the checkpoint. Sharded folders are read through
+        :class:`shardpoint.torch.StorageReader` at any world size; single files through the
+        ``CheckpointIO`` (checked) and Lightning's own full-state loading. ``meta.pt`` and
+        single files are unpickled with ``weights_only=True`` unless ``weights_only=False``
+        is passed (``Trainer.fit(..., weights_only=False)``), on every PyTorch."""
+        self.wait_for_save()
+        started = time.perf_counter()
+        location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))
+        if is_committed(location):
+            loaded = self._load_sharded(location, weights_only)
+            self.load_seconds = time.perf_counter() - started
+            return loaded
+        data = self._file_bytes(location)
+        if data is not None:
+            loaded = self._load_full(location, data, weights_only)
+            self.load_seconds = time.perf_counter() - started
+            return loaded
+        if not _is_url(location) and (Path(_local(location)) / _DCP_METADATA).is_file():
+            raise ValueError(f"{location}: a DCP checkpoint without Lightning's meta.pt (not committed, or not Lightning's)")
+        raise ValueError(
+            f"The path {location!r} does not point to a valid checkpoint: neither a committed sharded checkpoint"
+            " folder (.metadata and meta.pt) nor a single checkpoint file."
+        )
+
+    @staticmethod
+    def _file_bytes(location: str) -> Optional[bytes]:
+        """The whole single-file checkpoint at ``location``, or None when there is none."""
+        if not _is_url(location) and not Path(_local(location)).is_file():
+            return None
+        try:
+            return _read_file(location)
+        except (FileNotFoundError, errors.NotFoundError):
+            return None
+
+    def _resolve_last(self, location: str) -> str:
+        """An uncommitted ``last*`` checkpoint gives way to the newest committed one beside it
+        (decided on rank 0, broadcast)."""
+        name = _split(location)[1]
+        chosen = location
+        if self.is_global_zero and name.startswith("last") and not _is_url(location):
+            local = Path(_local(location))
+            if local.is_dir() and not is_committed(local):
+                committed = [p for p in find_committed_checkpoints(local.parent) if p != str(local)]
+                if committed:
+                    chosen = committed[-1]
+                    _log.warning("shardpoint: %s is not committed (interrupted save); resuming from %s instead",
+                                 location, chosen)
+        return _text(self.broadcast(chosen))
+
+    def _load_sharded(self, location: str, weights_only: Optional[bool]) -> Dict[str, Any]:
+        """Loads the module (and optimizer) state from the folder's DCP files into the
+        sharded model (_load_sharded_states), then returns ``meta.pt``'s dict, checked."""
+        self._load_sharded_states(location)
+        meta = _native.Checkpoint(location).read_object(_META)
+        if meta is None:
+            raise errors.NotFoundError(f"{location}/{_META}: missing")
+        if self.verify_checksums:
+            _verify_zip(meta, f"{location}/{_META}")
+        return torch.load(io.BytesIO(meta), weights_only=_trust.weights_only_default(weights_only))
+
+    def _reader(self, location: str) -> StorageReader:
+        return StorageReader(location, verify_checksums=self.verify_checksums)
+
+    def _load_full(self, location: str, data: bytes, weights_only: Optional[bool]) -> Dict[str, Any]:
+        """Verifies the file's bytes (CRC-32s of the zip), then Lightning's full-state loading
+        reads it from a local path (a remote file's bytes go to a temporary file first)."""
+        _verify_zip(data, location)
+        if not _is_url(location):
+            del data
+            return self._lightning_load_full(_local(location), weights_only)
+        with tempfile.TemporaryDirectory(prefix="shardpoint-") as tmp:
+            local = os.path.join(tmp, "checkpoint.ckpt")
+            with open(local, "wb") as f:
+                f.write(data)
+            del data
+            return self._lightning_load_full(local, weights_only)
+
+    def _lightning_load_full(self, local: str, weights_only: Optional[bool]) -> Dict[str, Any]:
+        return super().load_checkpoint(local, weights_only=_trust.weights_only_default(weights_only))
+
+    # -- removing and teardown ------------------------------------------------------------
+
+    def remove_checkpoint(self, filepath: PathOrUrl) -> None:
+        """(every rank; rank 0 deletes) Removes a sharded folder or a file, local or remote,
+        uncommitting it first."""
+        self.wait_for_save()
+        if self.is_global_zero:
+            _remove(filepath)
+
+    def teardown(self) -> None:
+        """Waits for an async save in flight, frees the async saves' host copy, then
+        Lightning's teardown."""
+        try:
+            self.wait_for_save()
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+            self._staging = None
+            super().teardown()
+
+
+class FSDPStrategy(_EngineCheckpoints, _LightningFSDPStrategy):
     """Lightning's ``FSDPStrategy`` with checkpoints through shardpoint (see the module's
     docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
 
@@ -367,17 +609,7 @@ class FSDPStrategy(_LightningFSDPStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)
-        self.async_save = async_save
-        self.thread_count = thread_count
-        self.sync_files = sync_files
-        self.verify_checksums = verify_checksums
-        self._pending: Optional[concurrent.futures.Future] = None
-        self._pending_path: Optional[str] = None
-        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._save_group: Optional[Any] = None
-        self._staging: Optional[HostStaging] = None  # async saves' host copy, kept between saves
-        self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
-        self.load_seconds: Optional[float] = None  # the last load_checkpoint
+        self._init_engine(async_save, thread_count, sync_files, verify_checksums)
 
     # -- CPU ------------------------------------------------------------------------------
 
@@ -448,155 +680,14 @@ class FSDPStrategy(_LightningFSDPStrategy):
                 return state
         return super().optimizer_state(optimizer)
 
-    # -- saving ---------------------------------------------------------------------------
-
-    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: PathOrUrl, storage_options: Optional[Any] = None) -> None:
-        """(every rank) Saves ``checkpoint`` (Lightning's dict: ``state_dict``,
-        ``optimizer_states`` and the rest) at ``filepath``: a sharded folder, or one file
-        through the ``CheckpointIO`` for ``state_dict_type="full"``."""
-        if storage_options is not None:
-            raise TypeError("shardpoint.lightning.FSDPStrategy.save_checkpoint takes no storage_options")
-        started = time.perf_counter()
-        self.wait_for_save()
-        location = _text(self.broadcast(_text(filepath)))
-        if self._state_dict_type == "full":
-            self._save_full(checkpoint, location)
-        elif self._state_dict_type == "sharded":
-            self._save_sharded(checkpoint, location)
-        else:
+    def _saves_sharded(self) -> bool:
+        if self._state_dict_type not in ("full", "sharded"):
             raise ValueError(f"Unknown state_dict_type: {self._state_dict_type}")
-        self.save_stalls.append(time.perf_counter() - started)
+        return self._state_dict_type == "sharded"
 
-    def _save_full(self, checkpoint: Dict[str, Any], location: str) -> None:
-        if not _is_url(location):
-            local = Path(_local(location))
-            if local.is_dir():
-                if not (local / _META).is_file() and not (local / _DCP_METADATA).is_file():
-                    raise IsADirectoryError(f"The checkpoint path exists and is a directory: {local}")
-                if self.is_global_zero:
-                    _remove(local)
-        if self.is_global_zero:
-            self.checkpoint_io.save_checkpoint(checkpoint, location)
-
-    def _save_sharded(self, checkpoint: Dict[str, Any], location: str) -> None:
-        import torch.distributed.checkpoint as dcp
-
-        target = location
-        if not _is_url(location):
-            # Local: written in a hidden sibling, meta.pt included, and swapped in once
-            # committed (_publish_meta), so a committed checkpoint at the location stays whole
-            # until its successor is; leftovers of killed saves go first.
-            target = str(Path(_local(location)))
-            staging = ""
-            if self.is_global_zero:
-                _remove_stale_staging(target)
-                staging = _staging_folder(target, uuid.uuid4().hex)
-            location = _text(self.broadcast(staging))
-            Path(location).mkdir(parents=True, exist_ok=True)
-        elif self.is_global_zero:
-            # Object stores cannot swap: uncommit an older checkpoint here before any of its
-            # files change (StorageWriter removes its .metadata once every rank has planned).
-            _native.Checkpoint(location).remove_object(_META)
-        state = {"model": checkpoint.pop("state_dict")}
-        state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-        meta = _serialize(checkpoint) if self.is_global_zero else b""
-        writer = StorageWriter(location, thread_count=self.thread_count, sync_files=self.sync_files)
-        planner = _save_planner()
-
-        if not self.async_save:
-            dcp.save(state, storage_writer=writer, planner=planner)
-            self._publish_meta(location, meta, target)
-            return
-
-        # The copy to host memory is what training waits for; dcp.async_save's own stager
-        # cannot copy the ShardedTensors of FSDP's sharded state dict (PyTorch 2.15).
-        if self._staging is None:
-            self._staging = HostStaging(pin_memory=torch.cuda.is_available())
-        staged = self._staging.stage(state)  # the previous write is done: wait_for_save above
-        if self._save_group is None:
-            self._save_group = dist.new_group(backend="gloo")  # every rank, in step
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardpoint-save")
-        group = self._save_group
-
-        def write() -> None:
-            dcp.save(staged, storage_writer=writer, planner=planner, process_group=group)
-            self._publish_meta(location, meta, target)
-
-        self._pending = self._executor.submit(write)
-        self._pending_path = target
-
-    def _publish_meta(self, location: str, meta: bytes, target: str) -> None:
-        """(rank 0 publishes) ``meta.pt``, after the data's ``.metadata`` is committed, then
-        swaps the folder written at ``location`` into ``target`` when they differ."""
-        if self.is_global_zero:
-            _native.Checkpoint(location).write_object(_META, meta, self.sync_files)
-            if location != target:
-                _native.replace_folder(location, target, self.sync_files)
-
-    def wait_for_save(self) -> None:
-        """(every rank) Waits for the async save in flight, if any, and raises its error."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                pending.result()
-            except Exception as e:
-                raise errors.StorageError(f"async save of {self._pending_path} failed: {e}") from e
-
-    # -- loading --------------------------------------------------------------------------
-
-    def load_checkpoint(self, checkpoint_path: PathOrUrl, weights_only: Optional[bool] = None) -> Dict[str, Any]:
-        """(every rank) Loads the model (and, when fitting, optimizer) state into the FSDP
-        model and returns the rest of the checkpoint. Sharded folders are read through
-        :class:`shardpoint.torch.StorageReader` at any world size; single files through the
-        ``CheckpointIO`` (checked) and Lightning's own full-state loading. ``meta.pt`` and
-        single files are unpickled with ``weights_only=True`` unless ``weights_only=False``
-        is passed (``Trainer.fit(..., weights_only=False)``), on every PyTorch."""
-        self.wait_for_save()
-        started = time.perf_counter()
-        location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))
-        if is_committed(location):
-            loaded = self._load_sharded(location, weights_only)
-            self.load_seconds = time.perf_counter() - started
-            return loaded
-        data = self._file_bytes(location)
-        if data is not None:
-            loaded = self._load_full(location, data, weights_only)
-            self.load_seconds = time.perf_counter() - started
-            return loaded
-        if not _is_url(location) and (Path(_local(location)) / _DCP_METADATA).is_file():
-            raise ValueError(f"{location}: a DCP checkpoint without Lightning's meta.pt (not committed, or not Lightning's)")
-        raise ValueError(
-            f"The path {location!r} does not point to a valid checkpoint: neither a committed sharded checkpoint"
-            " folder (.metadata and meta.pt) nor a single checkpoint file."
-        )
-
-    @staticmethod
-    def _file_bytes(location: str) -> Optional[bytes]:
-        """The whole single-file checkpoint at ``location``, or None when there is none."""
-        if not _is_url(location) and not Path(_local(location)).is_file():
-            return None
-        try:
-            return _read_file(location)
-        except (FileNotFoundError, errors.NotFoundError):
-            return None
-
-    def _resolve_last(self, location: str) -> str:
-        """An uncommitted ``last*`` checkpoint gives way to the newest committed one beside it
-        (decided on rank 0, broadcast)."""
-        name = _split(location)[1]
-        chosen = location
-        if self.is_global_zero and name.startswith("last") and not _is_url(location):
-            local = Path(_local(location))
-            if local.is_dir() and not is_committed(local):
-                committed = [p for p in find_committed_checkpoints(local.parent) if p != str(local)]
-                if committed:
-                    chosen = committed[-1]
-                    _log.warning("shardpoint: %s is not committed (interrupted save); resuming from %s instead",
-                                 location, chosen)
-        return _text(self.broadcast(chosen))
-
-    def _load_sharded(self, location: str, weights_only: Optional[bool]) -> Dict[str, Any]:
+    def _load_sharded_states(self, location: str) -> None:
+        """FSDP's sharded state dicts of the module and, when fitting, the optimizers, read
+        from the DCP files at ``location`` (any world size) and loaded."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.optimizer import load_sharded_optimizer_state_dict
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
@@ -618,50 +709,67 @@ class FSDPStrategy(_LightningFSDPStrategy):
                     optimizer.load_state_dict(
                         FSDP.optim_state_dict_to_load(optim_state_dict=optim_state, model=self.model, optim=optimizer)
                     )
-        meta = _native.Checkpoint(location).read_object(_META)
-        if meta is None:
-            raise errors.NotFoundError(f"{location}/{_META}: missing")
-        if self.verify_checksums:
-            _verify_zip(meta, f"{location}/{_META}")
-        return torch.load(io.BytesIO(meta), weights_only=_trust.weights_only_default(weights_only))
 
-    def _reader(self, location: str) -> StorageReader:
-        return StorageReader(location, verify_checksums=self.verify_checksums)
 
-    def _load_full(self, location: str, data: bytes, weights_only: Optional[bool]) -> Dict[str, Any]:
-        """Verifies the file's bytes (CRC-32s of the zip), then Lightning's full-state loading
-        reads it from a local path (a remote file's bytes go to a temporary file first)."""
-        _verify_zip(data, location)
-        if not _is_url(location):
-            del data
-            return self._lightning_load_full(_local(location), weights_only)
-        with tempfile.TemporaryDirectory(prefix="shardpoint-") as tmp:
-            local = os.path.join(tmp, "checkpoint.ckpt")
-            with open(local, "wb") as f:
-                f.write(data)
-            del data
-            return self._lightning_load_full(local, weights_only)
+class ModelParallelStrategy(_EngineCheckpoints, _LightningModelParallelStrategy):
+    """Lightning's ``ModelParallelStrategy`` (FSDP2 ``fully_shard`` and tensor parallelism,
+    applied by the module's ``configure_model``) with checkpoints through shardpoint, as
+    :class:`FSDPStrategy` has them (see the module's docstring): async saves, remote URLs,
+    atomic replacement, the ``last`` fallback, checked loads. It runs on CPU (gloo) as
+    Lightning's does. Every argument of Lightning's strategy is accepted, plus those of
+    :class:`FSDPStrategy` (``async_save``, ``thread_count``, ``sync_files``,
+    ``verify_checksums``, ``checkpoint_io``)::
 
-    def _lightning_load_full(self, local: str, weights_only: Optional[bool]) -> Dict[str, Any]:
-        return super().load_checkpoint(local, weights_only=_trust.weights_only_default(weights_only))
+        trainer = pl.Trainer(accelerator="cpu", devices=4, max_steps=1000,
+                             strategy=ModelParallelStrategy(data_parallel_size=4, tensor_parallel_size=1))
 
-    # -- removing and teardown ------------------------------------------------------------
+    Layout kept: with ``save_distributed_checkpoint=True`` (the default) a checkpoint is
+    Lightning's folder of DCP files (module state under ``"state_dict"``, optimizers under
+    ``"optimizer_0"``, ...) and ``meta.pt``; Lightning's own strategy resumes from what this
+    one writes and the reverse, at any world size. ``shardpoint consolidate`` turns it into a
+    full Lightning checkpoint. With ``save_distributed_checkpoint=False`` rank 0 writes one
+    file through the ``CheckpointIO`` (default :class:`CheckpointIO`).
+    """
 
-    def remove_checkpoint(self, filepath: PathOrUrl) -> None:
-        """(every rank; rank 0 deletes) Removes a sharded folder or a file, local or remote,
-        uncommitting it first."""
-        self.wait_for_save()
-        if self.is_global_zero:
-            _remove(filepath)
+    _MODULE_KEY = "state_dict"  # lightning.pytorch's ModelParallelStrategy.save_checkpoint
 
-    def teardown(self) -> None:
-        """Waits for an async save in flight, frees the async saves' host copy, then
-        Lightning's teardown."""
-        try:
-            self.wait_for_save()
-        finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
-            self._staging = None
-            super().teardown()
+    def __init__(
+        self,
+        *args: Any,
+        async_save: bool = False,
+        thread_count: int = 1,
+        sync_files: bool = True,
+        verify_checksums: bool = True,
+        checkpoint_io: Optional[_LightningCheckpointIO] = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        # Lightning's strategy takes no checkpoint_io argument; full files go through it.
+        self._checkpoint_io = checkpoint_io or CheckpointIO(durable=sync_files)
+        self._init_engine(async_save, thread_count, sync_files, verify_checksums)
+
+    def _saves_sharded(self) -> bool:
+        return self._save_distributed_checkpoint
+
+    def _load_sharded_states(self, location: str) -> None:
+        """Lightning's sharded loading (``lightning.fabric.strategies.model_parallel``'s
+        ``_load_checkpoint``), reading through :class:`shardpoint.torch.StorageReader`: the
+        module's DTensor state dict, then each optimizer's, loaded in place."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        assert self.model is not None and self.lightning_module is not None
+        module_state = {self._MODULE_KEY: get_model_state_dict(self.model)}
+        dcp.load(module_state, storage_reader=self._reader(location))
+        self.model.load_state_dict(module_state[self._MODULE_KEY], strict=self.lightning_module.strict_loading)
+        for idx, optimizer in enumerate(self.optimizers):  # none unless fitting
+            key = f"optimizer_{idx}"
+            optim_state = {key: get_optimizer_state_dict(self.model, optimizer)}
+            dcp.load(optim_state, storage_reader=self._reader(location))
+            set_optimizer_state_dict(self.model, optimizer, optim_state_dict=optim_state[key],
+                                     options=StateDictOptions(cpu_offload=True))

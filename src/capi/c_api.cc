@@ -538,6 +538,7 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
                    {"payload_bytes", r.payload_bytes},
                    {"bytes_written", r.bytes_written},
                    {"zip_crc", zip_crc_json(r.zip_crc)},
+                   {"meta_pt_bytes", r.meta_pt_bytes},
                    {"seconds", r.seconds}};
     *report_json = copy_string(out.dump());
   });

@@ -45,6 +45,11 @@ class ReshardCommand : public Command {
                  "write (on object stores one PUT), so an interrupted reshard leaves no checkpoint that\n"
                  "a loader would accept; delete DST and run it again.\n"
                  "\n"
+                 "Lightning: a SRC folder with Lightning's meta.pt (trainer state) gets it in DST too,\n"
+                 "byte for byte (checked by its zip CRC-32s first) and written after .metadata, so\n"
+                 "DST is a sharded checkpoint Lightning resumes from (FSDPStrategy or\n"
+                 "ModelParallelStrategy) at any world size.\n"
+                 "\n"
                  "Checks: SRC is verified as it is read, by its checksum sidecar or, without one, by\n"
                  "the zip CRC-32 of every record read whole (every record of a torch.save SRC). A\n"
                  "mismatch fails the reshard with one line naming file, record, key and byte range, and\n"
@@ -121,6 +126,9 @@ class ReshardCommand : public Command {
       print_out(fmt::format("{}: {} tensors ({}), {} objects from {} checkpoint {} written as {} ranks in {:.2f} s\n",
                             dst_, report.tensors, human_bytes(report.payload_bytes), report.objects,
                             report.source_format, src_, ranks_, report.seconds));
+      if (report.meta_pt_bytes > 0) {
+        print_out(fmt::format("{}: Lightning's meta.pt carried ({})\n", dst_, human_bytes(report.meta_pt_bytes)));
+      }
       if (const std::string crc = zip_crc_text(report.zip_crc); !crc.empty()) print_out(src_ + ": " + crc + "\n");
     }
     return 0;

@@ -17,6 +17,7 @@
 #include "engine/consolidated_tree.h"
 #include "engine/copy_memory_plan.h"
 #include "engine/flatten.h"
+#include "engine/lightning_layout.h"
 #include "engine/shard_read_ahead.h"
 #include "engine/slab_pipeline.h"
 #include "engine/torch_file_crc.h"
@@ -281,19 +282,19 @@ class Consolidator {
 
   void write_safetensors() {
     const format::Metadata& md = reader_->metadata();
+    std::string module_key;  // the subtree of the weights: "model" or "state_dict"
     if (options_.layout != ConsolidateLayout::kDcp) {
-      // Only to report Lightning's errors on the layout (meta.pt, "model") the same way.
+      // meta.pt only to report Lightning's errors on the layout the same way.
       open_meta();
+      module_key = model_key(require_lightning_layout(md));
     }
     std::vector<std::pair<format::SafetensorsEntry, std::size_t>> tensors;
-    bool has_model = false;
     for (const std::string& fqn : fqns_) {
       const auto* t = std::get_if<format::TensorStorageMetadata>(&md.state_dict_metadata.at(fqn));
       format::ObjectPath path = object_path_of(md, fqn);
       if (options_.layout != ConsolidateLayout::kDcp) {
         const auto* first = std::get_if<std::string>(&path.front());
-        if (first == nullptr || *first != "model") continue;
-        has_model = true;
+        if (first == nullptr || *first != module_key) continue;
         if (t == nullptr) continue;
         path.erase(path.begin());
       }
@@ -308,9 +309,6 @@ class Consolidator {
       src.shape = e.shape;
       tensors.emplace_back(std::move(e), sources_.size());
       sources_.push_back(std::move(src));
-    }
-    if (options_.layout != ConsolidateLayout::kDcp && !has_model) {
-      throw PlanError("the checkpoint has no \"model\" key, so there are no model weights to write as safetensors");
     }
     for (const auto& [e, _] : tensors) total_ += e.nbytes();
     if (progress_) progress_(ConsolidateProgress{0, total_});

@@ -175,7 +175,9 @@ ConsolidatedTree build_consolidated_tree(CheckpointReader& reader, const std::ve
     ValuePtr meta_root = builder.meta_tree(open_meta());
     auto& entries = out.root->mutable_entries();
     merge_dict_update(entries, *meta_root);
-    if (layout == ConsolidateLayout::kTrainer) apply_trainer_layout(entries);
+    // The model key is told from the DCP part as saved (.metadata), not from meta.pt's keys.
+    if (layout == ConsolidateLayout::kTrainer)
+      apply_trainer_layout(entries, require_lightning_layout(reader.metadata()));
   }
   out.tensors = builder.assign_storages(out.root);
   return out;

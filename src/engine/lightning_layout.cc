@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "shardpoint/error.h"
@@ -59,12 +60,47 @@ void merge_dict_update(pickle::DictEntries& entries, const pickle::Value& other)
   }
 }
 
-void apply_trainer_layout(pickle::DictEntries& entries) {
-  ValuePtr model = pop_key(entries, "model");
+const char* model_key(LightningLayout layout) {
+  switch (layout) {
+    case LightningLayout::kFsdp: return "model";
+    case LightningLayout::kModelParallel: return "state_dict";
+  }
+  return "model";
+}
+
+std::optional<LightningLayout> lightning_layout_of(const format::Metadata& md) {
+  bool state_dict = false;
+  for (const auto& [fqn, _] : md.state_dict_metadata) {
+    auto it = md.planner_data.find(fqn);
+    std::string first = fqn;
+    if (it != md.planner_data.end() && !it->second.empty()) {
+      const auto* s = std::get_if<std::string>(&it->second.front());
+      if (s == nullptr) continue;
+      first = *s;
+    }
+    if (first == "model") return LightningLayout::kFsdp;
+    state_dict |= first == "state_dict";
+  }
+  if (state_dict) return LightningLayout::kModelParallel;
+  return std::nullopt;
+}
+
+LightningLayout require_lightning_layout(const format::Metadata& md) {
+  if (std::optional<LightningLayout> layout = lightning_layout_of(md)) return *layout;
+  throw PlanError(
+      "the checkpoint has neither a \"model\" key (Lightning's FSDPStrategy) nor a \"state_dict\" key "
+      "(ModelParallelStrategy), one of which Lightning's Trainer consolidation makes \"state_dict\" (Lightning "
+      "raises KeyError: 'model'); use --layout fabric to keep the keys as saved");
+}
+
+void apply_trainer_layout(pickle::DictEntries& entries, LightningLayout layout) {
+  const std::string key = model_key(layout);
+  ValuePtr model = pop_key(entries, key);
   if (!model) {
-    throw PlanError(
-        "the checkpoint has no \"model\" key, which Lightning's Trainer consolidation renames to \"state_dict\" "
-        "(Lightning raises KeyError: 'model'); use --layout fabric to keep the keys as saved");
+    throw PlanError("the checkpoint has no \"" + key +
+                    "\" key, which Lightning's Trainer consolidation makes \"state_dict\" (Lightning raises "
+                    "KeyError: '" +
+                    key + "'); use --layout fabric to keep the keys as saved");
   }
   assign_key(entries, "state_dict", std::move(model));
   std::size_t n = 0;

@@ -16,6 +16,7 @@
 #include "engine/chunking.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
+#include "engine/lightning_meta.h"
 #include "engine/parallel_for.h"
 #include "engine/save_plan.h"
 #include "engine/save_steps.h"
@@ -66,6 +67,9 @@ class ReshardSource {
   virtual std::string format() const = 0;
   // The zip CRC-32 checks of the reads so far.
   virtual ZipCrcCounts zip_crc_counts() const { return {}; }
+  // The source folder's Lightning meta.pt (engine/lightning_meta.h), read and checked
+  // whole; nullopt when it has none or is not a folder.
+  virtual std::optional<LightningMeta> lightning_meta(bool /*check_crc*/) { return std::nullopt; }
   const std::vector<SourceLeaf>& leaves() const { return leaves_; }
   // Copies the box [offsets, offsets + sizes) of tensor leaf i into dest (row-major).
   // REQUIRES the box is contiguous in the tensor's row-major order (a run of whole rows, or
@@ -112,6 +116,9 @@ class DcpSource final : public ReshardSource {
 
   std::string format() const override { return "dcp"; }
   ZipCrcCounts zip_crc_counts() const override { return reader_.zip_crc_counts(); }
+  std::optional<LightningMeta> lightning_meta(bool check_crc) override {
+    return read_lightning_meta(*storage_, check_crc);
+  }
 
   void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) override {
     reader_.read_box(leaves_[i].fqn, offsets, sizes, dest);
@@ -376,6 +383,10 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
   const std::vector<SourceLeaf>& leaves = source->leaves();
   ReshardReport report;
   report.source_format = source->format();
+  // A Lightning checkpoint's meta.pt, checked before anything is written and published
+  // after `.metadata` (its commit marker), so the output is a Lightning checkpoint too.
+  const std::optional<LightningMeta> meta = naming_source(
+      source_name, [&] { return source->lightning_meta(options.verify_checksums && options.check_zip_crc); });
   std::map<ObjectPath, std::size_t> leaf_of_path;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     leaf_of_path[leaves[i].path] = i;
@@ -415,6 +426,7 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
 
   std::vector<std::vector<WrittenItem>> written(tasks.size());
   std::vector<char> committed(tasks.size(), 0);
+  bool committed_metadata = false;
   std::atomic<std::uint64_t> copied{0};
   try {
     parallel_for(tasks.size(), workers, [&](std::size_t t) {
@@ -465,8 +477,22 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
       for (const WrittenItem& w : items) report.bytes_written += w.info.length;
     }
     save_steps::commit_checkpoint(destination, std::move(global.metadata), written, options.save);
+    committed_metadata = true;
+    if (meta) {
+      publish_lightning_meta(destination, *meta, options.save.durable);
+      report.meta_pt_bytes = meta->bytes.size();
+    }
   } catch (...) {
-    // Best effort: without `.metadata` the files are not a checkpoint anyway.
+    // Best effort: without `.metadata` the files are not a checkpoint anyway; a failed
+    // meta.pt uncommits the DCP part, so no half-Lightning checkpoint is left.
+    if (committed_metadata) {
+      for (const char* key : {kMetadataKey, kChecksumSidecar, kIndexKey}) {
+        try {
+          destination.remove(key);
+        } catch (...) {
+        }
+      }
+    }
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       if (!committed[t]) continue;
       try {
@@ -478,6 +504,7 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
   }
   report.copied_bytes = copied.load();
   report.zip_crc = source->zip_crc_counts();
+  if (meta) report.zip_crc += meta->crc;
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -2,7 +2,9 @@
 // files: N -> M for several world sizes (loaded back on M ranks with every value checked),
 // the report's counts, the output's layout (Shard(0) boxes, replicated tensors once, files
 // __r_0.distcp), a torch.save source converted with ranks = 1 and 2, the memory budget
-// setting the slabs, a bytes item whose object holds tensors, and the usage errors.
+// setting the slabs, a bytes item whose object holds tensors, Lightning's meta.pt carried
+// over (a damaged one refused, a failed write of it uncommitting the output), and the
+// usage errors.
 #include "shardpoint/reshard.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/memory_storage.h"
+#include "storage/storage_wrapper.h"
 #include "test_util.h"
 
 namespace shardpoint::engine {
@@ -175,6 +178,92 @@ TEST(ReshardTest, ObjectItemHoldingTensorsIsWrittenWithItsStorage) {
     reader.read_box("w", {0, 0}, {2, 3}, w);
     EXPECT_EQ(std::memcmp(w.data(), c.w_bytes.data(), w.size()), 0);
   }
+}
+
+// A small torch.save file standing for Lightning's meta.pt (the real one, written by
+// Lightning, is carried in python/tests/test_lightning_model_parallel.py).
+std::string meta_pt_bytes() {
+  StateNode root{StateDict{}};
+  root.set("epoch", StateNode(pickle::Value::integer(0)));
+  root.set("global_step", StateNode(pickle::Value::integer(2)));
+  root.set("pytorch-lightning_version", StateNode(pickle::Value::str("2.6.6")));
+  StringSink sink;
+  write_torch_save(root, sink, TorchSaveFileOptions{"meta"});
+  return sink.str();
+}
+
+TEST(ReshardTest, LightningMetaPtIsCarriedAfterMetadata) {
+  const std::string source = unique_url("meta-src");
+  auto src = storage::open_storage(source);
+  save_on(2, *src);
+  const std::string meta = meta_pt_bytes();
+  src->write_atomic("meta.pt", as_bytes(meta));
+  auto dst = storage::open_storage(unique_url("meta-dst"));
+  ReshardOptions options;
+  options.ranks = 3;
+  const ReshardReport report = reshard(source, *dst, options);
+  EXPECT_EQ(report.meta_pt_bytes, meta.size());
+  EXPECT_EQ(dst->try_read_all("meta.pt"), meta);
+  EXPECT_GE(report.zip_crc.records_checked, 3u);  // data.pkl, version, byteorder, ... of meta.pt
+  load_and_check(3, *dst);
+  // Without meta.pt there is none in the output.
+  auto plain = storage::open_storage(unique_url("meta-plain"));
+  src->remove("meta.pt");
+  EXPECT_EQ(reshard(source, *plain, options).meta_pt_bytes, 0u);
+  EXPECT_FALSE(plain->try_stat("meta.pt"));
+}
+
+// Fails the write of meta.pt, after noting whether `.metadata` was committed by then.
+class FailingMetaPtStorage final : public storage::StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  void write_atomic(std::string_view key, ByteSpan data, const storage::WriteOptions& options,
+                    const storage::IoOptions& io) override {
+    if (key == "meta.pt") {
+      metadata_before_meta_pt = target().try_stat(kMetadataKey).has_value();
+      throw StorageError(StorageError::Kind::kOther, "meta.pt: injected write failure");
+    }
+    target().write_atomic(key, data, options, io);
+  }
+  bool metadata_before_meta_pt = false;
+};
+
+TEST(ReshardTest, FailedMetaPtWriteLeavesNoCheckpoint) {
+  const std::string source = unique_url("fail-meta-src");
+  auto src = storage::open_storage(source);
+  save_on(2, *src);
+  src->write_atomic("meta.pt", as_bytes(meta_pt_bytes()));
+  auto target = std::shared_ptr<storage::Storage>(storage::open_storage(unique_url("fail-meta-dst")));
+  FailingMetaPtStorage dst(target);
+  ReshardOptions options;
+  options.ranks = 2;
+  EXPECT_THROW(reshard(source, dst, options), StorageError);
+  EXPECT_TRUE(dst.metadata_before_meta_pt);  // Lightning's order: the DCP commit first
+  EXPECT_TRUE(target->list("").empty());     // then uncommitted and removed again
+}
+
+TEST(ReshardTest, DamagedMetaPtFailsBeforeAnythingIsWritten) {
+  const std::string source = unique_url("bad-meta-src");
+  auto src = storage::open_storage(source);
+  save_on(1, *src);
+  std::string meta = meta_pt_bytes();
+  const std::size_t at = meta.find("global_step");
+  ASSERT_NE(at, std::string::npos);
+  meta[at] = 'G';  // inside data.pkl: its CRC-32 no longer matches
+  src->write_atomic("meta.pt", as_bytes(meta));
+  auto dst = storage::open_storage(unique_url("bad-meta-dst"));
+  try {
+    reshard(source, *dst, ReshardOptions{});
+    FAIL() << "expected FormatError";
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("meta.pt"), std::string::npos) << what;
+    EXPECT_NE(what.find("CRC-32"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(dst->list("").empty());
+  ReshardOptions unchecked;
+  unchecked.check_zip_crc = false;  // copied as it is when asked not to check
+  EXPECT_EQ(reshard(source, *dst, unchecked).meta_pt_bytes, meta.size());
 }
 
 TEST(ReshardTest, UsageErrors) {
