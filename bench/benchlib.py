@@ -12,7 +12,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 
 
 def drop_caches():
@@ -31,7 +30,7 @@ def run_json(cmd, env=None, timeout=900):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    lines = [l for l in p.stdout.splitlines() if l.strip().startswith("{")]
+    lines = [line for line in p.stdout.splitlines() if line.strip().startswith("{")]
     return json.loads(lines[-1])
 
 

@@ -102,7 +102,7 @@ def run_shardpoint(tool, ckpt, out):
     dt = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"shardpoint consolidate failed ({p.returncode}): {p.stderr[-2000:]}")
-    stats = json.loads([l for l in p.stderr.splitlines() if l.startswith("{")][-1])
+    stats = json.loads([line for line in p.stderr.splitlines() if line.startswith("{")][-1])
     stats["wall_seconds"] = dt
     return stats
 

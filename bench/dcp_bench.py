@@ -71,8 +71,8 @@ def gpt2_parameters(layers):
     """Same names and shapes as bench/bench_util.h gpt2_parameters()."""
     d, ff, vocab, ctx = 768, 3072, 8192, 1024
     specs = [("wte.weight", (vocab, d)), ("wpe.weight", (ctx, d))]
-    for l in range(layers):
-        p = f"h.{l}."
+    for layer in range(layers):
+        p = f"h.{layer}."
         for n, s in [("ln_1.weight", (d,)), ("ln_1.bias", (d,)),
                      ("attn.c_attn.weight", (3 * d, d)), ("attn.c_attn.bias", (3 * d,)),
                      ("attn.c_proj.weight", (d, d)), ("attn.c_proj.bias", (d,)),
@@ -242,7 +242,7 @@ def run_shardpoint(tool, mode, ckpt, ws, layers, extra=(), attempts=3, env=None)
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=900) for p in procs]
         if all(p.returncode == 0 for p in procs):
-            return [json.loads([l for l in o.splitlines() if l.startswith("{")][-1]) for o, _ in outs]
+            return [json.loads([line for line in o.splitlines() if line.startswith("{")][-1]) for o, _ in outs]
         last = "\n".join(f"rank {r} exit {p.returncode}: {e[-1500:]}" for r, (p, (_, e)) in enumerate(zip(procs, outs)))
         if any(p.returncode == 1 for p in procs):
             break  # a value differs: no retry
@@ -434,7 +434,7 @@ def main():
             ceil["read1"].append(benchlib.fio_gbps(fio_dir, "r1", "read", size=f"{fio_mib}M"))
             benchlib.fio_cleanup(fio_dir, "r1")
 
-            def job(name, fn):
+            def job(name, fn, rnd=rnd):
                 ranks = fn()
                 s = summarize(ranks)
                 if not s["verified"]:

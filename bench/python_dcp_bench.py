@@ -177,7 +177,7 @@ def rank_main(args):
             for attempt in ("first", "next"):
                 futures = []
                 timed(f"async stall {name} {attempt}", f"{base}/{name}a",
-                      lambda name=name, writer=writer: futures.append(dcp.async_save(
+                      lambda name=name, writer=writer, futures=futures: futures.append(dcp.async_save(
                           sd, storage_writer=writer, checkpoint_id=f"{base}/{name}a", process_group=save_group)), True)
                 futures[0].result()
                 dist.barrier()

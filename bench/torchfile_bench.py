@@ -13,9 +13,7 @@ Prints GB/s (payload / time) min/median/max, ratio to the peer and fraction of t
 ceiling, and peak RSS. Needs root for drop_caches (otherwise cold == warm, noted).
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 

@@ -226,7 +226,7 @@ def run_shardpoint(tool, mode, folder, spec, checkpoints, attempts=3):
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=1800) for p in procs]
         if all(p.returncode == 0 for p in procs):
-            return [json.loads([l for l in o.splitlines() if l.startswith("{")][-1]) for o, _ in outs]
+            return [json.loads([line for line in o.splitlines() if line.startswith("{")][-1]) for o, _ in outs]
         last = "\n".join(f"rank {r} exit {p.returncode}: {e[-1500:]}" for r, (p, (_, e)) in enumerate(zip(procs, outs)))
     raise RuntimeError(f"train_stall_bench {mode} {folder} failed:\n{last}")
 
@@ -342,10 +342,10 @@ def main():
         gbps = benchlib.median(ceiling[size])
         at_ceiling = payload[size] / (gbps * 1e9) if gbps else None
 
-        def later(name, key):
+        def later(name, key, size=size):
             return [v for s in res[(size, name)] for v in s[key][1:]] or [v for s in res[(size, name)] for v in s[key]]
 
-        def first(name, key):
+        def first(name, key, size=size):
             return [s[key][0] for s in res[(size, name)]]
 
         pt_stall = benchlib.median(later("pt_save", "stall"))

@@ -33,9 +33,11 @@ What it changes, and what it keeps:
   engine; no fsspec driver needed). ``ModelCheckpoint`` and the loggers still reach a remote
   ``default_root_dir`` through fsspec, so they need that scheme's fsspec package
   (``s3fs``, ``gcsfs``, ``adlfs``).
-- **Async saves** (``async_save=True``, sharded only): the state is copied to host memory
-  while training waits, then ``dcp.save``-d by a background thread on a gloo process group of
-  its own; ``meta.pt`` follows the data commit. The host copy's buffers are kept for the next
+- **Async saves** (``async_save=True``, sharded only): the save returns at once; the state is
+  copied to host memory on a staging thread while training goes on (forward and backward do
+  not change it), and the optimizer step waits for that copy before it updates anything. The
+  copy is then ``dcp.save``-d by a background thread on a gloo process group of its own;
+  ``meta.pt`` follows the data commit. The host copy's buffers are kept for the next
   save (the state's size in host memory, held until ``teardown``), so only the first save pays
   for allocating them. The next save, a load, ``remove_checkpoint`` and
   ``teardown`` wait for the save in flight (and raise its error, if it failed).
@@ -275,7 +277,9 @@ class CheckpointIO(_LightningCheckpointIO):
         self.durable = durable
         self.verify = verify
 
-    def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathOrUrl, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathOrUrl,
+                        storage_options: Optional[Any] = None) -> None:
+
         """(global rank 0) Serializes ``checkpoint`` with ``torch.save`` and publishes it
         atomically at ``path`` (the parent folder is created when local)."""
         if storage_options is not None:
@@ -286,7 +290,9 @@ class CheckpointIO(_LightningCheckpointIO):
         _native.Checkpoint(parent).write_object(name, _serialize(checkpoint), self.durable)
 
     def load_checkpoint(
-        self, path: PathOrUrl, map_location: Optional[Callable] = lambda storage, loc: storage,
+        self,
+        path: PathOrUrl,
+        map_location: Optional[Callable] = lambda storage, loc: storage,
         weights_only: Optional[bool] = None,
     ) -> Dict[str, Any]:
         """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it with
@@ -302,8 +308,9 @@ class CheckpointIO(_LightningCheckpointIO):
         data = _read_file(path)
         if self.verify:
             _verify_zip(data, _text(path))
-        return torch.load(io.BytesIO(data), map_location=map_location,
-                          weights_only=_trust.weights_only_default(weights_only))
+        return torch.load(
+            io.BytesIO(data), map_location=map_location, weights_only=_trust.weights_only_default(weights_only)
+        )
 
     def remove_checkpoint(self, path: PathOrUrl) -> None:
         """(global rank 0) Deletes the file (or a sharded checkpoint folder, uncommitting it
@@ -315,7 +322,9 @@ class CheckpointIO(_LightningCheckpointIO):
 
 
 @contextmanager
-def _full_state_dict_context(module: torch.nn.Module, offload: bool, rank0_only: bool = True) -> Generator[None, None, None]:
+def _full_state_dict_context(
+    module: torch.nn.Module, offload: bool, rank0_only: bool = True
+) -> Generator[None, None, None]:
     from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -366,6 +375,7 @@ class _EngineCheckpoints:
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._save_group: Optional[Any] = None
         self._staging: Optional[HostStaging] = None  # async saves' host copy, kept between saves
+        self._staged: Optional[concurrent.futures.Future] = None  # that copy, while it is made
         self.save_stalls: List[float] = []  # seconds each save blocked training (every rank's own)
         self.load_seconds: Optional[float] = None  # the last load_checkpoint
 
@@ -381,7 +391,9 @@ class _EngineCheckpoints:
 
     # -- saving ---------------------------------------------------------------------------
 
-    def save_checkpoint(self, checkpoint: Dict[str, Any], filepath: PathOrUrl, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: Dict[str, Any], filepath: PathOrUrl, storage_options: Optional[Any] = None
+    ) -> None:
         """(every rank) Saves ``checkpoint`` (Lightning's dict: ``state_dict``,
         ``optimizer_states`` and the rest) at ``filepath``: a sharded folder, or one file
         through the ``CheckpointIO`` when the strategy saves full state dicts."""
@@ -437,11 +449,14 @@ class _EngineCheckpoints:
             self._publish_meta(location, meta, target)
             return
 
-        # The copy to host memory is what training waits for; dcp.async_save's own stager
-        # cannot copy the ShardedTensors of FSDP's sharded state dict (PyTorch 2.15).
+        # The copy to host memory is made on the staging thread while training goes on; the
+        # state changes only in the optimizer step, which waits for the copy first
+        # (optimizer_step). dcp.async_save's own stager cannot copy the ShardedTensors of
+        # FSDP's sharded state dict (PyTorch 2.15).
         if self._staging is None:
             self._staging = HostStaging(pin_memory=torch.cuda.is_available())
-        staged = self._staging.stage(state)  # the previous write is done: wait_for_save above
+        staged = self._staging.stage_async(state)  # the previous write is done: wait_for_save above
+        self._staged = staged
         if self._save_group is None:
             self._save_group = dist.new_group(backend="gloo")  # every rank, in step
         if self._executor is None:
@@ -449,7 +464,7 @@ class _EngineCheckpoints:
         group = self._save_group
 
         def write() -> None:
-            dcp.save(staged, storage_writer=writer, planner=planner, process_group=group)
+            dcp.save(staged.result(), storage_writer=writer, planner=planner, process_group=group)
             self._publish_meta(location, meta, target)
 
         self._pending = self._executor.submit(write)
@@ -463,8 +478,39 @@ class _EngineCheckpoints:
             if location != target:
                 _native.replace_folder(location, target, self.sync_files)
 
+    def wait_for_staging(self) -> None:
+        """(every rank) Waits until the async save in flight, if any, has copied the state,
+        after which training may change it; the wait counts in that save's stall."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        started = time.perf_counter()
+        try:
+            staged.result()
+        except Exception as e:
+            raise errors.StorageError(f"async save of {self._pending_path}: copying the state failed: {e}") from e
+        finally:
+            if self.save_stalls:
+                self.save_stalls[-1] += time.perf_counter() - started
+
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        """Lightning's optimizer step, whose update waits for an async save's copy of the state
+        (the closure's forward and backward do not change what is saved, so they overlap it)."""
+
+        if closure is None:
+            self.wait_for_staging()
+            return super().optimizer_step(optimizer, closure, model, **kwargs)  # type: ignore[misc]
+
+        def closure_then_wait() -> Any:
+            result = closure()
+            self.wait_for_staging()
+            return result
+
+        return super().optimizer_step(optimizer, closure_then_wait, model, **kwargs)  # type: ignore[misc]
+
     def wait_for_save(self) -> None:
         """(every rank) Waits for the async save in flight, if any, and raises its error."""
+        self.wait_for_staging()
         pending, self._pending = self._pending, None
         if pending is not None:
             try:
@@ -494,7 +540,9 @@ class _EngineCheckpoints:
             self.load_seconds = time.perf_counter() - started
             return loaded
         if not _is_url(location) and (Path(_local(location)) / _DCP_METADATA).is_file():
-            raise ValueError(f"{location}: a DCP checkpoint without Lightning's meta.pt (not committed, or not Lightning's)")
+            raise ValueError(
+                f"{location}: a DCP checkpoint without Lightning's meta.pt (not committed, or not Lightning's)"
+            )
         raise ValueError(
             f"The path {location!r} does not point to a valid checkpoint: neither a committed sharded checkpoint"
             " folder (.metadata and meta.pt) nor a single checkpoint file."
@@ -521,8 +569,9 @@ class _EngineCheckpoints:
                 committed = [p for p in find_committed_checkpoints(local.parent) if p != str(local)]
                 if committed:
                     chosen = committed[-1]
-                    _log.warning("shardpoint: %s is not committed (interrupted save); resuming from %s instead",
-                                 location, chosen)
+                    _log.warning(
+                        "shardpoint: %s is not committed (interrupted save); resuming from %s instead", location, chosen
+                    )
         return _text(self.broadcast(chosen))
 
     def _load_sharded(self, location: str, weights_only: Optional[bool]) -> Dict[str, Any]:
@@ -574,6 +623,8 @@ class _EngineCheckpoints:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+            if self._staging is not None:
+                self._staging.close()
             self._staging = None
             super().teardown()
 
@@ -583,8 +634,9 @@ class FSDPStrategy(_EngineCheckpoints, _LightningFSDPStrategy):
     docstring for what changes). Every argument of Lightning's strategy is accepted, plus:
 
     Args:
-        async_save: sharded saves return once the state is copied to host memory (buffers
-            kept between saves); the write goes on in a background thread (the next save, a
+        async_save: sharded saves return at once; the state is copied to host memory
+            (buffers kept between saves) while training goes on, and the next optimizer step
+            waits for the copy; the write goes on in a background thread (the next save, a
             load, ``remove_checkpoint`` and ``teardown`` wait for it).
         thread_count: files each rank writes in parallel (``StorageWriter``: at least 4 on ``gs://``).
         sync_files: fsync before publishing (durable); turn off only for benchmarks.
@@ -771,5 +823,6 @@ class ModelParallelStrategy(_EngineCheckpoints, _LightningModelParallelStrategy)
             key = f"optimizer_{idx}"
             optim_state = {key: get_optimizer_state_dict(self.model, optimizer)}
             dcp.load(optim_state, storage_reader=self._reader(location))
-            set_optimizer_state_dict(self.model, optimizer, optim_state_dict=optim_state[key],
-                                     options=StateDictOptions(cpu_offload=True))
+            set_optimizer_state_dict(
+                self.model, optimizer, optim_state_dict=optim_state[key], options=StateDictOptions(cpu_offload=True)
+            )

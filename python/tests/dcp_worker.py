@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import io
 import os
 import sys
 import traceback

@@ -4,7 +4,6 @@ as loaded."""
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
