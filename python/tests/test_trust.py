@@ -291,3 +291,16 @@ def test_bytes_screen_allows_what_weights_only_allows() -> None:
     buf = io.BytesIO()
     torch.save({"step": torch.tensor(3), "lr": [0.1], "name": "x"}, buf)
     _trust.screen_bytes_item(buf.getvalue(), "optim.param_groups", "ckpt")
+
+
+@pytest.mark.parametrize("module", ["pathlib._local", "pathlib"])
+def test_metadata_from_any_python_reads_on_each_interpreter(interpreter, tmp_path: Path, module: str) -> None:
+    """The same files read under each supported interpreter (CPython 3.11 with the newest
+    PyTorch, 3.13 with PyTorch 2.6), through the StorageReader's engine rebuild."""
+    from conftest import run_python
+
+    folder = _metadata_folder(tmp_path, _path_class_pickle(module))
+    r = run_python(interpreter, "import sys; from shardpoint.torch import StorageReader; "
+                                f"md = StorageReader({str(folder)!r}).read_metadata(); "
+                                "print('read', sys.version_info[:2], md.state_dict_metadata)")
+    assert "read" in r.stdout and "{}" in r.stdout, r.stdout
