@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lints the Python of the whole tree: ruff (pyflakes, pycodestyle, bugbear; pyproject.toml
-# [tool.ruff]) over python/ and bench/, from the project's test venv (scripts/setup-python.sh,
-# which pins ruff in python/requirements-test.txt).
+# [tool.ruff]) over python/ and bench/, and mypy over the package python/shardpoint (which
+# ships py.typed), from the project's test venv (scripts/setup-python.sh, which pins both in
+# python/requirements-test.txt).
 #
 #   scripts/lint-python.sh
 #
@@ -19,4 +20,5 @@ if [[ -z "$PY" ]]; then
   exit 0
 fi
 "$PY" -m ruff check --no-cache python bench
-echo "lint-python: ruff clean"
+(cd python && "$PY" -m mypy --no-incremental shardpoint)
+echo "lint-python: ruff and mypy clean"

@@ -173,17 +173,24 @@ def _check(status: int, error: ctypes.c_char_p) -> None:
     raise _STATUS_ERRORS.get(status, errors.InternalError)(message)
 
 
+def _address(p: ctypes.c_void_p) -> int:
+    """The address in p; a NULL where the library promised memory is its bug."""
+    if p.value is None:
+        raise errors.InternalError("the library returned NULL where it returns memory")
+    return p.value
+
+
 def _take_string(p: ctypes.c_void_p) -> str:
     """The NUL-terminated string the library returned in p, freed."""
     try:
-        return ctypes.string_at(p.value).decode("utf-8")
+        return ctypes.string_at(_address(p)).decode("utf-8")
     finally:
         lib().sp_free(p)
 
 
 def _take_bytes(p: ctypes.c_void_p, size: int) -> bytes:
     try:
-        return ctypes.string_at(p.value, size) if size else b""
+        return ctypes.string_at(_address(p), size) if size else b""
     finally:
         lib().sp_free(p)
 
@@ -216,7 +223,7 @@ class Checkpoint:
         handle = ctypes.c_void_p()
         error = ctypes.c_char_p()
         _check(lib().sp_checkpoint_open(os.fsencode(path_or_url), ctypes.byref(handle), ctypes.byref(error)), error)
-        self._handle = handle
+        self._handle: Optional[ctypes.c_void_p] = handle
 
     @property
     def handle(self) -> ctypes.c_void_p:
@@ -297,7 +304,7 @@ class Reader:
         error = ctypes.c_char_p()
         _check(lib().sp_reader_open(checkpoint.handle, ctypes.byref(o), ctypes.byref(handle), ctypes.byref(error)), error)
         self._checkpoint = checkpoint  # the reader borrows it
-        self._handle = handle
+        self._handle: Optional[ctypes.c_void_p] = handle
 
     def close(self) -> None:
         if self._handle is not None:
@@ -314,7 +321,7 @@ class Reader:
         data = ctypes.c_void_p()
         size = ctypes.c_size_t()
         lib().sp_reader_metadata(self._handle, ctypes.byref(data), ctypes.byref(size))
-        return ctypes.string_at(data.value, size.value)
+        return ctypes.string_at(_address(data), size.value)
 
     def metadata_rebuilt(self) -> bytes:
         """The metadata as the engine decoded and encoded it again (sp_reader_metadata_rebuilt):

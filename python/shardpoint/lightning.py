@@ -77,7 +77,7 @@ import uuid
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -85,6 +85,11 @@ from lightning.fabric.plugins import CheckpointIO as _LightningCheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy as _LightningFSDPStrategy
 from lightning.pytorch.strategies import ModelParallelStrategy as _LightningModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
+
+if TYPE_CHECKING:  # the mixin below is always combined with one of Lightning's strategies
+    from lightning.pytorch.strategies import Strategy as _MixinBase
+else:
+    _MixinBase = object
 
 from . import _native, _trust, errors
 from ._staging import HostStaging
@@ -214,12 +219,12 @@ def _serialize(obj: Any) -> bytes:
     config = getattr(getattr(torch.utils, "serialization", None), "config", None)
     save_config = getattr(config, "save", None)
     previous = getattr(save_config, "compute_crc32", None)
-    if previous is False:  # the CRC-32s are what load verifies
+    if previous is False and save_config is not None:  # the CRC-32s are what load verifies
         save_config.compute_crc32 = True
     try:
         torch.save(obj, buffer)
     finally:
-        if previous is False:
+        if previous is False and save_config is not None:
             save_config.compute_crc32 = previous
     return buffer.getvalue()
 
@@ -351,7 +356,7 @@ def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Gener
         yield
 
 
-class _EngineCheckpoints:
+class _EngineCheckpoints(_MixinBase):
     """The checkpoint I/O that :class:`FSDPStrategy` and :class:`ModelParallelStrategy` share
     (see the module's docstring): sharded saves through :class:`shardpoint.torch.StorageWriter`
     (sync or async, ``meta.pt`` after the data commit, atomic replacement, remote URLs), loads
@@ -660,7 +665,8 @@ class FSDPStrategy(_EngineCheckpoints, _LightningFSDPStrategy):
         checkpoint_io: Optional[_LightningCheckpointIO] = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)
+        # A caller's positional arguments stop before Lightning's checkpoint_io (its 4th).
+        super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)  # type: ignore[misc]
         self._init_engine(async_save, thread_count, sync_files, verify_checksums)
 
     # -- CPU ------------------------------------------------------------------------------

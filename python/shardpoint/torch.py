@@ -255,7 +255,9 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             self._checkpoint = _native.Checkpoint(self.path)
         return self._checkpoint
 
-    def stage(self, state_dict: Dict[str, Any]) -> Union[Dict[str, Any], "concurrent.futures.Future[Dict[str, Any]]"]:
+    def stage(  # type: ignore[override]  # DCP's AsyncStager.stage may return a future; BlockingAsyncStager's hint says not
+        self, state_dict: Dict[str, Any]
+    ) -> Union[Dict[str, Any], "concurrent.futures.Future[Dict[str, Any]]"]:
         """(all ranks, ``dcp.async_save`` only) The copy of the state the background write
         reads: one host copy of every tensor (DTensor and ShardedTensor shards included);
         with ``async_staging``, the future of that copy, made on a thread. With
@@ -416,7 +418,8 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             n = view.nbytes
             buf = (ctypes.c_char * n).from_buffer(view) if n else None
             keep_alive.extend([view, buf])
-            return file, fqn, None, 0, 0, ctypes.addressof(buf) if n else None, n
+            return file, fqn, None, 0, 0, ctypes.addressof(buf) if buf is not None else None, n
+        assert isinstance(data, torch.Tensor) and item.tensor_data is not None  # a tensor item
         tensor = data.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()  # device tensors are copied to host first
@@ -509,9 +512,10 @@ class StorageReader(_DcpStorageReader):
             metadata = _trust.trusted_metadata(reader.metadata_bytes(), f"{self.path}/.metadata")
         else:
             metadata = _trust.metadata_from_engine(reader.metadata_rebuilt(), f"{self.path}/.metadata")
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta(checkpoint_id=self.path)
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = metadata.storage_meta = StorageMeta(checkpoint_id=self.path)
+        storage_meta.load_id = self.load_id
         return metadata
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -584,7 +588,7 @@ class StorageReader(_DcpStorageReader):
         if getattr(info, "transform_descriptors", None):
             raise errors.UsageError(
                 f'{self.path}: item "{item.storage_index.fqn}" was written with transforms '
-                f"{list(info.transform_descriptors)}, which shardpoint does not read"
+                f"{list(info.transform_descriptors or [])}, which shardpoint does not read"
             )
         return info
 
@@ -608,6 +612,7 @@ class StorageReader(_DcpStorageReader):
             return
         ints: List[int] = []
         for item, _, _, saved_sizes, _ in batch:
+            assert item.storage_index.offset is not None  # a tensor chunk's index has one
             ints.extend(item.storage_index.offset)
             ints.extend(saved_sizes)
             ints.extend(item.storage_offsets)
