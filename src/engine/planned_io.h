@@ -96,7 +96,9 @@ class PlannedReader {
   PlannedReader(const PlannedReader&) = delete;
   PlannedReader& operator=(const PlannedReader&) = delete;
 
-  // The exact `.metadata` bytes (DCP's Metadata pickle).
+  // The exact `.metadata` bytes (DCP's Metadata pickle); for a Hugging Face folder or DCP's
+  // safetensors serialization, the Metadata whose tensor items name their raw bytes
+  // (safetensors_metadata.h), encoded as `.metadata`.
   const std::string& metadata_bytes() const { return metadata_bytes_; }
   // True when reads are verified (a sidecar or index holds checksums and options ask).
   bool verified() const { return checksums_.has_value() && options_.verify_checksums; }
@@ -119,6 +121,7 @@ class PlannedReader {
   storage::Storage& checkpoint_;
   PlannedReaderOptions options_;
   std::string metadata_bytes_;
+  bool raw_tensor_items_ = false;  // folder_metadata.h
   std::optional<ChecksumSidecar> checksums_;
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;  // (file, blob offset)
   std::unique_ptr<SourceCache> sources_;

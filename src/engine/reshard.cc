@@ -293,7 +293,7 @@ auto naming_source(const std::string& name, Fn&& fn) {
 std::unique_ptr<ReshardSource> open_source(const std::string& name, const ReshardOptions& options) {
   return naming_source(name, [&]() -> std::unique_ptr<ReshardSource> {
     CheckpointLocation location = locate_checkpoint(name);
-    if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, options);
+    if (location.is_folder()) return std::make_unique<DcpSource>(location.storage, options);
     return std::make_unique<TorchSource>(location, options.verify_checksums && options.check_zip_crc);
   });
 }
