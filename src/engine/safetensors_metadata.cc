@@ -56,8 +56,9 @@ void check_index(storage::Storage& folder, const std::map<std::string, std::stri
     if (!file.is_string()) throw FormatError(name + ": weight_map " + in_quotes(fqn) + ": expected a file name");
     auto it = file_of.find(fqn);
     if (it == file_of.end() || it->second != file.get<std::string>()) {
-      throw FormatError(name + ": weight_map puts tensor " + in_quotes(fqn) + " in " + in_quotes(file.get<std::string>()) +
-                        ", found it " + (it == file_of.end() ? "in no file" : "in " + in_quotes(it->second)));
+      throw FormatError(name + ": weight_map puts tensor " + in_quotes(fqn) + " in " +
+                        in_quotes(file.get<std::string>()) + ", found it " +
+                        (it == file_of.end() ? "in no file" : "in " + in_quotes(it->second)));
     }
   }
 }
@@ -88,7 +89,8 @@ format::Metadata read_hf_metadata(storage::Storage& folder) {
       if (!sharding.empty()) {
         auto s = sharding.find(t.name);
         if (s == sharding.end()) {
-          throw FormatError(name + ": tensor " + in_quotes(t.name) + ": expected an entry in DCP_SHARDING_INFO, found none");
+          throw FormatError(name + ": tensor " + in_quotes(t.name) +
+                            ": expected an entry in DCP_SHARDING_INFO, found none");
         }
         offsets = s->second;
       }
@@ -99,8 +101,8 @@ format::Metadata read_hf_metadata(storage::Storage& folder) {
         tensor->size = format::Shape(t.shape.size(), 0);
         md.key_order.push_back(t.name);
       } else if (tensor->properties.dtype != t.dtype || tensor->size.size() != t.shape.size()) {
-        throw FormatError(name + ": tensor " + in_quotes(t.name) + ": " + std::string(dtype_name(t.dtype)) + " of rank " +
-                          std::to_string(t.shape.size()) + ", another file holds it as " +
+        throw FormatError(name + ": tensor " + in_quotes(t.name) + ": " + std::string(dtype_name(t.dtype)) +
+                          " of rank " + std::to_string(t.shape.size()) + ", another file holds it as " +
                           std::string(dtype_name(tensor->properties.dtype)) + " of rank " +
                           std::to_string(tensor->size.size()));
       }
@@ -168,8 +170,8 @@ bool resolve_safetensors_items(format::Metadata& metadata, storage::Storage& fol
     const auto& tensor = std::get<format::TensorStorageMetadata>(metadata.state_dict_metadata.at(key.fqn));
     if (t->dtype != tensor.properties.dtype || t->end - t->begin != info.length) {
       throw FormatError(where + ": .metadata says " + std::string(dtype_name(tensor.properties.dtype)) + ", " +
-                        std::to_string(info.length) + " bytes; the header " + std::string(dtype_name(t->dtype)) +
-                        ", " + std::to_string(t->end - t->begin) + " bytes");
+                        std::to_string(info.length) + " bytes; the header " + std::string(dtype_name(t->dtype)) + ", " +
+                        std::to_string(t->end - t->begin) + " bytes");
     }
     const std::map<std::string, format::Shape>& sharding = blob->second.sharding;
     if (auto s = sharding.find(key.fqn); s != sharding.end() && s->second != *key.offset) {
