@@ -251,7 +251,7 @@ SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uin
 /* Tools (what the CLI does), options and results as JSON objects                         */
 
 /* Lightning's consolidate_checkpoint, streaming. options_json (may be NULL):
- *   {"output_file": str, "layout": "trainer"|"fabric"|"dcp", "format": "torch"|"safetensors",
+ *   {"output_file": str, "layout": "trainer"|"fabric"|"dcp", "format": "torch"|"safetensors"|"hf-safetensors",
  *    "max_shard_bytes": int, "memory_budget": int, "verify_checksums": bool, "check_zip_crc": bool,
  *    "durable": bool}
  * *report_json: {"output", "tensors", "objects", "tensor_bytes", "bytes_read", "peak_rss_bytes",

@@ -74,7 +74,9 @@ def consolidate(
         output_file: where to write; default ``<folder>.consolidated``.
         layout: ``"trainer"`` (Lightning's Trainer checkpoint), ``"fabric"`` or ``"dcp"``
             (the raw state-dict tree).
-        format: ``"torch"`` (a ``torch.load``-able file) or ``"safetensors"``.
+        format: ``"torch"`` (a ``torch.load``-able file), ``"safetensors"`` or
+            ``"hf-safetensors"`` (always Hugging Face's folder: model-0000i-of-0000N.safetensors
+            + model.safetensors.index.json, as PyTorch's HuggingFaceStorageWriter consolidates).
         max_shard_bytes: safetensors only: split into files of at most this many bytes.
         memory_budget: bytes the copy may use.
         verify_checksums: verify the checksum sidecar on every byte read.
