@@ -465,8 +465,7 @@ sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json
     } else if (format == "hf-safetensors") {
       options.format = engine::ConsolidateFormat::kHfSafetensors;
     } else {
-      throw UsageError("options: \"format\" must be torch, safetensors or hf-safetensors, found \"" + format +
-                       "\"");
+      throw UsageError("options: \"format\" must be torch, safetensors or hf-safetensors, found \"" + format + "\"");
     }
     options.max_shard_bytes = option<std::uint64_t>(o, "max_shard_bytes", options.max_shard_bytes);
     options.memory_budget = option<std::size_t>(o, "memory_budget", options.memory_budget);

@@ -50,22 +50,21 @@ class ConsolidateCommand : public Command {
     sub_ = app.add_subcommand(
         "consolidate",
         "Converts a distributed/sharded checkpoint into a single file that can be loaded with `torch.load()`.");
-    sub_->footer(
-        "Streams: memory stays under --memory-budget whatever the checkpoint's size.\n"
-        "Layouts: trainer (default; Lightning Trainer: model -> state_dict, optimizer_N ->\n"
-        "optimizer_states), fabric (keys as saved), dcp (a plain PyTorch DCP folder without\n"
-        "meta.pt; what torch's dcp_to_torch_save writes).\n"
-        "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
-        "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
-        "--to hf-safetensors always writes that folder (Hugging Face's layout, as PyTorch's\n"
-        "HuggingFaceStorageWriter consolidates), one file unless --max-shard-size splits it.\n"
-        "Default output: <folder>.consolidated next to the folder.\n"
-        "URLs: the folder and the output may each be an object-store URL (s3://, gs://,\n"
-        "az://, abfs[s]://) or a local path, in any combination; credentials come from the\n"
-        "environment as for every command. Remote input is read with ranged GETs and\n"
-        "remote output uploaded in parts, both within --memory-budget; the output object\n"
-        "appears only when complete (safetensors shards first, index last), and a failed\n"
-        "or interrupted upload is aborted.");
+    sub_->footer("Streams: memory stays under --memory-budget whatever the checkpoint's size.\n"
+                 "Layouts: trainer (default; Lightning Trainer: model -> state_dict, optimizer_N ->\n"
+                 "optimizer_states), fabric (keys as saved), dcp (a plain PyTorch DCP folder without\n"
+                 "meta.pt; what torch's dcp_to_torch_save writes).\n"
+                 "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
+                 "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
+                 "--to hf-safetensors always writes that folder (Hugging Face's layout, as PyTorch's\n"
+                 "HuggingFaceStorageWriter consolidates), one file unless --max-shard-size splits it.\n"
+                 "Default output: <folder>.consolidated next to the folder.\n"
+                 "URLs: the folder and the output may each be an object-store URL (s3://, gs://,\n"
+                 "az://, abfs[s]://) or a local path, in any combination; credentials come from the\n"
+                 "environment as for every command. Remote input is read with ranged GETs and\n"
+                 "remote output uploaded in parts, both within --memory-budget; the output object\n"
+                 "appears only when complete (safetensors shards first, index last), and a failed\n"
+                 "or interrupted upload is aborted.");
     sub_->add_option("CHECKPOINT_FOLDER", folder_,
                      "path or URL (s3://bucket/prefix, az://container/prefix, ...) of the sharded checkpoint")
         ->required();

@@ -190,7 +190,7 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     if (raw_tensor_items_) {
       data_offset = 0;
     } else if (auto it = data_offsets_.find({first.blob.relative_path, first.blob.offset});
-        it != data_offsets_.end() && checksums.zip_crc == nullptr) {
+               it != data_offsets_.end() && checksums.zip_crc == nullptr) {
       data_offset = it->second;  // not with zip CRC-32s: they are in the blob's central directory
     }
     SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
