@@ -17,6 +17,8 @@ ACTION:
   load-capi    sp_load of this rank's dim-0 boxes (the engine's load, over TCP)
   load-torch   dcp.load PATH through PyTorch's FileSystemReader
   load-hf      dcp.load PATH through PyTorch's HuggingFaceStorageReader
+  save-hf MAPPING  the HF state alone through HuggingFaceStorageWriter (as in save) into PATH,
+               with fqn_to_index_mapping MAPPING (JSON)
 Every load checks each tensor bit for bit; the HF state only for HF folders.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import json
 import os
 import sys
 import zlib
@@ -164,6 +167,12 @@ def main() -> None:
     try:
         if action == "save":
             save(Path(path))
+        elif action == "save-hf":
+            from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
+
+            mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+            dcp.save(state(HF_STATE, mesh, False), storage_writer=HuggingFaceStorageWriter(
+                path, fqn_to_index_mapping=json.loads(sys.argv[3]), save_distributed=True, enable_consolidation=True))
         elif action == "load-ours":
             from shardpoint.torch import StorageReader
 

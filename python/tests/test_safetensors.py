@@ -134,3 +134,35 @@ def test_damaged_headers_are_refused_with_one_line(saved, tmp_path):
     assert victim.name in r.stdout + r.stderr and "reaches past the end of the file" in r.stdout + r.stderr
     with pytest.raises(shardpoint.errors.FormatError, match=victim.name):
         shardpoint.consolidate(folder, tmp_path / "out.pt", layout="dcp")
+
+
+def safetensors_tensors(path: Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+@pytest.mark.parametrize("max_shard_bytes", [0, 1000])
+def test_hf_export_equals_pytorchs_consolidation(saved, tmp_path, max_shard_bytes):
+    ours = tmp_path / "ours"
+    shardpoint.consolidate(saved / "hf" / "sharded", ours, layout="dcp", format="hf-safetensors",
+                           max_shard_bytes=max_shard_bytes)
+    index = json.loads((ours / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert files == [f"model-{i:05d}-of-{len(files):05d}.safetensors" for i in range(1, len(files) + 1)]
+    assert (len(files) > 1) == (max_shard_bytes > 0)
+    # PyTorch's HuggingFaceStorageWriter + consolidation of the same state into the same files.
+    mapping = {fqn: int(name[6:11]) for fqn, name in index["weight_map"].items()}
+    theirs = tmp_path / "theirs"
+    run_ranks(NEWEST, 2, [WORKER, "save-hf", str(theirs), json.dumps(mapping)])
+    their_index = json.loads((theirs / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == their_index["weight_map"]
+    assert index["metadata"]["total_size"] == their_index["metadata"]["total_size"]
+    for name in files:
+        a, b = safetensors_tensors(ours / name), safetensors_tensors(theirs / name)
+        assert sorted(a) == sorted(b), name
+        for k in a:
+            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]), k
+    # PyTorch's HuggingFaceStorageReader loads our export, on 2 ranks.
+    run_ranks(NEWEST, 2, [WORKER, "load-hf", str(ours)])
