@@ -128,7 +128,7 @@ def reshard(
     files), check its zip CRC-32; a record read only in part is counted, not checked.
 
     Returns:
-        A dict: ``source_format`` (``"dcp"``/``"torch"``), ``tensors``, ``objects``,
+        A dict: ``source_format`` (``"dcp"``/``"hf-safetensors"``/``"torch"``), ``tensors``, ``objects``,
         ``payload_bytes``, ``bytes_written``, ``zip_crc`` (as in :func:`consolidate`),
         ``seconds``.
     """
