@@ -163,10 +163,11 @@ def verify(checkpoint: PathOrUrl, *, quick: bool = False) -> Dict[str, Any]:
 
 
 def inspect(checkpoint: PathOrUrl) -> Dict[str, Any]:
-    """The structure of a DCP checkpoint, without reading tensor data.
+    """The structure of a checkpoint folder (DCP, or Hugging Face safetensors), without
+    reading tensor data.
 
     Returns:
-        A dict: ``tensors`` ({fqn: {dtype, shape, chunks: [{offsets, sizes, file, offset,
+        A dict: ``format`` (``"dcp"``/``"hf-safetensors"``), ``tensors`` ({fqn: {dtype, shape, chunks: [{offsets, sizes, file, offset,
         length}]}}), ``objects`` ({fqn: {file, offset, length}}), ``files``, ``checksums``.
     """
     return _native.inspect(os.fspath(checkpoint))

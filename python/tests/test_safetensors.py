@@ -166,3 +166,13 @@ def test_hf_export_equals_pytorchs_consolidation(saved, tmp_path, max_shard_byte
             assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(a[k], b[k]), k
     # PyTorch's HuggingFaceStorageReader loads our export, on 2 ranks.
     run_ranks(NEWEST, 2, [WORKER, "load-hf", str(ours)])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_python_inspect_names_the_kind_and_chunks(saved, folder):
+    info = shardpoint.inspect(saved / folder)
+    assert info["format"] == ("dcp" if folder == "dcp-st" else "hf-safetensors")
+    chunks = info["tensors"]["embed.weight"]["chunks"]
+    assert len(chunks) == (1 if folder == "hf" else 2)
+    # Each chunk's storage is its raw bytes: 37 x 16 float32 rows split 19 / 18 on 2 ranks.
+    assert sorted(c["length"] for c in chunks) == ([37 * 64] if folder == "hf" else [18 * 64, 19 * 64])

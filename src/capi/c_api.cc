@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/block_checksum.h"
+#include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
@@ -543,7 +544,7 @@ sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
         objects[fqn] = std::move(object);
       }
     }
-    json out{{"format", "dcp"},
+    json out{{"format", std::string(engine::checkpoint_kind_name(engine::folder_kind(*st)))},
              {"tensors", std::move(tensors)},
              {"objects", std::move(objects)},
              {"files", std::vector<std::string>(files.begin(), files.end())},
