@@ -127,17 +127,26 @@ format::Metadata read_hf_metadata(storage::Storage& folder) {
 }
 
 bool resolve_safetensors_items(format::Metadata& metadata, storage::Storage& folder) {
-  // Which tensor items are safetensors items: length == byte count, no transforms.
+  // Which tensor items are safetensors items: length == byte count, no transforms. The first
+  // tensor item decides; an ordinary checkpoint costs one lookup. When it is a safetensors
+  // item, all must be (the headers are read next anyway).
   std::size_t raw = 0, zip = 0;
   for (const auto& [key, info] : metadata.storage_data) {
     auto entry = metadata.state_dict_metadata.find(key.fqn);
     if (!key.offset || entry == metadata.state_dict_metadata.end()) continue;
     const auto* tensor = std::get_if<format::TensorStorageMetadata>(&entry->second);
     if (tensor == nullptr) continue;
-    const auto chunk = std::find_if(tensor->chunks.begin(), tensor->chunks.end(),
-                                    [&](const auto& c) { return c.offsets == *key.offset; });
-    if (chunk == tensor->chunks.end()) continue;  // check_metadata reports it
+    const format::ChunkStorageMetadata* chunk = nullptr;
+    if (key.index && *key.index >= 0 && static_cast<std::size_t>(*key.index) < tensor->chunks.size() &&
+        tensor->chunks[static_cast<std::size_t>(*key.index)].offsets == *key.offset) {
+      chunk = &tensor->chunks[static_cast<std::size_t>(*key.index)];
+    }
+    for (std::size_t c = 0; chunk == nullptr && c < tensor->chunks.size(); ++c) {
+      if (tensor->chunks[c].offsets == *key.offset) chunk = &tensor->chunks[c];
+    }
+    if (chunk == nullptr) continue;  // check_metadata reports it
     const bool is_raw = info.length == tensor_bytes(chunk->sizes, tensor->properties.dtype);
+    if (!is_raw && raw == 0) return false;
     (is_raw ? raw : zip) += 1;
     if (is_raw && !info.transform_descriptors.empty()) {
       throw FormatError(info.relative_path + ": item " + in_quotes(key.fqn) + ": a safetensors item with transforms (" +

@@ -45,8 +45,9 @@ format::Metadata read_hf_metadata(storage::Storage& folder);
 
 // When `metadata` (a decoded `.metadata` of `folder`) has safetensors tensor items (above),
 // rewrites each one's storage_data to its raw bytes, reading the header of each blob once;
-// returns true. Returns false and reads nothing for any other checkpoint (zip items).
-// Throws FormatError when some tensor items are safetensors and others not, an item has
+// returns true. Returns false and reads nothing for any other checkpoint (zip items: the
+// first tensor item decides). Throws FormatError when tensor items after a safetensors one
+// are not, an item has
 // stream transforms, or a blob's header is bad or lacks the item; StorageError on I/O.
 bool resolve_safetensors_items(format::Metadata& metadata, storage::Storage& folder);
 

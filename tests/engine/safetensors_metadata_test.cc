@@ -192,8 +192,9 @@ TEST(SafetensorsMetadataTest, ResolvesDcpSafetensorsItemsAndRefusesMixedOnes) {
   std::string bytes(6, '\0');
   st->read("__0_0.distcp", info.offset, std::as_writable_bytes(std::span<char>(bytes)));
   EXPECT_EQ(bytes, b_values());
-  // A torch.save blob is longer than its tensor: one such item among safetensors ones.
-  md.storage_data[{"b", Shape{0}, std::nullopt}].length = 700;
+  // A torch.save blob is longer than its tensor: one such item after a safetensors one. (An
+  // ordinary checkpoint's first tensor item decides at once that nothing is to resolve.)
+  md.storage_data[{"w", Shape{0, 0}, std::nullopt}].length = 700;
   EXPECT_EQ(message_of([&] { resolve_safetensors_items(md, *st); }),
             ".metadata: 1 tensor items are safetensors and 1 are torch.save blobs; a DCP checkpoint has one "
             "serialization format");
