@@ -9,8 +9,9 @@
    `shardpoint.consolidate(format="hf-safetensors")` vs PyTorch's
    `consolidate_safetensors_files` with the same fqn -> file mapping; neither fsyncs. Each in
    a fresh process; wall time and that process's peak RSS.
-3. Load the exported folder into full CPU tensors in one process with dcp.load: PyTorch's
-   `HuggingFaceStorageReader` vs shardpoint's `StorageReader`; page cache warm for both.
+3. Load the exported folder into full CPU tensors in one process: dcp.load with PyTorch's
+   `HuggingFaceStorageReader` vs dcp.load with shardpoint's `StorageReader`, and vs the
+   engine's own load (sp_load into plain buffers, no torch); page cache warm for all.
 Prints a table (median of --rounds).
 """
 
@@ -47,7 +48,8 @@ dist.destroy_process_group()
 RUN = r"""
 import json, resource, sys, time
 kind, src, dst, extra = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-import torch
+if kind not in ("export-ours", "load-engine"):  # these need no torch (nor its ~300 MiB)
+    import torch
 t0 = time.perf_counter()
 if kind == "export-ours":
     import shardpoint
@@ -58,6 +60,27 @@ elif kind == "export-torch":
     import os
     os.makedirs(dst)
     consolidate_safetensors_files(src, dst, extra["mapping"], num_threads=1)
+elif kind == "load-engine":
+    # The engine's load (sp_load, one process) into plain buffers: no torch, no DCP planner.
+    import ctypes, pathlib, shardpoint
+    class T(ctypes.Structure):
+        _fields_ = [("fqn", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("ndim", ctypes.c_int),
+                    ("global_shape", ctypes.POINTER(ctypes.c_int64)), ("offsets", ctypes.POINTER(ctypes.c_int64)),
+                    ("sizes", ctypes.POINTER(ctypes.c_int64)), ("data", ctypes.c_void_p), ("nbytes", ctypes.c_uint64)]
+    lib = ctypes.CDLL(str(pathlib.Path(shardpoint.__file__).parent / "_lib" / "libshardpoint.so"))
+    lib.sp_checkpoint_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_char_p)]
+    lib.sp_load.argtypes = [ctypes.c_void_p, ctypes.POINTER(T), ctypes.c_size_t, ctypes.c_void_p,
+                            ctypes.POINTER(ctypes.c_char_p)]
+    keep, ts = [], []
+    for k, (shape, d) in extra["spec"].items():
+        n = shape[0] * shape[1] * (2 if d == "bfloat16" else 4)
+        buf = (ctypes.c_char * n)()
+        dims = [(ctypes.c_int64 * 2)(*v) for v in (shape, (0, 0), shape)]
+        keep.append((buf, dims))
+        ts.append(T(k.encode(), d.encode(), 2, dims[0], dims[1], dims[2], ctypes.addressof(buf), n))
+    h, err = ctypes.c_void_p(), ctypes.c_char_p()
+    assert lib.sp_checkpoint_open(src.encode(), ctypes.byref(h), ctypes.byref(err)) == 0, err.value
+    assert lib.sp_load(h, (T * len(ts))(*ts), len(ts), None, ctypes.byref(err)) == 0, err.value
 else:
     import torch.distributed.checkpoint as dcp
     spec = extra["spec"]
@@ -94,6 +117,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=2, help="output files of the export")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the checkpoints (their folder is printed)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="hf-bench-", dir=args.dir))
     try:
@@ -116,14 +140,15 @@ def main() -> None:
         run("export-ours", sharded, root / "probe", {"max_shard_bytes": max_shard})
         index = json.loads((root / "probe" / "model.safetensors.index.json").read_text())
         mapping = {k: int(v[6:11]) for k, v in index["weight_map"].items()}
-        results: dict = {k: [] for k in ("export-ours", "export-torch", "load-ours", "load-torch")}
+        results: dict = {k: [] for k in ("export-ours", "export-torch", "load-ours", "load-engine", "load-torch")}
         for r in range(args.rounds):
             for kind in ("export-ours", "export-torch") if r % 2 == 0 else ("export-torch", "export-ours"):
                 dst = root / kind
                 shutil.rmtree(dst, ignore_errors=True)
                 extra = {"max_shard_bytes": max_shard} if kind == "export-ours" else {"mapping": mapping}
                 results[kind].append(run(kind, sharded, dst, extra))
-            for kind in ("load-ours", "load-torch") if r % 2 == 0 else ("load-torch", "load-ours"):
+            loads = ("load-ours", "load-engine", "load-torch")
+            for kind in loads if r % 2 == 0 else loads[::-1]:
                 results[kind].append(run(kind, root / "export-ours", root, {"spec": spec}))
 
         def med(kind, field):
@@ -136,12 +161,18 @@ def main() -> None:
         print("|---|---|---|---|---|---|")
         for job, ours, theirs, name in (("export", "export-ours", "export-torch", "export to HF layout "
                                          "(consolidate_safetensors_files)"),
-                                        ("load", "load-ours", "load-torch", "load HF layout (HuggingFaceStorageReader)")):
+                                        ("load", "load-ours", "load-torch",
+                                         "load HF layout: dcp.load, shardpoint StorageReader vs HuggingFaceStorageReader"),
+                                        ("load", "load-engine", "load-torch",
+                                         "load HF layout: shardpoint's engine (sp_load) vs HuggingFaceStorageReader")):
             print(f"| {name} | {med(ours, 'seconds'):.3f} | {med(theirs, 'seconds'):.3f} | "
                   f"{med(theirs, 'seconds') / med(ours, 'seconds'):.2f}x | {med(ours, 'peak_rss_mib'):.0f} | "
                   f"{med(theirs, 'peak_rss_mib'):.0f} |")
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
