@@ -9,7 +9,8 @@ Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's); gloo on CP
 ACTION:
   save         writes PATH/hf (HuggingFaceStorageWriter(save_distributed=True,
                enable_consolidation=True, fqn_to_index_mapping=MAPPING): model-*.safetensors
-               + model.safetensors.index.json, and the per-rank files of hf/sharded/) and
+               + model.safetensors.index.json, and the per-rank files of hf/sharded/),
+               PATH/hf-rank0 (rank 0 alone, save_distributed=False: full tensors) and
                PATH/dcp-st (FileSystemWriter(serialization_format=SAFETENSORS)), then tries
                PyTorch's own FileSystemReader on dcp-st and writes the outcome to
                PATH/dcp-st-torch-load.txt
@@ -65,7 +66,7 @@ def full(name: str, shape, dtype) -> torch.Tensor:
 
 
 def spec_of(path: str) -> dict:
-    return dict(HF_STATE, **DCP_EXTRA) if "dcp-st" in path else dict(HF_STATE)
+    return dict(HF_STATE, **DCP_EXTRA) if "dcp-st" in path or "hf-rank0" in path else dict(HF_STATE)
 
 
 def state(spec: dict, mesh, empty: bool) -> dict:
@@ -92,6 +93,13 @@ def save(root: Path) -> None:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     dcp.save(state(HF_STATE, mesh, False), storage_writer=HuggingFaceStorageWriter(
         str(root / "hf"), fqn_to_index_mapping=MAPPING, save_distributed=True, enable_consolidation=True))
+    # Rank-0 checkpointing (save_distributed=False): full tensors straight into the folder,
+    # index from the write results; integers are fine without consolidation.
+    if dist.get_rank() == 0:
+        full_state = {k: full(k, s, d) for k, (s, d, _) in dict(HF_STATE, **DCP_EXTRA).items()}
+        dcp.save(full_state, storage_writer=HuggingFaceStorageWriter(str(root / "hf-rank0"), fqn_to_index_mapping=dict(
+            MAPPING, ids=3)), no_dist=True)
+    dist.barrier()
     st = state(dict(HF_STATE, **DCP_EXTRA), mesh, False)
     st["step"] = STEP
     dcp.save(st, storage_writer=dcp.FileSystemWriter(str(root / "dcp-st"),

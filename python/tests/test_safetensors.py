@@ -25,7 +25,7 @@ NEWEST = [sys.executable]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import safetensors_worker as worker  # noqa: E402  (the state's definition)
 
-FOLDERS = ["hf", "hf/sharded", "dcp-st"]
+FOLDERS = ["hf", "hf/sharded", "hf-rank0", "dcp-st"]
 
 
 def cli() -> Path:
@@ -173,6 +173,7 @@ def test_python_inspect_names_the_kind_and_chunks(saved, folder):
     info = shardpoint.inspect(saved / folder)
     assert info["format"] == ("dcp" if folder == "dcp-st" else "hf-safetensors")
     chunks = info["tensors"]["embed.weight"]["chunks"]
-    assert len(chunks) == (1 if folder == "hf" else 2)
+    whole = folder in ("hf", "hf-rank0")
+    assert len(chunks) == (1 if whole else 2)
     # Each chunk's storage is its raw bytes: 37 x 16 float32 rows split 19 / 18 on 2 ranks.
-    assert sorted(c["length"] for c in chunks) == ([37 * 64] if folder == "hf" else [18 * 64, 19 * 64])
+    assert sorted(c["length"] for c in chunks) == ([37 * 64] if whole else [18 * 64, 19 * 64])
