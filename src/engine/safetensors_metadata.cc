@@ -23,6 +23,20 @@ std::uint64_t tensor_bytes(const format::Shape& sizes, DType dtype) {
   return static_cast<std::uint64_t>(volume(sizes)) * dtype_itemsize(dtype);
 }
 
+// The chunk `key` names (REQUIRES key.offset), found by its index hint first; nullptr when
+// the tensor has none at that offset.
+const format::ChunkStorageMetadata* chunk_of(const format::TensorStorageMetadata& tensor,
+                                             const format::MetadataIndex& key) {
+  if (key.index && *key.index >= 0 && static_cast<std::size_t>(*key.index) < tensor.chunks.size() &&
+      tensor.chunks[static_cast<std::size_t>(*key.index)].offsets == *key.offset) {
+    return &tensor.chunks[static_cast<std::size_t>(*key.index)];
+  }
+  for (const format::ChunkStorageMetadata& c : tensor.chunks) {
+    if (c.offsets == *key.offset) return &c;
+  }
+  return nullptr;
+}
+
 format::SafetensorsHeader read_header(storage::Storage& folder, const std::string& key, std::uint64_t offset) {
   storage::SourceOptions options;
   options.prefer_mmap = false;
@@ -136,14 +150,7 @@ bool resolve_safetensors_items(format::Metadata& metadata, storage::Storage& fol
     if (!key.offset || entry == metadata.state_dict_metadata.end()) continue;
     const auto* tensor = std::get_if<format::TensorStorageMetadata>(&entry->second);
     if (tensor == nullptr) continue;
-    const format::ChunkStorageMetadata* chunk = nullptr;
-    if (key.index && *key.index >= 0 && static_cast<std::size_t>(*key.index) < tensor->chunks.size() &&
-        tensor->chunks[static_cast<std::size_t>(*key.index)].offsets == *key.offset) {
-      chunk = &tensor->chunks[static_cast<std::size_t>(*key.index)];
-    }
-    for (std::size_t c = 0; chunk == nullptr && c < tensor->chunks.size(); ++c) {
-      if (tensor->chunks[c].offsets == *key.offset) chunk = &tensor->chunks[c];
-    }
+    const format::ChunkStorageMetadata* chunk = chunk_of(*tensor, key);
     if (chunk == nullptr) continue;  // check_metadata reports it
     const bool is_raw = info.length == tensor_bytes(chunk->sizes, tensor->properties.dtype);
     if (!is_raw && raw == 0) return false;
@@ -177,10 +184,13 @@ bool resolve_safetensors_items(format::Metadata& metadata, storage::Storage& fol
     const format::SafetensorsTensor* t = header.find(key.fqn);
     if (t == nullptr) throw FormatError(where + ": not in the blob's header");
     const auto& tensor = std::get<format::TensorStorageMetadata>(metadata.state_dict_metadata.at(key.fqn));
-    if (t->dtype != tensor.properties.dtype || t->end - t->begin != info.length) {
-      throw FormatError(where + ": .metadata says " + std::string(dtype_name(tensor.properties.dtype)) + ", " +
-                        std::to_string(info.length) + " bytes; the header " + std::string(dtype_name(t->dtype)) + ", " +
-                        std::to_string(t->end - t->begin) + " bytes");
+    const format::ChunkStorageMetadata* chunk = chunk_of(tensor, key);
+    if (chunk == nullptr || t->dtype != tensor.properties.dtype || t->shape != chunk->sizes ||
+        t->end - t->begin != info.length) {
+      throw FormatError(where + ": .metadata says " + std::string(dtype_name(tensor.properties.dtype)) + " " +
+                        (chunk ? shape_to_string(chunk->sizes) : std::string("(no chunk)")) + ", " +
+                        std::to_string(info.length) + " bytes; the header " + std::string(dtype_name(t->dtype)) + " " +
+                        shape_to_string(t->shape) + ", " + std::to_string(t->end - t->begin) + " bytes");
     }
     const std::map<std::string, format::Shape>& sharding = blob->second.sharding;
     if (auto s = sharding.find(key.fqn); s != sharding.end() && s->second != *key.offset) {

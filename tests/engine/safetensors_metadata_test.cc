@@ -192,6 +192,16 @@ TEST(SafetensorsMetadataTest, ResolvesDcpSafetensorsItemsAndRefusesMixedOnes) {
   std::string bytes(6, '\0');
   st->read("__0_0.distcp", info.offset, std::as_writable_bytes(std::span<char>(bytes)));
   EXPECT_EQ(bytes, b_values());
+  // The header's shape must be the chunk's, not only its byte count.
+  format::Metadata transposed = md;
+  std::get<format::TensorStorageMetadata>(transposed.state_dict_metadata.at("w")).size = {4, 6};
+  std::get<format::TensorStorageMetadata>(transposed.state_dict_metadata.at("w")).chunks = {{{0, 0}, {4, 6}}};
+  transposed.storage_data.erase({"w", Shape{0, 0}, std::nullopt});
+  transposed.storage_data[{"w", Shape{0, 0}, std::nullopt}] = {"__0_0.distcp", 10, 96, {}};
+  EXPECT_EQ(message_of([&] { resolve_safetensors_items(transposed, *st); }),
+            st->describe_key("__0_0.distcp") +
+                ": safetensors blob at 10: item \"w\": .metadata says float32 [4, 6], 96 bytes; the header float32 [6, "
+                "4], 96 bytes");
   // A torch.save blob is longer than its tensor: one such item after a safetensors one. (An
   // ordinary checkpoint's first tensor item decides at once that nothing is to resolve.)
   md.storage_data[{"w", Shape{0, 0}, std::nullopt}].length = 700;
