@@ -154,12 +154,15 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
                 const SaveOptions& options = {});
 
 // Fills `state` (a template naming what this rank wants: tensor boxes with buffers, object
-// leaves as placeholders) from the checkpoint folder, resharding as needed.
+// leaves as placeholders) from the checkpoint folder (DCP, or Hugging Face safetensors),
+// resharding as needed.
 LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
                 const LoadOptions& options = {});
 
-// Reads and decodes `.metadata` (no communicator). Throws StorageError when it is missing
-// ("not a committed checkpoint"), FormatError when it does not decode.
+// Reads and decodes `.metadata` (no communicator); for a Hugging Face safetensors folder, the
+// Metadata its headers give. Safetensors tensor items (theirs, and DCP's safetensors
+// serialization) name their raw bytes (docs/dcp-format.md §7). Throws StorageError when it
+// is missing ("not a committed checkpoint"), FormatError when it does not decode.
 format::Metadata read_metadata(storage::Storage& checkpoint);
 
 }  // namespace shardpoint::engine
