@@ -569,7 +569,7 @@ sp_status sp_verify(const char* path_or_url, const char* options_json, char** re
     json coverage = json::array();
     for (const engine::VerifyCoverage& c : r.coverage) {
       coverage.push_back(json{{"name", c.name},
-                              {"format", c.is_dcp ? "dcp" : "torch"},
+                              {"format", std::string(engine::checkpoint_kind_name(c.kind))},
                               {"quick", c.quick},
                               {"structure_bytes", c.bytes},
                               {"zip_records", c.records},

@@ -6,20 +6,11 @@
 #include <memory>
 #include <string>
 
+#include "shardpoint/checkpoint.h"
 #include "shardpoint/storage.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::engine {
-
-// The kinds of checkpoint shardpoint reads. A folder is kDcp or kHfSafetensors.
-enum class CheckpointKind {
-  kDcp,            // `.metadata` + `__r_n.distcp` (torch.save or safetensors items)
-  kHfSafetensors,  // *.safetensors (+ model.safetensors.index.json), safetensors_metadata.h
-  kTorchSave,      // one torch.save file
-};
-
-// "dcp", "hf-safetensors", "torch": the `format` of `inspect --json` and `verify --json`.
-std::string_view checkpoint_kind_name(CheckpointKind kind);
 
 // What the folder holds: kDcp with `.metadata`; else kHfSafetensors with
 // model.safetensors.index.json or a top-level *.safetensors file; else kDcp (its readers

@@ -323,13 +323,14 @@ class DcpVerifier {
 VerifyReport verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::optional<std::string>& local_folder,
                         const std::string& name, const VerifyOptions& options) {
   if (options.slab_bytes == 0) throw UsageError("verify: slab_bytes must be > 0");
+  const CheckpointKind kind = folder_kind(*st);
   VerifyReport report;
   report.name = name;
-  report.is_dcp = true;
+  report.kind = kind;
   report.quick = options.quick;
   report.coverage.emplace_back();
   report.coverage.back().name = name;
-  report.coverage.back().is_dcp = true;
+  report.coverage.back().kind = kind;
   report.coverage.back().quick = options.quick;
 
   std::unique_ptr<CheckpointReader> reader;
