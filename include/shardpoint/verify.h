@@ -21,6 +21,11 @@
 //      sidecar exists. Blobs that already failed step 1 or 2 are not checked again, so a
 //      damaged blob is one problem.
 //   4. `meta.pt`, when present, as a torch.save file (below).
+// For a Hugging Face safetensors folder (docs/dcp-format.md §7): every file's header parses
+// and its byte ranges lie inside the file without overlapping, the index JSON names the file
+// of each tensor, the chunks tile each tensor, and (unless quick) every tensor is read;
+// safetensors has no checksum, so none of its bytes count as verified. DCP's safetensors
+// items get the same header checks, their bytes items the zip checks above.
 // For a torch.save file (a local file, or an object named by a URL): its zip structure and
 // data.pkl, every record's headers, and (unless quick) every record's CRC-32.
 //
