@@ -1,5 +1,5 @@
-// Consolidation: one sharded checkpoint folder (a Lightning FSDP checkpoint, or a plain
-// PyTorch DCP folder) turned into one file that torch.load reads, streaming with a fixed
+// Consolidation: one sharded checkpoint folder (a Lightning FSDP checkpoint, a plain
+// PyTorch DCP folder, or a Hugging Face safetensors folder with kDcp) turned into one file that torch.load reads, streaming with a fixed
 // memory budget (docs/lightning-layout.md §4, docs/dcp-format.md §6.1).
 //
 // What is written (torch.save output):
