@@ -94,12 +94,12 @@ TEST(SafetensorsMetadataTest, LoadsOnThreeRanksAndReadsBoxes) {
   std::vector<std::string> got_w(3), got_b(3);
   group.run([&](comm::Communicator& comm) {
     const int r = comm.rank();
-    got_w[r].assign(2 * 16, '\0');
+    got_w[r].assign(32, '\0');  // 2 rows of 4 float32
     got_b[r].assign(6, '\0');
     TensorShard w;
     w.dtype = DType::kFloat32;
     w.global_shape = {6, 4};
-    w.offsets = {2 * r, 0};
+    w.offsets = {2 * std::int64_t{r}, 0};
     w.sizes = {2, 4};
     w.data = std::as_writable_bytes(std::span<char>(got_w[r]));
     TensorShard b;
@@ -118,7 +118,7 @@ TEST(SafetensorsMetadataTest, LoadsOnThreeRanksAndReadsBoxes) {
   }
   CheckpointReader reader(*st);
   EXPECT_TRUE(reader.raw_tensor_items());
-  std::string box(2 * 2 * 4, '\0');  // rows 3:5, columns 1:3: across both files
+  std::string box(16, '\0');  // rows 3:5, columns 1:3 (2 x 2 float32): across both files
   reader.read_box("w", {3, 1}, {2, 2}, std::as_writable_bytes(std::span<char>(box)));
   std::string want;
   for (int row : {3, 4}) want += w_rows(row, row + 1).substr(4, 8);
