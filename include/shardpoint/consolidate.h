@@ -1,6 +1,7 @@
 // Consolidation: one sharded checkpoint folder (a Lightning FSDP checkpoint, a plain
-// PyTorch DCP folder, or a Hugging Face safetensors folder with kDcp) turned into one file that torch.load reads, streaming with a fixed
-// memory budget (docs/lightning-layout.md §4, docs/dcp-format.md §6.1).
+// PyTorch DCP folder, or a Hugging Face safetensors folder with kDcp) turned into one file
+// that torch.load reads, streaming with a fixed memory budget (docs/lightning-layout.md §4,
+// docs/dcp-format.md §6.1).
 //
 // What is written (torch.save output):
 //   kTrainer  Lightning's `python -m lightning.pytorch.utilities.consolidate_checkpoint`:
