@@ -264,8 +264,10 @@ SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uin
 /* Tools (what the CLI does), options and results as JSON objects                         */
 
 /* Lightning's consolidate_checkpoint, streaming. options_json (may be NULL):
- *   {"output_file": str, "layout": "trainer"|"fabric"|"dcp", "format": "torch"|"safetensors",
- *    "max_shard_bytes": int, "memory_budget": int, "verify_checksums": bool, "check_zip_crc": bool,
+ *   {"output_file": str, "layout": "trainer"|"fabric"|"dcp",
+ *    "format": "torch"|"safetensors"|"hf-safetensors" (hf-safetensors: Hugging Face's folder,
+ *    model-0000i-of-0000N.safetensors + model.safetensors.index.json), "max_shard_bytes": int,
+ *    "memory_budget": int, "verify_checksums": bool, "check_zip_crc": bool,
  *    "durable": bool}
  * *report_json: {"output", "tensors", "objects", "tensor_bytes", "bytes_read", "peak_rss_bytes",
  * "zip_crc", "seconds"}, where "zip_crc" counts the zip CRC-32 checks of the blobs no sidecar
@@ -274,17 +276,19 @@ SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uin
 SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json, char** report_json,
                                    char** error);
 
-/* Rewrites any checkpoint (DCP folder or torch.save file) as a DCP folder saved by `ranks`
+/* Rewrites any checkpoint (DCP or Hugging Face safetensors folder, or torch.save file) as a
+ * DCP folder saved by `ranks`
  * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
  * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none"}.
- * *report_json: {"source_format", "tensors", "objects", "payload_bytes", "bytes_written",
- * "zip_crc", "meta_pt_bytes", "seconds"}, "zip_crc" as in sp_consolidate's report;
- * "meta_pt_bytes": the size of Lightning's meta.pt carried over (0: the source has none). */
+ * *report_json: {"source_format" ("dcp"|"hf-safetensors"|"torch"), "tensors", "objects",
+ * "payload_bytes", "bytes_written", "zip_crc", "meta_pt_bytes", "seconds"}, "zip_crc" as in
+ * sp_consolidate's report; "meta_pt_bytes": the size of Lightning's meta.pt carried over (0:
+ * the source has none). */
 SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int ranks, const char* options_json,
                                char** report_json, char** error);
 
-/* The structure of a checkpoint (DCP folder) without reading tensor data:
- * {"format": "dcp", "tensors": {fqn: {"dtype", "shape", "chunks": [{"offsets", "sizes",
+/* The structure of a checkpoint folder (DCP or Hugging Face safetensors) without reading
+ * tensor data: {"format": "dcp"|"hf-safetensors", "tensors": {fqn: {"dtype", "shape", "chunks": [{"offsets", "sizes",
  *   "file", "offset", "length"}]}}, "objects": {fqn: {"file", "offset", "length"}},
  *  "files": [str], "checksums": "crc32c"|"xxh3"|null}. */
 SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);

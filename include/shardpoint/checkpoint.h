@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardpoint/communicator.h"
@@ -51,6 +52,17 @@ inline constexpr const char* kChecksumSidecar = ".shardpoint-checksums.json";
 // each tensor blob's data starts, in a binary form every rank of a load decodes quickly.
 // PyTorch ignores it; a load uses it only when it matches the `.metadata` it read.
 inline constexpr const char* kIndexKey = ".shardpoint-index";
+
+// The kinds of checkpoint shardpoint reads (engine/checkpoint_location.h decides which a
+// path or URL names). A folder is kDcp or kHfSafetensors.
+enum class CheckpointKind {
+  kDcp,            // `.metadata` + `__r_n.distcp` (torch.save or safetensors items)
+  kHfSafetensors,  // *.safetensors (+ model.safetensors.index.json), docs/dcp-format.md §7
+  kTorchSave,      // one torch.save file
+};
+
+// "dcp", "hf-safetensors", "torch": the `format` of `inspect --json` and `verify --json`.
+std::string_view checkpoint_kind_name(CheckpointKind kind);
 
 // Persisted in the sidecar by name ("crc32c", "xxh3"); existing names must never change.
 enum class ChecksumAlgorithm { kNone, kCrc32c, kXxh3 };
@@ -155,12 +167,15 @@ SaveReport save(const StateNode& state, storage::Storage& checkpoint, comm::Comm
                 const SaveOptions& options = {});
 
 // Fills `state` (a template naming what this rank wants: tensor boxes with buffers, object
-// leaves as placeholders) from the checkpoint folder, resharding as needed.
+// leaves as placeholders) from the checkpoint folder (DCP, or Hugging Face safetensors),
+// resharding as needed.
 LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
                 const LoadOptions& options = {});
 
-// Reads and decodes `.metadata` (no communicator). Throws StorageError when it is missing
-// ("not a committed checkpoint"), FormatError when it does not decode.
+// Reads and decodes `.metadata` (no communicator); for a Hugging Face safetensors folder, the
+// Metadata its headers give. Safetensors tensor items (theirs, and DCP's safetensors
+// serialization) name their raw bytes (docs/dcp-format.md §7). Throws StorageError when it
+// is missing ("not a committed checkpoint"), FormatError when it does not decode.
 format::Metadata read_metadata(storage::Storage& checkpoint);
 
 }  // namespace shardpoint::engine

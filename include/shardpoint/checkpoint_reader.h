@@ -55,14 +55,19 @@ struct CheckpointReaderOptions {
 
 class CheckpointReader {
  public:
-  // Opens the checkpoint in `storage` (which must outlive the reader). Throws StorageError
-  // ("not a committed checkpoint (no .metadata)"), FormatError for a bad .metadata/sidecar.
+  // Opens the checkpoint in `storage` (which must outlive the reader): a DCP folder, or a
+  // Hugging Face safetensors folder (no `.metadata`; its safetensors headers give the
+  // metadata). Throws StorageError ("not a committed checkpoint (no .metadata)"),
+  // FormatError for a bad .metadata/sidecar/safetensors header.
   CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options = {});
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const format::Metadata& metadata() const { return metadata_; }
+  // True when the tensor items are raw safetensors bytes (a Hugging Face folder, or DCP's
+  // safetensors serialization): no torch.save blob, no zip CRC-32, read by byte range.
+  bool raw_tensor_items() const { return raw_tensor_items_; }
   // The checksum sidecar, when the checkpoint has one and options.verify_checksums;
   // nullptr otherwise (always for PyTorch-written checkpoints). Owned by the reader.
   const ChecksumSidecar* sidecar() const;
@@ -100,6 +105,7 @@ class CheckpointReader {
   storage::Storage& storage_;
   CheckpointReaderOptions options_;
   format::Metadata metadata_;
+  bool raw_tensor_items_ = false;
   std::unique_ptr<State> state_;
   mutable std::mutex mu_;  // state_->per_tensor, counts_
   ReadCounts counts_;

@@ -1,6 +1,7 @@
 // Consolidation: one sharded checkpoint folder (a Lightning FSDP or ModelParallel
-// checkpoint, or a plain PyTorch DCP folder) turned into one file that torch.load reads, streaming with a fixed
-// memory budget (docs/lightning-layout.md §4, docs/dcp-format.md §6.1).
+// checkpoint, a plain PyTorch DCP folder, or a Hugging Face safetensors folder with kDcp)
+// turned into one file that torch.load reads, streaming with a fixed memory budget
+// (docs/lightning-layout.md §4, docs/dcp-format.md §6.1).
 //
 // What is written (torch.save output):
 //   kTrainer  Lightning's `python -m lightning.pytorch.utilities.consolidate_checkpoint`:
@@ -67,7 +68,10 @@
 namespace shardpoint::engine {
 
 enum class ConsolidateLayout { kTrainer, kFabric, kDcp };
-enum class ConsolidateFormat { kTorchSave, kSafetensors };
+// kHfSafetensors: the Hugging Face folder layout always (model-00001-of-00001.safetensors +
+// index when one file holds everything), what HuggingFaceStorageWriter's consolidation
+// writes; kSafetensors: one file unless max_shard_bytes splits it.
+enum class ConsolidateFormat { kTorchSave, kSafetensors, kHfSafetensors };
 
 struct ConsolidateOptions {
   // The checkpoint folder: a local path or an object-store URL prefix.
@@ -79,7 +83,7 @@ struct ConsolidateOptions {
   ConsolidateLayout layout = ConsolidateLayout::kTrainer;
   ConsolidateFormat format = ConsolidateFormat::kTorchSave;
   // Safetensors only: split the weights into files of at most this many data bytes
-  // (0: one file).
+  // (0: one file), in key order, a tensor larger than the limit alone in its file.
   std::uint64_t max_shard_bytes = 0;
   // Upper bound for the memory the copy uses (slab buffer + writer staging), and the
   // target for the process's peak RSS. Lower it on small machines; below ~8 MiB the fixed

@@ -83,7 +83,7 @@ struct ReshardOptions {
 };
 
 struct ReshardReport {
-  std::string source_format;        // "dcp" or "torch"
+  std::string source_format;        // "dcp", "hf-safetensors" or "torch"
   std::uint64_t tensors = 0;        // tensor leaves written
   std::uint64_t objects = 0;        // object leaves written
   std::uint64_t payload_bytes = 0;  // tensor bytes (each tensor once)

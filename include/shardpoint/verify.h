@@ -21,6 +21,11 @@
 //      sidecar exists. Blobs that already failed step 1 or 2 are not checked again, so a
 //      damaged blob is one problem.
 //   4. `meta.pt`, when present, as a torch.save file (below).
+// For a Hugging Face safetensors folder (docs/dcp-format.md §7): every file's header parses
+// and its byte ranges lie inside the file without overlapping, the index JSON names the file
+// of each tensor, the chunks tile each tensor, and (unless quick) every tensor is read;
+// safetensors has no checksum, so none of its bytes count as verified. DCP's safetensors
+// items get the same header checks, their bytes items the zip checks above.
 // For a torch.save file (a local file, or an object named by a URL): its zip structure and
 // data.pkl, every record's headers, and (unless quick) every record's CRC-32.
 //
@@ -78,7 +83,7 @@ struct VerifyProblem {
 // torch.save file (a checkpoint's meta.pt has its own entry).
 struct VerifyCoverage {
   std::string name;  // the checkpoint or file, as in messages
-  bool is_dcp = false;
+  CheckpointKind kind = CheckpointKind::kTorchSave;
   bool quick = false;  // structure only: no checksum was checked
   // Bytes whose structure was checked: DCP, the blobs of the items read; torch.save, the
   // whole file.
@@ -100,7 +105,7 @@ struct VerifyCoverage {
 
 struct VerifyReport {
   std::string name;  // the path or URL as given
-  bool is_dcp = false;
+  CheckpointKind kind = CheckpointKind::kTorchSave;
   bool quick = false;
   std::vector<VerifyProblem> problems;  // in the order found
   // Tensors whose chunks all checked clean (torch.save: tensor nodes of the file), objects
@@ -123,7 +128,9 @@ struct VerifyReport {
 // done. Throws as described at the top; every problem inside the checkpoint is in the report.
 VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options = {});
 
-// Verifies the DCP checkpoint in `storage` (tests use MemoryStorage). `local_folder`: the
+// Verifies the checkpoint folder in `storage` (DCP, or Hugging Face safetensors: no
+// checksum there, its headers and byte ranges are the structure checked; tests use
+// MemoryStorage). `local_folder`: the
 // folder's path when the checkpoint is on the local filesystem, so symlinks are checked not
 // to leave it. `name` names the checkpoint in the report. A missing or unreadable
 // `.metadata` is a problem in the report, not an exception.

@@ -74,7 +74,9 @@ def consolidate(
         output_file: where to write; default ``<folder>.consolidated``.
         layout: ``"trainer"`` (Lightning's Trainer checkpoint), ``"fabric"`` or ``"dcp"``
             (the raw state-dict tree).
-        format: ``"torch"`` (a ``torch.load``-able file) or ``"safetensors"``.
+        format: ``"torch"`` (a ``torch.load``-able file), ``"safetensors"`` or
+            ``"hf-safetensors"`` (always Hugging Face's folder: model-0000i-of-0000N.safetensors
+            + model.safetensors.index.json, as PyTorch's HuggingFaceStorageWriter consolidates).
         max_shard_bytes: safetensors only: split into files of at most this many bytes.
         memory_budget: bytes the copy may use.
         verify_checksums: verify the checksum sidecar on every byte read.
@@ -130,7 +132,7 @@ def reshard(
     ``.metadata``, so Lightning resumes from ``destination`` at any world size.
 
     Returns:
-        A dict: ``source_format`` (``"dcp"``/``"torch"``), ``tensors``, ``objects``,
+        A dict: ``source_format`` (``"dcp"``/``"hf-safetensors"``/``"torch"``), ``tensors``, ``objects``,
         ``payload_bytes``, ``bytes_written``, ``zip_crc`` (as in :func:`consolidate`),
         ``meta_pt_bytes`` (the ``meta.pt`` carried; 0 when there is none), ``seconds``.
     """
@@ -165,10 +167,11 @@ def verify(checkpoint: PathOrUrl, *, quick: bool = False) -> Dict[str, Any]:
 
 
 def inspect(checkpoint: PathOrUrl) -> Dict[str, Any]:
-    """The structure of a DCP checkpoint, without reading tensor data.
+    """The structure of a checkpoint folder (DCP, or Hugging Face safetensors), without
+    reading tensor data.
 
     Returns:
-        A dict: ``tensors`` ({fqn: {dtype, shape, chunks: [{offsets, sizes, file, offset,
+        A dict: ``format`` (``"dcp"``/``"hf-safetensors"``), ``tensors`` ({fqn: {dtype, shape, chunks: [{offsets, sizes, file, offset,
         length}]}}), ``objects`` ({fqn: {file, offset, length}}), ``files``, ``checksums``.
     """
     return _native.inspect(os.fspath(checkpoint))

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/block_checksum.h"
+#include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
@@ -493,8 +494,10 @@ sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json
       options.format = engine::ConsolidateFormat::kTorchSave;
     } else if (format == "safetensors") {
       options.format = engine::ConsolidateFormat::kSafetensors;
+    } else if (format == "hf-safetensors") {
+      options.format = engine::ConsolidateFormat::kHfSafetensors;
     } else {
-      throw UsageError("options: \"format\" must be torch or safetensors, found \"" + format + "\"");
+      throw UsageError("options: \"format\" must be torch, safetensors or hf-safetensors, found \"" + format + "\"");
     }
     options.max_shard_bytes = option<std::uint64_t>(o, "max_shard_bytes", options.max_shard_bytes);
     options.memory_budget = option<std::size_t>(o, "memory_budget", options.memory_budget);
@@ -573,7 +576,7 @@ sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
         objects[fqn] = std::move(object);
       }
     }
-    json out{{"format", "dcp"},
+    json out{{"format", std::string(engine::checkpoint_kind_name(engine::folder_kind(*st)))},
              {"tensors", std::move(tensors)},
              {"objects", std::move(objects)},
              {"files", std::vector<std::string>(files.begin(), files.end())},
@@ -598,7 +601,7 @@ sp_status sp_verify(const char* path_or_url, const char* options_json, char** re
     json coverage = json::array();
     for (const engine::VerifyCoverage& c : r.coverage) {
       coverage.push_back(json{{"name", c.name},
-                              {"format", c.is_dcp ? "dcp" : "torch"},
+                              {"format", std::string(engine::checkpoint_kind_name(c.kind))},
                               {"quick", c.quick},
                               {"structure_bytes", c.bytes},
                               {"zip_records", c.records},

@@ -25,7 +25,7 @@ std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool ch
     return open_torch_listing(local, check_zip_crc);
   }
   engine::CheckpointLocation location = engine::locate_checkpoint(path);
-  if (location.is_dcp) return open_dcp_listing(path, check_zip_crc);
+  if (location.is_folder()) return open_dcp_listing(path, check_zip_crc);
   return open_torch_listing(
       path, [&] { return engine::open_torch_source(location); }, check_zip_crc);
 }

@@ -57,6 +57,8 @@ class ConsolidateCommand : public Command {
                  "dcp_to_torch_save writes).\n"
                  "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
                  "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
+                 "--to hf-safetensors always writes that folder (Hugging Face's layout, as PyTorch's\n"
+                 "HuggingFaceStorageWriter consolidates), one file unless --max-shard-size splits it.\n"
                  "Default output: <folder>.consolidated next to the folder.\n"
                  "URLs: the folder and the output may each be an object-store URL (s3://, gs://,\n"
                  "az://, abfs[s]://) or a local path, in any combination; credentials come from the\n"
@@ -71,7 +73,8 @@ class ConsolidateCommand : public Command {
                      "path or URL of the output file (default: <folder>.consolidated)");
     sub_->add_option("--layout", layout_, "trainer | fabric | dcp")
         ->check(CLI::IsMember({"trainer", "fabric", "dcp"}));
-    sub_->add_option("--to", to_, "torch | safetensors")->check(CLI::IsMember({"torch", "safetensors"}));
+    sub_->add_option("--to", to_, "torch | safetensors | hf-safetensors")
+        ->check(CLI::IsMember({"torch", "safetensors", "hf-safetensors"}));
     sub_->add_option("--max-shard-size", max_shard_, "safetensors: split into files of at most SIZE (e.g. 5GB)");
     sub_->add_option("--memory-budget", budget_, "memory for the copy (default 256MiB)");
     sub_->add_flag("--quiet,-q", quiet_, "no progress bar");
@@ -90,11 +93,12 @@ class ConsolidateCommand : public Command {
     options.layout = layout_ == "fabric" ? engine::ConsolidateLayout::kFabric
                      : layout_ == "dcp"  ? engine::ConsolidateLayout::kDcp
                                          : engine::ConsolidateLayout::kTrainer;
-    options.format = to_ == "safetensors" ? engine::ConsolidateFormat::kSafetensors
-                                          : engine::ConsolidateFormat::kTorchSave;
+    options.format = to_ == "safetensors"      ? engine::ConsolidateFormat::kSafetensors
+                     : to_ == "hf-safetensors" ? engine::ConsolidateFormat::kHfSafetensors
+                                               : engine::ConsolidateFormat::kTorchSave;
     if (!max_shard_.empty()) {
-      if (options.format != engine::ConsolidateFormat::kSafetensors) {
-        throw UsageError("--max-shard-size applies to --to safetensors only");
+      if (options.format == engine::ConsolidateFormat::kTorchSave) {
+        throw UsageError("--max-shard-size applies to --to safetensors and hf-safetensors only");
       }
       options.max_shard_bytes = parse_size(max_shard_);
       if (options.max_shard_bytes == 0) throw UsageError("--max-shard-size must be > 0");

@@ -1,4 +1,5 @@
-// CheckpointListing of a DCP checkpoint folder: keys from `.metadata`, objects read from
+// CheckpointListing of a checkpoint folder (DCP, or Hugging Face safetensors): keys from
+// `.metadata` (or the safetensors headers), objects read from
 // their bytes items, tensors reassembled from their chunks slab by slab (bounded memory),
 // plus the chunk layout per file for the human listing.
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "cli/checkpoint_listing.h"
+#include "engine/checkpoint_location.h"
 #include "pickle/repr.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
@@ -35,7 +37,8 @@ class DcpListing final : public CheckpointListing {
   DcpListing(const std::string& path, bool check_zip_crc)
       : path_(path),
         storage_(storage::open_storage(path)),
-        reader_(*storage_, engine::CheckpointReaderOptions{.check_zip_crc = check_zip_crc}) {
+        reader_(*storage_, engine::CheckpointReaderOptions{.check_zip_crc = check_zip_crc}),
+        kind_(engine::folder_kind(*storage_)) {
     for (const auto& [fqn, entry] : reader_.metadata().state_dict_metadata) {
       ListingEntry e;
       e.key = fqn;
@@ -53,11 +56,12 @@ class DcpListing final : public CheckpointListing {
     }
   }
 
-  std::string format() const override { return "dcp"; }
+  std::string format() const override { return std::string(engine::checkpoint_kind_name(kind_)); }
   std::string description() const override {
     std::set<std::string> files;
     for (const auto& [index, info] : reader_.metadata().storage_data) files.insert(info.relative_path);
-    return fmt::format("{}: DCP checkpoint, {} files{}{}", path_, files.size(),
+    return fmt::format("{}: {} checkpoint, {} files{}{}", path_,
+                       kind_ == engine::CheckpointKind::kDcp ? "DCP" : "Hugging Face safetensors", files.size(),
                        reader_.sidecar() ? ", shardpoint checksums" : "",
                        reader_.metadata().version ? ", DCP version " + *reader_.metadata().version : "");
   }
@@ -123,6 +127,7 @@ class DcpListing final : public CheckpointListing {
   std::string path_;
   std::unique_ptr<storage::Storage> storage_;
   mutable engine::CheckpointReader reader_;
+  engine::CheckpointKind kind_;
   std::vector<ListingEntry> entries_;
 };
 

@@ -30,7 +30,7 @@ std::string summary_line(const engine::VerifyReport& r) {
 nlohmann::json coverage_json(const engine::VerifyCoverage& c) {
   nlohmann::json j;
   j["name"] = c.name;
-  j["format"] = c.is_dcp ? "dcp" : "torch";
+  j["format"] = std::string(engine::checkpoint_kind_name(c.kind));
   j["structure_bytes"] = c.bytes;
   j["records"] = c.records;
   j["record_bytes"] = c.record_bytes;
@@ -108,7 +108,7 @@ class VerifyCommand : public Command {
   static nlohmann::json to_json(const engine::VerifyReport& r) {
     nlohmann::json j;
     j["path"] = r.name;
-    j["format"] = r.is_dcp ? "dcp" : "torch";
+    j["format"] = std::string(engine::checkpoint_kind_name(r.kind));
     j["ok"] = r.ok();
     j["quick"] = r.quick;
     j["tensors"] = r.tensors;

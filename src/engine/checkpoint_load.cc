@@ -41,11 +41,13 @@
 #include "engine/checksum_sidecar.h"
 #include "engine/chunking.h"
 #include "engine/flatten.h"
+#include "engine/folder_metadata.h"
 #include "engine/item_reader.h"
 #include "engine/parallel_for.h"
 #include "engine/plan_codec.h"
 #include "engine/rank_failures.h"
 #include "engine/read_ahead.h"
+#include "engine/safetensors_metadata.h"
 #include "engine/save_steps.h"
 #include "engine/saved_object.h"
 #include "engine/zip_crc_ledger.h"
@@ -57,15 +59,6 @@ namespace shardpoint::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string read_metadata_bytes(storage::Storage& st) {
-  std::optional<std::string> bytes = st.try_read_all(kMetadataKey);
-  if (!bytes) {
-    throw StorageError(StorageError::Kind::kNotFound,
-                       st.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
-  }
-  return std::move(*bytes);
-}
 
 // ---------------------------------------------------------------------------------------
 // Load, steps 2-4 on one rank.
@@ -103,11 +96,19 @@ struct PendingChecks {
 // Step 1's broadcast: the load index when it matches `.metadata` (checkpoints shardpoint
 // wrote), else `.metadata` and, when verifying, the sidecar if there is one. Part 2 says
 // whether the ranks verify (the coordinator decides, so all ranks agree on step 4).
+// A folder without `.metadata` (Hugging Face safetensors) sends the Metadata its headers
+// give, encoded as `.metadata` (safetensors_metadata.h).
 constexpr std::string_view kFromIndex = "index";
 constexpr std::string_view kFromPickle = "pickle";
+constexpr std::string_view kFromSafetensors = "safetensors";
 
 std::string read_what_ranks_need(storage::Storage& checkpoint, const LoadOptions& options) {
-  std::string metadata = read_metadata_bytes(checkpoint);
+  std::optional<std::string> bytes = checkpoint.try_read_all(kMetadataKey);
+  if (!bytes) {
+    FolderMetadata folder = read_folder_metadata(checkpoint);  // throws "no .metadata" when not HF
+    return pack_parts({std::string(kFromSafetensors), format::encode_metadata(folder.metadata)});
+  }
+  std::string metadata = std::move(*bytes);
   if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey)) {
     if (index_matches(*index, as_bytes(metadata))) {
       return pack_parts({std::string(kFromIndex), std::move(*index), options.verify_checksums ? "1" : "0"});
@@ -125,6 +126,8 @@ struct CheckpointFacts {
   // Where tensor data starts in each blob (from the index; empty otherwise).
   std::map<format::MetadataIndex, std::uint64_t> data_offsets;
   bool from_index = false;
+  // Tensor items are raw safetensors bytes (folder_metadata.h): read at blob offset 0.
+  bool raw_tensor_items = false;
 };
 
 CheckpointFacts decode_what_ranks_need(const std::vector<std::string>& parts, storage::Storage& checkpoint,
@@ -138,8 +141,14 @@ CheckpointFacts decode_what_ranks_need(const std::vector<std::string>& parts, st
     if (parts[2] == "1") sidecar = std::move(index.checksums);
     return facts;
   }
+  if (parts.size() == 2 && parts[0] == kFromSafetensors) {
+    facts.metadata = format::decode_metadata(as_bytes(parts[1]), checkpoint.describe_key(kHfIndexKey));
+    facts.raw_tensor_items = true;
+    return facts;
+  }
   if (parts.size() != 4 || parts[0] != kFromPickle) throw FormatError("load: malformed metadata broadcast");
   facts.metadata = format::decode_metadata(as_bytes(parts[1]), checkpoint.describe_key(kMetadataKey));
+  facts.raw_tensor_items = resolve_safetensors_items(facts.metadata, checkpoint);
   if (parts[2] == "1") {
     sidecar = ChecksumSidecar::decode(parts[3], checkpoint.describe_key(kChecksumSidecar));
   }
@@ -249,8 +258,14 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
       // The zip CRC-32s are in the blob's central directory: a blob checked by them is parsed.
       auto data_offset = cs.zip_crc != nullptr ? facts.data_offsets.end()
                                                : facts.data_offsets.find(key);  // ordering ignores the chunk position
+      std::optional<std::uint64_t> data_start;
+      if (facts.raw_tensor_items) {
+        data_start = 0;
+      } else if (data_offset != facts.data_offsets.end()) {
+        data_start = data_offset->second;
+      }
       SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk, g.tensor->properties.dtype,
-                           data_offset != facts.data_offsets.end() ? std::optional(data_offset->second) : std::nullopt);
+                           data_start);
       const std::size_t itemsize = dtype_itemsize(g.tensor->properties.dtype);
       for (const ReadItem* item : *g.items) {
         const auto& dest = std::get<TensorShard>(flat.items.at(item->dest_index.fqn));
@@ -365,9 +380,6 @@ LoadReport load(StateNode& state, storage::Storage& checkpoint, comm::Communicat
   return report;
 }
 
-format::Metadata read_metadata(storage::Storage& checkpoint) {
-  const std::string bytes = read_metadata_bytes(checkpoint);
-  return format::decode_metadata(as_bytes(bytes), checkpoint.describe_key(kMetadataKey));
-}
+format::Metadata read_metadata(storage::Storage& checkpoint) { return read_folder_metadata(checkpoint).metadata; }
 
 }  // namespace shardpoint::engine

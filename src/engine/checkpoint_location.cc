@@ -6,12 +6,31 @@
 #include <optional>
 
 #include "core/byte_stream.h"
+#include "engine/safetensors_metadata.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/location.h"
 
 namespace shardpoint::engine {
+
+std::string_view checkpoint_kind_name(CheckpointKind kind) {
+  switch (kind) {
+    case CheckpointKind::kDcp: return "dcp";
+    case CheckpointKind::kHfSafetensors: return "hf-safetensors";
+    case CheckpointKind::kTorchSave: return "torch";
+  }
+  return "torch";
+}
+
+CheckpointKind folder_kind(storage::Storage& folder) {
+  if (folder.try_stat(kMetadataKey)) return CheckpointKind::kDcp;
+  if (folder.try_stat(kHfIndexKey)) return CheckpointKind::kHfSafetensors;
+  for (const storage::ObjectInfo& o : folder.list("")) {
+    if (is_hf_tensor_file(o.key)) return CheckpointKind::kHfSafetensors;
+  }
+  return CheckpointKind::kDcp;
+}
 
 CheckpointLocation locate_checkpoint(const std::string& name) {
   CheckpointLocation location;
@@ -22,16 +41,17 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
     if (S_ISDIR(st.st_mode)) {
-      location.is_dcp = true;
       location.storage = storage::open_storage(path);
+      location.kind = folder_kind(*location.storage);
     } else {
       location.local_file = path;
     }
     return location;
   }
   std::shared_ptr<storage::Storage> folder = storage::open_storage(name);
-  if (folder->try_stat(kMetadataKey)) {
-    location.is_dcp = true;
+  const bool dcp = folder->try_stat(kMetadataKey).has_value();
+  if (dcp || folder->try_stat(kHfIndexKey)) {
+    location.kind = dcp ? CheckpointKind::kDcp : CheckpointKind::kHfSafetensors;
     location.storage = std::move(folder);
     return location;
   }
@@ -52,12 +72,17 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
       return location;
     }
   }
+  if (folder_kind(*folder) == CheckpointKind::kHfSafetensors) {
+    location.kind = CheckpointKind::kHfSafetensors;
+    location.storage = std::move(folder);
+    return location;
+  }
   throw StorageError(StorageError::Kind::kNotFound,
                      folder->describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
 }
 
 std::unique_ptr<ByteSource> open_torch_source(const CheckpointLocation& location) {
-  if (location.is_dcp) throw UsageError(location.name + ": a DCP checkpoint, not a torch.save file");
+  if (location.is_folder()) throw UsageError(location.name + ": a checkpoint folder, not a torch.save file");
   if (!location.local_file.empty()) return FileSource::open(location.local_file);
   storage::SourceOptions options;
   options.prefer_mmap = false;

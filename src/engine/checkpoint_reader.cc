@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "engine/checksum_sidecar.h"
+#include "engine/folder_metadata.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
 #include "engine/saved_object.h"
@@ -25,13 +26,10 @@ struct CheckpointReader::State {
 
 CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)
     : storage_(storage), options_(options), state_(std::make_unique<State>(storage)) {
-  std::optional<std::string> bytes = storage_.try_read_all(kMetadataKey);
-  if (!bytes) {
-    throw StorageError(StorageError::Kind::kNotFound,
-                       storage_.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
-  }
-  metadata_ = format::decode_metadata(as_bytes(*bytes), storage_.describe_key(kMetadataKey));
-  if (options_.verify_checksums) {
+  FolderMetadata folder = read_folder_metadata(storage_);
+  metadata_ = std::move(folder.metadata);
+  raw_tensor_items_ = folder.raw_tensor_items;
+  if (options_.verify_checksums && folder.kind == CheckpointKind::kDcp) {
     if (auto sidecar = storage_.try_read_all(kChecksumSidecar)) {
       state_->sidecar = ChecksumSidecar::decode(*sidecar, storage_.describe_key(kChecksumSidecar));
     }
@@ -105,7 +103,8 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
     }
     if (chunk == nullptr) throw FormatError("\"" + fqn + "\": read plan names a chunk the metadata lacks");
     const format::StorageInfo& info = storage_info(item.storage_index);
-    SavedTensorBlob blob(source(info.relative_path), info, fqn, *chunk, meta.properties.dtype);
+    SavedTensorBlob blob(source(info.relative_path), info, fqn, *chunk, meta.properties.dtype,
+                         raw_tensor_items_ ? std::optional<std::uint64_t>(0) : std::nullopt);
     blob.read_into(item, dest, sizes, checksums_for(info));
     std::lock_guard lock(mu_);
     counts_ += blob.counts();

@@ -104,7 +104,7 @@ class Consolidator {
     if (!remote_in_) read_ahead_ = std::make_unique<ShardReadAhead>(reader_->metadata(), folder_);
     plan_memory();
 
-    if (options_.format == ConsolidateFormat::kSafetensors) {
+    if (options_.format == ConsolidateFormat::kSafetensors || options_.format == ConsolidateFormat::kHfSafetensors) {
       write_safetensors();
     } else {
       write_torch_save();
@@ -337,7 +337,7 @@ class Consolidator {
       sink->commit();
     };
 
-    if (options_.max_shard_bytes == 0) {
+    if (options_.max_shard_bytes == 0 && options_.format == ConsolidateFormat::kSafetensors) {
       const OutputPlace place = place_of_output(output_);
       auto out = open_output_storage(place.parent);
       write_file(*out, place.name, files.front());

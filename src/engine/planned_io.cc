@@ -7,10 +7,12 @@
 
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_index.h"
+#include "engine/folder_metadata.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
 #include "engine/parallel_for.h"
 #include "engine/read_ahead.h"
+#include "engine/safetensors_metadata.h"
 #include "engine/save_steps.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
@@ -102,8 +104,11 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
     : checkpoint_(checkpoint), options_(options), sources_(std::make_unique<SourceCache>(checkpoint)) {
   std::optional<std::string> metadata = checkpoint.try_read_all(kMetadataKey);
   if (!metadata) {
-    throw StorageError(StorageError::Kind::kNotFound,
-                       checkpoint.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+    // A Hugging Face folder (or nothing: that throws "no .metadata"): its headers' Metadata,
+    // encoded as `.metadata` is, for PyTorch's planner.
+    metadata_bytes_ = format::encode_metadata(read_folder_metadata(checkpoint).metadata);
+    raw_tensor_items_ = true;
+    return;
   }
   metadata_bytes_ = std::move(*metadata);
   if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey);
@@ -116,6 +121,18 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
         data_offsets_.emplace(std::make_pair(info->second.relative_path, info->second.offset), start);
       }
     }
+    return;
+  }
+  // DCP's safetensors serialization: PyTorch's planner gets the items' raw byte ranges. A
+  // `.metadata` this build cannot decode is left to PyTorch's own unpickler, as before.
+  std::optional<format::Metadata> decoded;
+  try {
+    decoded = format::decode_metadata(as_bytes(metadata_bytes_), checkpoint.describe_key(kMetadataKey));
+  } catch (const FormatError&) {
+  }
+  if (decoded && resolve_safetensors_items(*decoded, checkpoint)) {
+    metadata_bytes_ = format::encode_metadata(*decoded);
+    raw_tensor_items_ = true;
     return;
   }
   if (std::optional<std::string> sidecar = checkpoint.try_read_all(kChecksumSidecar)) {
@@ -177,8 +194,10 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     }
     if (checksums.item == nullptr && checks_zip_crc()) checksums.zip_crc = &zip_crc_;
     std::optional<std::uint64_t> data_offset;
-    if (auto it = data_offsets_.find({first.blob.relative_path, first.blob.offset});
-        it != data_offsets_.end() && checksums.zip_crc == nullptr) {
+    if (raw_tensor_items_) {
+      data_offset = 0;
+    } else if (auto it = data_offsets_.find({first.blob.relative_path, first.blob.offset});
+               it != data_offsets_.end() && checksums.zip_crc == nullptr) {
       data_offset = it->second;  // not with zip CRC-32s: they are in the blob's central directory
     }
     SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,

@@ -99,7 +99,9 @@ class PlannedReader {
   PlannedReader(const PlannedReader&) = delete;
   PlannedReader& operator=(const PlannedReader&) = delete;
 
-  // The exact `.metadata` bytes (DCP's Metadata pickle).
+  // The exact `.metadata` bytes (DCP's Metadata pickle); for a Hugging Face folder or DCP's
+  // safetensors serialization, the Metadata whose tensor items name their raw bytes
+  // (safetensors_metadata.h), encoded as `.metadata`.
   const std::string& metadata_bytes() const { return metadata_bytes_; }
   // Those bytes decoded (on the first call; nothing in them is executed). Throws
   // FormatError naming the `.metadata` when they are not DCP metadata. Thread-safe.
@@ -127,6 +129,7 @@ class PlannedReader {
   std::string metadata_bytes_;
   mutable std::mutex metadata_mutex_;
   mutable std::optional<format::Metadata> metadata_;  // GUARDED_BY(metadata_mutex_)
+  bool raw_tensor_items_ = false;  // folder_metadata.h
   std::optional<ChecksumSidecar> checksums_;
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;  // (file, blob offset)
   std::unique_ptr<SourceCache> sources_;

@@ -82,8 +82,9 @@ class ReshardSource {
 
 class DcpSource final : public ReshardSource {
  public:
-  DcpSource(std::shared_ptr<storage::Storage> storage, const ReshardOptions& options)
+  DcpSource(std::shared_ptr<storage::Storage> storage, CheckpointKind kind, const ReshardOptions& options)
       : storage_(std::move(storage)),
+        kind_(kind),
         reader_(*storage_, CheckpointReaderOptions{.verify_checksums = options.verify_checksums,
                                                    .check_zip_crc = options.check_zip_crc}) {
     const format::Metadata& md = reader_.metadata();
@@ -114,7 +115,7 @@ class DcpSource final : public ReshardSource {
     }
   }
 
-  std::string format() const override { return "dcp"; }
+  std::string format() const override { return std::string(checkpoint_kind_name(kind_)); }
   ZipCrcCounts zip_crc_counts() const override { return reader_.zip_crc_counts(); }
   std::optional<LightningMeta> lightning_meta(bool check_crc) override {
     return read_lightning_meta(*storage_, check_crc);
@@ -126,6 +127,7 @@ class DcpSource final : public ReshardSource {
 
  private:
   std::shared_ptr<storage::Storage> storage_;
+  CheckpointKind kind_;  // kDcp or kHfSafetensors
   CheckpointReader reader_;
 };
 
@@ -300,7 +302,7 @@ auto naming_source(const std::string& name, Fn&& fn) {
 std::unique_ptr<ReshardSource> open_source(const std::string& name, const ReshardOptions& options) {
   return naming_source(name, [&]() -> std::unique_ptr<ReshardSource> {
     CheckpointLocation location = locate_checkpoint(name);
-    if (location.is_dcp) return std::make_unique<DcpSource>(location.storage, options);
+    if (location.is_folder()) return std::make_unique<DcpSource>(location.storage, location.kind, options);
     return std::make_unique<TorchSource>(location, options.verify_checksums && options.check_zip_crc);
   });
 }

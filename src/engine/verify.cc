@@ -216,7 +216,8 @@ class DcpVerifier {
       try {
         if (options_.quick) {
           if (info == nullptr) throw FormatError("no storage entry in .metadata");  // check_metadata says so too
-          SavedTensorBlob blob(sources_.get(info->relative_path), *info, fqn, chunk, t.properties.dtype);
+          SavedTensorBlob blob(sources_.get(info->relative_path), *info, fqn, chunk, t.properties.dtype,
+                               reader_.raw_tensor_items() ? std::optional<std::uint64_t>(0) : std::nullopt);
         } else {
           for_each_box(chunk.sizes, itemsize, options_.slab_bytes,
                        [&](const format::Shape& off, const format::Shape& sizes, std::uint64_t n) {
@@ -236,6 +237,11 @@ class DcpVerifier {
       if (info == nullptr) continue;  // not reached: the read needs the storage entry
       const bool in_sidecar = sidecar_entry(info) != nullptr;
       if (in_sidecar) coverage_.sidecar_bytes += chunk_bytes;
+      if (reader_.raw_tensor_items()) {
+        // Safetensors: no checksum; its header was checked when the reader opened it.
+        coverage_.bytes += info->length;
+        continue;
+      }
       const ArchiveCheck blob = check_blob(*info, fqn, chunk_text);
       clean &= blob.clean;
       if (blob.clean && (in_sidecar || blob.all_crc_matched)) report_.verified_bytes += chunk_bytes;
@@ -317,13 +323,14 @@ class DcpVerifier {
 VerifyReport verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::optional<std::string>& local_folder,
                         const std::string& name, const VerifyOptions& options) {
   if (options.slab_bytes == 0) throw UsageError("verify: slab_bytes must be > 0");
+  const CheckpointKind kind = folder_kind(*st);
   VerifyReport report;
   report.name = name;
-  report.is_dcp = true;
+  report.kind = kind;
   report.quick = options.quick;
   report.coverage.emplace_back();
   report.coverage.back().name = name;
-  report.coverage.back().is_dcp = true;
+  report.coverage.back().kind = kind;
   report.coverage.back().quick = options.quick;
 
   std::unique_ptr<CheckpointReader> reader;
@@ -417,7 +424,7 @@ VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options
     }
   }
   CheckpointLocation location = locate_checkpoint(path_or_url);
-  if (location.is_dcp) return verify_dcp(location.storage, local, path_or_url, options);
+  if (location.is_folder()) return verify_dcp(location.storage, local, path_or_url, options);
   VerifyReport report;
   report.name = path_or_url;
   report.quick = options.quick;

@@ -22,7 +22,9 @@
 #include "format/metadata_codec.h"
 #include "format/safetensors_writer.h"
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
+#include "shardpoint/storage_registry.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
@@ -576,6 +578,28 @@ TEST(ConsolidateTest, SafetensorsShardedFolder) {
   std::size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir.path())) n += e.path().filename() != "ckpt" && e.path().filename() != "hf";
   EXPECT_EQ(n, 0u);
+}
+
+TEST(ConsolidateTest, HfSafetensorsIsAlwaysTheFolderAndReadsBackAsACheckpoint) {
+  TempDir dir;
+  const std::string folder = dir.file("ckpt");
+  save_state(folder, 2);
+  write_meta_pt(folder);
+  auto o = options_for(folder, dir.file("hf"));
+  o.format = ConsolidateFormat::kHfSafetensors;
+  consolidate(o);
+  std::ifstream in(dir.file("hf/model.safetensors.index.json"));
+  const nlohmann::json index = nlohmann::json::parse(in);
+  EXPECT_EQ(index["weight_map"]["c"], "model-00001-of-00001.safetensors");
+  EXPECT_EQ(index["metadata"]["total_size"], 120u + 14 + 112 + 40 + 4);
+  // The export is a Hugging Face folder shardpoint reads like any checkpoint.
+  auto out = storage::open_storage(dir.file("hf"));
+  CheckpointReader reader(*out);
+  EXPECT_TRUE(reader.raw_tensor_items());
+  const auto& c = reader.tensor("c");
+  std::vector<std::byte> got(static_cast<std::size_t>(volume(c.size)) * dtype_itemsize(c.properties.dtype));
+  reader.read_box("c", Shape(c.size.size(), 0), c.size, got);
+  EXPECT_EQ(got, expected_bytes("model.c"));
 }
 
 TEST(SafetensorsWriterTest, HeaderAndPadding) {

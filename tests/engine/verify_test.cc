@@ -92,7 +92,7 @@ TEST(VerifyTest, UndamagedCheckpointWithSidecarPasses) {
   save_on(2, *st);
   VerifyReport r = check(st);
   EXPECT_TRUE(r.ok()) << all_messages(r);
-  EXPECT_TRUE(r.is_dcp);
+  EXPECT_EQ(r.kind, CheckpointKind::kDcp);
   EXPECT_EQ(r.tensors, 6u);
   std::uint64_t objects = 0;
   for (const auto& [fqn, e] : read_metadata(*st).state_dict_metadata)
@@ -381,7 +381,7 @@ TEST(VerifyTest, MetaPtIsCheckedAsATorchSaveFile) {
   VerifyReport clean = check(st);
   EXPECT_TRUE(clean.ok()) << all_messages(clean);
   ASSERT_EQ(clean.coverage.size(), 2u);
-  EXPECT_FALSE(clean.coverage[1].is_dcp);
+  EXPECT_EQ(clean.coverage[1].kind, CheckpointKind::kTorchSave);
   EXPECT_EQ(clean.coverage[1].zip_crc32_records, clean.coverage[1].records);
 
   MemorySource source(as_bytes(meta), "meta");
@@ -403,7 +403,7 @@ TEST(VerifyTest, TorchSaveFileOnDisk) {
   shardpoint::testing::write_text(path, bytes);
   VerifyReport r = verify(path);
   EXPECT_TRUE(r.ok()) << all_messages(r);
-  EXPECT_FALSE(r.is_dcp);
+  EXPECT_EQ(r.kind, CheckpointKind::kTorchSave);
   EXPECT_GT(r.bytes, 0u);
   EXPECT_EQ(r.verified_bytes, r.bytes);
 
@@ -467,7 +467,7 @@ TEST(VerifyTest, LocalFolder) {
   save_on(2, *st, no_sidecar());
   VerifyReport r = verify(dir.file("ckpt"));
   EXPECT_TRUE(r.ok()) << all_messages(r);
-  EXPECT_TRUE(r.is_dcp);
+  EXPECT_EQ(r.kind, CheckpointKind::kDcp);
   EXPECT_EQ(r.verified_bytes, r.bytes);
 }
 
