@@ -55,6 +55,17 @@ SP_EXPORT const char* sp_version(void);
 /* Frees a buffer the library returned. NULL is ignored. */
 SP_EXPORT void sp_free(void* p);
 
+/* A path or URL parsed by the engine's one location parser, with the rules every command
+ * and call uses: "<scheme>://" URLs are remote except file:// ("file:///abs" and
+ * "file://localhost/abs" are the local path "/abs"); paths are normalised as pathlib does.
+ * *remote: 1 for an object store or memory:// URL, 0 for a local path. *canonical: the
+ * location's text (a local location's is its path); *parent: the folder or prefix holding
+ * it ("" when there is none: a bucket root, "/", "."); *name: its last segment ("" when
+ * none). The three strings are malloc'd (free with sp_free). Errors: SP_ERROR_USAGE for a
+ * file:// URL naming another host or carrying a query. */
+SP_EXPORT sp_status sp_location_parse(const char* path_or_url, int* remote, char** canonical, char** parent,
+                                      char** name, char** error);
+
 /* ------------------------------------------------------------------------------------ */
 /* Checkpoint locations                                                                  */
 

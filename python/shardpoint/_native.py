@@ -8,6 +8,7 @@ so native I/O runs while other Python threads go on. The library is looked up in
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -106,10 +107,12 @@ def _load() -> ctypes.CDLL:
     status = ctypes.c_int
     err = ctypes.POINTER(ctypes.c_char_p)
     out_buf = ctypes.POINTER(ctypes.c_void_p)
+    out_str = ctypes.POINTER(ctypes.c_void_p)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     signatures = {
         "sp_version": (ctypes.c_char_p, []),
         "sp_free": (None, [P]),
+        "sp_location_parse": (status, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), out_str, out_str, out_str, err]),
         "sp_checkpoint_open": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
         "sp_checkpoint_close": (None, [P]),
         "sp_read_object": (status, [P, ctypes.c_char_p, out_buf, size_p, ctypes.POINTER(ctypes.c_int), err]),
@@ -193,6 +196,27 @@ def _take_bytes(p: ctypes.c_void_p, size: int) -> bytes:
         return ctypes.string_at(_address(p), size) if size else b""
     finally:
         lib().sp_free(p)
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A path or URL as the engine parses it (sp_location_parse): the one set of rules."""
+
+    remote: bool  # an object store or memory:// URL; False for a local path (file:// included)
+    text: str  # canonical: a local location's path, or "<scheme>://<bucket>[/<path>][?query]"
+    parent: Optional[str]  # the folder or prefix holding it; None at a bucket root, "/" or "."
+    name: str  # the last segment ("" when none)
+
+
+def parse_location(path_or_url: str) -> Location:
+    """The engine's parse of ``path_or_url``; UsageError for what no driver would open."""
+    remote = ctypes.c_int()
+    canonical, parent, name = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    error = ctypes.c_char_p()
+    _check(lib().sp_location_parse(os.fsencode(path_or_url), ctypes.byref(remote), ctypes.byref(canonical),
+                                   ctypes.byref(parent), ctypes.byref(name), ctypes.byref(error)), error)
+    text, up, last = _take_string(canonical), _take_string(parent), _take_string(name)
+    return Location(remote=bool(remote.value), text=text, parent=up or None, name=last)
 
 
 def version() -> str:

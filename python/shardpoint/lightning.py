@@ -102,7 +102,6 @@ _log = logging.getLogger("shardpoint.lightning")
 _META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
 _DCP_METADATA = ".metadata"
 _SIDECARS = (".shardpoint-checksums.json", ".shardpoint-index")
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 _STEP = re.compile(r"step=(\d+)")
 
 PathOrUrl = Union[str, "os.PathLike[str]"]
@@ -117,25 +116,23 @@ def _text(path: PathOrUrl) -> str:
 
 
 def _is_url(path: PathOrUrl) -> bool:
-    return bool(_URL.match(_text(path))) and not _text(path).startswith("file://")
+    """Whether the engine's location parser calls ``path`` remote (file:// is local)."""
+    return _native.parse_location(_text(path)).remote
 
 
 def _local(path: PathOrUrl) -> str:
-    text = _text(path)
-    return text[len("file://"):] if text.startswith("file://") else text
+    """The local path of a local location (a file:// URL's path, normalised)."""
+    return _native.parse_location(_text(path)).text
 
 
 def _split(path: PathOrUrl) -> Tuple[str, str]:
-    """(parent location, last name) of a file path or URL."""
-    text = _text(path).rstrip("/")
-    if _is_url(text):
-        scheme, rest = text.split("://", 1)
-        parent, _, name = rest.rpartition("/")
-        if not parent or not name:
-            raise errors.UsageError(f"{text}: a checkpoint URL needs a bucket or container and a name")
-        return f"{scheme}://{parent}", name
-    text = _local(text)
-    return os.path.dirname(os.path.abspath(text)), os.path.basename(text)
+    """(parent location, last name) of a file path or URL, as the engine parses it."""
+    location = _native.parse_location(_text(path))
+    if location.remote:
+        if location.parent is None or not location.name:
+            raise errors.UsageError(f"{location.text}: a checkpoint URL needs a bucket or container and a name")
+        return location.parent, location.name
+    return os.path.dirname(os.path.abspath(location.text)), os.path.basename(location.text)
 
 
 def is_committed(path: PathOrUrl) -> bool:

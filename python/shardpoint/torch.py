@@ -76,14 +76,15 @@ PathOrUrl = Union[str, "os.PathLike[str]"]
 
 
 def _location(path: PathOrUrl) -> str:
+    """The engine's canonical text of a path or URL (a file:// URL becomes its local path)."""
     text = os.fspath(path)
     if not isinstance(text, str):
         text = os.fsdecode(text)
-    return text
+    return _native.parse_location(text).text
 
 
 def _is_local(location: str) -> bool:
-    return "://" not in location
+    return not _native.parse_location(location).remote
 
 
 _STAGING_MARK = ".sp-replace-"

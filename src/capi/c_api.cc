@@ -34,6 +34,7 @@
 #include "shardpoint/storage_registry.h"
 #include "shardpoint/verify.h"
 #include "storage/local_replace.h"
+#include "storage/location.h"
 
 struct sp_checkpoint {
   std::unique_ptr<shardpoint::storage::Storage> storage;
@@ -179,6 +180,23 @@ extern "C" {
 const char* sp_version(void) { return "0.1.0"; }
 
 void sp_free(void* p) { std::free(p); }
+
+sp_status sp_location_parse(const char* path_or_url, int* remote, char** canonical, char** parent, char** name,
+                            char** error) {
+  return guarded(error, [&] {
+    require(remote != nullptr && canonical != nullptr && parent != nullptr && name != nullptr, "NULL argument");
+    const storage::Location location = storage::Location::parse(str(path_or_url, "path_or_url is NULL"));
+    const std::optional<storage::Location> up = location.parent();
+    std::unique_ptr<char, decltype(&std::free)> text(copy_string(location.to_string()), &std::free);
+    std::unique_ptr<char, decltype(&std::free)> folder(copy_string(up ? up->to_string() : ""), &std::free);
+    std::unique_ptr<char, decltype(&std::free)> last(copy_string(location.name()), &std::free);
+    if (!text || !folder || !last) throw std::bad_alloc();
+    *remote = location.is_remote() ? 1 : 0;
+    *canonical = text.release();
+    *parent = folder.release();
+    *name = last.release();
+  });
+}
 
 sp_status sp_checkpoint_open(const char* path_or_url, sp_checkpoint** out, char** error) {
   return guarded(error, [&] {

@@ -159,6 +159,29 @@ static void test_errors(const char* dir) {
 
 /* The files a rank writes: as asked on local folders and S3, at least 4 on gs:// (one
  * resumable session per object is one sequential stream). Opening URLs does no I/O. */
+static void test_location_parse(void) {
+  int remote = -1;
+  char *canonical = NULL, *parent = NULL, *name = NULL, *error = NULL;
+  CHECK(sp_location_parse("file://localhost/data/./ckpt/", &remote, &canonical, &parent, &name, &error) == SP_OK &&
+            remote == 0 && strcmp(canonical, "/data/ckpt") == 0 && strcmp(parent, "/data") == 0 &&
+            strcmp(name, "ckpt") == 0,
+        "file URL: %s %s %s", msg(canonical), msg(parent), msg(name));
+  sp_free(canonical);
+  sp_free(parent);
+  sp_free(name);
+  CHECK(sp_location_parse("S3://bucket/run/step-3", &remote, &canonical, &parent, &name, &error) == SP_OK &&
+            remote == 1 && strcmp(canonical, "s3://bucket/run/step-3") == 0 &&
+            strcmp(parent, "s3://bucket/run") == 0 && strcmp(name, "step-3") == 0,
+        "s3 URL: %s %s %s", msg(canonical), msg(parent), msg(name));
+  sp_free(canonical);
+  sp_free(parent);
+  sp_free(name);
+  CHECK(sp_location_parse("file://other/x", &remote, &canonical, &parent, &name, &error) == SP_ERROR_USAGE &&
+            error != NULL,
+        "file URL of another host: %s", msg(error));
+  sp_free(error);
+}
+
 static void test_files_per_rank(const char* dir) {
   char* error = NULL;
   sp_checkpoint* ckpt = NULL;
@@ -196,6 +219,7 @@ int main(int argc, char** argv) {
   test_save_load_reshard(argv[1]);
   test_errors(argv[1]);
   test_files_per_rank(argv[1]);
+  test_location_parse();
   printf("c_api_test: %d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }
