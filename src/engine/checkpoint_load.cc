@@ -221,8 +221,9 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     const std::size_t t = order[i];
     const format::StorageInfo& info = *task_info[t];
     std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
-    if (t >= groups.size()) {
-      // Objects are read whole (announced too: object stores size their GETs by it).
+    if (t >= groups.size() || !info.transform_descriptors.empty()) {
+      // Objects and zstd items are read whole (announced too: object stores size their GETs
+      // by it).
       ranges[i].push_back({file, info.offset, info.length});
       continue;
     }
@@ -269,7 +270,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
       const ReadItem& item = *object_items[k];
       const format::StorageInfo& info = *task_info[task];
       std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
-      objects[k] = read_saved_object(*file, info, item.storage_index.fqn, checksums_for(info), counts[task]);
+      objects[k] = read_saved_object(file, info, item.storage_index.fqn, checksums_for(info), counts[task]);
       needed += info.length;
     }
   });

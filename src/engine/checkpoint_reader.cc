@@ -136,7 +136,7 @@ std::shared_ptr<const torchfile::TorchFile> CheckpointReader::read_object_file(c
   const format::StorageInfo& info = storage_info(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
   ReadCounts counts;
   std::shared_ptr<const torchfile::TorchFile> file =
-      open_saved_object(*source(info.relative_path), info, fqn, checksums_for(info), counts);
+      open_saved_object(source(info.relative_path), info, fqn, checksums_for(info), counts);
   std::lock_guard lock(mu_);
   counts_ += counts;
   return file;

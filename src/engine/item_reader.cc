@@ -35,7 +35,9 @@
 #include "core/checksum.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
+#include "engine/compressed_item.h"
 #include "engine/torch_file_crc.h"
+#include "format/stream_transform.h"
 #include "shardpoint/error.h"
 #include "torchfile/zip_format.h"
 #include "torchfile/zip_record_check.h"
@@ -94,8 +96,8 @@ class CountedWindow final : public ByteSource {
     }
     if (begin >= tail_begin() && end <= length_) {
       serve(tail_, tail_begin(), length_, begin, {}, "zip records");
-      return ByteSpan(tail_.bytes).subspan(static_cast<std::size_t>(begin - tail_begin()),
-                                           static_cast<std::size_t>(end - begin));
+      return ByteSpan(tail_.bytes)
+          .subspan(static_cast<std::size_t>(begin - tail_begin()), static_cast<std::size_t>(end - begin));
     }
     return std::nullopt;
   }
@@ -173,14 +175,15 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
                                  std::string fqn, const format::ChunkStorageMetadata& chunk, DType dtype,
                                  std::optional<std::uint64_t> data_offset)
     : fqn_(std::move(fqn)), info_(info), chunk_(chunk), dtype_(dtype) {
-  if (!info_.transform_descriptors.empty()) {
-    throw FormatError(describe() + ": stream transforms are not supported yet (found \"" +
-                      info_.transform_descriptors.front() + "\")");
-  }
+  const format::StreamTransform transform = format::parse_transforms(info_.transform_descriptors, describe());
   if (info_.offset > file->size() || info_.length > file->size() - info_.offset) {
     throw FormatError(describe() + ": blob [" + std::to_string(info_.offset) + ", " +
                       std::to_string(info_.offset + info_.length) + ") reaches past the end of the file (" +
                       std::to_string(file->size()) + " bytes)");
+  }
+  if (transform != format::StreamTransform::kNone) {
+    open_decompressed(file);  // the load index's data_offset is for untransformed blobs only
+    return;
   }
   auto window = std::make_unique<CountedWindow>(
       file, info_.offset, info_.length,
@@ -208,14 +211,18 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
     }
     rethrow_with_context(describe());
   }
+  check_tensor();
+}
+
+void SavedTensorBlob::check_tensor() {
   tensor_ = file_->tensor_of(*file_->root());
   if (tensor_ == nullptr) {
     throw FormatError(describe() + ": expected a tensor at the root of the torch.save blob, found " +
                       std::string(pickle::kind_name(file_->root()->kind())));
   }
   if (tensor_->dtype != dtype_) {
-    throw FormatError(describe() + ": expected dtype " + std::string(dtype_name(dtype_)) + " (as .metadata says), found " +
-                      std::string(dtype_name(tensor_->dtype)));
+    throw FormatError(describe() + ": expected dtype " + std::string(dtype_name(dtype_)) +
+                      " (as .metadata says), found " + std::string(dtype_name(tensor_->dtype)));
   }
   if (tensor_->shape != chunk_.sizes) {
     throw FormatError(describe() + ": expected a tensor of shape " + shape_to_string(chunk_.sizes) +
@@ -225,6 +232,60 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
       tensor_->storage.offset + static_cast<std::uint64_t>(tensor_->storage_offset) * dtype_itemsize(dtype_);
   layout_.nbytes = tensor_->nbytes();
   layout_.direct = tensor_->is_contiguous() && !tensor_->big_endian;
+}
+
+namespace {
+
+// A zstd item that decompresses to at most this is held whole while it is read; larger
+// ones keep only their zip records (compressed_item.h). 8 MiB: one slab of a consolidate.
+constexpr std::uint64_t kKeepWholeBytes = std::uint64_t{8} << 20;
+// What a tensor item may hold besides its data: zip records and data.pkl (~1.5 KiB in
+// torch.save's), with room for any layout.
+constexpr std::uint64_t kRecordAllowance = std::uint64_t{16} << 20;
+
+}  // namespace
+
+void SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>& file) {
+  stored_file_ = file;
+  const std::string label = describe() + " (" + info_.transform_descriptors.front() + ")";
+  const std::uint64_t nbytes = static_cast<std::uint64_t>(volume(chunk_.sizes)) * dtype_itemsize(dtype_);
+  DecompressOptions options;
+  // A saved view may keep a larger storage; twice the chunk bounds what DCP writes.
+  options.max_bytes = 2 * nbytes + kRecordAllowance;
+  options.keep_whole_bytes = kKeepWholeBytes;
+  // A sparse image that the parser cannot read whole (records outside its head and tail) or
+  // whose tensor is not one row-major run inside the hole is decompressed again, whole.
+  for (const bool whole : {false, true}) {
+    if (whole) options.keep_whole_bytes = options.max_bytes;
+    decompressed_ = std::make_unique<DecompressedItem>(decompress_item(file, info_, label, options));
+    const std::shared_ptr<const ByteSource>& image = decompressed_->image;
+    auto window = std::make_unique<CountedWindow>(image, 0, image->size(), image->name());
+    window_ = window.get();
+    const bool sparse = decompressed_->hole.has_value();
+    try {
+      file_ = torchfile::TorchFile::open(std::move(window));
+    } catch (const Error&) {
+      if (sparse) continue;
+      rethrow_with_context(describe());
+    }
+    check_tensor();
+    if (!sparse) return;
+    const torchfile::ByteRange hole = *decompressed_->hole;
+    const torchfile::ZipEntry* record = file_->record("data/" + tensor_->storage_key);
+    if (!layout_.direct || record == nullptr || record->method != torchfile::zip::kMethodStored ||
+        hole.offset < record->data_offset ||
+        hole.offset + hole.size > record->data_offset + record->uncompressed_size) {
+      continue;
+    }
+    const std::uint32_t crc =
+        *decompressed_crc32(*decompressed_, record->data_offset, record->data_offset + record->uncompressed_size);
+    if (crc != record->crc32) {
+      throw FormatError(describe() + ": zip CRC-32 mismatch in record \"" + record->name + "\" (decompressed from " +
+                        info_.transform_descriptors.front() + "): expected " + torchfile::crc32_hex(record->crc32) +
+                        ", found " + torchfile::crc32_hex(crc));
+    }
+    return;
+  }
 }
 
 SavedTensorBlob::~SavedTensorBlob() = default;
@@ -252,6 +313,11 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
   const std::string what = describe() + " data";
   const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
 
+  if (decompressed_ && (decompressed_->hole || verify)) {
+    read_decompressed_into(segments, dest, checksums, what);
+    return;
+  }
+
   ZipCrcLedger* const zip_ledger = !verify && file_ != nullptr ? checksums.zip_crc : nullptr;
   const DataRecord* const zip_record = zip_ledger != nullptr ? zip_data_record(*zip_ledger) : nullptr;
 
@@ -268,9 +334,9 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
       window_->read_data(0, blob, what);
       const std::uint64_t found = checksum_of(checksums.algorithm, blob);
       if (found != checksums.item->checksum) {
-        throw FormatError(describe() + ": checksum mismatch: expected " +
-                          std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
-                          hex(checksums.algorithm, checksums.item->checksum) + ", found " + hex(checksums.algorithm, found));
+        throw FormatError(
+            describe() + ": checksum mismatch: expected " + std::string(checksum_algorithm_name(checksums.algorithm)) +
+            " " + hex(checksums.algorithm, checksums.item->checksum) + ", found " + hex(checksums.algorithm, found));
       }
     }
     std::vector<std::byte> chunk(static_cast<std::size_t>(tensor_->nbytes()));
@@ -344,7 +410,8 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
       const std::uint64_t b_begin = parts_block * block;
       const std::uint64_t b_end = std::min(b_begin + block, info_.length);
       const std::uint64_t data_end = data_start + layout_.nbytes;
-      for (auto [lo, hi] : {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
+      for (auto [lo, hi] :
+           {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
         if (lo >= hi) continue;
         if (std::optional<ByteSpan> held = window_->cached(lo, hi)) {
           parts.push_back(Part{lo, hi, held->data(), crc32c(0, *held)});
@@ -353,8 +420,7 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
       std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
       for (const Part& p : parts) {
         if (!pieces->empty() && pieces->back().file == info_.relative_path &&
-            pieces->back().blob_offset == info_.offset && pieces->back().end == p.begin &&
-            p.begin % block != 0) {
+            pieces->back().blob_offset == info_.offset && pieces->back().end == p.begin && p.begin % block != 0) {
           // Continues the same block.
           pieces->back().crc = crc32c_combine(pieces->back().crc, p.crc, p.end - p.begin);
           pieces->back().end = p.end;
@@ -432,10 +498,48 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
   finish_partial_block();
 }
 
+void SavedTensorBlob::read_decompressed_into(const std::vector<Segment>& segments, std::span<std::byte> dest,
+                                             const BlobChecksums& checksums, const std::string& what) {
+  const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
+  if (verify && checksums.item->length != info_.length) {
+    throw FormatError(describe() + ": checksum sidecar says the blob has " + std::to_string(checksums.item->length) +
+                      " bytes, .metadata says " + std::to_string(info_.length));
+  }
+  if (!verify && checksums.zip_crc != nullptr && !zip_records_checked_) {
+    // The data record's CRC-32 was checked at open; the small records are in the image.
+    if (checksums.zip_crc->claim_blob(info_.relative_path, info_.offset)) {
+      const torchfile::ZipEntry* data = file_->record("data/" + tensor_->storage_key);
+      checksums.zip_crc->count(
+          check_records_but(file_->archive(), data != nullptr ? data->name : std::string(), info_.offset, describe()));
+    }
+    zip_records_checked_ = true;
+  }
+  if (!direct()) throw FormatError(describe() + ": internal: a transformed blob read from its stream must be direct");
+  std::vector<WantedRange> wanted;
+  wanted.reserve(segments.size());
+  for (const Segment& s : segments) {
+    wanted.push_back({layout_.data_start + s.src, s.length, dest.data() + s.dst});
+  }
+  std::sort(wanted.begin(), wanted.end(), [](const WantedRange& a, const WantedRange& b) { return a.at < b.at; });
+  StreamingChecksum sum(verify ? checksums.algorithm : ChecksumAlgorithm::kNone);
+  std::function<void(std::uint64_t, ByteSpan)> on_stored;
+  if (verify) on_stored = [&](std::uint64_t, ByteSpan bytes) { sum.update(bytes); };
+  read_decompressed(stored_file_, info_, what, *decompressed_, wanted, verify, on_stored);
+  std::uint64_t moved = 0;
+  for (const Segment& s : segments) moved += s.length;
+  window_->counts().data_bytes += moved;
+  if (verify && sum.value() != checksums.item->checksum) {
+    throw FormatError(describe() + ": checksum mismatch of the stored (compressed) bytes: expected " +
+                      std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
+                      hex(checksums.algorithm, checksums.item->checksum) + ", found " +
+                      hex(checksums.algorithm, sum.value()));
+  }
+}
+
 void SavedTensorBlob::check_block_index(const ItemChecksums& entry, std::uint64_t block) const {
   if (block >= entry.blocks.size()) {
-    throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
-                      " blocks, block " + std::to_string(block) + " needed");
+    throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) + " blocks, block " +
+                      std::to_string(block) + " needed");
   }
 }
 
@@ -515,8 +619,8 @@ std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
 }
 
 std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<const ReadItem*>& items,
-                                                          const format::Shape& chunk_sizes, std::size_t itemsize,
-                                                          std::uint64_t blob_length) {
+                                                           const format::Shape& chunk_sizes, std::size_t itemsize,
+                                                           std::uint64_t blob_length) {
   std::vector<ByteRange> ranges;
   auto add = [&](std::uint64_t begin, std::uint64_t end) {
     end = std::min(end, blob_length);
@@ -540,8 +644,8 @@ std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<con
   std::vector<ByteRange> merged;
   for (const ByteRange& r : ranges) {
     if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
-      merged.back().length = std::max(merged.back().offset + merged.back().length, r.offset + r.length) -
-                             merged.back().offset;
+      merged.back().length =
+          std::max(merged.back().offset + merged.back().length, r.offset + r.length) - merged.back().offset;
     } else {
       merged.push_back(r);
     }

@@ -1,4 +1,4 @@
-// Reading saved items back (layout: docs/dcp-format.md §2.1). SavedTensorBlob opens one
+// Reading saved items back (layout: docs/dcp-format.md §2.1; zstd items §2.4). SavedTensorBlob opens one
 // tensor blob of a .distcp file as the torch.save archive it is and copies only the byte
 // runs a ReadItem needs (load_plan.h) into the destination buffer (bytes items:
 // saved_object.h; the pieces of blocks the ranks verify together: block_pieces.h).
@@ -12,6 +12,11 @@
 // verify_block_pieces
 // (crc32c with `pieces`). How and why: the top of item_reader.cc. Mismatches throw
 // FormatError naming the file, the fqn, the block and expected vs found.
+//
+// A zstd item is opened from its decompressed image (engine/compressed_item.h): one pass
+// at open, and one more per read_into that decompresses up to the last byte it needs
+// (bytes past the image's hole are copied from the image). A sidecar entry of a zstd item
+// covers its stored bytes, checked whole.
 //
 // Thread-safety: a SavedTensorBlob is used by one thread at a time; different ones over the
 // same file source may be used from different threads. SourceCache is thread-safe.
@@ -66,6 +71,7 @@ class SourceCache {
 };
 
 class CountedWindow;
+struct DecompressedItem;
 
 class SavedTensorBlob {
  public:
@@ -130,6 +136,14 @@ class SavedTensorBlob {
   // to `hash` (with its blob offset) right after it, while the bytes are in cache.
   void read_then_hash(std::uint64_t begin, std::uint64_t end, std::byte* out, const std::string& what,
                       const std::function<void(std::uint64_t at, ByteSpan bytes)>& hash);
+  // Opens a transformed item (docs/dcp-format.md §2.4) from its decompressed image.
+  void open_decompressed(const std::shared_ptr<const ByteSource>& file);
+  // The dtype, shape and layout checks of the tensor at the blob's root; sets layout_.
+  void check_tensor();
+  // read_into for a transformed item read from its stream (a sparse image) or verified
+  // against a sidecar entry over its stored bytes.
+  void read_decompressed_into(const std::vector<Segment>& segments, std::span<std::byte> dest,
+                              const BlobChecksums& checksums, const std::string& what);
   // The zip CRC-32 checks of read_into: checks the small records on first use and returns
   // the data record, or nullptr when its CRC-32 cannot be checked (a compressed record).
   const DataRecord* zip_data_record(ZipCrcLedger& ledger);
@@ -152,6 +166,9 @@ class SavedTensorBlob {
     bool direct = true;            // row-major contiguous little-endian
   };
   Layout layout_;
+  // Transformed items: the .distcp file and the image the blob was parsed from.
+  std::shared_ptr<const ByteSource> stored_file_;
+  std::unique_ptr<DecompressedItem> decompressed_;
   bool zip_records_checked_ = false;
   std::optional<DataRecord> zip_data_;  // set by zip_data_record
 };

@@ -12,6 +12,7 @@
 #include "engine/parallel_for.h"
 #include "engine/read_ahead.h"
 #include "engine/save_steps.h"
+#include "engine/saved_object.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
 #include "shardpoint/error.h"
@@ -152,6 +153,10 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     }
     for (const ReadItem& item : items[b]) item_pointers.push_back(&item);
     std::shared_ptr<const ByteSource> file = sources_->get(first.blob.relative_path);
+    if (!first.blob.transform_descriptors.empty()) {
+      ranges[b].push_back({file, first.blob.offset, first.blob.length});  // a zstd item is read whole
+      continue;
+    }
     for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(item_pointers, first.chunk.sizes,
                                                                   dtype_itemsize(first.dtype), first.blob.length)) {
       ranges[b].push_back({file, first.blob.offset + r.offset, r.length});
@@ -184,6 +189,28 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
 }
 
 std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std::string& fqn) {
+  if (!blob.transform_descriptors.empty()) {
+    // A zstd item (docs/dcp-format.md §2.4): its sidecar entry covers the stored bytes.
+    const std::string where = checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\"";
+    BlobChecksums checksums;
+    if (verified()) {
+      checksums.algorithm = checksums_->algorithm();
+      checksums.item = checksums_->find(blob.relative_path, blob.offset);
+    }
+    ReadCounts counts;
+    const std::unique_ptr<ByteSource> source =
+        read_item_blob(sources_->get(blob.relative_path), blob, where, checksums, counts);
+    if (checksums.item == nullptr && checks_zip_crc()) {
+      std::optional<torchfile::ZipArchive> archive;
+      try {
+        archive.emplace(*source);
+      } catch (const Error&) {
+        rethrow_with_context(where);
+      }
+      zip_crc_.count(check_records_but(*archive, "", blob.offset, where));
+    }
+    return source->read_string(0, source->size(), where);
+  }
   std::string bytes(blob.length, '\0');
   checkpoint_.read(blob.relative_path, blob.offset, std::as_writable_bytes(std::span<char>(bytes)));
   const ItemChecksums* entry = verified() ? checksums_->find(blob.relative_path, blob.offset) : nullptr;
