@@ -460,7 +460,9 @@ class StorageReader(_DcpStorageReader):
         return self._reader
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        """(all ranks, or the coordinator) The checkpoint's Metadata, from its ``.metadata``."""
+        """(all ranks, or the coordinator) The checkpoint's Metadata, from its ``.metadata``, or
+        the union of every rank's ``__<rank>.metadata`` when it was saved with
+        ``use_collectives=False`` (a missing rank's file is a FormatError)."""
         try:
             metadata = pickle.loads(self._opened().metadata_bytes())
         except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError) as e:
@@ -537,11 +539,8 @@ class StorageReader(_DcpStorageReader):
         info = self._storage_data.get(item.storage_index)
         if info is None:
             raise errors.FormatError(f'{self.path}: .metadata names no storage for "{item.storage_index.fqn}"')
-        if getattr(info, "transform_descriptors", None):
-            raise errors.UsageError(
-                f'{self.path}: item "{item.storage_index.fqn}" was written with transforms '
-                f"{list(info.transform_descriptors)}, which shardpoint does not read"
-            )
+        # Stream transforms ("stream.zstd/1") are undone by the engine, which reads them from
+        # the same .metadata by the item's file and offset.
         return info
 
     def _saved_chunk(self, index: MetadataIndex) -> Tuple[Sequence[int], torch.dtype]:

@@ -42,6 +42,7 @@
 #include "engine/chunking.h"
 #include "engine/flatten.h"
 #include "engine/item_reader.h"
+#include "engine/metadata_files.h"
 #include "engine/parallel_for.h"
 #include "engine/plan_codec.h"
 #include "engine/rank_failures.h"
@@ -58,14 +59,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string read_metadata_bytes(storage::Storage& st) {
-  std::optional<std::string> bytes = st.try_read_all(kMetadataKey);
-  if (!bytes) {
-    throw StorageError(StorageError::Kind::kNotFound,
-                       st.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
-  }
-  return std::move(*bytes);
-}
+// `.metadata`, or the union of the per-rank files (metadata_files.h).
+std::string read_metadata_bytes(storage::Storage& st) { return read_checkpoint_metadata(st); }
 
 // ---------------------------------------------------------------------------------------
 // Load, steps 2-4 on one rank.

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/byte_stream.h"
+#include "engine/metadata_files.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
@@ -30,7 +31,7 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
     return location;
   }
   std::shared_ptr<storage::Storage> folder = storage::open_storage(name);
-  if (folder->try_stat(kMetadataKey)) {
+  if (has_checkpoint_metadata(*folder)) {
     location.is_dcp = true;
     location.storage = std::move(folder);
     return location;

@@ -6,6 +6,7 @@
 #include "engine/checksum_sidecar.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
+#include "engine/metadata_files.h"
 #include "engine/saved_object.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/checkpoint_path.h"
@@ -25,12 +26,8 @@ struct CheckpointReader::State {
 
 CheckpointReader::CheckpointReader(storage::Storage& storage, CheckpointReaderOptions options)
     : storage_(storage), options_(options), state_(std::make_unique<State>(storage)) {
-  std::optional<std::string> bytes = storage_.try_read_all(kMetadataKey);
-  if (!bytes) {
-    throw StorageError(StorageError::Kind::kNotFound,
-                       storage_.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
-  }
-  metadata_ = format::decode_metadata(as_bytes(*bytes), storage_.describe_key(kMetadataKey));
+  const std::string bytes = read_checkpoint_metadata(storage_);
+  metadata_ = format::decode_metadata(as_bytes(bytes), storage_.describe_key(kMetadataKey));
   if (options_.verify_checksums) {
     if (auto sidecar = storage_.try_read_all(kChecksumSidecar)) {
       state_->sidecar = ChecksumSidecar::decode(*sidecar, storage_.describe_key(kChecksumSidecar));

@@ -9,6 +9,7 @@
 #include "engine/checkpoint_index.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
+#include "engine/metadata_files.h"
 #include "engine/parallel_for.h"
 #include "engine/read_ahead.h"
 #include "engine/save_steps.h"
@@ -101,12 +102,14 @@ void commit_planned(storage::Storage& checkpoint, std::string_view metadata_byte
 
 PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions options)
     : checkpoint_(checkpoint), options_(options), sources_(std::make_unique<SourceCache>(checkpoint)) {
-  std::optional<std::string> metadata = checkpoint.try_read_all(kMetadataKey);
-  if (!metadata) {
-    throw StorageError(StorageError::Kind::kNotFound,
-                       checkpoint.describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");
+  metadata_bytes_ = read_checkpoint_metadata(checkpoint);
+  // Callers name blobs by file and offset; the transforms to undo come from .metadata.
+  for (const auto& [key, info] :
+       format::decode_metadata(as_bytes(metadata_bytes_), checkpoint.describe_key(kMetadataKey)).storage_data) {
+    if (!info.transform_descriptors.empty()) {
+      transforms_.emplace(std::make_pair(info.relative_path, info.offset), info.transform_descriptors);
+    }
   }
-  metadata_bytes_ = std::move(*metadata);
   if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey);
       index && index_matches(*index, as_bytes(metadata_bytes_))) {
     CheckpointIndex decoded = decode_checkpoint_index(*index, checkpoint.describe_key(kIndexKey));
@@ -153,7 +156,7 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     }
     for (const ReadItem& item : items[b]) item_pointers.push_back(&item);
     std::shared_ptr<const ByteSource> file = sources_->get(first.blob.relative_path);
-    if (!first.blob.transform_descriptors.empty()) {
+    if (!transforms_of(first.blob).empty()) {
       ranges[b].push_back({file, first.blob.offset, first.blob.length});  // a zstd item is read whole
       continue;
     }
@@ -179,7 +182,9 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
         it != data_offsets_.end() && checksums.zip_crc == nullptr) {
       data_offset = it->second;  // not with zip CRC-32s: they are in the blob's central directory
     }
-    SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
+    format::StorageInfo info = first.blob;
+    info.transform_descriptors = transforms_of(first.blob);
+    SavedTensorBlob blob(sources_->get(first.blob.relative_path), info, first.fqn, first.chunk, first.dtype,
                          data_offset);
     for (std::size_t i = 0; i < items[b].size(); ++i) {
       const PlannedTensorRead& r = *(*blobs[b])[i];
@@ -188,7 +193,16 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
   });
 }
 
-std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std::string& fqn) {
+const std::vector<std::string>& PlannedReader::transforms_of(const format::StorageInfo& blob) const {
+  if (!blob.transform_descriptors.empty()) return blob.transform_descriptors;
+  static const std::vector<std::string> kNone;
+  auto it = transforms_.find({blob.relative_path, blob.offset});
+  return it != transforms_.end() ? it->second : kNone;
+}
+
+std::string PlannedReader::read_blob(const format::StorageInfo& given, const std::string& fqn) {
+  format::StorageInfo blob = given;
+  blob.transform_descriptors = transforms_of(given);
   if (!blob.transform_descriptors.empty()) {
     // A zstd item (docs/dcp-format.md §2.4): its sidecar entry covers the stored bytes.
     const std::string where = checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\"";
