@@ -130,7 +130,10 @@ void verify_torch_file(const CheckpointLocation& location, const std::string& la
   try {
     file = open_torch_file(location);
   } catch (const std::exception& e) {
-    report.problems.push_back({label, "", label + ": " + e.what()});
+    // The source names itself in what it throws (a path, or the storage's describe_key,
+    // which is what label is for meta.pt): add the label only where it is missing.
+    const std::string what = e.what();
+    report.problems.push_back({label, "", what.find(label) == std::string::npos ? label + ": " + what : what});
     return;
   }
   coverage.bytes = file->source().size();
