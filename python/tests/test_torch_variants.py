@@ -86,18 +86,40 @@ def test_consolidate_equals_pytorch_consolidation(saved, variant, tmp_path):
     shardpoint.consolidate(saved[variant], ours, layout="dcp")
     dcp_to_torch_save(str(saved["plain"]), str(theirs))
     a, b = torch.load(ours, weights_only=False), torch.load(theirs, weights_only=False)
-    assert list(a) == list(b)
-    for key, value in b.items():
-        if isinstance(value, torch.Tensor):
-            assert a[key].dtype == value.dtype and torch.equal(a[key], value), key
-        else:
-            assert a[key] == value, key
+    assert_same(a, b, "")
     st = tmp_path / "model.safetensors"
     shardpoint.consolidate(saved[variant], st, layout="dcp", format="safetensors")
     from safetensors.torch import load_file
 
     tensors = load_file(str(st))
-    assert tensors and all(torch.equal(t, b[k]) for k, t in tensors.items())
+    flat = dict(flatten(b, ""))
+    assert tensors and all(torch.equal(t, flat[k]) for k, t in tensors.items())
+
+
+def assert_same(a, b, where: str) -> None:
+    """Same structure, key order, types, dtypes and values."""
+    assert type(a) is type(b), where
+    if isinstance(b, dict):
+        assert list(a) == list(b), where
+        for key in b:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(b, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(b, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+def flatten(value, prefix: str):
+    """(dotted key, tensor) of every tensor in nested dicts."""
+    if isinstance(value, dict):
+        for key, v in value.items():
+            yield from flatten(v, f"{prefix}.{key}" if prefix else key)
+    elif isinstance(value, torch.Tensor):
+        yield prefix, value
 
 
 def test_pytorch_reads_shardpoint_zstd(tmp_path):

@@ -1,5 +1,5 @@
 // Where a checkpoint's metadata is: `.metadata`, or the per-rank files `__<rank>.metadata`
-// that `dcp.save(..., use_collectives=False)` writes instead (docs/dcp-format.md §3.9).
+// that `dcp.save(..., use_collectives=False)` writes instead (docs/dcp-format.md §1.4).
 //
 // Per-rank checkpoints: each rank writes its own items to `__<rank>_<i>.distcp` and a
 // `.metadata`-format pickle of only those items to `__<rank>.metadata`; nothing records the
