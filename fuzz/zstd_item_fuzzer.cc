@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (h.offset > n || h.size > n - h.offset) std::abort();
       // One range from the stream (inside the hole) and one from the tail.
       std::vector<std::byte> a(16), b(16), want(16);
-      const engine::WantedRange wanted[] = {{h.offset + h.size / 2, a.size(), a.data()}, {n - b.size(), b.size(), b.data()}};
+      const engine::WantedRange wanted[] = {{h.offset + h.size / 2, a.size(), a.data()},
+                                            {n - b.size(), b.size(), b.data()}};
       engine::read_decompressed(file, info, "item", sparse, wanted, false);
       for (const engine::WantedRange& r : wanted) {
         whole.image->read(r.at, want, "check");

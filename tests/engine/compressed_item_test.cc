@@ -49,8 +49,8 @@ struct ZstdCheckpoint {
       w.global_shape = {kRows, kCols};
       w.offsets = {r * rows, 0};
       w.sizes = {rows, kCols};
-      w.data = std::as_writable_bytes(
-          std::span<float>(full).subspan(static_cast<std::size_t>(r * rows * kCols), static_cast<std::size_t>(rows * kCols)));
+      w.data = std::as_writable_bytes(std::span<float>(full).subspan(static_cast<std::size_t>(r * rows * kCols),
+                                                                     static_cast<std::size_t>(rows * kCols)));
       TensorShard b;
       b.dtype = DType::kFloat64;
       b.global_shape = b.sizes = {3};
@@ -138,8 +138,8 @@ TEST(CompressedItemTest, ReaderReadsSubBoxes) {
   ZstdCheckpoint ck;
   CheckpointReader reader(*ck.st);
   // A box across the two chunks, and one near the end of the second (past its image's hole).
-  for (const auto& [row0, col0, rows, cols] : std::vector<std::array<std::int64_t, 4>>{
-           {1500, 7, 100, 300}, {kRows - 3, kCols - 5, 3, 5}, {0, 0, 1, kCols}}) {
+  for (const auto& [row0, col0, rows, cols] :
+       std::vector<std::array<std::int64_t, 4>>{{1500, 7, 100, 300}, {kRows - 3, kCols - 5, 3, 5}, {0, 0, 1, kCols}}) {
     std::vector<float> got(static_cast<std::size_t>(rows * cols));
     reader.read_box("w", {row0, col0}, {rows, cols}, std::as_writable_bytes(std::span<float>(got)));
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -177,8 +177,8 @@ TEST(CompressedItemTest, LargeItemsKeepHeadAndTailAndSecondPassFillsRanges) {
   EXPECT_EQ(decompressed_crc32(image, image.hole->offset + 10, size), std::nullopt);  // part of the hole
   std::vector<std::byte> a(4096), b(4096), c(100);
   const std::uint64_t near_end = size - 200;
-  const WantedRange wanted[] = {{5000, a.size(), a.data()}, {image.hole->offset + 777, b.size(), b.data()},
-                                {near_end, c.size(), c.data()}};
+  const WantedRange wanted[] = {
+      {5000, a.size(), a.data()}, {image.hole->offset + 777, b.size(), b.data()}, {near_end, c.size(), c.data()}};
   read_decompressed(ck.file_of(info), info, "w", image, wanted, /*to_end=*/false);
   for (const WantedRange& r : wanted) {
     std::vector<std::byte> want(r.length);
@@ -229,10 +229,12 @@ TEST(CompressedItemTest, DamagedFramesFailWithOneLine) {
   read_row();
   // With the sidecar: the stored bytes' checksum names it too.
   patch_file(path, info.offset + info.length / 2, std::string(1, static_cast<char>(original[0] ^ 0x5a)));
-  expect_one_line_error([&] {
-    CheckpointReader reader(*ck.st);
-    reader.read_box("w", {0, 0}, {1, kCols}, std::as_writable_bytes(std::span<float>(row)));
-  }, {info.relative_path, "\"w\""});
+  expect_one_line_error(
+      [&] {
+        CheckpointReader reader(*ck.st);
+        reader.read_box("w", {0, 0}, {1, kCols}, std::as_writable_bytes(std::span<float>(row)));
+      },
+      {info.relative_path, "\"w\""});
   patch_file(path, info.offset + info.length / 2, original);
 
   // The item cut short, and the item followed by bytes after its frame (the object is
