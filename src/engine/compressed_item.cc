@@ -135,6 +135,37 @@ std::optional<std::uint32_t> decompressed_crc32(const DecompressedItem& item, st
   return crc32(crc, *item.image->view(hole_end, end - hole_end, what));
 }
 
+void check_ends_with_zip_end(const DecompressedItem& item, const std::string& label) {
+  constexpr std::uint64_t kEndRecord = 22;  // the classic end record without comment
+  const std::uint64_t size = item.image->size();
+  const std::uint64_t held_from = item.hole ? item.hole->offset + item.hole->size : 0;
+  const std::uint64_t from = std::max(held_from, size > kHeadBytes ? size - kHeadBytes : 0);
+  const std::optional<ByteSpan> tail = item.image->view(from, size - from, "zip end record");
+  const auto is_signature = [&](std::size_t i) {
+    return (*tail)[i] == std::byte{0x50} && (*tail)[i + 1] == std::byte{0x4b} && (*tail)[i + 2] == std::byte{0x05} &&
+           (*tail)[i + 3] == std::byte{0x06};
+  };
+  if (tail && tail->size() >= kEndRecord) {
+    const std::size_t last = tail->size() - kEndRecord;
+    if (is_signature(last) && (*tail)[last + 20] == std::byte{0} && (*tail)[last + 21] == std::byte{0}) return;
+    for (std::size_t i = last; i-- > 0;) {
+      if (is_signature(i)) {
+        const std::uint64_t comment =
+            std::to_integer<std::uint64_t>((*tail)[i + 20]) | (std::to_integer<std::uint64_t>((*tail)[i + 21]) << 8);
+        const std::uint64_t end = from + i + kEndRecord + comment;
+        if (end < size) {
+          throw FormatError(label + ": the decompressed item has " + std::to_string(size - end) +
+                            " bytes after the end of its zip archive (at " + std::to_string(end) + " of " +
+                            std::to_string(size) + ")");
+        }
+        break;
+      }
+    }
+  }
+  throw FormatError(label + ": the decompressed item (" + std::to_string(size) +
+                    " bytes) does not end with a zip end record (50 4b 05 06, no comment)");
+}
+
 std::unique_ptr<ByteSource> owning_source(std::shared_ptr<const ByteSource> image) {
   return std::make_unique<SharedSource>(std::move(image));
 }

@@ -57,6 +57,12 @@ DecompressedItem decompress_item(std::shared_ptr<const ByteSource> file, const f
 // REQUIRES end <= image size.
 std::optional<std::uint32_t> decompressed_crc32(const DecompressedItem& item, std::uint64_t begin, std::uint64_t end);
 
+// Throws FormatError "<label>: the decompressed item has N bytes after the end of its zip
+// archive" (or "does not end with a zip end record") unless the image ends exactly with the
+// end-of-central-directory record torch.save writes last (no comment): a frame that
+// decompresses to more bytes than the blob holds is refused.
+void check_ends_with_zip_end(const DecompressedItem& item, const std::string& label);
+
 // A source that owns a reference to `image` (for parsers that take ownership).
 std::unique_ptr<ByteSource> owning_source(std::shared_ptr<const ByteSource> image);
 

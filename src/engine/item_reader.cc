@@ -258,6 +258,7 @@ void SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>&
   for (const bool whole : {false, true}) {
     if (whole) options.keep_whole_bytes = options.max_bytes;
     decompressed_ = std::make_unique<DecompressedItem>(decompress_item(file, info_, label, options));
+    check_ends_with_zip_end(*decompressed_, label);
     const std::shared_ptr<const ByteSource>& image = decompressed_->image;
     auto window = std::make_unique<CountedWindow>(image, 0, image->size(), image->name());
     window_ = window.get();

@@ -80,6 +80,7 @@ std::unique_ptr<ByteSource> read_item_blob(std::shared_ptr<const ByteSource> fil
     DecompressedItem item =
         decompress_item(file, info, where + " (" + info.transform_descriptors.front() + ")", options);
     if (verify) check_item_checksum(where, info, checksums, sum.value());
+    check_ends_with_zip_end(item, where + " (" + info.transform_descriptors.front() + ")");
     return owning_source(std::move(item.image));
   }
   std::vector<std::byte> blob(static_cast<std::size_t>(info.length));

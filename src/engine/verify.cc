@@ -326,6 +326,7 @@ class DcpVerifier {
       options.keep_whole_bytes = kKeepWholeBytes;
       const DecompressedItem image = decompress_item(sources_.get(info.relative_path), info,
                                                      where + " (" + info.transform_descriptors.front() + ")", options);
+      check_ends_with_zip_end(image, where + " (" + info.transform_descriptors.front() + ")");
       const torchfile::ZipArchive archive(*image.image);
       const std::string inside = where + " (decompressed)";
       ArchiveCheck out = check_archive(archive, inside, info.relative_path, item, 0, !options_.quick && !image.hole,
