@@ -246,7 +246,8 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
       auto data_offset = cs.zip_crc != nullptr ? facts.data_offsets.end()
                                                : facts.data_offsets.find(key);  // ordering ignores the chunk position
       SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk, g.tensor->properties.dtype,
-                           data_offset != facts.data_offsets.end() ? std::optional(data_offset->second) : std::nullopt);
+                           data_offset != facts.data_offsets.end() ? std::optional(data_offset->second) : std::nullopt,
+                           /*defer_transformed=*/true);
       const std::size_t itemsize = dtype_itemsize(g.tensor->properties.dtype);
       for (const ReadItem* item : *g.items) {
         const auto& dest = std::get<TensorShard>(flat.items.at(item->dest_index.fqn));

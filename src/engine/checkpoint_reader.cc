@@ -102,7 +102,8 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
     }
     if (chunk == nullptr) throw FormatError("\"" + fqn + "\": read plan names a chunk the metadata lacks");
     const format::StorageInfo& info = storage_info(item.storage_index);
-    SavedTensorBlob blob(source(info.relative_path), info, fqn, *chunk, meta.properties.dtype);
+    SavedTensorBlob blob(source(info.relative_path), info, fqn, *chunk, meta.properties.dtype, std::nullopt,
+                         /*defer_transformed=*/true);
     blob.read_into(item, dest, sizes, checksums_for(info));
     std::lock_guard lock(mu_);
     counts_ += blob.counts();

@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/checksum.h"
 #include "format/zstd_reader.h"
@@ -22,6 +26,9 @@ constexpr std::uint64_t kHeadBytes = std::uint64_t{64} << 10;
 constexpr std::uint64_t kTailBytes = std::uint64_t{1} << 20;
 // Output per decompression call: libzstd's block size, its recommended output step.
 constexpr std::size_t kStepBytes = std::size_t{128} << 10;
+// The tail buffer grows to this many times kTailBytes before its front is dropped: the
+// bytes kept move once per (kTailSlack - 1) * kTailBytes decompressed.
+constexpr std::uint64_t kTailSlack = 4;
 
 class HeldImage final : public ByteSource {
  public:
@@ -87,6 +94,77 @@ class SparseImage final : public ByteSource {
   std::vector<std::byte> tail_;
   std::uint64_t tail_at_;
   std::string name_;
+};
+
+// A growable byte buffer that does not zero what it adds (every byte is overwritten by
+// decompression), with a cheap drop of its front.
+class ByteBuffer {
+ public:
+  std::byte* data() { return data_.get() + begin_; }
+  std::size_t size() const { return end_ - begin_; }
+  void reserve_more(std::size_t n) {
+    if (end_ + n <= capacity_) return;
+    const std::size_t live = size();
+    const std::size_t capacity = std::max(live + n, 2 * live);
+    auto fresh = std::make_unique_for_overwrite<std::byte[]>(capacity);
+    if (live != 0) std::memcpy(fresh.get(), data(), live);
+    data_ = std::move(fresh);
+    capacity_ = capacity;
+    begin_ = 0;
+    end_ = live;
+  }
+  void set_size(std::size_t n) { end_ = begin_ + n; }
+  void append(ByteSpan bytes) {
+    reserve_more(bytes.size());
+    if (!bytes.empty()) std::memcpy(data() + size(), bytes.data(), bytes.size());
+    end_ += bytes.size();
+  }
+  // Forgets the first n bytes; the rest moves to the front only when that is cheap.
+  void drop_front(std::size_t n) {
+    begin_ += n;
+    if (begin_ >= size()) {
+      std::memmove(data_.get(), data(), size());
+      end_ -= begin_;
+      begin_ = 0;
+    }
+  }
+  std::vector<std::byte> take() {
+    std::vector<std::byte> out(data(), data() + size());
+    *this = ByteBuffer();
+    return out;
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t capacity_ = 0, begin_ = 0, end_ = 0;
+};
+
+// Copies the wanted ranges out of the bytes offered in increasing order of offset.
+class Delivery {
+ public:
+  explicit Delivery(std::span<const WantedRange> wanted) : wanted_(wanted) {}
+  void start(std::uint64_t base) {
+    base_ = base;
+    started_ = true;
+  }
+  void offer(std::uint64_t at, ByteSpan bytes) {
+    if (!started_ || bytes.empty()) return;
+    const std::uint64_t end = at + bytes.size();
+    while (next_ < wanted_.size() && base_ + wanted_[next_].at + wanted_[next_].length <= at) ++next_;
+    for (std::size_t i = next_; i < wanted_.size() && base_ + wanted_[i].at < end; ++i) {
+      const WantedRange& r = wanted_[i];
+      const std::uint64_t lo = std::max(at, base_ + r.at), hi = std::min(end, base_ + r.at + r.length);
+      if (lo < hi) {
+        std::memcpy(r.out + (lo - base_ - r.at), bytes.data() + (lo - at), static_cast<std::size_t>(hi - lo));
+      }
+    }
+  }
+
+ private:
+  std::span<const WantedRange> wanted_;
+  std::uint64_t base_ = 0;
+  bool started_ = false;
+  std::size_t next_ = 0;
 };
 
 void check_in_file(const ByteSource& file, const format::StorageInfo& info, const std::string& label) {
@@ -176,42 +254,77 @@ DecompressedItem decompress_item(std::shared_ptr<const ByteSource> file, const f
   format::ZstdReader z(file, info.offset, info.length, label);
   if (options.on_stored) z.on_stored(options.on_stored);
   const std::string name = label + " decompressed";
-  // Reads up to kStepBytes more at the end of buf; false at the end of the frame.
-  auto grow = [&](std::vector<std::byte>& buf) {
+  Delivery delivery(options.deliver);
+  // Appends up to kStepBytes to buf, whose first byte is at decompressed offset `at`, and
+  // offers them to the delivery; false at the end of the frame.
+  auto grow = [&](ByteBuffer& buf, std::uint64_t at) {
     const std::size_t old = buf.size();
-    buf.resize(old + kStepBytes);
+    buf.reserve_more(kStepBytes);
     const std::size_t n = z.read_some(std::span<std::byte>(buf.data() + old, kStepBytes));
-    buf.resize(old + n);
+    buf.set_size(old + n);
     check_max(z, options.max_bytes, label);
+    delivery.offer(at + old, ByteSpan(buf.data() + old, n));
     return n != 0;
   };
 
-  std::vector<std::byte> buf;
+  // The first bytes: the whole item when it is small, else at least its head.
+  ByteBuffer buf;
   const std::uint64_t first = std::max(options.keep_whole_bytes, kHeadBytes);
-  while (buf.size() <= first && grow(buf)) {
+  std::optional<std::uint64_t> base;
+  while (buf.size() < kHeadBytes && grow(buf, 0)) {
   }
+  if (options.locate) base = options.locate(ByteSpan(buf.data(), buf.size()));
   DecompressedItem out;
+  if (base) {
+    delivery.start(*base);
+    delivery.offer(0, ByteSpan(buf.data(), buf.size()));
+    out.delivered_base = base;
+  }
+  while (buf.size() <= first && grow(buf, 0)) {
+  }
   if (z.done()) {
-    out.image = std::make_shared<HeldImage>(std::move(buf), name);
+    out.image = std::make_shared<HeldImage>(buf.take(), name);
     return out;
   }
-  std::vector<std::byte> head(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(kHeadBytes));
-  std::vector<std::byte> tail(buf.begin() + static_cast<std::ptrdiff_t>(kHeadBytes), buf.end());
-  buf = {};
+  std::vector<std::byte> head(buf.data(), buf.data() + kHeadBytes);
+  ByteBuffer tail;
+  tail.append(ByteSpan(buf.data() + kHeadBytes, buf.size() - kHeadBytes));
+  buf = ByteBuffer();
   std::uint64_t tail_at = kHeadBytes;
   std::uint32_t crc = 0;
   do {
-    if (tail.size() > 2 * kTailBytes) {
+    if (tail.size() > kTailSlack * kTailBytes) {
       const std::size_t drop = static_cast<std::size_t>(tail.size() - kTailBytes);
       crc = crc32(crc, ByteSpan(tail.data(), drop));
-      tail.erase(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(drop));
+      tail.drop_front(drop);
       tail_at += drop;
     }
-  } while (grow(tail));
+  } while (grow(tail, tail_at));
   out.hole = torchfile::ByteRange{kHeadBytes, tail_at - kHeadBytes};
   out.hole_crc = crc;
-  out.image = std::make_shared<SparseImage>(std::move(head), std::move(tail), tail_at, name);
+  out.image = std::make_shared<SparseImage>(std::move(head), tail.take(), tail_at, name);
   return out;
+}
+
+std::optional<std::uint64_t> first_data_record_offset(ByteSpan head) {
+  constexpr std::size_t kLocalHeader = 30;
+  for (std::size_t i = 0; i + kLocalHeader <= head.size(); ++i) {
+    if (head[i] != std::byte{0x50} || head[i + 1] != std::byte{0x4b} || head[i + 2] != std::byte{0x03} ||
+        head[i + 3] != std::byte{0x04}) {
+      continue;
+    }
+    const std::size_t name_len =
+        std::to_integer<std::size_t>(head[i + 26]) | (std::to_integer<std::size_t>(head[i + 27]) << 8);
+    const std::size_t extra_len =
+        std::to_integer<std::size_t>(head[i + 28]) | (std::to_integer<std::size_t>(head[i + 29]) << 8);
+    if (i + kLocalHeader + name_len > head.size()) return std::nullopt;
+    const std::string_view name(reinterpret_cast<const char*>(head.data() + i + kLocalHeader), name_len);
+    const std::size_t slash = name.find('/');
+    if (slash != std::string_view::npos && name.substr(slash).starts_with("/data/")) {
+      return i + kLocalHeader + name_len + extra_len;
+    }
+  }
+  return std::nullopt;
 }
 
 void read_decompressed(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,

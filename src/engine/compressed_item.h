@@ -28,6 +28,14 @@
 
 namespace shardpoint::engine {
 
+// One range the caller wants: `length` bytes at decompressed offset `at` (relative to a
+// base, see DecompressOptions::locate) into `out`.
+struct WantedRange {
+  std::uint64_t at = 0;
+  std::uint64_t length = 0;
+  std::byte* out = nullptr;
+};
+
 struct DecompressOptions {
   // FormatError when the item decompresses to more bytes (stops decompression bombs).
   std::uint64_t max_bytes = 0;
@@ -35,6 +43,12 @@ struct DecompressOptions {
   std::uint64_t keep_whole_bytes = 0;
   // Sees every run of stored bytes as it is read (ZstdReader::on_stored).
   std::function<void(std::uint64_t at, ByteSpan bytes)> on_stored;
+  // Copies out in passing: once the first 64 KiB are decompressed, locate(them) may name a
+  // base offset; every `deliver` range (sorted by at, disjoint) at base + at is then copied
+  // to its buffer as its bytes stream past. The caller checks afterwards that the base was
+  // right (DecompressedItem::delivered_base) and reads again if not.
+  std::function<std::optional<std::uint64_t>(ByteSpan head)> locate;
+  std::span<const WantedRange> deliver;
 };
 
 struct DecompressedItem {
@@ -43,7 +57,14 @@ struct DecompressedItem {
   // The bytes not held (nullopt: all held) and their CRC-32.
   std::optional<torchfile::ByteRange> hole;
   std::uint32_t hole_crc = 0;
+  // The base the deliver ranges were copied at (nullopt: none copied).
+  std::optional<std::uint64_t> delivered_base;
 };
+
+// The data offset of the first storage record ("<archive>/data/<key>") whose local header
+// lies in `head`, the start of a torch.save blob; nullopt when none does. A guess (it scans
+// for the header signature): the parsed archive confirms it.
+std::optional<std::uint64_t> first_data_record_offset(ByteSpan head);
 
 // Decompresses the item `info` of `file` (a source over the whole .distcp file) in one pass.
 // REQUIRES info names one zstd transform (format::parse_transforms). `label` names the item
@@ -65,13 +86,6 @@ void check_ends_with_zip_end(const DecompressedItem& item, const std::string& la
 
 // A source that owns a reference to `image` (for parsers that take ownership).
 std::unique_ptr<ByteSource> owning_source(std::shared_ptr<const ByteSource> image);
-
-// One range the second pass fills: `length` bytes at decompressed offset `at` into `out`.
-struct WantedRange {
-  std::uint64_t at = 0;
-  std::uint64_t length = 0;
-  std::byte* out = nullptr;
-};
 
 // Decompresses the item again and copies the `wanted` ranges (sorted by `at`, not
 // overlapping) into their buffers; bytes at or past image.hole's end are copied from the

@@ -173,7 +173,7 @@ std::optional<std::string> blob_data_pkl_crc_mismatch(std::shared_ptr<const Byte
 
 SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
                                  std::string fqn, const format::ChunkStorageMetadata& chunk, DType dtype,
-                                 std::optional<std::uint64_t> data_offset)
+                                 std::optional<std::uint64_t> data_offset, bool defer_transformed)
     : fqn_(std::move(fqn)), info_(info), chunk_(chunk), dtype_(dtype) {
   const format::StreamTransform transform = format::parse_transforms(info_.transform_descriptors, describe());
   if (info_.offset > file->size() || info_.length > file->size() - info_.offset) {
@@ -182,7 +182,13 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
                       std::to_string(file->size()) + " bytes)");
   }
   if (transform != format::StreamTransform::kNone) {
-    open_decompressed(file);  // the load index's data_offset is for untransformed blobs only
+    // The load index's data_offset is for untransformed blobs only.
+    if (defer_transformed) {
+      stored_file_ = file;
+      open_pending_ = true;
+    } else {
+      open_decompressed(file);
+    }
     return;
   }
   auto window = std::make_unique<CountedWindow>(
@@ -245,20 +251,34 @@ constexpr std::uint64_t kRecordAllowance = std::uint64_t{16} << 20;
 
 }  // namespace
 
-void SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>& file) {
+bool SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>& file,
+                                        std::span<const WantedRange> deliver,
+                                        const std::function<void(std::uint64_t, ByteSpan)>& on_stored) {
   stored_file_ = file;
+  open_pending_ = false;
   const std::string label = describe() + " (" + info_.transform_descriptors.front() + ")";
   const std::uint64_t nbytes = static_cast<std::uint64_t>(volume(chunk_.sizes)) * dtype_itemsize(dtype_);
   DecompressOptions options;
   // A saved view may keep a larger storage; twice the chunk bounds what DCP writes.
   options.max_bytes = 2 * nbytes + kRecordAllowance;
   options.keep_whole_bytes = kKeepWholeBytes;
+  options.on_stored = on_stored;
+  options.deliver = deliver;
+  if (!deliver.empty()) options.locate = first_data_record_offset;
   // A sparse image that the parser cannot read whole (records outside its head and tail) or
   // whose tensor is not one row-major run inside the hole is decompressed again, whole.
+  bool delivered = false;
   for (const bool whole : {false, true}) {
-    if (whole) options.keep_whole_bytes = options.max_bytes;
+    if (whole) {
+      // Again, whole: the stored bytes were seen and nothing more is copied out.
+      delivered = false;
+      options.keep_whole_bytes = options.max_bytes;
+      options.on_stored = {};
+      options.locate = {};
+    }
     decompressed_ = std::make_unique<DecompressedItem>(decompress_item(file, info_, label, options));
     check_ends_with_zip_end(*decompressed_, label);
+    if (!whole) delivered = decompressed_->delivered_base.has_value();
     const std::shared_ptr<const ByteSource>& image = decompressed_->image;
     auto window = std::make_unique<CountedWindow>(image, 0, image->size(), image->name());
     window_ = window.get();
@@ -270,23 +290,30 @@ void SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>&
       rethrow_with_context(describe());
     }
     check_tensor();
-    if (!sparse) return;
-    const torchfile::ByteRange hole = *decompressed_->hole;
+    delivered = delivered && layout_.direct && decompressed_->delivered_base == layout_.data_start;
     const torchfile::ZipEntry* record = file_->record("data/" + tensor_->storage_key);
-    if (!layout_.direct || record == nullptr || record->method != torchfile::zip::kMethodStored ||
-        hole.offset < record->data_offset ||
-        hole.offset + hole.size > record->data_offset + record->uncompressed_size) {
-      continue;
+    const bool stored = record != nullptr && record->method == torchfile::zip::kMethodStored;
+    if (sparse) {
+      const torchfile::ByteRange hole = *decompressed_->hole;
+      if (!layout_.direct || !stored || hole.offset < record->data_offset ||
+          hole.offset + hole.size > record->data_offset + record->uncompressed_size) {
+        continue;
+      }
     }
-    const std::uint32_t crc =
-        *decompressed_crc32(*decompressed_, record->data_offset, record->data_offset + record->uncompressed_size);
-    if (crc != record->crc32) {
-      throw FormatError(describe() + ": zip CRC-32 mismatch in record \"" + record->name + "\" (decompressed from " +
-                        info_.transform_descriptors.front() + "): expected " + torchfile::crc32_hex(record->crc32) +
-                        ", found " + torchfile::crc32_hex(crc));
+    // The tensor record's CRC-32: the image holds it, or its bytes around the hole and the
+    // hole's CRC-32 taken in passing.
+    if (stored) {
+      const std::optional<std::uint32_t> crc =
+          decompressed_crc32(*decompressed_, record->data_offset, record->data_offset + record->uncompressed_size);
+      if (crc && *crc != record->crc32) {
+        throw FormatError(describe() + ": zip CRC-32 mismatch in record \"" + record->name + "\" (decompressed from " +
+                          info_.transform_descriptors.front() + "): expected " + torchfile::crc32_hex(record->crc32) +
+                          ", found " + torchfile::crc32_hex(*crc));
+      }
     }
-    return;
+    return delivered;
   }
+  return false;
 }
 
 SavedTensorBlob::~SavedTensorBlob() = default;
@@ -297,7 +324,7 @@ std::string SavedTensorBlob::describe() const {
 
 bool SavedTensorBlob::direct() const { return layout_.direct; }
 
-ReadCounts SavedTensorBlob::counts() const { return window_->counts(); }
+ReadCounts SavedTensorBlob::counts() const { return window_ != nullptr ? window_->counts() : ReadCounts{}; }
 
 void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest, const format::Shape& dest_box_sizes,
                                 const BlobChecksums& checksums, std::vector<BlockPiece>* pieces) {
@@ -314,6 +341,35 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
   const std::string what = describe() + " data";
   const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
 
+  if (open_pending_) {
+    // One pass: the needed bytes are copied out while the item is decompressed to open it.
+    std::vector<WantedRange> wanted;
+    wanted.reserve(segments.size());
+    std::uint64_t moved = 0;
+    for (const Segment& s : segments) {
+      wanted.push_back({s.src, s.length, dest.data() + s.dst});
+      moved += s.length;
+    }
+    std::sort(wanted.begin(), wanted.end(), [](const WantedRange& a, const WantedRange& b) { return a.at < b.at; });
+    if (verify && checksums.item->length != info_.length) {
+      throw FormatError(describe() + ": checksum sidecar says the blob has " + std::to_string(checksums.item->length) +
+                        " bytes, .metadata says " + std::to_string(info_.length));
+    }
+    StreamingChecksum sum(verify ? checksums.algorithm : ChecksumAlgorithm::kNone);
+    std::function<void(std::uint64_t, ByteSpan)> on_stored;
+    if (verify) on_stored = [&](std::uint64_t, ByteSpan bytes) { sum.update(bytes); };
+    if (open_decompressed(stored_file_, wanted, on_stored)) {
+      window_->counts().data_bytes += moved;
+      if (verify && sum.value() != checksums.item->checksum) {
+        throw FormatError(describe() + ": checksum mismatch of the stored (compressed) bytes: expected " +
+                          std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
+                          hex(checksums.algorithm, checksums.item->checksum) + ", found " +
+                          hex(checksums.algorithm, sum.value()));
+      }
+      if (!verify && checksums.zip_crc != nullptr) check_small_zip_records(*checksums.zip_crc);
+      return;
+    }
+  }
   if (decompressed_ && (decompressed_->hole || verify)) {
     read_decompressed_into(segments, dest, checksums, what);
     return;
@@ -499,6 +555,18 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
   finish_partial_block();
 }
 
+void SavedTensorBlob::check_small_zip_records(ZipCrcLedger& ledger) {
+  if (zip_records_checked_) return;
+  // The data record's CRC-32 was checked at open (sparse image) or is checked by the
+  // caller's reads (held image); the small records are in the image.
+  if (ledger.claim_blob(info_.relative_path, info_.offset)) {
+    const torchfile::ZipEntry* data = file_->record("data/" + tensor_->storage_key);
+    ledger.count(
+        check_records_but(file_->archive(), data != nullptr ? data->name : std::string(), info_.offset, describe()));
+  }
+  zip_records_checked_ = true;
+}
+
 void SavedTensorBlob::read_decompressed_into(const std::vector<Segment>& segments, std::span<std::byte> dest,
                                              const BlobChecksums& checksums, const std::string& what) {
   const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
@@ -506,15 +574,7 @@ void SavedTensorBlob::read_decompressed_into(const std::vector<Segment>& segment
     throw FormatError(describe() + ": checksum sidecar says the blob has " + std::to_string(checksums.item->length) +
                       " bytes, .metadata says " + std::to_string(info_.length));
   }
-  if (!verify && checksums.zip_crc != nullptr && !zip_records_checked_) {
-    // The data record's CRC-32 was checked at open; the small records are in the image.
-    if (checksums.zip_crc->claim_blob(info_.relative_path, info_.offset)) {
-      const torchfile::ZipEntry* data = file_->record("data/" + tensor_->storage_key);
-      checksums.zip_crc->count(
-          check_records_but(file_->archive(), data != nullptr ? data->name : std::string(), info_.offset, describe()));
-    }
-    zip_records_checked_ = true;
-  }
+  if (!verify && checksums.zip_crc != nullptr) check_small_zip_records(*checksums.zip_crc);
   if (!direct()) throw FormatError(describe() + ": internal: a transformed blob read from its stream must be direct");
   std::vector<WantedRange> wanted;
   wanted.reserve(segments.size());

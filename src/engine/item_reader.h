@@ -72,6 +72,7 @@ class SourceCache {
 
 class CountedWindow;
 struct DecompressedItem;
+struct WantedRange;
 
 class SavedTensorBlob {
  public:
@@ -81,9 +82,12 @@ class SavedTensorBlob {
   // shardpoint wrote) the blob is not parsed: its data is the chunk, row-major
   // little-endian, from that blob offset. Throws FormatError ("<file>: item \"fqn\" chunk
   // [..]: expected ..., found ..."), StorageError.
+  // `defer_transformed`: a zstd item is opened by the first read_into (whose bytes are then
+  // copied out during the one decompression that opening takes) instead of here; its
+  // errors come from that read_into. For callers that read right after constructing.
   SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info, std::string fqn,
                   const format::ChunkStorageMetadata& chunk, DType dtype,
-                  std::optional<std::uint64_t> data_offset = std::nullopt);
+                  std::optional<std::uint64_t> data_offset = std::nullopt, bool defer_transformed = false);
   ~SavedTensorBlob();
   SavedTensorBlob(const SavedTensorBlob&) = delete;
   SavedTensorBlob& operator=(const SavedTensorBlob&) = delete;
@@ -137,13 +141,19 @@ class SavedTensorBlob {
   void read_then_hash(std::uint64_t begin, std::uint64_t end, std::byte* out, const std::string& what,
                       const std::function<void(std::uint64_t at, ByteSpan bytes)>& hash);
   // Opens a transformed item (docs/dcp-format.md §2.4) from its decompressed image.
-  void open_decompressed(const std::shared_ptr<const ByteSource>& file);
+  // With `deliver` (ranges relative to the chunk's data start), copies them out during the
+  // decompression and returns true when they were copied from the data start the parsed
+  // blob confirms (else the caller reads them again).
+  bool open_decompressed(const std::shared_ptr<const ByteSource>& file, std::span<const WantedRange> deliver = {},
+                         const std::function<void(std::uint64_t, ByteSpan)>& on_stored = {});
   // The dtype, shape and layout checks of the tensor at the blob's root; sets layout_.
   void check_tensor();
   // read_into for a transformed item read from its stream (a sparse image) or verified
   // against a sidecar entry over its stored bytes.
   void read_decompressed_into(const std::vector<Segment>& segments, std::span<std::byte> dest,
                               const BlobChecksums& checksums, const std::string& what);
+  // A transformed blob's zip records other than its tensor data, checked once into ledger.
+  void check_small_zip_records(ZipCrcLedger& ledger);
   // The zip CRC-32 checks of read_into: checks the small records on first use and returns
   // the data record, or nullptr when its CRC-32 cannot be checked (a compressed record).
   const DataRecord* zip_data_record(ZipCrcLedger& ledger);
@@ -169,6 +179,7 @@ class SavedTensorBlob {
   // Transformed items: the .distcp file and the image the blob was parsed from.
   std::shared_ptr<const ByteSource> stored_file_;
   std::unique_ptr<DecompressedItem> decompressed_;
+  bool open_pending_ = false;  // a deferred zstd item not opened yet
   bool zip_records_checked_ = false;
   std::optional<DataRecord> zip_data_;  // set by zip_data_record
 };

@@ -185,7 +185,7 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     format::StorageInfo info = first.blob;
     info.transform_descriptors = transforms_of(first.blob);
     SavedTensorBlob blob(sources_->get(first.blob.relative_path), info, first.fqn, first.chunk, first.dtype,
-                         data_offset);
+                         data_offset, /*defer_transformed=*/true);
     for (std::size_t i = 0; i < items[b].size(); ++i) {
       const PlannedTensorRead& r = *(*blobs[b])[i];
       blob.read_into(items[b][i], r.dest, r.lengths, checksums);
