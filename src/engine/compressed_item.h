@@ -7,9 +7,11 @@
 // (the zip records, data.pkl and the central directory: everything the torch.save parser
 // reads) with a hole where the tensor data lies. The hole's bytes are dropped as they
 // stream past; their CRC-32 is kept, so the caller checks them against the zip record.
-// read_decompressed() makes a second pass that decompresses into the caller's buffers the
-// ranges it wants and stops after the last one. Memory stays bounded by the constants in
-// the .cc (a few MiB) whatever the item's size, except where the whole image is asked for.
+// A caller that knows where its bytes lie gets them copied out during that pass
+// (DecompressOptions::locate/deliver); read_decompressed() makes a second pass that
+// decompresses into the caller's buffers the ranges it wants and stops after the last one.
+// Memory stays bounded by the constants in the .cc (a few MiB) whatever the item's size,
+// except where the whole image is asked for.
 //
 // Thread-safety: free functions; the file source must allow concurrent reads.
 #pragma once
