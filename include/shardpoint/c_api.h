@@ -281,7 +281,8 @@ SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int 
 
 /* The structure of a checkpoint (DCP folder) without reading tensor data:
  * {"format": "dcp", "tensors": {fqn: {"dtype", "shape", "chunks": [{"offsets", "sizes",
- *   "file", "offset", "length"}]}}, "objects": {fqn: {"file", "offset", "length"}},
+ *   "file", "offset", "length", "transform_descriptors"?}]}}, "objects": {fqn: {"file",
+ *   "offset", "length", "transform_descriptors"?}},
  *  "files": [str], "checksums": "crc32c"|"xxh3"|null}. */
 SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);
 

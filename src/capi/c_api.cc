@@ -165,6 +165,7 @@ json chunk_json(const format::ChunkStorageMetadata& chunk, const format::Storage
     c["file"] = info->relative_path;
     c["offset"] = info->offset;
     c["length"] = info->length;
+    if (!info->transform_descriptors.empty()) c["transform_descriptors"] = info->transform_descriptors;
   }
   return c;
 }
@@ -552,6 +553,9 @@ sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
         if (info != m.storage_data.end()) {
           object = json{
               {"file", info->second.relative_path}, {"offset", info->second.offset}, {"length", info->second.length}};
+          if (!info->second.transform_descriptors.empty()) {
+            object["transform_descriptors"] = info->second.transform_descriptors;
+          }
         }
         objects[fqn] = std::move(object);
       }
