@@ -248,7 +248,7 @@ std::unique_ptr<ByteSource> owning_source(std::shared_ptr<const ByteSource> imag
   return std::make_unique<SharedSource>(std::move(image));
 }
 
-DecompressedItem decompress_item(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
+DecompressedItem decompress_item(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                                  const std::string& label, const DecompressOptions& options) {
   check_in_file(*file, info, label);
   format::ZstdReader z(file, info.offset, info.length, label);
@@ -327,7 +327,7 @@ std::optional<std::uint64_t> first_data_record_offset(ByteSpan head) {
   return std::nullopt;
 }
 
-void read_decompressed(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
+void read_decompressed(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                        const std::string& label, const DecompressedItem& image, std::span<const WantedRange> wanted,
                        bool to_end, const std::function<void(std::uint64_t at, ByteSpan bytes)>& on_stored) {
   check_in_file(*file, info, label);

@@ -72,7 +72,7 @@ std::optional<std::uint64_t> first_data_record_offset(ByteSpan head);
 // REQUIRES info names one zstd transform (format::parse_transforms). `label` names the item
 // in errors and in the image's name. Throws FormatError (range outside the file, corrupt,
 // truncated or oversized data, bytes after the frame), StorageError.
-DecompressedItem decompress_item(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
+DecompressedItem decompress_item(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                                  const std::string& label, const DecompressOptions& options);
 
 // The CRC-32 of the decompressed bytes [begin, end): from the image, with the hole's CRC-32
@@ -93,7 +93,7 @@ std::unique_ptr<ByteSource> owning_source(std::shared_ptr<const ByteSource> imag
 // overlapping) into their buffers; bytes at or past image.hole's end are copied from the
 // image. Decompresses only up to the last byte it needs unless `to_end` (then to the end
 // of the frame, so on_stored sees every stored byte). Throws as decompress_item.
-void read_decompressed(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
+void read_decompressed(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                        const std::string& label, const DecompressedItem& image, std::span<const WantedRange> wanted,
                        bool to_end, const std::function<void(std::uint64_t at, ByteSpan bytes)>& on_stored = {});
 

@@ -54,8 +54,10 @@ void merge_tensor(format::TensorStorageMetadata& into, const format::TensorStora
     for (const format::ChunkStorageMetadata& have : into.chunks) {
       if (have.offsets != chunk.offsets) continue;
       if (have.sizes != chunk.sizes) {
-        throw FormatError(name + ": tensor \"" + fqn + "\" chunk " + format::describe_chunk(chunk) + " differs from " +
-                          first_name + "'s chunk " + format::describe_chunk(have) + " at the same offsets");
+        std::string message = name;
+        message += ": tensor \"" + fqn + "\" chunk " + format::describe_chunk(chunk);
+        message += " differs from " + first_name + "'s chunk " + format::describe_chunk(have) + " at the same offsets";
+        throw FormatError(message);
       }
       known = true;
     }
@@ -88,8 +90,10 @@ format::Metadata merge_rank_metadata(const std::vector<format::Metadata>& ranks,
       auto* into = std::get_if<format::TensorStorageMetadata>(&it->second);
       const auto* from = std::get_if<format::TensorStorageMetadata>(&found->second);
       if ((into == nullptr) != (from == nullptr)) {
-        throw FormatError(names[r] + ": \"" + fqn + "\" is " + (from ? "a tensor" : "an object") + ", " + first_name +
-                          " says " + (into ? "a tensor" : "an object"));
+        std::string message = names[r];
+        message += ": \"" + fqn + "\" is " + (from ? "a tensor" : "an object");
+        message += ", " + first_name + " says " + (into ? "a tensor" : "an object");
+        throw FormatError(message);
       }
       if (into != nullptr) merge_tensor(*into, *from, fqn, names[r], first_name);
     }

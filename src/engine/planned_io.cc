@@ -200,10 +200,8 @@ const std::vector<std::string>& PlannedReader::transforms_of(const format::Stora
   return it != transforms_.end() ? it->second : kNone;
 }
 
-std::string PlannedReader::read_blob(const format::StorageInfo& given, const std::string& fqn) {
-  format::StorageInfo blob = given;
-  blob.transform_descriptors = transforms_of(given);
-  if (!blob.transform_descriptors.empty()) {
+std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std::string& fqn) {
+  if (!transforms_of(blob).empty()) {
     // A zstd item (docs/dcp-format.md §2.4): its sidecar entry covers the stored bytes.
     const std::string where = checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\"";
     BlobChecksums checksums;
@@ -212,8 +210,10 @@ std::string PlannedReader::read_blob(const format::StorageInfo& given, const std
       checksums.item = checksums_->find(blob.relative_path, blob.offset);
     }
     ReadCounts counts;
+    format::StorageInfo info = blob;
+    info.transform_descriptors = transforms_of(blob);
     const std::unique_ptr<ByteSource> source =
-        read_item_blob(sources_->get(blob.relative_path), blob, where, checksums, counts);
+        read_item_blob(sources_->get(blob.relative_path), info, where, checksums, counts);
     if (checksums.item == nullptr && checks_zip_crc()) {
       std::optional<torchfile::ZipArchive> archive;
       try {

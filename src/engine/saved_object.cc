@@ -58,9 +58,9 @@ void check_item_checksum(const std::string& where, const format::StorageInfo& in
 
 }  // namespace
 
-std::unique_ptr<ByteSource> read_item_blob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
-                                           const std::string& where, const BlobChecksums& checksums,
-                                           ReadCounts& counts) {
+std::unique_ptr<ByteSource> read_item_blob(const std::shared_ptr<const ByteSource>& file,
+                                           const format::StorageInfo& info, const std::string& where,
+                                           const BlobChecksums& checksums, ReadCounts& counts) {
   const format::StreamTransform transform = format::parse_transforms(info.transform_descriptors, where);
   if (info.offset > file->size() || info.length > file->size() - info.offset) {
     throw FormatError(where + ": blob [" + std::to_string(info.offset) + ", " +
@@ -89,11 +89,11 @@ std::unique_ptr<ByteSource> read_item_blob(std::shared_ptr<const ByteSource> fil
   return std::make_unique<OwnedSource>(std::move(blob), name);
 }
 
-std::unique_ptr<torchfile::TorchFile> open_saved_object(std::shared_ptr<const ByteSource> file,
+std::unique_ptr<torchfile::TorchFile> open_saved_object(const std::shared_ptr<const ByteSource>& file,
                                                         const format::StorageInfo& info, const std::string& fqn,
                                                         const BlobChecksums& checksums, ReadCounts& counts) {
   const std::string where = info.relative_path + ": item \"" + fqn + "\"";
-  std::unique_ptr<ByteSource> source = read_item_blob(std::move(file), info, where, checksums, counts);
+  std::unique_ptr<ByteSource> source = read_item_blob(file, info, where, checksums, counts);
   if (checksums.item == nullptr && checksums.zip_crc != nullptr) {
     // Before the pickle is parsed, so a damaged data.pkl is named as a CRC-32 mismatch.
     std::optional<torchfile::ZipArchive> archive;
@@ -113,9 +113,9 @@ std::unique_ptr<torchfile::TorchFile> open_saved_object(std::shared_ptr<const By
   return torch_file;
 }
 
-pickle::ValuePtr read_saved_object(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
+pickle::ValuePtr read_saved_object(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                                    const std::string& fqn, const BlobChecksums& checksums, ReadCounts& counts) {
-  return open_saved_object(std::move(file), info, fqn, checksums, counts)->root();
+  return open_saved_object(file, info, fqn, checksums, counts)->root();
 }
 
 }  // namespace shardpoint::engine

@@ -24,12 +24,12 @@ namespace shardpoint::engine {
 // tensors the object holds are its data/<key> records (docs/dcp-format.md §2.5). Adds the
 // blob's length to counts.data_bytes. Throws FormatError naming the file and fqn,
 // StorageError.
-std::unique_ptr<torchfile::TorchFile> open_saved_object(std::shared_ptr<const ByteSource> file,
+std::unique_ptr<torchfile::TorchFile> open_saved_object(const std::shared_ptr<const ByteSource>& file,
                                                         const format::StorageInfo& info, const std::string& fqn,
                                                         const BlobChecksums& checksums, ReadCounts& counts);
 
 // open_saved_object(...)->root().
-pickle::ValuePtr read_saved_object(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
+pickle::ValuePtr read_saved_object(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                                    const std::string& fqn, const BlobChecksums& checksums, ReadCounts& counts);
 
 // The torch.save blob of item `info` of `file`, whole in memory: its stored bytes, or what
@@ -38,8 +38,8 @@ pickle::ValuePtr read_saved_object(std::shared_ptr<const ByteSource> file, const
 // the stored length to counts.data_bytes. `where` names the item in errors. Throws
 // FormatError (unknown transform, range outside the file, corrupt data, checksum
 // mismatch), StorageError.
-std::unique_ptr<ByteSource> read_item_blob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
-                                           const std::string& where, const BlobChecksums& checksums,
-                                           ReadCounts& counts);
+std::unique_ptr<ByteSource> read_item_blob(const std::shared_ptr<const ByteSource>& file,
+                                           const format::StorageInfo& info, const std::string& where,
+                                           const BlobChecksums& checksums, ReadCounts& counts);
 
 }  // namespace shardpoint::engine

@@ -95,7 +95,7 @@ struct ZstdCheckpoint {
     });
   }
 
-  format::StorageInfo info_of(const std::string& fqn, std::optional<Shape> offset) const {
+  format::StorageInfo info_of(const std::string& fqn, const std::optional<Shape>& offset) const {
     return read_metadata(*st).storage_data.at(format::MetadataIndex{fqn, offset, std::nullopt});
   }
   std::shared_ptr<const ByteSource> file_of(const format::StorageInfo& info) const {

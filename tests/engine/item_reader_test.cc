@@ -247,8 +247,7 @@ TEST(ReadSavedObjectTest, ReturnsTheObjectAndVerifiesIt) {
   }
   format::StorageInfo past = info;
   past.offset = file.size();
-  EXPECT_THROW(read_saved_object(damaged.get(info.relative_path), past, "epoch", BlobChecksums{}, counts),
-               FormatError);
+  EXPECT_THROW(read_saved_object(damaged.get(info.relative_path), past, "epoch", BlobChecksums{}, counts), FormatError);
 }
 
 TEST(SavedTensorBlobTest, NeededBlobRangesCoverHeadDataAndTail) {

@@ -29,7 +29,7 @@ Metadata rank_metadata(int r) {
   const std::string file = "__" + std::to_string(r) + "_0.distcp";
   TensorStorageMetadata w;
   w.size = {4, 2};
-  w.chunks = {ChunkStorageMetadata{{2 * r, 0}, {2, 2}}};
+  w.chunks = {ChunkStorageMetadata{{std::int64_t{2} * r, 0}, {2, 2}}};
   md.state_dict_metadata["w"] = w;
   TensorStorageMetadata b;
   b.size = {3};
@@ -38,7 +38,7 @@ Metadata rank_metadata(int r) {
   md.state_dict_metadata["epoch"] = format::BytesStorageMetadata{};
   md.key_order = {"w", "b", "epoch"};
   md.storage_data[MetadataIndex{"epoch", std::nullopt, std::nullopt}] = StorageInfo{file, 0, 100, {}};
-  md.storage_data[MetadataIndex{"w", Shape{2 * r, 0}, std::nullopt}] = StorageInfo{file, 100, 700, {}};
+  md.storage_data[MetadataIndex{"w", Shape{std::int64_t{2} * r, 0}, std::nullopt}] = StorageInfo{file, 100, 700, {}};
   md.storage_data[MetadataIndex{"b", Shape{0}, std::nullopt}] = StorageInfo{file, 800, 600, {}};
   return md;
 }
