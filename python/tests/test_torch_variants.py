@@ -79,6 +79,13 @@ def test_shardpoint_reads_pytorch_variants_with_pytorch_values(saved, variant, t
     shardpoint.reshard(saved[variant], out, ranks=3)
     assert hashes(out) == want
     run_ranks(NEWEST, 3, [WORKER, "load", str(out), "--reader", "torch"])
+    # ... and compressed again: PyTorch's reader undoes shardpoint's zstd on 2 ranks.
+    out_zstd = tmp_path / "r3-zstd"
+    shardpoint.reshard(saved[variant], out_zstd, ranks=3, compression="zstd")
+    md = dcp.FileSystemReader(str(out_zstd)).read_metadata()
+    assert {tuple(i.transform_descriptors) for i in md.storage_data.values()} == {("stream.zstd/1",)}
+    assert hashes(out_zstd) == want
+    run_ranks(NEWEST, 2, [WORKER, "load", str(out_zstd), "--reader", "torch"])
 
 
 @pytest.mark.parametrize("variant", ["zstd", "per_rank"])
