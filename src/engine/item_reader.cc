@@ -261,7 +261,8 @@ bool SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>&
   DecompressOptions options;
   // A saved view may keep a larger storage; twice the chunk bounds what DCP writes.
   options.max_bytes = 2 * nbytes + kRecordAllowance;
-  options.keep_whole_bytes = kKeepWholeBytes;
+  // A chunk larger than that goes straight to head + tail (no whole-image buffer first).
+  options.keep_whole_bytes = nbytes < kKeepWholeBytes ? kKeepWholeBytes : 0;
   options.on_stored = on_stored;
   options.deliver = deliver;
   if (!deliver.empty()) options.locate = first_data_record_offset;
