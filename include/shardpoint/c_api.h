@@ -105,6 +105,10 @@ SP_EXPORT int sp_checkpoint_files_per_rank(const sp_checkpoint* checkpoint, int 
 
 typedef enum sp_checksum { SP_CHECKSUM_NONE = 0, SP_CHECKSUM_CRC32C = 1, SP_CHECKSUM_XXH3 = 2 } sp_checksum;
 
+/* How saves store each item (docs/dcp-format.md §2.4): as is, or one zstd frame recorded as
+ * PyTorch's ZStandard extension records it ("stream.zstd/1"; PyTorch >= 2.7 reads it). */
+typedef enum sp_compression { SP_COMPRESSION_NONE = 0, SP_COMPRESSION_ZSTD = 1 } sp_compression;
+
 /* How saves write. */
 typedef struct sp_save_options {
   size_t struct_size;
@@ -113,6 +117,8 @@ typedef struct sp_save_options {
   uint64_t checksum_block_bytes; /* default 1 MiB */
   int durable;                   /* fsync files and folder before commit; default 1 */
   int direct_io;                 /* O_DIRECT for data files where supported; default 1 */
+  int compression;               /* sp_compression; default SP_COMPRESSION_NONE */
+  int compression_level;         /* zstd level 1..19; default 3 (PyTorch's) */
 } sp_save_options;
 SP_EXPORT void sp_save_options_init(sp_save_options* options);
 
@@ -191,8 +197,10 @@ typedef struct sp_item {
 /* Writes the data files the items name (each file once, published when complete) and sets
  * *written_json to a JSON array with one object per item, in file order:
  *   {"index": {"fqn": str, "offset": [int] | null, "index": null}, "file": str,
- *    "offset": int, "length": int, "checksum": int, "blocks": [int], "data_offset": int?}
- * (offset/length: the item's blob inside the file). On failure the files written by this
+ *    "offset": int, "length": int, "transform_descriptors": [str]?, "checksum": int,
+ *    "blocks": [int], "data_offset": int?}
+ * (offset/length: the item's blob inside the file as stored; transform_descriptors: what
+ * .metadata must record for a compressed item). On failure the files written by this
  * call are removed again. Blocks; tensor bytes are read straight from `data`. */
 SP_EXPORT sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count,
                                    const sp_save_options* options, char** written_json, char** error);
@@ -267,7 +275,8 @@ typedef struct sp_tensor_read {
 SP_EXPORT sp_status sp_reader_read_tensors(sp_reader* reader, const sp_tensor_read* reads, size_t count, char** error);
 
 /* The whole blob [offset, offset + length) of `file` (a bytes item), verified against its
- * item checksum when sp_reader_verified(). */
+ * item checksum when sp_reader_verified(); decompressed when `.metadata` records a stream
+ * transform for the item at that file and offset (as are sp_reader_read_tensors' blobs). */
 SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uint64_t offset, uint64_t length,
                                         const char* fqn, void** data, size_t* size, char** error);
 
@@ -290,7 +299,8 @@ SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* op
 /* Rewrites any checkpoint (DCP or Hugging Face safetensors folder, or torch.save file) as a
  * DCP folder saved by `ranks`
  * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
- * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none"}.
+ * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none", "compression": "none"|"zstd",
+ * "compression_level": int}.
  * *report_json: {"source_format" ("dcp"|"hf-safetensors"|"torch"), "tensors", "objects",
  * "payload_bytes", "bytes_written", "zip_crc", "meta_pt_bytes", "seconds"}, "zip_crc" as in
  * sp_consolidate's report; "meta_pt_bytes": the size of Lightning's meta.pt carried over (0:
@@ -300,7 +310,8 @@ SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int 
 
 /* The structure of a checkpoint folder (DCP or Hugging Face safetensors) without reading
  * tensor data: {"format": "dcp"|"hf-safetensors", "tensors": {fqn: {"dtype", "shape", "chunks": [{"offsets", "sizes",
- *   "file", "offset", "length"}]}}, "objects": {fqn: {"file", "offset", "length"}},
+ *   "file", "offset", "length", "transform_descriptors"?}]}}, "objects": {fqn: {"file",
+ *   "offset", "length", "transform_descriptors"?}},
  *  "files": [str], "checksums": "crc32c"|"xxh3"|null}. */
 SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);
 

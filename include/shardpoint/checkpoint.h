@@ -67,6 +67,12 @@ std::string_view checkpoint_kind_name(CheckpointKind kind);
 // Persisted in the sidecar by name ("crc32c", "xxh3"); existing names must never change.
 enum class ChecksumAlgorithm { kNone, kCrc32c, kXxh3 };
 
+// How save stores each item (docs/dcp-format.md §2.4).
+enum class Compression {
+  kNone,  // the torch.save blob as is
+  kZstd,  // one zstd frame per item, descriptor "stream.zstd/1" (PyTorch's ZStandard extension)
+};
+
 struct SaveOptions {
   // --- behaviour ---
   // Per-item checksums kept in the sidecar and verified on load.
@@ -81,6 +87,16 @@ struct SaveOptions {
   // Write each duplicated (replicated) item from the lowest rank holding it instead of
   // spreading them over ranks.
   bool dedup_to_lowest_rank = false;
+  // kZstd: every item compressed into one zstd frame, recorded as PyTorch's ZStandard
+  // extension records it, so PyTorch >= 2.7 reads it back (with the `zstandard` or `pyzstd`
+  // module installed) and older PyTorch cannot. Costs CPU on save and load; a reader of
+  // part of an item decompresses it from its start. Float weights shrink little (~10%).
+  Compression compression = Compression::kNone;
+  // zstd level (1..19). 3 is what PyTorch's extension uses; higher is smaller and slower.
+  int compression_level = 3;
+  // Extra threads per item being compressed (libzstd's workers; items of several MiB).
+  // 0: compress on the writing thread, one item per file thread.
+  int compression_threads = 0;
 
   // --- performance ---
   // Files per rank, written in parallel by as many threads (DCP's thread_count). The

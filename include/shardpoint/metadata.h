@@ -103,7 +103,8 @@ struct Metadata {
   std::map<std::string, StorageMetadata> state_dict_metadata;
   // The keys of state_dict_metadata in the order the file lists them (each once), which is
   // the order the saver's state dict had; consolidation writes in it, as PyTorch does.
-  // Filled by decode_metadata; empty for metadata built in memory (the encoder ignores it).
+  // Filled by decode_metadata; empty for metadata built in memory. encode_metadata writes
+  // the keys in this order when it is set.
   std::vector<std::string> key_order;
   // fqn -> path in the nested state dict. Empty map when the checkpoint has none (None in
   // the pickle); entries whose value is not a tuple of str/int are kept in

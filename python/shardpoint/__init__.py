@@ -119,10 +119,14 @@ def reshard(
     thread_count: int = 1,
     checksum: str = "crc32c",
     durable: bool = True,
+    compression: Optional[str] = None,
 ) -> Dict[str, Any]:
     """Rewrites any checkpoint (a DCP folder or a ``torch.save`` file) as a DCP folder laid
     out as ``ranks`` ranks would save it (dim-0 sharding), streaming within
     ``memory_budget`` bytes.
+
+    ``compression="zstd"``: every item stored as one zstd frame, as PyTorch's ``ZStandard``
+    extension stores it (PyTorch >= 2.7 reads it back).
 
     ``check_zip_crc``: where no sidecar covers a record (PyTorch's checkpoints, torch.save
     files), check its zip CRC-32; a record read only in part is counted, not checked.
@@ -143,6 +147,7 @@ def reshard(
         "thread_count": int(thread_count),
         "checksum": checksum,
         "durable": bool(durable),
+        "compression": compression or "none",
     }
     return _native.reshard(os.fspath(source), os.fspath(destination), int(ranks), options)
 

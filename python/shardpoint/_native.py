@@ -26,6 +26,8 @@ class SaveOptions(ctypes.Structure):
         ("checksum_block_bytes", ctypes.c_uint64),
         ("durable", ctypes.c_int),
         ("direct_io", ctypes.c_int),
+        ("compression", ctypes.c_int),
+        ("compression_level", ctypes.c_int),
     ]
 
 
@@ -227,9 +229,16 @@ def int64_array(values: Sequence[int]) -> Any:
     return (ctypes.c_int64 * max(len(values), 1))(*values)
 
 
-def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, durable: bool, direct_io: bool) -> SaveOptions:
+# sp_compression (c_api.h).
+COMPRESSIONS = {None: 0, "zstd": 1}
+
+
+def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, durable: bool, direct_io: bool,
+                 compression: Optional[str] = None) -> SaveOptions:
     if checksum not in CHECKSUMS:
-        raise errors.UsageError(f"checksum must be one of {sorted(CHECKSUMS)}, found {checksum!r}")
+        raise errors.UsageError(f"checksum must be one of {sorted(CHECKSUMS, key=str)}, found {checksum!r}")
+    if compression not in COMPRESSIONS:
+        raise errors.UsageError(f"compression must be None or 'zstd', found {compression!r}")
     o = SaveOptions()
     lib().sp_save_options_init(ctypes.byref(o))
     o.thread_count = int(thread_count)
@@ -237,6 +246,7 @@ def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, du
     o.checksum_block_bytes = int(checksum_block_bytes)
     o.durable = int(bool(durable))
     o.direct_io = int(bool(direct_io))
+    o.compression = COMPRESSIONS[compression]
     return o
 
 

@@ -181,6 +181,10 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             allocate them afresh for every save (False: the memory is freed after each write,
             and every save pays the page faults of new memory). Either way the copy is real
             for CPU tensors too, so training may change the state while the write runs.
+        compression: ``"zstd"`` stores every item as one zstd frame, recorded as PyTorch's
+            ``ZStandard`` extension records it (``transform_descriptors == ["stream.zstd/1"]``),
+            so PyTorch >= 2.7's ``FileSystemReader`` (with ``zstandard`` installed) and
+            shardpoint read it back. ``None`` (default): items stored as is.
         overwrite: allow saving into a folder that holds a committed checkpoint. A local one
             is replaced atomically: the new checkpoint is written into a hidden folder beside
             it and exchanged with it once committed, so a failed save leaves the previous
@@ -208,6 +212,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         direct_io: bool = True,
         overwrite: bool = True,
         cache_staged_state_dict: bool = True,
+        compression: Optional[str] = None,
         *args: Any,
         async_staging: bool = False,
         **kwargs: Any,
@@ -228,7 +233,8 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self.sync_files = sync_files
         self.thread_count = thread_count
         self.overwrite = overwrite
-        self._options = _native.save_options(thread_count, checksum, checksum_block_bytes, sync_files, direct_io)
+        self._options = _native.save_options(thread_count, checksum, checksum_block_bytes, sync_files, direct_io,
+                                             compression)
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self._checkpoint: Optional[_native.Checkpoint] = None
@@ -372,6 +378,8 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         results: List[WriteResult] = []
         for n, (item, record) in enumerate(zip(by_position, json.loads(written_json))):
             info = _StorageInfo(record["file"], record["offset"], record["length"])
+            if "transform_descriptors" in record:  # compressed (the field exists in PyTorch >= 2.7)
+                info.transform_descriptors = record["transform_descriptors"]
             if n == 0:  # the rank's records travel to the coordinator as the engine's JSON text
                 results.append(_WriteResultWithChecksums(index=item.index, size_in_bytes=record["length"],
                                                          storage_data=info, records_json=written_json))
@@ -505,8 +513,11 @@ class StorageReader(_DcpStorageReader):
         return self._reader
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        """(all ranks, or the coordinator) The checkpoint's Metadata: decoded by the engine and
-        rebuilt from DCP's own classes (``trusted=False``), or unpickled as is (``trusted=True``).
+        """(all ranks, or the coordinator) The checkpoint's Metadata: its ``.metadata``, the
+        union of every rank's ``__<rank>.metadata`` when it was saved with
+        ``use_collectives=False`` (a missing rank's file is a FormatError), or what the
+        engine reads from a Hugging Face safetensors folder. Decoded by the engine and rebuilt
+        from DCP's own classes (``trusted=False``), or unpickled as is (``trusted=True``).
         Raises FormatError naming the file and what it holds when it is not DCP metadata."""
         reader = self._opened()
         if self.trusted:
@@ -586,11 +597,8 @@ class StorageReader(_DcpStorageReader):
         info = self._storage_data.get(item.storage_index)
         if info is None:
             raise errors.FormatError(f'{self.path}: .metadata names no storage for "{item.storage_index.fqn}"')
-        if getattr(info, "transform_descriptors", None):
-            raise errors.UsageError(
-                f'{self.path}: item "{item.storage_index.fqn}" was written with transforms '
-                f"{list(info.transform_descriptors or [])}, which shardpoint does not read"
-            )
+        # Stream transforms ("stream.zstd/1") are undone by the engine, which reads them from
+        # the same .metadata by the item's file and offset.
         return info
 
     def _saved_chunk(self, index: MetadataIndex) -> Tuple[Sequence[int], torch.dtype]:

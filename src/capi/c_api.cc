@@ -134,6 +134,13 @@ engine::SaveOptions save_options_of(const sp_save_options* in) {
   out.checksum_block_bytes = o.checksum_block_bytes;
   out.durable = o.durable != 0;
   out.direct_io = o.direct_io != 0;
+  switch (o.compression) {
+    case SP_COMPRESSION_NONE: out.compression = engine::Compression::kNone; break;
+    case SP_COMPRESSION_ZSTD: out.compression = engine::Compression::kZstd; break;
+    default: throw UsageError("save options: unknown compression " + std::to_string(o.compression));
+  }
+  require(o.compression_level >= 1 && o.compression_level <= 19, "save options: compression_level must be 1..19");
+  out.compression_level = o.compression_level;
   return out;
 }
 
@@ -161,6 +168,7 @@ json chunk_json(const format::ChunkStorageMetadata& chunk, const format::Storage
     c["file"] = info->relative_path;
     c["offset"] = info->offset;
     c["length"] = info->length;
+    if (!info->transform_descriptors.empty()) c["transform_descriptors"] = info->transform_descriptors;
   }
   return c;
 }
@@ -274,6 +282,8 @@ void sp_save_options_init(sp_save_options* options) {
   options->checksum_block_bytes = engine::kDefaultChecksumBlockSize;
   options->durable = 1;
   options->direct_io = 1;
+  options->compression = SP_COMPRESSION_NONE;
+  options->compression_level = 3;
 }
 
 sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count, const sp_save_options* options,
@@ -551,6 +561,12 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
     options.save.checksum = engine::checksum_algorithm_from_name(
         option<std::string>(o, "checksum", std::string(engine::checksum_algorithm_name(options.save.checksum))),
         "options \"checksum\"");
+    const std::string compression = option<std::string>(o, "compression", "none");
+    if (compression != "none" && compression != "zstd") {
+      throw UsageError("options \"compression\": expected \"none\" or \"zstd\", found \"" + compression + "\"");
+    }
+    options.save.compression = compression == "zstd" ? engine::Compression::kZstd : engine::Compression::kNone;
+    options.save.compression_level = option<int>(o, "compression_level", options.save.compression_level);
     auto dst = storage::open_storage(str(destination, "destination is NULL"));
     const engine::ReshardReport r = engine::reshard(str(source, "source is NULL"), *dst, options);
     const json out{{"source_format", r.source_format},
@@ -590,6 +606,9 @@ sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
         if (info != m.storage_data.end()) {
           object = json{
               {"file", info->second.relative_path}, {"offset", info->second.offset}, {"length", info->second.length}};
+          if (!info->second.transform_descriptors.empty()) {
+            object["transform_descriptors"] = info->second.transform_descriptors;
+          }
         }
         objects[fqn] = std::move(object);
       }

@@ -107,6 +107,8 @@ class DcpListing final : public CheckpointListing {
       } else {
         what += " (object)";
       }
+      // Stream transforms: the size shown is the stored (compressed) one.
+      for (const std::string& d : info.transform_descriptors) what += " " + d;
       files[info.relative_path].push_back(
           {info.offset, fmt::format("    @{:<10} {:>10}  {}", info.offset, human_bytes_short(info.length), what)});
     }

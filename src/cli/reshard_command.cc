@@ -36,6 +36,10 @@ class ReshardCommand : public Command {
                  "DCP. Keys and values are unchanged: `shardpoint inspect --json --hash` shows the same\n"
                  "tensors before and after.\n"
                  "\n"
+                 "--compress zstd stores each item as one zstd frame, recorded as PyTorch's ZStandard\n"
+                 "extension records it (transform \"stream.zstd/1\"): PyTorch >= 2.7 with the zstandard\n"
+                 "module reads it back. A zstd SRC is read whatever the option.\n"
+                 "\n"
                  "SRC and DST may be storage URLs (DST: an empty prefix). A SRC URL is a DCP checkpoint\n"
                  "when <SRC>/.metadata exists, else a torch.save file when its last segment is an\n"
                  "object; otherwise it is refused as not a committed checkpoint.\n\n" +
@@ -80,6 +84,10 @@ class ReshardCommand : public Command {
     sub_->add_flag("--no-zip-crc", no_zip_crc_,
                    "do not check the zip CRC-32s of source records no checksum sidecar covers");
     sub_->add_flag("--no-direct-io", no_direct_, "write through the page cache instead of O_DIRECT");
+    sub_->add_option("--compress", compress_, "store every item compressed: zstd (PyTorch's ZStandard extension)")
+        ->check(CLI::IsMember({"none", "zstd"}));
+    sub_->add_option("--compress-level", compress_level_, "zstd level (default 3, as PyTorch)")
+        ->check(CLI::Range(1, 19));
     sub_->add_flag("--quiet,-q", quiet_, "print nothing on success");
   }
   bool parsed() const override { return sub_->parsed(); }
@@ -112,6 +120,8 @@ class ReshardCommand : public Command {
     options.check_zip_crc = !no_zip_crc_;
     options.save.thread_count = threads_;
     options.save.direct_io = !no_direct_;
+    options.save.compression = compress_ == "zstd" ? engine::Compression::kZstd : engine::Compression::kNone;
+    options.save.compression_level = compress_level_;
     engine::ReshardReport report;
     try {
       report = engine::reshard(src_, *destination, options);
@@ -144,6 +154,8 @@ class ReshardCommand : public Command {
   bool no_verify_ = false;
   bool no_zip_crc_ = false;
   bool no_direct_ = false;
+  std::string compress_ = "none";
+  int compress_level_ = 3;
   bool quiet_ = false;
 };
 

@@ -212,6 +212,9 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
   ItemWriteOptions item_options;
   item_options.checksum = options.checksum;
   item_options.block_size = options.checksum_block_bytes;
+  item_options.compression = options.compression;
+  item_options.zstd_level = options.compression_level;
+  item_options.zstd_workers = options.compression_threads;
   storage::WriteOptions write_options;
   write_options.durable = options.durable;
   write_options.direct_io = options.direct_io;

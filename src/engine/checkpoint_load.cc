@@ -43,6 +43,7 @@
 #include "engine/flatten.h"
 #include "engine/folder_metadata.h"
 #include "engine/item_reader.h"
+#include "engine/metadata_files.h"
 #include "engine/parallel_for.h"
 #include "engine/plan_codec.h"
 #include "engine/rank_failures.h"
@@ -103,7 +104,8 @@ constexpr std::string_view kFromPickle = "pickle";
 constexpr std::string_view kFromSafetensors = "safetensors";
 
 std::string read_what_ranks_need(storage::Storage& checkpoint, const LoadOptions& options) {
-  std::optional<std::string> bytes = checkpoint.try_read_all(kMetadataKey);
+  // `.metadata`, or the union of the per-rank files (metadata_files.h).
+  std::optional<std::string> bytes = try_read_checkpoint_metadata(checkpoint);
   if (!bytes) {
     FolderMetadata folder = read_folder_metadata(checkpoint);  // throws "no .metadata" when not HF
     return pack_parts({std::string(kFromSafetensors), format::encode_metadata(folder.metadata)});
@@ -230,8 +232,9 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
     const std::size_t t = order[i];
     const format::StorageInfo& info = *task_info[t];
     std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
-    if (t >= groups.size()) {
-      // Objects are read whole (announced too: object stores size their GETs by it).
+    if (t >= groups.size() || !info.transform_descriptors.empty()) {
+      // Objects and zstd items are read whole (announced too: object stores size their GETs
+      // by it).
       ranges[i].push_back({file, info.offset, info.length});
       continue;
     }
@@ -265,7 +268,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
         data_start = data_offset->second;
       }
       SavedTensorBlob blob(sources.get(g.info->relative_path), *g.info, key.fqn, *g.chunk, g.tensor->properties.dtype,
-                           data_start);
+                           data_start, /*defer_transformed=*/true);
       const std::size_t itemsize = dtype_itemsize(g.tensor->properties.dtype);
       for (const ReadItem* item : *g.items) {
         const auto& dest = std::get<TensorShard>(flat.items.at(item->dest_index.fqn));
@@ -284,7 +287,7 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
       const ReadItem& item = *object_items[k];
       const format::StorageInfo& info = *task_info[task];
       std::shared_ptr<const ByteSource> file = sources.get(info.relative_path);
-      objects[k] = read_saved_object(*file, info, item.storage_index.fqn, checksums_for(info), counts[task]);
+      objects[k] = read_saved_object(file, info, item.storage_index.fqn, checksums_for(info), counts[task]);
       needed += info.length;
     }
   });

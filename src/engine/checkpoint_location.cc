@@ -7,6 +7,7 @@
 
 #include "core/byte_stream.h"
 #include "engine/safetensors_metadata.h"
+#include "engine/metadata_files.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
@@ -24,7 +25,7 @@ std::string_view checkpoint_kind_name(CheckpointKind kind) {
 }
 
 CheckpointKind folder_kind(storage::Storage& folder) {
-  if (folder.try_stat(kMetadataKey)) return CheckpointKind::kDcp;
+  if (has_checkpoint_metadata(folder)) return CheckpointKind::kDcp;
   if (folder.try_stat(kHfIndexKey)) return CheckpointKind::kHfSafetensors;
   for (const storage::ObjectInfo& o : folder.list("")) {
     if (is_hf_tensor_file(o.key)) return CheckpointKind::kHfSafetensors;
@@ -49,7 +50,7 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
     return location;
   }
   std::shared_ptr<storage::Storage> folder = storage::open_storage(name);
-  const bool dcp = folder->try_stat(kMetadataKey).has_value();
+  const bool dcp = has_checkpoint_metadata(*folder);
   if (dcp || folder->try_stat(kHfIndexKey)) {
     location.kind = dcp ? CheckpointKind::kDcp : CheckpointKind::kHfSafetensors;
     location.storage = std::move(folder);

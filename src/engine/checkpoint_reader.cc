@@ -104,7 +104,8 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
     if (chunk == nullptr) throw FormatError("\"" + fqn + "\": read plan names a chunk the metadata lacks");
     const format::StorageInfo& info = storage_info(item.storage_index);
     SavedTensorBlob blob(source(info.relative_path), info, fqn, *chunk, meta.properties.dtype,
-                         raw_tensor_items_ ? std::optional<std::uint64_t>(0) : std::nullopt);
+                         raw_tensor_items_ ? std::optional<std::uint64_t>(0) : std::nullopt,
+                         /*defer_transformed=*/true);
     blob.read_into(item, dest, sizes, checksums_for(info));
     std::lock_guard lock(mu_);
     counts_ += blob.counts();
@@ -135,7 +136,7 @@ std::shared_ptr<const torchfile::TorchFile> CheckpointReader::read_object_file(c
   const format::StorageInfo& info = storage_info(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
   ReadCounts counts;
   std::shared_ptr<const torchfile::TorchFile> file =
-      open_saved_object(*source(info.relative_path), info, fqn, checksums_for(info), counts);
+      open_saved_object(source(info.relative_path), info, fqn, checksums_for(info), counts);
   std::lock_guard lock(mu_);
   counts_ += counts;
   return file;

@@ -1,5 +1,6 @@
 #include "engine/folder_metadata.h"
 
+#include "engine/metadata_files.h"
 #include "engine/safetensors_metadata.h"
 #include "format/metadata_codec.h"
 #include "shardpoint/checkpoint.h"
@@ -16,7 +17,7 @@ FolderMetadata decode_folder_metadata(std::string metadata_bytes, storage::Stora
 }
 
 FolderMetadata read_folder_metadata(storage::Storage& folder) {
-  if (std::optional<std::string> bytes = folder.try_read_all(kMetadataKey)) {
+  if (std::optional<std::string> bytes = try_read_checkpoint_metadata(folder)) {  // per-rank files too
     return decode_folder_metadata(std::move(*bytes), folder);
   }
   if (folder_kind(folder) == CheckpointKind::kHfSafetensors) {

@@ -35,7 +35,9 @@
 #include "core/checksum.h"
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
+#include "engine/compressed_item.h"
 #include "engine/torch_file_crc.h"
+#include "format/stream_transform.h"
 #include "shardpoint/error.h"
 #include "torchfile/zip_format.h"
 #include "torchfile/zip_record_check.h"
@@ -171,16 +173,23 @@ std::optional<std::string> blob_data_pkl_crc_mismatch(std::shared_ptr<const Byte
 
 SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info,
                                  std::string fqn, const format::ChunkStorageMetadata& chunk, DType dtype,
-                                 std::optional<std::uint64_t> data_offset)
+                                 std::optional<std::uint64_t> data_offset, bool defer_transformed)
     : fqn_(std::move(fqn)), info_(info), chunk_(chunk), dtype_(dtype) {
-  if (!info_.transform_descriptors.empty()) {
-    throw FormatError(describe() + ": stream transforms are not supported yet (found \"" +
-                      info_.transform_descriptors.front() + "\")");
-  }
+  const format::StreamTransform transform = format::parse_transforms(info_.transform_descriptors, describe());
   if (info_.offset > file->size() || info_.length > file->size() - info_.offset) {
     throw FormatError(describe() + ": blob [" + std::to_string(info_.offset) + ", " +
                       std::to_string(info_.offset + info_.length) + ") reaches past the end of the file (" +
                       std::to_string(file->size()) + " bytes)");
+  }
+  if (transform != format::StreamTransform::kNone) {
+    // The load index's data_offset is for untransformed blobs only.
+    if (defer_transformed) {
+      stored_file_ = file;
+      open_pending_ = true;
+    } else {
+      open_decompressed(file);
+    }
+    return;
   }
   auto window = std::make_unique<CountedWindow>(
       file, info_.offset, info_.length,
@@ -208,14 +217,18 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
     }
     rethrow_with_context(describe());
   }
+  check_tensor();
+}
+
+void SavedTensorBlob::check_tensor() {
   tensor_ = file_->tensor_of(*file_->root());
   if (tensor_ == nullptr) {
     throw FormatError(describe() + ": expected a tensor at the root of the torch.save blob, found " +
                       std::string(pickle::kind_name(file_->root()->kind())));
   }
   if (tensor_->dtype != dtype_) {
-    throw FormatError(describe() + ": expected dtype " + std::string(dtype_name(dtype_)) + " (as .metadata says), found " +
-                      std::string(dtype_name(tensor_->dtype)));
+    throw FormatError(describe() + ": expected dtype " + std::string(dtype_name(dtype_)) +
+                      " (as .metadata says), found " + std::string(dtype_name(tensor_->dtype)));
   }
   if (tensor_->shape != chunk_.sizes) {
     throw FormatError(describe() + ": expected a tensor of shape " + shape_to_string(chunk_.sizes) +
@@ -227,6 +240,83 @@ SavedTensorBlob::SavedTensorBlob(std::shared_ptr<const ByteSource> file, const f
   layout_.direct = tensor_->is_contiguous() && !tensor_->big_endian;
 }
 
+namespace {
+
+// A zstd item that decompresses to at most this is held whole while it is read; larger
+// ones keep only their zip records (compressed_item.h). 8 MiB: one slab of a consolidate.
+constexpr std::uint64_t kKeepWholeBytes = std::uint64_t{8} << 20;
+// What a tensor item may hold besides its data: zip records and data.pkl (~1.5 KiB in
+// torch.save's), with room for any layout.
+constexpr std::uint64_t kRecordAllowance = std::uint64_t{16} << 20;
+
+}  // namespace
+
+bool SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>& file,
+                                        std::span<const WantedRange> deliver,
+                                        const std::function<void(std::uint64_t, ByteSpan)>& on_stored) {
+  stored_file_ = file;
+  open_pending_ = false;
+  const std::string label = describe() + " (" + info_.transform_descriptors.front() + ")";
+  const std::uint64_t nbytes = static_cast<std::uint64_t>(volume(chunk_.sizes)) * dtype_itemsize(dtype_);
+  DecompressOptions options;
+  // A saved view may keep a larger storage; twice the chunk bounds what DCP writes.
+  options.max_bytes = 2 * nbytes + kRecordAllowance;
+  // A chunk larger than that goes straight to head + tail (no whole-image buffer first).
+  options.keep_whole_bytes = nbytes < kKeepWholeBytes ? kKeepWholeBytes : 0;
+  options.on_stored = on_stored;
+  options.deliver = deliver;
+  if (!deliver.empty()) options.locate = first_data_record_offset;
+  // A sparse image that the parser cannot read whole (records outside its head and tail) or
+  // whose tensor is not one row-major run inside the hole is decompressed again, whole.
+  bool delivered = false;
+  for (const bool whole : {false, true}) {
+    if (whole) {
+      // Again, whole: the stored bytes were seen and nothing more is copied out.
+      delivered = false;
+      options.keep_whole_bytes = options.max_bytes;
+      options.on_stored = {};
+      options.locate = {};
+    }
+    decompressed_ = std::make_unique<DecompressedItem>(decompress_item(file, info_, label, options));
+    check_ends_with_zip_end(*decompressed_, label);
+    if (!whole) delivered = decompressed_->delivered_base.has_value();
+    const std::shared_ptr<const ByteSource>& image = decompressed_->image;
+    auto window = std::make_unique<CountedWindow>(image, 0, image->size(), image->name());
+    window_ = window.get();
+    const bool sparse = decompressed_->hole.has_value();
+    try {
+      file_ = torchfile::TorchFile::open(std::move(window));
+    } catch (const Error&) {
+      if (sparse) continue;
+      rethrow_with_context(describe());
+    }
+    check_tensor();
+    delivered = delivered && layout_.direct && decompressed_->delivered_base == layout_.data_start;
+    const torchfile::ZipEntry* record = file_->record("data/" + tensor_->storage_key);
+    const bool stored = record != nullptr && record->method == torchfile::zip::kMethodStored;
+    if (sparse) {
+      const torchfile::ByteRange hole = *decompressed_->hole;
+      if (!layout_.direct || !stored || hole.offset < record->data_offset ||
+          hole.offset + hole.size > record->data_offset + record->uncompressed_size) {
+        continue;
+      }
+    }
+    // The tensor record's CRC-32: the image holds it, or its bytes around the hole and the
+    // hole's CRC-32 taken in passing.
+    if (stored) {
+      const std::optional<std::uint32_t> crc =
+          decompressed_crc32(*decompressed_, record->data_offset, record->data_offset + record->uncompressed_size);
+      if (crc && *crc != record->crc32) {
+        throw FormatError(describe() + ": zip CRC-32 mismatch in record \"" + record->name + "\" (decompressed from " +
+                          info_.transform_descriptors.front() + "): expected " + torchfile::crc32_hex(record->crc32) +
+                          ", found " + torchfile::crc32_hex(*crc));
+      }
+    }
+    return delivered;
+  }
+  return false;
+}
+
 SavedTensorBlob::~SavedTensorBlob() = default;
 
 std::string SavedTensorBlob::describe() const {
@@ -235,7 +325,7 @@ std::string SavedTensorBlob::describe() const {
 
 bool SavedTensorBlob::direct() const { return layout_.direct; }
 
-ReadCounts SavedTensorBlob::counts() const { return window_->counts(); }
+ReadCounts SavedTensorBlob::counts() const { return window_ != nullptr ? window_->counts() : ReadCounts{}; }
 
 void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest, const format::Shape& dest_box_sizes,
                                 const BlobChecksums& checksums, std::vector<BlockPiece>* pieces) {
@@ -251,6 +341,40 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
   }
   const std::string what = describe() + " data";
   const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
+
+  if (open_pending_) {
+    // One pass: the needed bytes are copied out while the item is decompressed to open it.
+    std::vector<WantedRange> wanted;
+    wanted.reserve(segments.size());
+    std::uint64_t moved = 0;
+    for (const Segment& s : segments) {
+      wanted.push_back({s.src, s.length, dest.data() + s.dst});
+      moved += s.length;
+    }
+    std::sort(wanted.begin(), wanted.end(), [](const WantedRange& a, const WantedRange& b) { return a.at < b.at; });
+    if (verify && checksums.item->length != info_.length) {
+      throw FormatError(describe() + ": checksum sidecar says the blob has " + std::to_string(checksums.item->length) +
+                        " bytes, .metadata says " + std::to_string(info_.length));
+    }
+    StreamingChecksum sum(verify ? checksums.algorithm : ChecksumAlgorithm::kNone);
+    std::function<void(std::uint64_t, ByteSpan)> on_stored;
+    if (verify) on_stored = [&](std::uint64_t, ByteSpan bytes) { sum.update(bytes); };
+    if (open_decompressed(stored_file_, wanted, on_stored)) {
+      window_->counts().data_bytes += moved;
+      if (verify && sum.value() != checksums.item->checksum) {
+        throw FormatError(describe() + ": checksum mismatch of the stored (compressed) bytes: expected " +
+                          std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
+                          hex(checksums.algorithm, checksums.item->checksum) + ", found " +
+                          hex(checksums.algorithm, sum.value()));
+      }
+      if (!verify && checksums.zip_crc != nullptr) check_small_zip_records(*checksums.zip_crc);
+      return;
+    }
+  }
+  if (decompressed_ && (decompressed_->hole || verify)) {
+    read_decompressed_into(segments, dest, checksums, what);
+    return;
+  }
 
   ZipCrcLedger* const zip_ledger = !verify && file_ != nullptr ? checksums.zip_crc : nullptr;
   const DataRecord* const zip_record = zip_ledger != nullptr ? zip_data_record(*zip_ledger) : nullptr;
@@ -268,9 +392,9 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
       window_->read_data(0, blob, what);
       const std::uint64_t found = checksum_of(checksums.algorithm, blob);
       if (found != checksums.item->checksum) {
-        throw FormatError(describe() + ": checksum mismatch: expected " +
-                          std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
-                          hex(checksums.algorithm, checksums.item->checksum) + ", found " + hex(checksums.algorithm, found));
+        throw FormatError(
+            describe() + ": checksum mismatch: expected " + std::string(checksum_algorithm_name(checksums.algorithm)) +
+            " " + hex(checksums.algorithm, checksums.item->checksum) + ", found " + hex(checksums.algorithm, found));
       }
     }
     std::vector<std::byte> chunk(static_cast<std::size_t>(tensor_->nbytes()));
@@ -344,7 +468,8 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
       const std::uint64_t b_begin = parts_block * block;
       const std::uint64_t b_end = std::min(b_begin + block, info_.length);
       const std::uint64_t data_end = data_start + layout_.nbytes;
-      for (auto [lo, hi] : {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
+      for (auto [lo, hi] :
+           {std::pair{b_begin, std::min(b_end, data_start)}, std::pair{std::max(b_begin, data_end), b_end}}) {
         if (lo >= hi) continue;
         if (std::optional<ByteSpan> held = window_->cached(lo, hi)) {
           parts.push_back(Part{lo, hi, held->data(), crc32c(0, *held)});
@@ -353,8 +478,7 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
       std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.begin < b.begin; });
       for (const Part& p : parts) {
         if (!pieces->empty() && pieces->back().file == info_.relative_path &&
-            pieces->back().blob_offset == info_.offset && pieces->back().end == p.begin &&
-            p.begin % block != 0) {
+            pieces->back().blob_offset == info_.offset && pieces->back().end == p.begin && p.begin % block != 0) {
           // Continues the same block.
           pieces->back().crc = crc32c_combine(pieces->back().crc, p.crc, p.end - p.begin);
           pieces->back().end = p.end;
@@ -432,10 +556,52 @@ void SavedTensorBlob::read_verified(const std::vector<Segment>& segments, std::s
   finish_partial_block();
 }
 
+void SavedTensorBlob::check_small_zip_records(ZipCrcLedger& ledger) {
+  if (zip_records_checked_) return;
+  // The data record's CRC-32 was checked at open (sparse image) or is checked by the
+  // caller's reads (held image); the small records are in the image.
+  if (ledger.claim_blob(info_.relative_path, info_.offset)) {
+    const torchfile::ZipEntry* data = file_->record("data/" + tensor_->storage_key);
+    ledger.count(
+        check_records_but(file_->archive(), data != nullptr ? data->name : std::string(), info_.offset, describe()));
+  }
+  zip_records_checked_ = true;
+}
+
+void SavedTensorBlob::read_decompressed_into(const std::vector<Segment>& segments, std::span<std::byte> dest,
+                                             const BlobChecksums& checksums, const std::string& what) {
+  const bool verify = checksums.item != nullptr && checksums.algorithm != ChecksumAlgorithm::kNone;
+  if (verify && checksums.item->length != info_.length) {
+    throw FormatError(describe() + ": checksum sidecar says the blob has " + std::to_string(checksums.item->length) +
+                      " bytes, .metadata says " + std::to_string(info_.length));
+  }
+  if (!verify && checksums.zip_crc != nullptr) check_small_zip_records(*checksums.zip_crc);
+  if (!direct()) throw FormatError(describe() + ": internal: a transformed blob read from its stream must be direct");
+  std::vector<WantedRange> wanted;
+  wanted.reserve(segments.size());
+  for (const Segment& s : segments) {
+    wanted.push_back({layout_.data_start + s.src, s.length, dest.data() + s.dst});
+  }
+  std::sort(wanted.begin(), wanted.end(), [](const WantedRange& a, const WantedRange& b) { return a.at < b.at; });
+  StreamingChecksum sum(verify ? checksums.algorithm : ChecksumAlgorithm::kNone);
+  std::function<void(std::uint64_t, ByteSpan)> on_stored;
+  if (verify) on_stored = [&](std::uint64_t, ByteSpan bytes) { sum.update(bytes); };
+  read_decompressed(stored_file_, info_, what, *decompressed_, wanted, verify, on_stored);
+  std::uint64_t moved = 0;
+  for (const Segment& s : segments) moved += s.length;
+  window_->counts().data_bytes += moved;
+  if (verify && sum.value() != checksums.item->checksum) {
+    throw FormatError(describe() + ": checksum mismatch of the stored (compressed) bytes: expected " +
+                      std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
+                      hex(checksums.algorithm, checksums.item->checksum) + ", found " +
+                      hex(checksums.algorithm, sum.value()));
+  }
+}
+
 void SavedTensorBlob::check_block_index(const ItemChecksums& entry, std::uint64_t block) const {
   if (block >= entry.blocks.size()) {
-    throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) +
-                      " blocks, block " + std::to_string(block) + " needed");
+    throw FormatError(describe() + ": checksum sidecar has " + std::to_string(entry.blocks.size()) + " blocks, block " +
+                      std::to_string(block) + " needed");
   }
 }
 
@@ -515,8 +681,8 @@ std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
 }
 
 std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<const ReadItem*>& items,
-                                                          const format::Shape& chunk_sizes, std::size_t itemsize,
-                                                          std::uint64_t blob_length) {
+                                                           const format::Shape& chunk_sizes, std::size_t itemsize,
+                                                           std::uint64_t blob_length) {
   std::vector<ByteRange> ranges;
   auto add = [&](std::uint64_t begin, std::uint64_t end) {
     end = std::min(end, blob_length);
@@ -540,8 +706,8 @@ std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<con
   std::vector<ByteRange> merged;
   for (const ByteRange& r : ranges) {
     if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
-      merged.back().length = std::max(merged.back().offset + merged.back().length, r.offset + r.length) -
-                             merged.back().offset;
+      merged.back().length =
+          std::max(merged.back().offset + merged.back().length, r.offset + r.length) - merged.back().offset;
     } else {
       merged.push_back(r);
     }

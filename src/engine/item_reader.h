@@ -1,4 +1,4 @@
-// Reading saved items back (layout: docs/dcp-format.md §2.1). SavedTensorBlob opens one
+// Reading saved items back (layout: docs/dcp-format.md §2.1; zstd items §2.4). SavedTensorBlob opens one
 // tensor blob of a .distcp file as the torch.save archive it is and copies only the byte
 // runs a ReadItem needs (load_plan.h) into the destination buffer (bytes items:
 // saved_object.h; the pieces of blocks the ranks verify together: block_pieces.h).
@@ -12,6 +12,11 @@
 // verify_block_pieces
 // (crc32c with `pieces`). How and why: the top of item_reader.cc. Mismatches throw
 // FormatError naming the file, the fqn, the block and expected vs found.
+//
+// A zstd item is opened from its decompressed image (engine/compressed_item.h): one pass
+// at open, and one more per read_into that decompresses up to the last byte it needs
+// (bytes past the image's hole are copied from the image). A sidecar entry of a zstd item
+// covers its stored bytes, checked whole.
 //
 // Thread-safety: a SavedTensorBlob is used by one thread at a time; different ones over the
 // same file source may be used from different threads. SourceCache is thread-safe.
@@ -66,6 +71,8 @@ class SourceCache {
 };
 
 class CountedWindow;
+struct DecompressedItem;
+struct WantedRange;
 
 class SavedTensorBlob {
  public:
@@ -75,9 +82,12 @@ class SavedTensorBlob {
   // shardpoint wrote) the blob is not parsed: its data is the chunk, row-major
   // little-endian, from that blob offset. Throws FormatError ("<file>: item \"fqn\" chunk
   // [..]: expected ..., found ..."), StorageError.
+  // `defer_transformed`: a zstd item is opened by the first read_into (whose bytes are then
+  // copied out during the one decompression that opening takes) instead of here; its
+  // errors come from that read_into. For callers that read right after constructing.
   SavedTensorBlob(std::shared_ptr<const ByteSource> file, const format::StorageInfo& info, std::string fqn,
                   const format::ChunkStorageMetadata& chunk, DType dtype,
-                  std::optional<std::uint64_t> data_offset = std::nullopt);
+                  std::optional<std::uint64_t> data_offset = std::nullopt, bool defer_transformed = false);
   ~SavedTensorBlob();
   SavedTensorBlob(const SavedTensorBlob&) = delete;
   SavedTensorBlob& operator=(const SavedTensorBlob&) = delete;
@@ -130,6 +140,20 @@ class SavedTensorBlob {
   // to `hash` (with its blob offset) right after it, while the bytes are in cache.
   void read_then_hash(std::uint64_t begin, std::uint64_t end, std::byte* out, const std::string& what,
                       const std::function<void(std::uint64_t at, ByteSpan bytes)>& hash);
+  // Opens a transformed item (docs/dcp-format.md §2.4) from its decompressed image.
+  // With `deliver` (ranges relative to the chunk's data start), copies them out during the
+  // decompression and returns true when they were copied from the data start the parsed
+  // blob confirms (else the caller reads them again).
+  bool open_decompressed(const std::shared_ptr<const ByteSource>& file, std::span<const WantedRange> deliver = {},
+                         const std::function<void(std::uint64_t, ByteSpan)>& on_stored = {});
+  // The dtype, shape and layout checks of the tensor at the blob's root; sets layout_.
+  void check_tensor();
+  // read_into for a transformed item read from its stream (a sparse image) or verified
+  // against a sidecar entry over its stored bytes.
+  void read_decompressed_into(const std::vector<Segment>& segments, std::span<std::byte> dest,
+                              const BlobChecksums& checksums, const std::string& what);
+  // A transformed blob's zip records other than its tensor data, checked once into ledger.
+  void check_small_zip_records(ZipCrcLedger& ledger);
   // The zip CRC-32 checks of read_into: checks the small records on first use and returns
   // the data record, or nullptr when its CRC-32 cannot be checked (a compressed record).
   const DataRecord* zip_data_record(ZipCrcLedger& ledger);
@@ -152,6 +176,10 @@ class SavedTensorBlob {
     bool direct = true;            // row-major contiguous little-endian
   };
   Layout layout_;
+  // Transformed items: the .distcp file and the image the blob was parsed from.
+  std::shared_ptr<const ByteSource> stored_file_;
+  std::unique_ptr<DecompressedItem> decompressed_;
+  bool open_pending_ = false;  // a deferred zstd item not opened yet
   bool zip_records_checked_ = false;
   std::optional<DataRecord> zip_data_;  // set by zip_data_record
 };

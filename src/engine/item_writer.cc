@@ -4,9 +4,12 @@
 #include "engine/item_writer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
+#include "format/stream_transform.h"
+#include "format/zstd_writer.h"
 #include "shardpoint/error.h"
 #include "shardpoint/pickle_value.h"
 #include "torchfile/torch_save_writer.h"
@@ -30,6 +33,40 @@ class ChecksummingSink final : public ByteSink {
  private:
   ByteSink& target_;
   BlockChecksummer& sum_;
+};
+
+// Where a blob's bytes go: through the checksumming sink into the file, compressed into
+// one zstd frame on the way when options.compression asks (docs/dcp-format.md §2.4); the
+// checksums then cover the stored (compressed) bytes.
+class BlobOutput {
+ public:
+  BlobOutput(ByteSink& file, const std::string& file_name, const ItemWriteOptions& options, WrittenItem& out)
+      : sum_(options.checksum, options.block_size), checksummed_(file, sum_), out_(out) {
+    out_.info.relative_path = file_name;
+    out_.info.offset = file.position();
+    if (options.compression == Compression::kZstd) {
+      zstd_.emplace(checksummed_, options.zstd_level, options.zstd_workers);
+    }
+  }
+  // The sink the blob is written to; position() counts the blob's (uncompressed) bytes.
+  ByteSink& sink() { return zstd_ ? static_cast<ByteSink&>(*zstd_) : checksummed_; }
+  // Ends the blob and fills out's length, checksums and transforms.
+  void finish() {
+    if (zstd_) {
+      zstd_->finish();
+      out_.info.transform_descriptors = format::transform_descriptors(format::StreamTransform::kZstd);
+      out_.data_offset.reset();  // a zstd item has no data offset a reader could seek to
+    }
+    out_.info.length = sum_.length();
+    out_.checksum = sum_.finish_item();
+    out_.blocks = sum_.take_blocks();
+  }
+
+ private:
+  BlockChecksummer sum_;
+  ChecksummingSink checksummed_;
+  std::optional<format::ZstdWriter> zstd_;
+  WrittenItem& out_;
 };
 
 [[noreturn]] void mismatch(const WriteItem& item, const std::string& detail) {
@@ -69,18 +106,12 @@ WrittenItem write_item(ByteSink& file, const std::string& file_name, const Write
   if (object == nullptr) mismatch(item, "planned as an object, found a tensor");
   WrittenItem out;
   out.index = item.index;
-  out.info.relative_path = file_name;
-  out.info.offset = file.position();
-
-  BlockChecksummer sum(options.checksum, options.block_size);
-  ChecksummingSink sink(file, sum);
-  torchfile::TorchSaveWriter writer(sink);
+  BlobOutput blob(file, file_name, options, out);
+  torchfile::TorchSaveWriter writer(blob.sink());
   const pickle::ValuePtr& v = *object ? *object : pickle::Value::none();
   writer.write_pickle(*v);
   writer.finish();
-  out.info.length = sum.length();
-  out.checksum = sum.finish_item();
-  out.blocks = sum.take_blocks();
+  blob.finish();
   return out;
 }
 
@@ -90,17 +121,11 @@ WrittenItem write_object_item(ByteSink& file, const std::string& file_name, cons
   if (item.type != WriteItemType::kBytes) mismatch(item, "planned as a tensor, found an object");
   WrittenItem out;
   out.index = item.index;
-  out.info.relative_path = file_name;
-  out.info.offset = file.position();
-
-  BlockChecksummer sum(options.checksum, options.block_size);
-  ChecksummingSink sink(file, sum);
-  torchfile::TorchSaveWriter writer(sink);
+  BlobOutput blob(file, file_name, options, out);
+  torchfile::TorchSaveWriter writer(blob.sink());
   torchfile::write_object_with_storages(writer, object, archive);
   writer.finish();
-  out.info.length = sum.length();
-  out.checksum = sum.finish_item();
-  out.blocks = sum.take_blocks();
+  blob.finish();
   return out;
 }
 
@@ -109,12 +134,8 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
   if (item.type != WriteItemType::kTensor) mismatch(item, "planned as an object, written as a tensor");
   WrittenItem out;
   out.index = item.index;
-  out.info.relative_path = file_name;
-  out.info.offset = file.position();
-
-  BlockChecksummer sum(options.checksum, options.block_size);
-  ChecksummingSink sink(file, sum);
-  torchfile::TorchSaveWriter writer(sink);
+  BlobOutput blob(file, file_name, options, out);
+  torchfile::TorchSaveWriter writer(blob.sink());
   const std::size_t itemsize = dtype_itemsize(item.dtype);
   const std::uint64_t numel = itemsize == 0 ? 0 : item.nbytes / itemsize;
   const std::vector<std::int64_t> strides = torchfile::contiguous_strides(item.chunk.sizes);
@@ -122,7 +143,7 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
                                                       /*requires_grad=*/false);
   writer.write_pickle(*root);
   writer.begin_storage("0", item.nbytes);
-  out.data_offset = sum.length();
+  out.data_offset = blob.sink().position();
   const std::size_t slice_bytes = std::max<std::size_t>(options.slice_bytes, 1);
   std::uint64_t produced = 0;
   produce([&](ByteSpan data) {
@@ -137,13 +158,12 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
     }
   });
   if (produced != item.nbytes) {
-    mismatch(item, "expected " + std::to_string(item.nbytes) + " bytes of tensor data, found " + std::to_string(produced));
+    mismatch(item,
+             "expected " + std::to_string(item.nbytes) + " bytes of tensor data, found " + std::to_string(produced));
   }
   writer.end_storage();
   writer.finish();
-  out.info.length = sum.length();
-  out.checksum = sum.finish_item();
-  out.blocks = sum.take_blocks();
+  blob.finish();
   return out;
 }
 
@@ -151,19 +171,14 @@ WrittenItem write_serialized_item(ByteSink& file, const std::string& file_name, 
                                   ByteSpan blob, const ItemWriteOptions& options) {
   WrittenItem out;
   out.index = index;
-  out.info.relative_path = file_name;
-  out.info.offset = file.position();
-  BlockChecksummer sum(options.checksum, options.block_size);
-  ChecksummingSink sink(file, sum);
+  BlobOutput output(file, file_name, options, out);
   const std::size_t slice_bytes = std::max<std::size_t>(options.slice_bytes, 1);
   while (!blob.empty()) {
     const std::size_t n = std::min(slice_bytes, blob.size());
-    sink.write(blob.first(n));
+    output.sink().write(blob.first(n));
     blob = blob.subspan(n);
   }
-  out.info.length = sum.length();
-  out.checksum = sum.finish_item();
-  out.blocks = sum.take_blocks();
+  output.finish();
   return out;
 }
 

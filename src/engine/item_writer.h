@@ -1,5 +1,7 @@
 // Writing one save item into a .distcp file: a complete torch.save blob appended at the
-// file's current position (docs/dcp-format.md §2.1), checksummed as its bytes stream out.
+// file's current position (docs/dcp-format.md §2.1), checksummed as its bytes stream out;
+// with ItemWriteOptions::compression, compressed into one zstd frame first (§2.4: the
+// checksums cover the stored bytes, and the item has no data_offset).
 //
 // A tensor item is torch.save of the chunk: archive "archive", root
 // _rebuild_tensor_v2(('storage', torch.<T>Storage, "0", "cpu", numel), 0, sizes,
@@ -29,9 +31,9 @@ namespace shardpoint::engine {
 
 // What one written item reports to the coordinator.
 struct WrittenItem {
-  format::MetadataIndex index;  // fqn; chunk offsets and position for tensors (none for bytes)
-  format::StorageInfo info;     // relative_path, offset, length of the blob
-  std::uint64_t checksum = 0;   // over the whole blob (0 with ChecksumAlgorithm::kNone)
+  format::MetadataIndex index;        // fqn; chunk offsets and position for tensors (none for bytes)
+  format::StorageInfo info;           // relative_path, offset, length of the blob
+  std::uint64_t checksum = 0;         // over the whole blob (0 with ChecksumAlgorithm::kNone)
   std::vector<std::uint64_t> blocks;  // per block_size piece of the blob
   // Tensor items: where the tensor bytes (the data record) start inside the blob.
   std::optional<std::uint64_t> data_offset;
@@ -50,6 +52,11 @@ struct ItemWriteOptions {
   // and cost more CPU per byte (zip CRC + copy + CRC-32C: 0.19 s of CPU per GB at 256 KiB,
   // 0.28 s at 4 MiB).
   std::size_t slice_bytes = std::size_t{256} << 10;
+  // Store each blob as one zstd frame ("stream.zstd/1", docs/dcp-format.md §2.4), at this
+  // level, with this many extra compression threads (SaveOptions).
+  Compression compression = Compression::kNone;
+  int zstd_level = 3;
+  int zstd_workers = 0;
 };
 
 // Appends `item` (value = its leaf: a TensorShard for kTensor, a pickle value for kBytes)

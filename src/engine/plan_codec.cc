@@ -131,6 +131,7 @@ std::string encode_written_items(const std::vector<WrittenItem>& items) {
     w["file"] = item.info.relative_path;
     w["offset"] = item.info.offset;
     w["length"] = item.info.length;
+    if (!item.info.transform_descriptors.empty()) w["transform_descriptors"] = item.info.transform_descriptors;
     w["checksum"] = item.checksum;
     w["blocks"] = item.blocks;
     if (item.data_offset) w["data_offset"] = *item.data_offset;
@@ -148,6 +149,9 @@ std::vector<WrittenItem> decode_written_items(std::string_view bytes, std::strin
       item.info.relative_path = w.at("file").get<std::string>();
       item.info.offset = w.at("offset").get<std::uint64_t>();
       item.info.length = w.at("length").get<std::uint64_t>();
+      if (w.contains("transform_descriptors")) {
+        item.info.transform_descriptors = w.at("transform_descriptors").get<std::vector<std::string>>();
+      }
       item.checksum = w.at("checksum").get<std::uint64_t>();
       item.blocks = w.at("blocks").get<std::vector<std::uint64_t>>();
       if (w.contains("data_offset")) item.data_offset = w.at("data_offset").get<std::uint64_t>();

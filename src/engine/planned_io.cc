@@ -10,10 +10,12 @@
 #include "engine/folder_metadata.h"
 #include "engine/item_reader.h"
 #include "engine/load_plan.h"
+#include "engine/metadata_files.h"
 #include "engine/parallel_for.h"
 #include "engine/read_ahead.h"
 #include "engine/safetensors_metadata.h"
 #include "engine/save_steps.h"
+#include "engine/saved_object.h"
 #include "engine/zip_crc_ledger.h"
 #include "format/metadata_codec.h"
 #include "shardpoint/error.h"
@@ -102,7 +104,7 @@ void commit_planned(storage::Storage& checkpoint, std::string_view metadata_byte
 
 PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions options)
     : checkpoint_(checkpoint), options_(options), sources_(std::make_unique<SourceCache>(checkpoint)) {
-  std::optional<std::string> metadata = checkpoint.try_read_all(kMetadataKey);
+  std::optional<std::string> metadata = try_read_checkpoint_metadata(checkpoint);
   if (!metadata) {
     // A Hugging Face folder (or nothing: that throws "no .metadata"): its headers' Metadata,
     // encoded as `.metadata` is, for PyTorch's planner.
@@ -111,6 +113,17 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
     return;
   }
   metadata_bytes_ = std::move(*metadata);
+  // Callers name blobs by file and offset; the transforms to undo come from .metadata. A
+  // `.metadata` this build cannot decode is left to PyTorch's own unpickler (trusted reads).
+  try {
+    for (const auto& [key, info] :
+         format::decode_metadata(as_bytes(metadata_bytes_), checkpoint.describe_key(kMetadataKey)).storage_data) {
+      if (!info.transform_descriptors.empty()) {
+        transforms_.emplace(std::make_pair(info.relative_path, info.offset), info.transform_descriptors);
+      }
+    }
+  } catch (const FormatError&) {
+  }
   if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey);
       index && index_matches(*index, as_bytes(metadata_bytes_))) {
     CheckpointIndex decoded = decode_checkpoint_index(*index, checkpoint.describe_key(kIndexKey));
@@ -176,6 +189,10 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
     }
     for (const ReadItem& item : items[b]) item_pointers.push_back(&item);
     std::shared_ptr<const ByteSource> file = sources_->get(first.blob.relative_path);
+    if (!transforms_of(first.blob).empty()) {
+      ranges[b].push_back({file, first.blob.offset, first.blob.length});  // a zstd item is read whole
+      continue;
+    }
     for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(item_pointers, first.chunk.sizes,
                                                                   dtype_itemsize(first.dtype), first.blob.length)) {
       ranges[b].push_back({file, first.blob.offset + r.offset, r.length});
@@ -200,8 +217,10 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
                it != data_offsets_.end() && checksums.zip_crc == nullptr) {
       data_offset = it->second;  // not with zip CRC-32s: they are in the blob's central directory
     }
-    SavedTensorBlob blob(sources_->get(first.blob.relative_path), first.blob, first.fqn, first.chunk, first.dtype,
-                         data_offset);
+    format::StorageInfo info = first.blob;
+    info.transform_descriptors = transforms_of(first.blob);
+    SavedTensorBlob blob(sources_->get(first.blob.relative_path), info, first.fqn, first.chunk, first.dtype,
+                         data_offset, /*defer_transformed=*/true);
     for (std::size_t i = 0; i < items[b].size(); ++i) {
       const PlannedTensorRead& r = *(*blobs[b])[i];
       blob.read_into(items[b][i], r.dest, r.lengths, checksums);
@@ -209,7 +228,38 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
   });
 }
 
+const std::vector<std::string>& PlannedReader::transforms_of(const format::StorageInfo& blob) const {
+  if (!blob.transform_descriptors.empty()) return blob.transform_descriptors;
+  static const std::vector<std::string> kNone;
+  auto it = transforms_.find({blob.relative_path, blob.offset});
+  return it != transforms_.end() ? it->second : kNone;
+}
+
 std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std::string& fqn) {
+  if (!transforms_of(blob).empty()) {
+    // A zstd item (docs/dcp-format.md §2.4): its sidecar entry covers the stored bytes.
+    const std::string where = checkpoint_.describe_key(blob.relative_path) + ": item \"" + fqn + "\"";
+    BlobChecksums checksums;
+    if (verified()) {
+      checksums.algorithm = checksums_->algorithm();
+      checksums.item = checksums_->find(blob.relative_path, blob.offset);
+    }
+    ReadCounts counts;
+    format::StorageInfo info = blob;
+    info.transform_descriptors = transforms_of(blob);
+    const std::unique_ptr<ByteSource> source =
+        read_item_blob(sources_->get(blob.relative_path), info, where, checksums, counts);
+    if (checksums.item == nullptr && checks_zip_crc()) {
+      std::optional<torchfile::ZipArchive> archive;
+      try {
+        archive.emplace(*source);
+      } catch (const Error&) {
+        rethrow_with_context(where);
+      }
+      zip_crc_.count(check_records_but(*archive, "", blob.offset, where));
+    }
+    return source->read_string(0, source->size(), where);
+  }
   std::string bytes(blob.length, '\0');
   checkpoint_.read(blob.relative_path, blob.offset, std::as_writable_bytes(std::span<char>(bytes)));
   const ItemChecksums* entry = verified() ? checksums_->find(blob.relative_path, blob.offset) : nullptr;

@@ -123,6 +123,11 @@ class PlannedReader {
   // FormatError on a mismatch, StorageError.
   std::string read_blob(const format::StorageInfo& blob, const std::string& fqn);
 
+  // The stream transforms of the blob (docs/dcp-format.md §2.4): blob's own when it lists
+  // any, else what `.metadata` records for the item at its file and offset. read_tensors
+  // and read_blob undo them, so callers may name a blob by file, offset and length alone.
+  const std::vector<std::string>& transforms_of(const format::StorageInfo& blob) const;
+
  private:
   storage::Storage& checkpoint_;
   PlannedReaderOptions options_;
@@ -131,7 +136,8 @@ class PlannedReader {
   mutable std::optional<format::Metadata> metadata_;  // GUARDED_BY(metadata_mutex_)
   bool raw_tensor_items_ = false;  // folder_metadata.h
   std::optional<ChecksumSidecar> checksums_;
-  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;  // (file, blob offset)
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;           // (file, blob offset)
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<std::string>> transforms_;  // non-empty only
   std::unique_ptr<SourceCache> sources_;
   ZipCrcLedger zip_crc_;
 };

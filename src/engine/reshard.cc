@@ -422,6 +422,9 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
   ItemWriteOptions item_options;
   item_options.checksum = options.save.checksum;
   item_options.block_size = options.save.checksum_block_bytes;
+  item_options.compression = options.save.compression;
+  item_options.zstd_level = options.save.compression_level;
+  item_options.zstd_workers = options.save.compression_threads;
   storage::WriteOptions write_options;
   write_options.durable = options.save.durable;
   write_options.direct_io = options.save.direct_io;

@@ -9,19 +9,27 @@
 #include "engine/checkpoint_index.h"
 #include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
+#include "engine/compressed_item.h"
 #include "engine/item_reader.h"
 #include "engine/saved_object.h"
 #include "format/checkpoint_path.h"
 #include "format/metadata_codec.h"
+#include "format/stream_transform.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
 #include "shardpoint/reshard.h"
 #include "storage/location.h"
 #include "torchfile/torch_file.h"
+#include "torchfile/zip_format.h"
 #include "torchfile/zip_record_check.h"
 
 namespace shardpoint::engine {
 namespace {
+
+// A zstd item verify decompresses is held whole up to this size, else only its records
+// (compressed_item.h); it may not decompress past the cap (a decompression bomb).
+constexpr std::uint64_t kKeepWholeBytes = std::uint64_t{8} << 20;
+constexpr std::uint64_t kMaxDecompressedBytes = std::uint64_t{64} << 30;
 
 // One blob of a .distcp file as a source of its own (offsets relative to the blob), so the
 // zip reader sees the archive it is.
@@ -122,7 +130,10 @@ void verify_torch_file(const CheckpointLocation& location, const std::string& la
   try {
     file = open_torch_file(location);
   } catch (const std::exception& e) {
-    report.problems.push_back({label, "", label + ": " + e.what()});
+    // The source names itself in what it throws (a path, or the storage's describe_key,
+    // which is what label is for meta.pt): add the label only where it is missing.
+    const std::string what = e.what();
+    report.problems.push_back({label, "", what.find(label) == std::string::npos ? label + ": " + what : what});
     return;
   }
   coverage.bytes = file->source().size();
@@ -256,7 +267,7 @@ class DcpVerifier {
       if (options_.quick) {
         if (info == nullptr) throw FormatError("no storage entry in .metadata");
         ReadCounts counts;
-        read_saved_object(*sources_.get(info->relative_path), *info, fqn, BlobChecksums{}, counts);
+        read_saved_object(sources_.get(info->relative_path), *info, fqn, BlobChecksums{}, counts);
       } else {
         reader_.read_object(fqn);
       }
@@ -296,6 +307,7 @@ class DcpVerifier {
     const std::string item = fqn + chunk_text;
     const std::string where = info.relative_path + ": item \"" + fqn + "\"" + chunk_text;
     coverage_.bytes += info.length;
+    if (!info.transform_descriptors.empty()) return check_decompressed_blob(info, item, where);
     try {
       BlobWindow window(
           sources_.get(info.relative_path), info.offset, info.length,
@@ -303,6 +315,53 @@ class DcpVerifier {
       torchfile::ZipArchive archive(window);
       return check_archive(archive, where, info.relative_path, item, info.offset, !options_.quick, scratch_, report_,
                            coverage_);
+    } catch (const std::exception& e) {
+      report_.problems.push_back({info.relative_path, item, where + ": " + e.what()});
+      return {false, false};
+    }
+  }
+
+  // check_blob of a zstd item (docs/dcp-format.md §2.4): the records of the blob it
+  // decompresses to; a record in the image's hole is checked by its CRC-32 taken in passing.
+  ArchiveCheck check_decompressed_blob(const format::StorageInfo& info, const std::string& item,
+                                       const std::string& where) {
+    try {
+      format::parse_transforms(info.transform_descriptors, where);
+      DecompressOptions options;
+      options.max_bytes = kMaxDecompressedBytes;
+      options.keep_whole_bytes = kKeepWholeBytes;
+      const DecompressedItem image = decompress_item(sources_.get(info.relative_path), info,
+                                                     where + " (" + info.transform_descriptors.front() + ")", options);
+      check_ends_with_zip_end(image, where + " (" + info.transform_descriptors.front() + ")");
+      const torchfile::ZipArchive archive(*image.image);
+      const std::string inside = where + " (decompressed)";
+      ArchiveCheck out = check_archive(archive, inside, info.relative_path, item, 0, !options_.quick && !image.hole,
+                                       scratch_, report_, coverage_);
+      if (options_.quick || !image.hole) return out;
+      out.all_crc_matched = true;
+      for (const torchfile::ZipEntry& entry : archive.entries()) {
+        if (entry.method != torchfile::zip::kMethodStored) continue;
+        const torchfile::ByteRange data = archive.data_range(entry);
+        const std::optional<std::uint32_t> found = decompressed_crc32(image, data.offset, data.offset + data.size);
+        if (!found) {
+          report_.problems.push_back({info.relative_path, item,
+                                      inside + ": zip record \"" + entry.name + "\": holds part of the tensor data"});
+          out.clean = out.all_crc_matched = false;
+        } else if (*found != entry.crc32) {
+          report_.problems.push_back({info.relative_path, item,
+                                      inside + ": zip record \"" + entry.name + "\", bytes " +
+                                          range_text(data.offset, data.size) + ": expected CRC-32 " +
+                                          torchfile::crc32_hex(entry.crc32) + " (central directory), found " +
+                                          torchfile::crc32_hex(*found)});
+          out.clean = out.all_crc_matched = false;
+        } else {
+          ++coverage_.zip_crc32_records;
+          coverage_.zip_crc32_bytes += data.size;
+          out.matched_bytes += data.size;
+        }
+        out.stored_bytes += data.size;
+      }
+      return out;
     } catch (const std::exception& e) {
       report_.problems.push_back({info.relative_path, item, where + ": " + e.what()});
       return {false, false};

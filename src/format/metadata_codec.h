@@ -45,7 +45,8 @@ namespace shardpoint::format {
 // Throws FormatError (also for malformed pickles, from the pickle reader).
 Metadata decode_metadata(ByteSpan bytes, std::string_view source_name);
 
-// Writes `metadata` as a `.metadata` pickle (§3.7). Dropped: storage_meta, version,
+// Writes `metadata` as a `.metadata` pickle (§3.7), state_dict_metadata in key_order's
+// order when set, then the other keys sorted. Dropped: storage_meta, version,
 // planner_data_raw. planner_data gets (fqn,) for every fqn of state_dict_metadata that has
 // no entry. MetadataIndex.index: the stored value, else the chunk's position in its
 // tensor's chunk list when the offset matches one, else None.

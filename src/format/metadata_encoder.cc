@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -34,7 +35,20 @@ class Encoder {
   std::string encode(const Metadata& md) {
     validate(md);
     DictBuilder state_dict_metadata(*this);
-    for (const auto& [fqn, entry] : md.state_dict_metadata) {
+    // In key_order's order when it is set (decoded, or a union of per-rank files: the
+    // saver's state dict order, which consolidation keeps), then any other key.
+    std::vector<const std::pair<const std::string, StorageMetadata>*> entries;
+    std::set<std::string_view> placed;
+    for (const std::string& fqn : md.key_order) {
+      auto it = md.state_dict_metadata.find(fqn);
+      if (it != md.state_dict_metadata.end() && placed.insert(it->first).second) entries.push_back(&*it);
+    }
+    for (const auto& entry : md.state_dict_metadata) {
+      if (!placed.contains(entry.first)) entries.push_back(&entry);
+    }
+    for (const auto* e : entries) {
+      const std::string& fqn = e->first;
+      const StorageMetadata& entry = e->second;
       if (const auto* t = std::get_if<TensorStorageMetadata>(&entry)) {
         state_dict_metadata.add(fqn, tensor(*t));
       } else {

@@ -135,6 +135,47 @@ static void test_save_load_reshard(const char* dir) {
   sp_free(json);
 }
 
+/* A zstd save (sp_save_options.compression): .metadata records "stream.zstd/1" for every
+ * item (inspect says so), and a load reads the values back; sp_reshard compresses too. */
+static void test_zstd(const char* dir) {
+  char path[4096], dst[4096];
+  snprintf(path, sizeof path, "%s/zstd", dir);
+  snprintf(dst, sizeof dst, "%s/zstd-r2", dir);
+  char* error = NULL;
+  sp_checkpoint* ckpt = NULL;
+  CHECK(sp_checkpoint_open(path, &ckpt, &error) == SP_OK, "open: %s", msg(error));
+  float w[64][32];
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 32; ++j) w[i][j] = (float)(i * 32 + j) * 0.25f;
+  const int64_t shape[2] = {64, 32}, zero[2] = {0, 0};
+  sp_tensor t = {"w", "float32", 2, shape, zero, shape, w, sizeof w};
+  sp_save_options options;
+  sp_save_options_init(&options);
+  CHECK(options.compression == SP_COMPRESSION_NONE && options.compression_level == 3, "defaults");
+  options.compression = SP_COMPRESSION_ZSTD;
+  CHECK(sp_save(ckpt, &t, 1, &options, &error) == SP_OK, "zstd save: %s", msg(error));
+  float back[64][32];
+  memset(back, 0, sizeof back);
+  sp_tensor want = {"w", "float32", 2, shape, zero, shape, back, sizeof back};
+  CHECK(sp_load(ckpt, &want, 1, NULL, &error) == SP_OK, "zstd load: %s", msg(error));
+  CHECK(memcmp(back, w, sizeof w) == 0, "zstd values");
+  char* json = NULL;
+  CHECK(sp_inspect(path, &json, &error) == SP_OK && strstr(json, "\"stream.zstd/1\""), "inspect: %s",
+        json ? json : msg(error));
+  sp_free(json);
+  json = NULL;
+  CHECK(sp_reshard(path, dst, 2, "{\"compression\": \"zstd\"}", &json, &error) == SP_OK, "reshard: %s", msg(error));
+  sp_free(json);
+  json = NULL;
+  CHECK(sp_inspect(dst, &json, &error) == SP_OK && strstr(json, "\"stream.zstd/1\""), "resharded: %s",
+        json ? json : msg(error));
+  sp_free(json);
+  options.compression = 7;
+  CHECK(sp_save(ckpt, &t, 1, &options, &error) == SP_ERROR_USAGE, "unknown compression");
+  sp_free(error);
+  sp_checkpoint_close(ckpt);
+}
+
 static void test_errors(const char* dir) {
   char* error = NULL;
   sp_checkpoint* ckpt = NULL;
@@ -217,6 +258,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   test_save_load_reshard(argv[1]);
+  test_zstd(argv[1]);
   test_errors(argv[1]);
   test_files_per_rank(argv[1]);
   test_location_parse();

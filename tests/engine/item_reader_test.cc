@@ -230,7 +230,7 @@ TEST(ReadSavedObjectTest, ReturnsTheObjectAndVerifiesIt) {
   ASSERT_NE(checks.item, nullptr);
   SourceCache cache(*st);
   ReadCounts counts;
-  pickle::ValuePtr v = read_saved_object(*cache.get(info.relative_path), info, "epoch", checks, counts);
+  pickle::ValuePtr v = read_saved_object(cache.get(info.relative_path), info, "epoch", checks, counts);
   EXPECT_TRUE(pickle::deep_equal(*v, *pickle::Value::integer(7)));
   EXPECT_EQ(counts.data_bytes, info.length);
 
@@ -239,7 +239,7 @@ TEST(ReadSavedObjectTest, ReturnsTheObjectAndVerifiesIt) {
   st->write_atomic(info.relative_path, as_bytes(file));
   SourceCache damaged(*st);
   try {
-    read_saved_object(*damaged.get(info.relative_path), info, "epoch", checks, counts);
+    read_saved_object(damaged.get(info.relative_path), info, "epoch", checks, counts);
     FAIL();
   } catch (const FormatError& e) {
     EXPECT_EQ(std::string(e.what()).rfind(info.relative_path + ": item \"epoch\": checksum mismatch", 0), 0u)
@@ -247,8 +247,7 @@ TEST(ReadSavedObjectTest, ReturnsTheObjectAndVerifiesIt) {
   }
   format::StorageInfo past = info;
   past.offset = file.size();
-  EXPECT_THROW(read_saved_object(*damaged.get(info.relative_path), past, "epoch", BlobChecksums{}, counts),
-               FormatError);
+  EXPECT_THROW(read_saved_object(damaged.get(info.relative_path), past, "epoch", BlobChecksums{}, counts), FormatError);
 }
 
 TEST(SavedTensorBlobTest, NeededBlobRangesCoverHeadDataAndTail) {

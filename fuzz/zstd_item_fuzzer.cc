@@ -1,0 +1,72 @@
+// Fuzzes zstd items (docs/dcp-format.md §2.4) the way every reader sees them: the input is
+// an item's stored bytes. Invariants: decompress_item never crashes and throws only
+// FormatError; a head + tail image agrees with the whole image (size, the CRC-32 of the
+// hole, and the bytes read_decompressed fills from the stream and from the tail); a
+// decompressed blob then goes through the torch.save parser, also throwing only FormatError.
+// Writer round trip: the input compressed by ZstdWriter decompresses to itself.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "engine/compressed_item.h"
+#include "format/zstd_reader.h"
+#include "format/zstd_writer.h"
+#include "shardpoint/error.h"
+#include "torchfile/torch_file.h"
+
+using namespace shardpoint;
+
+namespace {
+
+// Caps that keep each run small: a bomb stops at 4 MiB, images above 64 KiB keep head + tail.
+constexpr std::uint64_t kMaxBytes = std::uint64_t{4} << 20;
+
+void round_trip(ByteSpan input) {
+  StringSink stored;
+  format::ZstdWriter writer(stored, 1);
+  writer.write(input);
+  writer.finish();
+  auto source = std::make_shared<MemorySource>(as_bytes(stored.str()), "round trip");
+  format::ZstdReader reader(source, 0, stored.str().size(), "round trip");
+  std::vector<std::byte> back(input.size() + 1);
+  const std::size_t n = input.empty() ? 0 : (reader.read_exact(std::span(back.data(), input.size())), input.size());
+  if (reader.read_some(std::span(back.data() + n, 1)) != 0 || !reader.done()) std::abort();
+  if (n != 0 && std::memcmp(back.data(), input.data(), n) != 0) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const ByteSpan input(reinterpret_cast<const std::byte*>(data), size);
+  round_trip(input);
+  auto file = std::make_shared<MemorySource>(input, "fuzz.distcp");
+  const format::StorageInfo info{"fuzz.distcp", 0, size, {"stream.zstd/1"}};
+  try {
+    engine::DecompressOptions options;
+    options.max_bytes = kMaxBytes;
+    options.keep_whole_bytes = 0;  // head + tail whenever the item is over 64 KiB
+    const engine::DecompressedItem sparse = engine::decompress_item(file, info, "item", options);
+    options.keep_whole_bytes = kMaxBytes;
+    const engine::DecompressedItem whole = engine::decompress_item(file, info, "item", options);
+    const std::uint64_t n = whole.image->size();
+    if (whole.hole || sparse.image->size() != n || n > kMaxBytes) std::abort();
+    if (engine::decompressed_crc32(sparse, 0, n) != engine::decompressed_crc32(whole, 0, n)) std::abort();
+    if (sparse.hole) {
+      const torchfile::ByteRange& h = *sparse.hole;
+      if (h.offset > n || h.size > n - h.offset) std::abort();
+      // One range from the stream (inside the hole) and one from the tail.
+      std::vector<std::byte> a(16), b(16), want(16);
+      const engine::WantedRange wanted[] = {{h.offset + h.size / 2, a.size(), a.data()},
+                                            {n - b.size(), b.size(), b.data()}};
+      engine::read_decompressed(file, info, "item", sparse, wanted, false);
+      for (const engine::WantedRange& r : wanted) {
+        whole.image->read(r.at, want, "check");
+        if (std::memcmp(r.out, want.data(), want.size()) != 0) std::abort();
+      }
+    }
+    torchfile::TorchFile::open(engine::owning_source(whole.image));
+  } catch (const FormatError&) {
+  }
+  return 0;
+}
