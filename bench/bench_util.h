@@ -40,13 +40,19 @@ inline std::vector<TensorSpec> gpt2_parameters(int layers) {
   std::vector<TensorSpec> specs = {{"wte.weight", {vocab, d}}, {"wpe.weight", {ctx, d}}};
   for (int l = 0; l < layers; ++l) {
     std::string p = "h." + std::to_string(l) + ".";
-    for (auto [n, s] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
-             {"ln_1.weight", {d}}, {"ln_1.bias", {d}},
-             {"attn.c_attn.weight", {3 * d, d}}, {"attn.c_attn.bias", {3 * d}},
-             {"attn.c_proj.weight", {d, d}}, {"attn.c_proj.bias", {d}},
-             {"ln_2.weight", {d}}, {"ln_2.bias", {d}},
-             {"mlp.c_fc.weight", {ff, d}}, {"mlp.c_fc.bias", {ff}},
-             {"mlp.c_proj.weight", {d, ff}}, {"mlp.c_proj.bias", {d}}}) {
+    for (auto [n, s] :
+         std::vector<std::pair<std::string, std::vector<std::int64_t>>>{{"ln_1.weight", {d}},
+                                                                        {"ln_1.bias", {d}},
+                                                                        {"attn.c_attn.weight", {3 * d, d}},
+                                                                        {"attn.c_attn.bias", {3 * d}},
+                                                                        {"attn.c_proj.weight", {d, d}},
+                                                                        {"attn.c_proj.bias", {d}},
+                                                                        {"ln_2.weight", {d}},
+                                                                        {"ln_2.bias", {d}},
+                                                                        {"mlp.c_fc.weight", {ff, d}},
+                                                                        {"mlp.c_fc.bias", {ff}},
+                                                                        {"mlp.c_proj.weight", {d, ff}},
+                                                                        {"mlp.c_proj.bias", {d}}}) {
       specs.push_back({p + n, s});
     }
   }

@@ -41,7 +41,8 @@ std::vector<OwnedTensor> build_state(int layers) {
   std::uint32_t seed = 1;
   auto add = [&](const std::string& key, const std::vector<std::int64_t>& shape) {
     OwnedTensor t{key, shape, std::vector<float>(static_cast<std::size_t>(numel(shape)))};
-    for (std::size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<float>((i * 2654435761u + seed) % 1000) * 1e-3f;
+    for (std::size_t i = 0; i < t.data.size(); ++i)
+      t.data[i] = static_cast<float>((i * 2654435761u + seed) % 1000) * 1e-3f;
     ++seed;
     tensors.push_back(std::move(t));
   };
@@ -135,8 +136,7 @@ int run_read(const std::string& file) {
               "\"peak_rss_growth\": %lld, \"anon_rss\": %llu, \"checksum\": %llu}\n",
               seconds, static_cast<unsigned long long>(bytes), torch_file->tensors().size(),
               static_cast<long long>(hwm) - static_cast<long long>(rss_before),
-              static_cast<unsigned long long>(proc_status_bytes("RssAnon")),
-              static_cast<unsigned long long>(checksum));
+              static_cast<unsigned long long>(proc_status_bytes("RssAnon")), static_cast<unsigned long long>(checksum));
   return 0;
 }
 

@@ -20,8 +20,8 @@
 //          as one torch.save file (engine/torch_save.h, O_DIRECT, fsync); stall = until the
 //          final barrier.
 // Prints one JSON line: {"rank", "world_size", "own_bytes", "stall": [s per checkpoint],
-// "committed": [...], async only: "plan" and "copy" [s per checkpoint], "peak_rss", "rss_before", "staging_bytes", "bytes_written"}.
-// Exit codes: 0 ok, 2 an exception.
+// "committed": [...], async only: "plan" and "copy" [s per checkpoint], "peak_rss", "rss_before", "staging_bytes",
+// "bytes_written"}. Exit codes: 0 ok, 2 an exception.
 #include <cstring>
 #include <fstream>
 #include <iostream>

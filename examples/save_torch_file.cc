@@ -48,9 +48,10 @@ int main(int argc, char** argv) {
   }
   std::filesystem::path out = std::filesystem::absolute(argv[1]);
   Buffers buffers;
-  StateDict model = {
-      {"fc1.weight", buffers.tensor({64, 32}, 0.1f)}, {"fc1.bias", buffers.tensor({64}, 0.01f)},
-      {"fc2.weight", buffers.tensor({10, 64}, 0.1f)}, {"fc2.bias", buffers.tensor({10}, 0.01f)}};
+  StateDict model = {{"fc1.weight", buffers.tensor({64, 32}, 0.1f)},
+                     {"fc1.bias", buffers.tensor({64}, 0.01f)},
+                     {"fc2.weight", buffers.tensor({10, 64}, 0.1f)},
+                     {"fc2.bias", buffers.tensor({10}, 0.01f)}};
   StateDict optimizer_state;
   for (auto& [name, node] : model) {
     const TensorShard& p = node.tensor();
@@ -59,15 +60,16 @@ int main(int argc, char** argv) {
                          {"exp_avg_sq", buffers.tensor(p.global_shape, 0.0001f)}};
     optimizer_state.emplace_back(name, StateNode(std::move(moments)));
   }
-  auto param_group = Value::dict({{Value::str("lr"), Value::floating(3e-4)},
-                                  {Value::str("betas"), Value::tuple({Value::floating(0.9), Value::floating(0.999)})},
-                                  {Value::str("params"), Value::list({Value::str("fc1.weight"), Value::str("fc1.bias"),
-                                                                      Value::str("fc2.weight"), Value::str("fc2.bias")})}});
+  auto param_group =
+      Value::dict({{Value::str("lr"), Value::floating(3e-4)},
+                   {Value::str("betas"), Value::tuple({Value::floating(0.9), Value::floating(0.999)})},
+                   {Value::str("params"), Value::list({Value::str("fc1.weight"), Value::str("fc1.bias"),
+                                                       Value::str("fc2.weight"), Value::str("fc2.bias")})}});
   StateDict root = {
       {"state_dict", StateNode(std::move(model))},
-      {"optimizer_states", StateNode(std::vector<StateNode>{StateNode(StateDict{
-                               {"state", StateNode(std::move(optimizer_state))},
-                               {"param_groups", StateNode(Value::list({param_group}))}})})},
+      {"optimizer_states", StateNode(std::vector<StateNode>{
+                               StateNode(StateDict{{"state", StateNode(std::move(optimizer_state))},
+                                                   {"param_groups", StateNode(Value::list({param_group}))}})})},
       {"epoch", StateNode(Value::integer(3))},
       {"global_step", StateNode(Value::integer(1200))},
       {"hyper_parameters", StateNode(Value::dict({{Value::str("hidden"), Value::integer(64)},
@@ -84,7 +86,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "save_torch_file: %s\n", e.what());
     return 1;
   }
-  std::printf("wrote %s (%llu bytes)\n", out.c_str(),
-              static_cast<unsigned long long>(std::filesystem::file_size(out)));
+  std::printf("wrote %s (%llu bytes)\n", out.c_str(), static_cast<unsigned long long>(std::filesystem::file_size(out)));
   return 0;
 }

@@ -26,9 +26,9 @@ bool same(const CheckpointIndex& a, const CheckpointIndex& b) {
     return false;
   }
   if (a.checksums.has_value() != b.checksums.has_value()) return false;
-  return !a.checksums || (a.checksums->algorithm() == b.checksums->algorithm() &&
-                          a.checksums->block_size() == b.checksums->block_size() &&
-                          a.checksums->items() == b.checksums->items());
+  return !a.checksums ||
+         (a.checksums->algorithm() == b.checksums->algorithm() &&
+          a.checksums->block_size() == b.checksums->block_size() && a.checksums->items() == b.checksums->items());
 }
 
 [[noreturn]] void fail(const char* what) {
@@ -48,9 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const std::string metadata_bytes = "stand-in .metadata";
-  const std::string encoded = shardpoint::engine::encode_checkpoint_index(
-      index.metadata, shardpoint::as_bytes(metadata_bytes), index.checksums ? &*index.checksums : nullptr,
-      index.data_offsets);
+  const std::string encoded =
+      shardpoint::engine::encode_checkpoint_index(index.metadata, shardpoint::as_bytes(metadata_bytes),
+                                                  index.checksums ? &*index.checksums : nullptr, index.data_offsets);
   if (!shardpoint::engine::index_matches(encoded, shardpoint::as_bytes(metadata_bytes))) {
     fail("a re-encoded index does not match the bytes it was bound to");
   }

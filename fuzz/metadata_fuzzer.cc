@@ -68,8 +68,7 @@ void check_rebuild_globals(const std::string& encoded) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Metadata md;
   try {
-    md = shardpoint::format::decode_metadata(
-        {reinterpret_cast<const std::byte*>(data), size}, "fuzz/.metadata");
+    md = shardpoint::format::decode_metadata({reinterpret_cast<const std::byte*>(data), size}, "fuzz/.metadata");
   } catch (const FormatError&) {
     return 0;
   }

@@ -11,8 +11,8 @@ using namespace shardpoint;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    auto f = torchfile::TorchFile::open(std::make_unique<MemorySource>(
-        ByteSpan(reinterpret_cast<const std::byte*>(data), size), "fuzz.pt"));
+    auto f = torchfile::TorchFile::open(
+        std::make_unique<MemorySource>(ByteSpan(reinterpret_cast<const std::byte*>(data), size), "fuzz.pt"));
     for (const torchfile::TensorInfo& t : f->tensors()) {
       if (t.storage.offset > size || t.storage.size > size - t.storage.offset) std::abort();
       if (f->tensor_of(*t.node) == nullptr) std::abort();

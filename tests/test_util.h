@@ -92,25 +92,27 @@ inline bool oracles_required() {
 
 // Debian's PyTorch 1.13 (/usr/bin/python3 with torch). Returns the interpreter path, or
 // skips the test (fails it when SHARDPOINT_REQUIRE_ORACLES=1).
-#define SP_REQUIRE_TORCH113(python_var)                                                        \
-  std::string python_var = "/usr/bin/python3";                                                 \
+#define SP_REQUIRE_TORCH113(python_var)                                                                   \
+  std::string python_var = "/usr/bin/python3";                                                            \
   if (::shardpoint::testing::run_command(python_var + " -c 'import torch' 2>/dev/null").exit_code != 0) { \
-    if (::shardpoint::testing::oracles_required()) FAIL() << "oracle missing: /usr/bin/python3 with torch (python3-torch)"; \
-    GTEST_SKIP() << "oracle missing: /usr/bin/python3 with torch (apt-get install python3-torch)";  \
+    if (::shardpoint::testing::oracles_required())                                                        \
+      FAIL() << "oracle missing: /usr/bin/python3 with torch (python3-torch)";                            \
+    GTEST_SKIP() << "oracle missing: /usr/bin/python3 with torch (apt-get install python3-torch)";        \
   }
 
 // The PyTorch 2.6 oracle: scripts/oracle-python runs python3 of the Debian trixie root built by
 // scripts/setup-oracle.sh (make oracle), with host paths unchanged. Sets runner_var to the
 // runner's path (use it like a python3 interpreter), or skips the test when the root is missing
 // or unusable (fails it when SHARDPOINT_REQUIRE_ORACLES=1).
-#define SP_REQUIRE_TORCH26(runner_var)                                                         \
-  std::string runner_var = std::string(SP_SOURCE_DIR) + "/scripts/oracle-python";              \
-  if (::shardpoint::testing::run_command(runner_var +                                          \
-        " -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith(\"2.6\") else 1)' 2>/dev/null") \
-          .exit_code != 0) {                                                                   \
-    if (::shardpoint::testing::oracles_required())                                             \
+#define SP_REQUIRE_TORCH26(runner_var)                                                                               \
+  std::string runner_var = std::string(SP_SOURCE_DIR) + "/scripts/oracle-python";                                    \
+  if (::shardpoint::testing::run_command(                                                                            \
+          runner_var +                                                                                               \
+          " -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith(\"2.6\") else 1)' 2>/dev/null")        \
+          .exit_code != 0) {                                                                                         \
+    if (::shardpoint::testing::oracles_required())                                                                   \
       FAIL() << "oracle missing: PyTorch 2.6 root (" << runner_var << " -c 'import torch' failed; run make oracle)"; \
-    GTEST_SKIP() << "oracle missing: PyTorch 2.6 root; run `make oracle` (scripts/setup-oracle.sh, as root)"; \
+    GTEST_SKIP() << "oracle missing: PyTorch 2.6 root; run `make oracle` (scripts/setup-oracle.sh, as root)";        \
   }
 
 }  // namespace shardpoint::testing

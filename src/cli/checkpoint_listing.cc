@@ -77,9 +77,7 @@ std::string zip_crc_text(const engine::ZipCrcCounts& counts) {
 
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 }  // namespace
 
@@ -120,14 +118,14 @@ std::string listing_to_text(const CheckpointListing& listing, bool with_hash) {
   }
   key_width = std::min<std::size_t>(key_width, 72);
   std::string out = listing.description() + "\n";
-  out += fmt::format("{} tensors ({}), {} objects\n\n", tensor_count, human_bytes(total),
-                     entries.size() - tensor_count);
+  out +=
+      fmt::format("{} tensors ({}), {} objects\n\n", tensor_count, human_bytes(total), entries.size() - tensor_count);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const ListingEntry& e = entries[i];
     std::string key = e.key.empty() ? "<root>" : e.key;
     if (e.is_tensor) {
-      out += fmt::format("  {:<{}}  {:<9} {:<18} {:>10}", key, key_width, dtype_name(e.dtype),
-                         shape_text(e.shape), human_bytes(e.nbytes));
+      out += fmt::format("  {:<{}}  {:<9} {:<18} {:>10}", key, key_width, dtype_name(e.dtype), shape_text(e.shape),
+                         human_bytes(e.nbytes));
       if (!e.detail.empty()) out += "  " + e.detail;
       if (with_hash) out += "  sha256:" + tensor_sha256(listing, i);
     } else {

@@ -71,8 +71,7 @@ class ConsolidateCommand : public Command {
         ->required();
     sub_->add_option("--output_file,--output-file,--output", output_,
                      "path or URL of the output file (default: <folder>.consolidated)");
-    sub_->add_option("--layout", layout_, "trainer | fabric | dcp")
-        ->check(CLI::IsMember({"trainer", "fabric", "dcp"}));
+    sub_->add_option("--layout", layout_, "trainer | fabric | dcp")->check(CLI::IsMember({"trainer", "fabric", "dcp"}));
     sub_->add_option("--to", to_, "torch | safetensors | hf-safetensors")
         ->check(CLI::IsMember({"torch", "safetensors", "hf-safetensors"}));
     sub_->add_option("--max-shard-size", max_shard_, "safetensors: split into files of at most SIZE (e.g. 5GB)");

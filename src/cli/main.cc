@@ -23,9 +23,8 @@ namespace shardpoint::cli {
 namespace {
 
 int try_main(int argc, char** argv, bool& verbose) {
-  CLI::App app{
-      "shardpoint: sharded checkpoints in PyTorch's distributed checkpoint (DCP) format.\n"
-      "Reads and writes torch.save files and DCP folders without Python."};
+  CLI::App app{"shardpoint: sharded checkpoints in PyTorch's distributed checkpoint (DCP) format.\n"
+               "Reads and writes torch.save files and DCP folders without Python."};
   app.set_version_flag("--version", std::string("shardpoint ") + kVersion);
   app.require_subcommand(1);
   app.add_flag("-v,--verbose", verbose, "Report on stderr what the run retried (object stores)");

@@ -7,8 +7,8 @@
 
 #include <filesystem>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/checkpoint_listing.h"
 #include "cli/commands.h"
@@ -95,7 +95,8 @@ class ReshardCommand : public Command {
   int run() override {
     engine::ReshardOptions options;
     options.memory_budget_bytes = parse_size(budget_);
-    if (options.memory_budget_bytes < (std::uint64_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
+    if (options.memory_budget_bytes < (std::uint64_t{1} << 20))
+      throw UsageError("--memory-budget must be at least 1MiB");
     options.parallel_files = parallel_;
     const bool remote_dst = storage::Location::parse(dst_).is_remote();
     bool created_dst = false;  // a failed reshard removes the DST folder it created
@@ -103,7 +104,8 @@ class ReshardCommand : public Command {
       std::error_code ec;
       created_dst = !std::filesystem::exists(dst_, ec) && !ec;
       if (std::filesystem::exists(dst_, ec)) {
-        if (!std::filesystem::is_directory(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not a folder");
+        if (!std::filesystem::is_directory(dst_, ec))
+          throw Error("reshard: DST " + dst_ + " exists and is not a folder");
         if (!std::filesystem::is_empty(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not empty");
       }
       if (!storage::Location::parse(src_).is_remote() && std::filesystem::equivalent(src_, dst_, ec)) {

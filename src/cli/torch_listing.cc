@@ -43,9 +43,8 @@ class TorchListing final : public CheckpointListing {
 
   std::string format() const override { return "torch"; }
   std::string description() const override {
-    return fmt::format("{}: torch.save archive '{}' (format version {}, {})", path_,
-                       file_->archive_name(), file_->version(),
-                       file_->big_endian() ? "big-endian" : "little-endian");
+    return fmt::format("{}: torch.save archive '{}' (format version {}, {})", path_, file_->archive_name(),
+                       file_->version(), file_->big_endian() ? "big-endian" : "little-endian");
   }
   const std::vector<ListingEntry>& entries() const override { return entries_; }
   engine::ZipCrcCounts zip_crc_counts() const override { return crc_ ? crc_->counts() : engine::ZipCrcCounts{}; }
@@ -53,8 +52,8 @@ class TorchListing final : public CheckpointListing {
   void stream_tensor(std::size_t i, const std::function<void(ByteSpan)>& fn) const override {
     const torchfile::TensorInfo& info = *tensor_for_entry_.at(i);
     std::size_t itemsize = dtype_itemsize(info.dtype);
-    bool complex = info.dtype == DType::kComplex32 || info.dtype == DType::kComplex64 ||
-                   info.dtype == DType::kComplex128;
+    bool complex =
+        info.dtype == DType::kComplex32 || info.dtype == DType::kComplex64 || info.dtype == DType::kComplex128;
     std::size_t swap_unit = complex ? itemsize / 2 : itemsize;
     // A contiguous tensor's pieces are pieces of its storage record's CRC-32; a strided
     // one's element runs are too small to check one by one: its record is checked whole.

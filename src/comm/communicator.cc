@@ -70,13 +70,13 @@ template <typename Fn>
 auto Communicator::run_op(const std::string& op, Timeout timeout, Fn&& fn) {
   if (timeout == kDefaultTimeout) timeout = options_.timeout;
   if (timeout < Timeout::zero()) {
-    throw UsageError(fmt::format("{} rank {}/{}: {}: negative timeout {} ms", name(), rank(),
-                                 world_size(), op, timeout.count()));
+    throw UsageError(
+        fmt::format("{} rank {}/{}: {}: negative timeout {} ms", name(), rank(), world_size(), op, timeout.count()));
   }
   std::lock_guard lock(mutex_);
   if (!broken_.empty()) {
-    throw CommError(fmt::format("{} rank {}/{}: {}: communicator unusable after an earlier failure: {}",
-                                name(), rank(), world_size(), op, broken_));
+    throw CommError(fmt::format("{} rank {}/{}: {}: communicator unusable after an earlier failure: {}", name(), rank(),
+                                world_size(), op, broken_));
   }
   const auto start = Clock::now();
   std::string detail;
@@ -87,17 +87,16 @@ auto Communicator::run_op(const std::string& op, Timeout timeout, Fn&& fn) {
   } catch (...) {
     detail = "unknown exception";
   }
-  std::string message = fmt::format("{} rank {}/{}: {} failed after {} (timeout {}): {}", name(), rank(),
-                                    world_size(), op, describe_seconds(Clock::now() - start),
-                                    describe_timeout(timeout), detail);
+  std::string message = fmt::format("{} rank {}/{}: {} failed after {} (timeout {}): {}", name(), rank(), world_size(),
+                                    op, describe_seconds(Clock::now() - start), describe_timeout(timeout), detail);
   broken_ = message;
   throw CommError(message);
 }
 
 void Communicator::check_root(const char* op, int root) const {
   if (root < 0 || root >= world_size()) {
-    throw UsageError(fmt::format("{} rank {}/{}: {}: root {} out of range [0, {})", name(), rank(),
-                                 world_size(), op, root, world_size()));
+    throw UsageError(fmt::format("{} rank {}/{}: {}: root {} out of range [0, {})", name(), rank(), world_size(), op,
+                                 root, world_size()));
   }
 }
 
@@ -126,8 +125,8 @@ std::vector<std::string> Communicator::all_gather(std::string bytes, Timeout tim
 std::string Communicator::scatter(std::vector<std::string> pieces, int root, Timeout timeout) {
   check_root("scatter", root);
   if (rank() == root && static_cast<int>(pieces.size()) != world_size()) {
-    throw UsageError(fmt::format("{} rank {}/{}: scatter: root got {} pieces, expected world size {}", name(),
-                                 rank(), world_size(), pieces.size(), world_size()));
+    throw UsageError(fmt::format("{} rank {}/{}: scatter: root got {} pieces, expected world size {}", name(), rank(),
+                                 world_size(), pieces.size(), world_size()));
   }
   if (rank() != root) pieces.clear();
   const std::string op = fmt::format("scatter(root {})", root);

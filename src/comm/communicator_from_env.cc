@@ -67,10 +67,8 @@ std::unique_ptr<Communicator> make_communicator_from_env(CommOptions options) {
       throw UsageError("SHARDPOINT_COMM=gloo, but this build has no Gloo driver (LibTorch not found at build "
                        "time, or a program linked with sp_comm_env_tcp); SHARDPOINT_COMM=tcp needs no LibTorch");
 #endif
-    case CommDriver::kTcp:
-      return make_tcp_communicator(tcp_options_from_env(options));
-    case CommDriver::kSingle:
-      break;
+    case CommDriver::kTcp: return make_tcp_communicator(tcp_options_from_env(options));
+    case CommDriver::kSingle: break;
   }
   return make_single_communicator(options);
 }

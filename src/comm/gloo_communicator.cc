@@ -57,9 +57,7 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp(c10d::ReduceOp::SUM);
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr == "::1" || addr.starts_with("127.");
-}
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr == "::1" || addr.starts_with("127."); }
 
 class GlooCommunicator final : public Communicator {
  public:

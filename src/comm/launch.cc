@@ -237,8 +237,8 @@ PortReservation reserve_port() {
     reservation.lock_fd_ = lock >= 0 ? lock : -1;
     return reservation;
   }
-  throw CommError(fmt::format("no free port in {}-{} for MASTER_PORT (locks in {})", kFirstPort, kLastPort,
-                              kPortLockDir));
+  throw CommError(
+      fmt::format("no free port in {}-{} for MASTER_PORT (locks in {})", kFirstPort, kLastPort, kPortLockDir));
 }
 
 EnvVars torchrun_env(int rank, int world_size, const std::string& master_addr, int master_port) {

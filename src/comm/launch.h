@@ -80,10 +80,10 @@ PortReservation reserve_port();
 EnvVars torchrun_env(int rank, int world_size, const std::string& master_addr, int master_port);
 
 struct LaunchOptions : RunOptions {
-  EnvVars env;                           // extra variables for every rank
+  EnvVars env;  // extra variables for every rank
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                   // 0: reserve_port() (and retry on "Address already in use")
-  int port_attempts = 3;                 // jobs run at most, counting retries
+  int master_port = 0;    // 0: reserve_port() (and retry on "Address already in use")
+  int port_attempts = 3;  // jobs run at most, counting retries
 };
 
 // Starts `world_size` copies of argv as ranks 0..world_size-1 and waits for all (killing

@@ -117,8 +117,8 @@ class MpiCommunicator final : public Communicator {
     const std::int64_t total = layout(sizes, counts, displs);
     std::string all(rank_ == root ? static_cast<std::size_t>(total) : 0, '\0');
     MPI_Request req;
-    check(MPI_Igatherv(bytes.data(), counts[rank_], MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
-                       root, comm_, &req),
+    check(MPI_Igatherv(bytes.data(), counts[rank_], MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, root,
+                       comm_, &req),
           "MPI_Igatherv");
     wait(req, timeout);
     std::vector<std::string> out;
@@ -154,8 +154,8 @@ class MpiCommunicator final : public Communicator {
       for (const auto& p : pieces) all += p;
     }
     std::string mine(static_cast<std::size_t>(counts[rank_]), '\0');
-    check(MPI_Iscatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[rank_], MPI_BYTE,
-                        root, comm_, &req),
+    check(MPI_Iscatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, mine.data(), counts[rank_], MPI_BYTE, root,
+                        comm_, &req),
           "MPI_Iscatterv");
     wait(req, timeout);
     return mine;

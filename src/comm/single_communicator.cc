@@ -25,9 +25,7 @@ class SingleCommunicator final : public Communicator {
     out.push_back(std::move(bytes));
     return out;
   }
-  std::string do_scatter(std::vector<std::string> pieces, int, Timeout) override {
-    return std::move(pieces.front());
-  }
+  std::string do_scatter(std::vector<std::string> pieces, int, Timeout) override { return std::move(pieces.front()); }
   std::int64_t do_all_reduce_int(std::int64_t value, ReduceOp, Timeout) override { return value; }
   double do_all_reduce_double(double value, ReduceOp, Timeout) override { return value; }
 };

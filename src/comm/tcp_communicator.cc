@@ -45,9 +45,7 @@ using Clock = std::chrono::steady_clock;
 // A stray connection must say who it is within this long, or rank 0 drops it.
 constexpr Timeout kHelloTimeout = std::chrono::seconds(10);
 
-Clock::time_point deadline_after(Timeout t) {
-  return t == kNoTimeout ? Clock::time_point::max() : Clock::now() + t;
-}
+Clock::time_point deadline_after(Timeout t) { return t == kNoTimeout ? Clock::time_point::max() : Clock::now() + t; }
 
 // Milliseconds poll() may wait before `deadline` (-1: for ever), at least 0.
 int poll_ms(Clock::time_point deadline) {
@@ -249,9 +247,7 @@ class TcpCommunicator final : public Communicator {
 
  protected:
   void do_barrier(Timeout timeout) override {
-    exchange(Kind::kBarrier, 0, {}, timeout, [&](std::vector<std::string>&) {
-      return std::vector<std::string>(1);
-    });
+    exchange(Kind::kBarrier, 0, {}, timeout, [&](std::vector<std::string>&) { return std::vector<std::string>(1); });
   }
 
   std::string do_broadcast(std::string bytes, int root, Timeout timeout) override {
@@ -291,7 +287,8 @@ class TcpCommunicator final : public Communicator {
     return decode_i64(exchange(Kind::kAllReduceInt, static_cast<std::uint16_t>(op), encode_i64(value), timeout,
                                [&](std::vector<std::string>& in) {
                                  std::int64_t acc = decode_i64(in[0]);
-                                 for (std::size_t r = 1; r < in.size(); ++r) acc = reduce_values(acc, decode_i64(in[r]), op);
+                                 for (std::size_t r = 1; r < in.size(); ++r)
+                                   acc = reduce_values(acc, decode_i64(in[r]), op);
                                  return std::vector<std::string>{encode_i64(acc)};
                                }));
   }
@@ -421,8 +418,9 @@ class TcpCommunicator final : public Communicator {
         for (int r = 1; r < world_size_; ++r) {
           if (!peers_[r].valid()) missing.push_back(r);
         }
-        throw CommError(fmt::format("timed out after {} waiting for rank{} {} to connect", describe_timeout(o.init_timeout),
-                                    missing.size() > 1 ? "s" : "", ranks_list(missing)));
+        throw CommError(fmt::format("timed out after {} waiting for rank{} {} to connect",
+                                    describe_timeout(o.init_timeout), missing.size() > 1 ? "s" : "",
+                                    ranks_list(missing)));
       }
       if (ready <= 0) continue;
       Socket conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -434,7 +432,8 @@ class TcpCommunicator final : public Communicator {
       ++joined;
     }
     // Everyone is here: the answer to the hello releases the ranks (joining is a barrier).
-    for (int r = 1; r < world_size_; ++r) send_message(peers_[r].get(), Header{Kind::kHello, 0, 0, 0}, {}, deadline, rank_name(r));
+    for (int r = 1; r < world_size_; ++r)
+      send_message(peers_[r].get(), Header{Kind::kHello, 0, 0, 0}, {}, deadline, rank_name(r));
   }
 
   Socket listen_on(const TcpOptions& o) {

@@ -16,8 +16,8 @@ using Clock = std::chrono::steady_clock;
 
 // What one rank brings to one step: which collective it called, and its bytes.
 struct Contribution {
-  std::string signature;            // e.g. "broadcast(root 0)"; must match on every rank
-  std::vector<std::string> data;    // op-specific; see ThreadCommunicator
+  std::string signature;          // e.g. "broadcast(root 0)"; must match on every rank
+  std::vector<std::string> data;  // op-specific; see ThreadCommunicator
 };
 
 std::string join_ranks(const std::vector<int>& ranks) {
@@ -97,7 +97,8 @@ struct ThreadGroup::State {
     // 1. Wait until the previous step has been read by every rank.
     if (!wait(lock, timeout, deadline, [&] { return aborted || phase == Phase::kCollecting; })) {
       std::string reason = fmt::format("rank {}: {}: timed out waiting for the other ranks to finish the "
-                                       "previous collective", rank, signature);
+                                       "previous collective",
+                                       rank, signature);
       abort_locked(rank, reason);
       throw CommError(reason);
     }
@@ -134,11 +135,11 @@ struct ThreadGroup::State {
           (deposited[r] ? present : missing).push_back(r);
           if (!deposited[r] && finished[r]) left.push_back(r);
         }
-        std::string reason =
-            in_time ? fmt::format("rank {}: {}: rank(s) {} left the group without joining it (joined: {})", rank,
-                                  signature, join_ranks(left), join_ranks(present))
-                    : fmt::format("rank {}: {}: timed out waiting for rank(s) {} (joined: {})", rank, signature,
-                                  join_ranks(missing), join_ranks(present));
+        std::string reason = in_time
+                                 ? fmt::format("rank {}: {}: rank(s) {} left the group without joining it (joined: {})",
+                                               rank, signature, join_ranks(left), join_ranks(present))
+                                 : fmt::format("rank {}: {}: timed out waiting for rank(s) {} (joined: {})", rank,
+                                               signature, join_ranks(missing), join_ranks(present));
         abort_locked(rank, reason);
         throw CommError(reason);
       }
@@ -160,16 +161,16 @@ struct ThreadGroup::State {
 
   const int n;
   std::mutex mu;
-  std::condition_variable cv;             // notified on every change below
-  Phase phase = Phase::kCollecting;       // GUARDED_BY(mu)
-  int arrived = 0;                        // GUARDED_BY(mu): ranks deposited in this step
-  int departed = 0;                       // GUARDED_BY(mu): ranks done reading this step
-  std::vector<Contribution> slots;        // GUARDED_BY(mu): indexed by rank
-  std::vector<bool> deposited;            // GUARDED_BY(mu): indexed by rank
-  std::vector<bool> finished;             // GUARDED_BY(mu): rank's function returned or threw
-  bool aborted = false;                   // GUARDED_BY(mu): every later wait throws
-  std::string abort_reason;               // GUARDED_BY(mu)
-  int abort_origin = -1;                  // GUARDED_BY(mu): rank whose failure came first
+  std::condition_variable cv;        // notified on every change below
+  Phase phase = Phase::kCollecting;  // GUARDED_BY(mu)
+  int arrived = 0;                   // GUARDED_BY(mu): ranks deposited in this step
+  int departed = 0;                  // GUARDED_BY(mu): ranks done reading this step
+  std::vector<Contribution> slots;   // GUARDED_BY(mu): indexed by rank
+  std::vector<bool> deposited;       // GUARDED_BY(mu): indexed by rank
+  std::vector<bool> finished;        // GUARDED_BY(mu): rank's function returned or threw
+  bool aborted = false;              // GUARDED_BY(mu): every later wait throws
+  std::string abort_reason;          // GUARDED_BY(mu)
+  int abort_origin = -1;             // GUARDED_BY(mu): rank whose failure came first
 };
 
 namespace {
@@ -200,8 +201,7 @@ class ThreadCommunicator final : public Communicator {
  public:
   using State = ThreadGroup::State;
 
-  ThreadCommunicator(int rank, State& state, CommOptions options)
-      : Communicator(options), rank_(rank), state_(state) {}
+  ThreadCommunicator(int rank, State& state, CommOptions options) : Communicator(options), rank_(rank), state_(state) {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return state_.n; }

@@ -54,7 +54,6 @@ class ThreadGroup {
   struct State;  // the rendezvous of the ranks; defined in the .cc
 
  private:
-
   const int world_size_;
   const CommOptions options_;
   std::mutex run_mutex_;  // one run at a time

@@ -23,8 +23,7 @@ std::string describe(std::size_t count, std::size_t bytes) {
 
 }  // namespace
 
-BufferPool::Lease::Lease(Lease&& other) noexcept
-    : pool_(other.pool_), data_(other.data_), size_(other.size_) {
+BufferPool::Lease::Lease(Lease&& other) noexcept : pool_(other.pool_), data_(other.data_), size_(other.size_) {
   other.pool_ = nullptr;
   other.data_ = nullptr;
   other.size_ = 0;
@@ -114,14 +113,12 @@ BufferPool::Lease BufferPool::acquire(Clock::time_point deadline, std::stop_toke
   }
   if (p == nullptr) {
     if (stop.stop_requested()) {
-      throw StorageError(StorageError::Kind::kOther,
-                         "buffer pool: cancelled while waiting for a buffer (" +
-                             describe(max_buffers_, buffer_bytes_) + ")");
+      throw StorageError(StorageError::Kind::kOther, "buffer pool: cancelled while waiting for a buffer (" +
+                                                         describe(max_buffers_, buffer_bytes_) + ")");
     }
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-    throw StorageError(StorageError::Kind::kTransient,
-                       "buffer pool: no buffer free after " + std::to_string(waited) + " ms (" +
-                           describe(max_buffers_, buffer_bytes_) + ")");
+    throw StorageError(StorageError::Kind::kTransient, "buffer pool: no buffer free after " + std::to_string(waited) +
+                                                           " ms (" + describe(max_buffers_, buffer_bytes_) + ")");
   }
   return Lease(this, p, buffer_bytes_);
 }

@@ -48,8 +48,7 @@ void put_le(std::string& out, T v) {
 // `base_offset` is added to reported offsets so errors name the position in the file.
 class ByteCursor {
  public:
-  explicit ByteCursor(ByteSpan data, std::uint64_t base_offset = 0)
-      : data_(data), base_offset_(base_offset) {}
+  explicit ByteCursor(ByteSpan data, std::uint64_t base_offset = 0) : data_(data), base_offset_(base_offset) {}
 
   std::size_t position() const { return pos_; }
   std::uint64_t file_offset() const { return base_offset_ + pos_; }
@@ -84,15 +83,13 @@ class ByteCursor {
   // Throws FormatError unless n more bytes are available.
   void require(std::uint64_t n, std::string_view what) const {
     if (n > remaining()) {
-      throw FormatError(std::string(what) + " at offset " + std::to_string(file_offset()) +
-                        ": needs " + std::to_string(n) + " bytes, " +
-                        std::to_string(remaining()) + " left");
+      throw FormatError(std::string(what) + " at offset " + std::to_string(file_offset()) + ": needs " +
+                        std::to_string(n) + " bytes, " + std::to_string(remaining()) + " left");
     }
   }
 
   [[noreturn]] void fail(std::string_view what, std::string_view detail) const {
-    throw FormatError(std::string(what) + " at offset " + std::to_string(file_offset()) + ": " +
-                      std::string(detail));
+    throw FormatError(std::string(what) + " at offset " + std::to_string(file_offset()) + ": " + std::string(detail));
   }
 
  private:

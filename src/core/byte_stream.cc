@@ -8,9 +8,9 @@ namespace shardpoint {
 
 void ByteSource::check_range(std::uint64_t offset, std::uint64_t length, std::string_view what) const {
   if (offset > size() || length > size() - offset) {
-    throw FormatError(name() + ": " + std::string(what) + " at offset " + std::to_string(offset) +
-                      ": needs " + std::to_string(length) + " bytes, " +
-                      std::to_string(offset > size() ? 0 : size() - offset) + " left");
+    throw FormatError(name() + ": " + std::string(what) + " at offset " + std::to_string(offset) + ": needs " +
+                      std::to_string(length) + " bytes, " + std::to_string(offset > size() ? 0 : size() - offset) +
+                      " left");
   }
 }
 
@@ -26,8 +26,7 @@ void MemorySource::read(std::uint64_t offset, std::span<std::byte> out, std::str
   if (!out.empty()) std::memcpy(out.data(), data_.data() + offset, out.size());
 }
 
-std::optional<ByteSpan> MemorySource::view(std::uint64_t offset, std::uint64_t length,
-                                           std::string_view what) const {
+std::optional<ByteSpan> MemorySource::view(std::uint64_t offset, std::uint64_t length, std::string_view what) const {
   check_range(offset, length, what);
   return data_.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length));
 }
@@ -49,8 +48,7 @@ void FileSource::will_need(std::uint64_t offset, std::uint64_t length) const {
   ::posix_fadvise(fd_->get(), static_cast<off_t>(base_ + offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
 }
 
-std::unique_ptr<FileSource> FileSource::window(std::uint64_t offset, std::uint64_t length,
-                                               std::string name) const {
+std::unique_ptr<FileSource> FileSource::window(std::uint64_t offset, std::uint64_t length, std::string name) const {
   check_range(offset, length, "window");
   return std::make_unique<FileSource>(fd_, base_ + offset, length, std::move(name));
 }
@@ -66,14 +64,12 @@ void MappedSource::read(std::uint64_t offset, std::span<std::byte> out, std::str
   if (!out.empty()) std::memcpy(out.data(), region_->bytes().data() + base_ + offset, out.size());
 }
 
-std::optional<ByteSpan> MappedSource::view(std::uint64_t offset, std::uint64_t length,
-                                           std::string_view what) const {
+std::optional<ByteSpan> MappedSource::view(std::uint64_t offset, std::uint64_t length, std::string_view what) const {
   check_range(offset, length, what);
   return region_->bytes().subspan(static_cast<std::size_t>(base_ + offset), static_cast<std::size_t>(length));
 }
 
-std::unique_ptr<MappedSource> MappedSource::window(std::uint64_t offset, std::uint64_t length,
-                                                   std::string name) const {
+std::unique_ptr<MappedSource> MappedSource::window(std::uint64_t offset, std::uint64_t length, std::string name) const {
   check_range(offset, length, "window");
   return std::make_unique<MappedSource>(region_, base_ + offset, length, std::move(name));
 }

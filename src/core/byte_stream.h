@@ -43,14 +43,12 @@ class FileSource final : public ByteSource {
 class MappedSource final : public ByteSource {
  public:
   static std::unique_ptr<MappedSource> open(const std::string& path);
-  MappedSource(std::shared_ptr<const MappedRegion> region, std::uint64_t base, std::uint64_t length,
-               std::string name)
+  MappedSource(std::shared_ptr<const MappedRegion> region, std::uint64_t base, std::uint64_t length, std::string name)
       : region_(std::move(region)), base_(base), length_(length), name_(std::move(name)) {}
   const std::string& name() const override { return name_; }
   std::uint64_t size() const override { return length_; }
   void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override;
-  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length,
-                               std::string_view what) const override;
+  std::optional<ByteSpan> view(std::uint64_t offset, std::uint64_t length, std::string_view what) const override;
   std::unique_ptr<MappedSource> window(std::uint64_t offset, std::uint64_t length, std::string name) const;
   const std::shared_ptr<const MappedRegion>& region() const { return region_; }
   std::uint64_t base() const { return base_; }

@@ -87,21 +87,15 @@ std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint6
 
 Xxh3::Xxh3() : state_(XXH3_createState()) { reset(); }
 Xxh3::~Xxh3() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-void Xxh3::update(ByteSpan data) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size());
-}
+void Xxh3::update(ByteSpan data) { XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data.data(), data.size()); }
 std::uint64_t Xxh3::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
 void Xxh3::reset() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
 
 std::uint64_t xxh3_64(ByteSpan data) { return XXH3_64bits(data.data(), data.size()); }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
-}
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr); }
 Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
-void Sha256::update(ByteSpan data) {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size());
-}
+void Sha256::update(ByteSpan data) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size()); }
 namespace {
 
 std::string lower_hex(const unsigned char* md, unsigned int len) {

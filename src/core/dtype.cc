@@ -36,9 +36,9 @@ constexpr DTypeInfo kInfos[] = {
 };
 
 constexpr std::pair<std::string_view, DType> kAliases[] = {
-    {"float", DType::kFloat32},   {"double", DType::kFloat64},    {"half", DType::kFloat16},
-    {"chalf", DType::kComplex32}, {"cfloat", DType::kComplex64},  {"cdouble", DType::kComplex128},
-    {"short", DType::kInt16},     {"int", DType::kInt32},         {"long", DType::kInt64},
+    {"float", DType::kFloat32},   {"double", DType::kFloat64},   {"half", DType::kFloat16},
+    {"chalf", DType::kComplex32}, {"cfloat", DType::kComplex64}, {"cdouble", DType::kComplex128},
+    {"short", DType::kInt16},     {"int", DType::kInt32},        {"long", DType::kInt64},
 };
 
 const DTypeInfo& info(DType dtype) {

@@ -62,9 +62,8 @@ std::size_t UniqueFd::pread_some(std::span<std::byte> out, std::uint64_t offset)
 void UniqueFd::pread_exact(std::span<std::byte> out, std::uint64_t offset, std::string_view what) const {
   std::size_t got = pread_some(out, offset);
   if (got != out.size()) {
-    throw FormatError(path_ + ": " + std::string(what) + " at offset " + std::to_string(offset) +
-                      ": needs " + std::to_string(out.size()) + " bytes, file ends after " +
-                      std::to_string(got));
+    throw FormatError(path_ + ": " + std::string(what) + " at offset " + std::to_string(offset) + ": needs " +
+                      std::to_string(out.size()) + " bytes, file ends after " + std::to_string(got));
   }
 }
 

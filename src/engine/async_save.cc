@@ -227,7 +227,8 @@ class AsyncSaveJob {
         if (item.type == WriteItemType::kTensor && shard->data.size() == item.nbytes && shard->data.data() != nullptr) {
           std::byte* to = arena.data() + offset;
           for (std::size_t done = 0; done < shard->data.size(); done += kCopySliceBytes) {
-            slices.push_back({shard->data.data() + done, to + done, std::min(kCopySliceBytes, shard->data.size() - done)});
+            slices.push_back(
+                {shard->data.data() + done, to + done, std::min(kCopySliceBytes, shard->data.size() - done)});
           }
           shard->data = std::span<std::byte>(to, shard->data.size());
           offset += round_up(item.nbytes, kStageAlignment);
@@ -287,8 +288,8 @@ SaveReport PendingSave::wait() { return job_->wait(); }
 bool PendingSave::writes_done() const { return job_->writes_done(); }
 const AsyncSaveReport& PendingSave::report() const { return job_->async_report(); }
 
-std::unique_ptr<PendingSave> async_save(const StateNode& state, storage::Storage& checkpoint,
-                                        comm::Communicator& comm, const AsyncSaveOptions& options) {
+std::unique_ptr<PendingSave> async_save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
+                                        const AsyncSaveOptions& options) {
   if (options.staging != nullptr) {
     // The previous save staged in this pool commits first (collective: every rank's pool
     // has one in flight at the same point).

@@ -10,12 +10,9 @@ namespace shardpoint::engine {
 
 std::string_view checksum_algorithm_name(ChecksumAlgorithm algorithm) {
   switch (algorithm) {
-    case ChecksumAlgorithm::kNone:
-      return "none";
-    case ChecksumAlgorithm::kCrc32c:
-      return "crc32c";
-    case ChecksumAlgorithm::kXxh3:
-      return "xxh3";
+    case ChecksumAlgorithm::kNone: return "none";
+    case ChecksumAlgorithm::kCrc32c: return "crc32c";
+    case ChecksumAlgorithm::kXxh3: return "xxh3";
   }
   return "none";
 }
@@ -30,12 +27,9 @@ ChecksumAlgorithm checksum_algorithm_from_name(std::string_view name, std::strin
 
 std::uint64_t checksum_of(ChecksumAlgorithm algorithm, ByteSpan data) {
   switch (algorithm) {
-    case ChecksumAlgorithm::kCrc32c:
-      return crc32c(0, data);
-    case ChecksumAlgorithm::kXxh3:
-      return xxh3_64(data);
-    case ChecksumAlgorithm::kNone:
-      break;
+    case ChecksumAlgorithm::kCrc32c: return crc32c(0, data);
+    case ChecksumAlgorithm::kXxh3: return xxh3_64(data);
+    case ChecksumAlgorithm::kNone: break;
   }
   return 0;
 }

@@ -91,7 +91,7 @@ class BlockChecksummer {
   std::uint64_t length_ = 0;
   std::uint64_t in_block_ = 0;  // bytes of the current block seen
   StreamingChecksum block_;
-  std::uint32_t crc_item_ = 0;                  // crc32c: the closed blocks' crcs combined
+  std::uint32_t crc_item_ = 0;                    // crc32c: the closed blocks' crcs combined
   std::unique_ptr<StreamingChecksum> xxh3_item_;  // xxh3 only
   std::vector<std::uint64_t> blocks_;
   bool finished_ = false;

@@ -82,8 +82,8 @@ class Reader {
   std::size_t count(const char* what, std::size_t min_bytes) {
     const std::uint32_t n = u32(what);
     if (static_cast<std::uint64_t>(n) * min_bytes > cursor_.remaining()) {
-      fail(what, std::to_string(n) + " entries cannot fit in the " + std::to_string(cursor_.remaining()) +
-                     " bytes left");
+      fail(what,
+           std::to_string(n) + " entries cannot fit in the " + std::to_string(cursor_.remaining()) + " bytes left");
     }
     return n;
   }

@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "core/byte_stream.h"
-#include "engine/safetensors_metadata.h"
 #include "engine/metadata_files.h"
+#include "engine/safetensors_metadata.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"

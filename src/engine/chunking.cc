@@ -49,21 +49,24 @@ std::string shape_to_string(const Shape& shape) {
   return out + "]";
 }
 
-Box shard_box(const Shape& global_shape, const Shape& mesh_shape,
-              const std::vector<Placement>& placements, const Shape& coordinate) {
+Box shard_box(const Shape& global_shape, const Shape& mesh_shape, const std::vector<Placement>& placements,
+              const Shape& coordinate) {
   if (placements.size() != mesh_shape.size() || coordinate.size() != mesh_shape.size()) {
-    throw UsageError("shard_box: mesh " + shape_to_string(mesh_shape) + " needs one placement and one coordinate per mesh dimension, got " +
+    throw UsageError("shard_box: mesh " + shape_to_string(mesh_shape) +
+                     " needs one placement and one coordinate per mesh dimension, got " +
                      std::to_string(placements.size()) + " placements and coordinate " + shape_to_string(coordinate));
   }
   Box box{Shape(global_shape.size(), 0), global_shape};
   for (std::size_t m = 0; m < mesh_shape.size(); ++m) {
     if (mesh_shape[m] <= 0 || coordinate[m] < 0 || coordinate[m] >= mesh_shape[m]) {
-      throw UsageError("shard_box: coordinate " + shape_to_string(coordinate) + " is outside mesh " + shape_to_string(mesh_shape));
+      throw UsageError("shard_box: coordinate " + shape_to_string(coordinate) + " is outside mesh " +
+                       shape_to_string(mesh_shape));
     }
     if (placements[m].kind != Placement::Kind::kShard) continue;
     int d = placements[m].dim;
     if (d < 0 || static_cast<std::size_t>(d) >= global_shape.size()) {
-      throw UsageError("shard_box: Shard(" + std::to_string(d) + ") on a tensor of shape " + shape_to_string(global_shape));
+      throw UsageError("shard_box: Shard(" + std::to_string(d) + ") on a tensor of shape " +
+                       shape_to_string(global_shape));
     }
     // Split the current piece of dim d (ceil division), as DTensor's Shard does.
     std::int64_t n = box.sizes[d];

@@ -61,8 +61,8 @@ std::string shape_to_string(const Shape& shape);
 // The box of one mesh coordinate. REQUIRES placements.size() == mesh_shape.size() ==
 // coordinate.size(); every Shard dim < global_shape.size(); mesh sizes > 0 and
 // 0 <= coordinate < mesh size. Throws UsageError otherwise.
-Box shard_box(const Shape& global_shape, const Shape& mesh_shape,
-              const std::vector<Placement>& placements, const Shape& coordinate);
+Box shard_box(const Shape& global_shape, const Shape& mesh_shape, const std::vector<Placement>& placements,
+              const Shape& coordinate);
 
 // The boxes of every mesh coordinate, in row-major coordinate order (the rank order of a
 // DeviceMesh built from arange), as (offsets, sizes). Same errors as shard_box.

@@ -387,10 +387,10 @@ class Consolidator {
   std::shared_ptr<storage::Storage> input_;
   std::unique_ptr<CheckpointReader> reader_;
   std::unique_ptr<torchfile::TorchFile> meta_;
-  ZipCrcCounts meta_zip_crc_;      // open_meta()'s checks
-  std::vector<std::string> fqns_;  // every key of state_dict_metadata, in the pickled order
-  bool remote_in_ = false;   // the checkpoint is an object-store URL
-  bool remote_out_ = false;  // the output is an object-store URL
+  ZipCrcCounts meta_zip_crc_;                   // open_meta()'s checks
+  std::vector<std::string> fqns_;               // every key of state_dict_metadata, in the pickled order
+  bool remote_in_ = false;                      // the checkpoint is an object-store URL
+  bool remote_out_ = false;                     // the output is an object-store URL
   std::unique_ptr<ShardReadAhead> read_ahead_;  // local input only
   std::mutex meta_mu_;
   std::vector<TensorSource> sources_;  // the tensors streamed to the output

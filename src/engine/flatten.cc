@@ -57,8 +57,8 @@ class Flattener {
     std::string fqn = path_to_fqn(path);
     auto [it, inserted] = flat_.planner_data.emplace(fqn, path);
     if (!inserted) {
-      throw UsageError("duplicate flattened key \"" + fqn + "\": paths " +
-                       path_to_string(it->second) + " and " + path_to_string(path));
+      throw UsageError("duplicate flattened key \"" + fqn + "\": paths " + path_to_string(it->second) + " and " +
+                       path_to_string(path));
     }
     if (node.is_tensor()) {
       flat_.items.emplace(std::move(fqn), node.tensor());
@@ -80,15 +80,13 @@ std::string describe_node(const StateNode& node) {
 
 [[noreturn]] void throw_bad_path(const ObjectPath& path, std::size_t depth, const std::string& why) {
   ObjectPath prefix(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(depth));
-  throw UsageError("cannot place \"" + path_to_fqn(path) + "\" at path " + path_to_string(path) +
-                   ": " + (prefix.empty() ? std::string("root") : path_to_string(prefix)) + " " +
-                   why);
+  throw UsageError("cannot place \"" + path_to_fqn(path) + "\" at path " + path_to_string(path) + ": " +
+                   (prefix.empty() ? std::string("root") : path_to_string(prefix)) + " " + why);
 }
 
 // The child of `container` named by `element`, created (or padded) when missing.
 // `depth` is the position of `element` in `path`, for messages.
-StateNode& child_slot(StateNode& container, const ObjectPath& path, std::size_t depth,
-                      const StateNode& fill) {
+StateNode& child_slot(StateNode& container, const ObjectPath& path, std::size_t depth, const StateNode& fill) {
   const PathElement& element = path[depth];
   if (const auto* key = std::get_if<std::string>(&element)) {
     if (!container.is_dict()) throw_bad_path(path, depth, "is " + describe_node(container) + ", not a dict");
@@ -107,9 +105,7 @@ StateNode& child_slot(StateNode& container, const ObjectPath& path, std::size_t 
   return slot;
 }
 
-bool is_padding(const StateNode& node) {
-  return node.is_object() && node.object() && node.object()->is_none();
-}
+bool is_padding(const StateNode& node) { return node.is_object() && node.object() && node.object()->is_none(); }
 
 }  // namespace
 
@@ -132,8 +128,8 @@ void set_at_path(StateNode& root, const ObjectPath& path, StateNode value) {
   StateNode* cur = &root;
   for (std::size_t depth = 0; depth + 1 < path.size(); ++depth) {
     // The container to create for the next step: a dict for a key, a list for an index.
-    StateNode fill = std::holds_alternative<std::string>(path[depth + 1]) ? StateNode(StateDict{})
-                                                                          : StateNode(StateList{});
+    StateNode fill =
+        std::holds_alternative<std::string>(path[depth + 1]) ? StateNode(StateDict{}) : StateNode(StateList{});
     cur = &child_slot(*cur, path, depth, fill);
     if (cur->is_tensor() || (cur->is_object() && !is_padding(*cur))) {
       throw_bad_path(path, depth + 1, "is " + describe_node(*cur) + ", not a container");
@@ -148,9 +144,8 @@ StateNode unflatten_state_dict(const FlatStateDict& flat) {
   for (const auto& [fqn, leaf] : flat.items) {
     auto found = flat.planner_data.find(fqn);
     ObjectPath path = found != flat.planner_data.end() ? found->second : ObjectPath{fqn};
-    StateNode node = std::holds_alternative<TensorShard>(leaf)
-                         ? StateNode(std::get<TensorShard>(leaf))
-                         : StateNode(std::get<pickle::ValuePtr>(leaf));
+    StateNode node = std::holds_alternative<TensorShard>(leaf) ? StateNode(std::get<TensorShard>(leaf))
+                                                               : StateNode(std::get<pickle::ValuePtr>(leaf));
     set_at_path(root, path, std::move(node));
   }
   return root;

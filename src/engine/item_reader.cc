@@ -96,8 +96,8 @@ class CountedWindow final : public ByteSource {
     }
     if (begin >= tail_begin() && end <= length_) {
       serve(tail_, tail_begin(), length_, begin, {}, "zip records");
-      return ByteSpan(tail_.bytes).subspan(static_cast<std::size_t>(begin - tail_begin()),
-                                           static_cast<std::size_t>(end - begin));
+      return ByteSpan(tail_.bytes)
+          .subspan(static_cast<std::size_t>(begin - tail_begin()), static_cast<std::size_t>(end - begin));
     }
     return std::nullopt;
   }

@@ -173,7 +173,7 @@ class SavedTensorBlob {
   struct Layout {
     std::uint64_t data_start = 0;  // blob offset of the first element
     std::uint64_t nbytes = 0;
-    bool direct = true;            // row-major contiguous little-endian
+    bool direct = true;  // row-major contiguous little-endian
   };
   Layout layout_;
   // Transformed items: the .distcp file and the image the blob was parsed from.

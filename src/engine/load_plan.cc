@@ -49,9 +49,8 @@ std::int64_t plan_tensor_reads(const std::string& fqn, const TensorShard& shard,
                                const format::TensorStorageMetadata& saved, std::vector<ReadItem>& out) {
   std::vector<std::size_t> order(saved.chunks.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return saved.chunks[a].offsets < saved.chunks[b].offsets;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return saved.chunks[a].offsets < saved.chunks[b].offsets; });
   const Box local{shard.offsets, shard.sizes};
   std::int64_t supplied = 0;
   for (std::size_t position : order) {
@@ -147,8 +146,8 @@ std::string ReadItem::to_string() const {
   if (type == ReadItemType::kBytes) return "bytes " + quoted(dest_index.fqn);
   std::string out = "tensor " + quoted(dest_index.fqn) + " " + box_to_string(dest_offsets, lengths) + " <- chunk";
   if (storage_index.index) out += " #" + std::to_string(*storage_index.index);
-  out += " at " + shape_to_string(storage_index.offset.value_or(Shape{})) + " " +
-         box_to_string(storage_offsets, lengths);
+  out +=
+      " at " + shape_to_string(storage_index.offset.value_or(Shape{})) + " " + box_to_string(storage_offsets, lengths);
   return out;
 }
 
@@ -157,8 +156,8 @@ std::string LoadProblem::to_string() const {
 }
 
 std::string LoadPlan::to_string() const {
-  std::string out = "LoadPlan (" + std::to_string(items.size()) + " reads, " + std::to_string(problems.size()) +
-                    " problems)\n";
+  std::string out =
+      "LoadPlan (" + std::to_string(items.size()) + " reads, " + std::to_string(problems.size()) + " problems)\n";
   for (const ReadItem& item : items) out += "  " + item.to_string() + "\n";
   for (const LoadProblem& problem : problems) out += "  problem: " + problem.to_string() + "\n";
   return out;

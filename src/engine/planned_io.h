@@ -134,7 +134,7 @@ class PlannedReader {
   std::string metadata_bytes_;
   mutable std::mutex metadata_mutex_;
   mutable std::optional<format::Metadata> metadata_;  // GUARDED_BY(metadata_mutex_)
-  bool raw_tensor_items_ = false;  // folder_metadata.h
+  bool raw_tensor_items_ = false;                     // folder_metadata.h
   std::optional<ChecksumSidecar> checksums_;
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;           // (file, blob offset)
   std::map<std::pair<std::string, std::uint64_t>, std::vector<std::string>> transforms_;  // non-empty only

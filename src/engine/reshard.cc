@@ -45,8 +45,8 @@ struct SourceLeaf {
   DType dtype = DType::kFloat32;
   Shape shape;
   bool requires_grad = false;
-  bool replicated = false;       // written whole once
-  pickle::ValuePtr object;       // objects (read at open)
+  bool replicated = false;  // written whole once
+  pickle::ValuePtr object;  // objects (read at open)
   // An object that holds tensors: the archive whose records hold their storages (the bytes
   // item itself, or the torch.save source file); null for other objects.
   std::shared_ptr<const torchfile::TorchFile> object_archive;
@@ -102,10 +102,9 @@ class DcpSource final : public ReshardSource {
         leaf.dtype = t->properties.dtype;
         leaf.shape = t->size;
         leaf.requires_grad = t->properties.requires_grad;
-        leaf.replicated = leaf.shape.empty() ||
-                          (sharded && t->chunks.size() == 1 && t->chunks[0].sizes == t->size &&
-                           std::all_of(t->chunks[0].offsets.begin(), t->chunks[0].offsets.end(),
-                                       [](std::int64_t o) { return o == 0; }));
+        leaf.replicated = leaf.shape.empty() || (sharded && t->chunks.size() == 1 && t->chunks[0].sizes == t->size &&
+                                                 std::all_of(t->chunks[0].offsets.begin(), t->chunks[0].offsets.end(),
+                                                             [](std::int64_t o) { return o == 0; }));
       } else {
         std::shared_ptr<const torchfile::TorchFile> item = reader_.read_object_file(fqn);
         leaf.object = item->root();

@@ -45,9 +45,7 @@ std::string disagreement(const std::vector<std::pair<T, int>>& seen, Print print
 }
 
 void check_local_shard(const std::string& fqn, const TensorShard& shard) {
-  auto fail = [&](const std::string& why) {
-    throw UsageError("tensor " + quoted(fqn) + ": " + why);
-  };
+  auto fail = [&](const std::string& why) { throw UsageError("tensor " + quoted(fqn) + ": " + why); };
   const std::size_t ndim = shard.global_shape.size();
   if (shard.offsets.size() != ndim || shard.sizes.size() != ndim) {
     fail("box " + shape_to_string(shard.offsets) + " + " + shape_to_string(shard.sizes) +
@@ -63,8 +61,8 @@ void check_local_shard(const std::string& fqn, const TensorShard& shard) {
   const auto nbytes = static_cast<std::uint64_t>(volume(shard.sizes)) * dtype_itemsize(shard.dtype);
   if (shard.data.data() != nullptr && shard.data.size() != nbytes) {
     fail("data holds " + std::to_string(shard.data.size()) + " bytes, box " +
-         box_to_string(shard.offsets, shard.sizes) + " of " + std::string(dtype_name(shard.dtype)) +
-         " needs " + std::to_string(nbytes));
+         box_to_string(shard.offsets, shard.sizes) + " of " + std::string(dtype_name(shard.dtype)) + " needs " +
+         std::to_string(nbytes));
   }
 }
 
@@ -310,8 +308,8 @@ std::uint64_t WriteItem::storage_size() const {
 
 bool WriteItem::operator==(const WriteItem& o) const {
   return index == o.index && index.index == o.index.index && type == o.type && dtype == o.dtype &&
-         requires_grad == o.requires_grad && global_size == o.global_size && chunk == o.chunk &&
-         nbytes == o.nbytes && bytes_size == o.bytes_size && file == o.file && index_in_file == o.index_in_file;
+         requires_grad == o.requires_grad && global_size == o.global_size && chunk == o.chunk && nbytes == o.nbytes &&
+         bytes_size == o.bytes_size && file == o.file && index_in_file == o.index_in_file;
 }
 
 std::string WriteItem::to_string() const {
@@ -403,7 +401,8 @@ std::map<format::MetadataIndex, format::StorageInfo> storage_layout(const SavePl
     const WriteItem& item = plan.items[i];
     if (item.file.empty()) throw UsageError("storage_layout: item " + item.to_string() + " has no file");
     if (!files[item.file].emplace(item.index_in_file, i).second) {
-      throw UsageError("storage_layout: two items at position " + std::to_string(item.index_in_file) + " of " + item.file);
+      throw UsageError("storage_layout: two items at position " + std::to_string(item.index_in_file) + " of " +
+                       item.file);
     }
   }
   std::map<format::MetadataIndex, format::StorageInfo> layout;

@@ -46,9 +46,9 @@ struct WriteItem {
   // kTensor only.
   DType dtype = DType::kFloat32;
   bool requires_grad = false;
-  Shape global_size;                    // empty for a 0-dim tensor
-  format::ChunkStorageMetadata chunk;   // global coordinates; offsets == *index.offset
-  std::uint64_t nbytes = 0;             // raw data bytes: volume(chunk.sizes) * itemsize
+  Shape global_size;                   // empty for a 0-dim tensor
+  format::ChunkStorageMetadata chunk;  // global coordinates; offsets == *index.offset
+  std::uint64_t nbytes = 0;            // raw data bytes: volume(chunk.sizes) * itemsize
 
   // kBytes only: the serialized size when known before writing (balances dedup).
   std::optional<std::uint64_t> bytes_size;

@@ -52,8 +52,7 @@ struct PlannedSave {
 // step 1, so an error it throws fails the save on every rank like a planning error.
 // Throws the agreed error on every rank; nothing has been written then.
 PlannedSave plan_save(const StateNode& state, storage::Storage& checkpoint, comm::Communicator& comm,
-                      const SaveOptions& options,
-                      const std::function<void(const FlatStateDict&)>& check_local = {});
+                      const SaveOptions& options, const std::function<void(const FlatStateDict&)>& check_local = {});
 
 // One item of a file being written: from its leaf (`value`), or, when value is null, the
 // blob `serialized` verbatim (an item another writer already serialized: DCP's bytes items).

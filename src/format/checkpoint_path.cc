@@ -9,8 +9,8 @@ namespace shardpoint::format {
 namespace {
 
 [[noreturn]] void escapes(const std::string& dir, std::string_view rel) {
-  throw FormatError("relative_path '" + std::string(rel) + "' in .metadata escapes the checkpoint folder '" +
-                    dir + "'");
+  throw FormatError("relative_path '" + std::string(rel) + "' in .metadata escapes the checkpoint folder '" + dir +
+                    "'");
 }
 
 // True when `path` is `root` or lies below it (both lexically normal, absolute).
@@ -50,7 +50,7 @@ std::string resolve_item_path(const std::string& checkpoint_dir, const std::stri
     throw FormatError("relative_path '" + relative_path +
                       "' in .metadata is not a plain relative path (checkpoint folder '" + checkpoint_dir + "')");
   }
-  std::string joined = checkpoint_dir.empty() ? relative_path
+  std::string joined = checkpoint_dir.empty()         ? relative_path
                        : checkpoint_dir.back() == '/' ? checkpoint_dir + relative_path
                                                       : checkpoint_dir + "/" + relative_path;
   // Symlinks: resolve both sides as far as they exist and compare.

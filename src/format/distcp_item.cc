@@ -101,8 +101,8 @@ std::string zstd_decompress(std::string_view in, std::uint64_t cap, const std::s
     throw FormatError(label + ": expected a zstd frame (magic 28 b5 2f fd), found " + hex_prefix(in));
   }
   if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > cap) {
-    throw FormatError(label + ": zstd frame declares " + std::to_string(declared) +
-                      " bytes, more than the limit of " + std::to_string(cap) + " (ItemOptions::max_decompressed_bytes)");
+    throw FormatError(label + ": zstd frame declares " + std::to_string(declared) + " bytes, more than the limit of " +
+                      std::to_string(cap) + " (ItemOptions::max_decompressed_bytes)");
   }
   std::unique_ptr<ZSTD_DCtx, DCtxDeleter> ctx(ZSTD_createDCtx());
   if (!ctx) throw std::bad_alloc();
@@ -182,8 +182,9 @@ std::unique_ptr<DistcpItem> DistcpItem::open(std::shared_ptr<const ByteSource> d
   const std::string label = item_label(*distcp, info, fqn);
   std::unique_ptr<ByteSource> source;
   if (info.transform_descriptors.empty()) {
-    source = window_of(distcp, info, distcp->name() + "[" + std::to_string(info.offset) + "+" +
-                                         std::to_string(info.length) + "] (item '" + fqn + "')");
+    source = window_of(distcp, info,
+                       distcp->name() + "[" + std::to_string(info.offset) + "+" + std::to_string(info.length) +
+                           "] (item '" + fqn + "')");
   } else {
     std::string stored = distcp->read_string(info.offset, info.length, label);
     source = std::make_unique<OwnedMemorySource>(undo_transforms(std::move(stored), info, fqn, label, options),

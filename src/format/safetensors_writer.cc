@@ -115,8 +115,8 @@ SafetensorsWriter::SafetensorsWriter(ByteSink& sink, std::vector<SafetensorsEntr
 
 void SafetensorsWriter::write(ByteSpan data) {
   if (written_ + data.size() > total_) {
-    throw UsageError("safetensors: " + std::to_string(written_ + data.size()) + " data bytes written, header declares " +
-                     std::to_string(total_));
+    throw UsageError("safetensors: " + std::to_string(written_ + data.size()) +
+                     " data bytes written, header declares " + std::to_string(total_));
   }
   sink_.write(data);
   written_ += data.size();

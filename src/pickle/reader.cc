@@ -107,9 +107,7 @@ class Memo {
   std::size_t count_ = 0;
 };
 
-bool is_str(const ValuePtr& v, std::string_view text) {
-  return v && v->is(Kind::kStr) && v->as_string() == text;
-}
+bool is_str(const ValuePtr& v, std::string_view text) { return v && v->is(Kind::kStr) && v->as_string() == text; }
 
 class Unpickler {
  public:
@@ -212,7 +210,8 @@ class Unpickler {
       case op::kMark: marks_.push_back(stack_.size()); return true;
       case op::kPop:
         // CPython: an empty stack since the last MARK pops the MARK itself.
-        if (stack_.size() > frame_base()) stack_.pop_back(); else pop_mark();
+        if (stack_.size() > frame_base()) stack_.pop_back();
+        else pop_mark();
         return true;
       case op::kPopMark: pop_mark(); return true;
       case op::kDup: {
@@ -684,8 +683,8 @@ class Unpickler {
 
   void check_depth(std::size_t depth) const {
     if (depth > options_.max_depth) {
-      throw FormatError(std::string(source_) + ": nesting depth " + std::to_string(depth) +
-                        " exceeds the limit of " + std::to_string(options_.max_depth));
+      throw FormatError(std::string(source_) + ": nesting depth " + std::to_string(depth) + " exceeds the limit of " +
+                        std::to_string(options_.max_depth));
     }
   }
 
@@ -699,7 +698,7 @@ class Unpickler {
   std::vector<ValuePtr> stack_;
   std::vector<std::size_t> marks_;
   Memo memo_;
-  std::vector<ValuePtr> created_;  // every node that can hold others, for cycle cleanup
+  std::vector<ValuePtr> created_;             // every node that can hold others, for cycle cleanup
   std::unordered_set<const Value*> aliased_;  // containers with a second reference (note_alias)
   bool maybe_cyclic_ = false;
   bool succeeded_ = false;

@@ -132,8 +132,8 @@ bool is_path_class(const Value& callable) {
 }
 
 bool is_plain_call(const Value& v) {
-  return v.call_kind() == CallKind::kReduce && v.items().empty() && v.entries().empty() && !v.state() &&
-         v.args() && v.args()->is(Kind::kTuple);
+  return v.call_kind() == CallKind::kReduce && v.items().empty() && v.entries().empty() && !v.state() && v.args() &&
+         v.args()->is(Kind::kTuple);
 }
 
 class Printer {
@@ -218,10 +218,12 @@ class Printer {
         out_ += "}";
         return;
       case Kind::kSet:
-        if (v.items().empty()) out_ += "set()"; else print_bracketed("{", v.items(), "}", depth);
+        if (v.items().empty()) out_ += "set()";
+        else print_bracketed("{", v.items(), "}", depth);
         return;
       case Kind::kFrozenSet:
-        if (v.items().empty()) out_ += "frozenset()"; else print_bracketed("frozenset({", v.items(), "})", depth);
+        if (v.items().empty()) out_ += "frozenset()";
+        else print_bracketed("frozenset({", v.items(), "})", depth);
         return;
       case Kind::kGlobal: out_ += v.module() + "." + v.name(); return;
       case Kind::kObject: print_object(v, depth); return;

@@ -102,7 +102,6 @@ ValuePtr Value::floating(double v) {
   return p;
 }
 
-
 ValuePtr Value::str(std::string utf8) {
   auto p = std::make_shared<Value>(Kind::kStr);
   p->text_ = std::move(utf8);
@@ -179,8 +178,8 @@ ValuePtr Value::persistent_id(ValuePtr pid) {
 
 void Value::expect(Kind k, const char* accessor) const {
   if (kind_ != k) {
-    throw FormatError(std::string("pickle value: ") + accessor + " expects " +
-                      std::string(kind_name(k)) + ", found " + std::string(kind_name(kind_)));
+    throw FormatError(std::string("pickle value: ") + accessor + " expects " + std::string(kind_name(k)) + ", found " +
+                      std::string(kind_name(kind_)));
   }
 }
 
@@ -296,8 +295,7 @@ constexpr int kMaxEqualDepth = 10000;
 bool equal_ptr(const ValuePtr& a, const ValuePtr& b, int depth,
                std::set<std::pair<const Value*, const Value*>>& assumed);
 
-bool equal_node(const Value& a, const Value& b, int depth,
-                std::set<std::pair<const Value*, const Value*>>& assumed) {
+bool equal_node(const Value& a, const Value& b, int depth, std::set<std::pair<const Value*, const Value*>>& assumed) {
   if (a.kind() != b.kind()) return false;
   if (depth > kMaxEqualDepth) throw FormatError("pickle value: nesting too deep to compare");
   // Co-inductive step: a pair already under comparison is assumed equal (handles cycles).

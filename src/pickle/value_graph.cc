@@ -18,9 +18,7 @@ std::size_t extra_slots(const Value& v) {
 
 }  // namespace
 
-std::size_t child_count(const Value& v) {
-  return v.items().size() + 2 * v.entries().size() + extra_slots(v);
-}
+std::size_t child_count(const Value& v) { return v.items().size() + 2 * v.entries().size() + extra_slots(v); }
 
 const ValuePtr& child_at(const Value& v, std::size_t i) {
   const auto& items = v.items();
@@ -117,8 +115,7 @@ class GraphWalk {
     if (on_stack_[child]) {
       index_low_[parent].second = std::min(index_low_[parent].second, index_low_[child].second);
     } else {
-      tallest_successor_[parent] =
-          std::max(tallest_successor_[parent], component_height_[component_[child]]);
+      tallest_successor_[parent] = std::max(tallest_successor_[parent], component_height_[component_[child]]);
     }
   }
 

@@ -48,8 +48,8 @@ constexpr GlobalRename kNameRenames[] = {
     {"builtins", "int", "__builtin__", "long"},       {"builtins", "chr", "__builtin__", "unichr"},
     {"functools", "reduce", "__builtin__", "reduce"}, {"sys", "intern", "__builtin__", "intern"},
 };
-constexpr std::pair<std::string_view, std::string_view> kModuleRenames[] = {
-    {"builtins", "__builtin__"}, {"copyreg", "copy_reg"}};
+constexpr std::pair<std::string_view, std::string_view> kModuleRenames[] = {{"builtins", "__builtin__"},
+                                                                            {"copyreg", "copy_reg"}};
 
 std::pair<std::string, std::string> py2_global(const std::string& module, const std::string& name) {
   for (const auto& r : kNameRenames) {
@@ -123,8 +123,7 @@ class Pickler {
   }
 
   bool memoized_before_children(const Value& v) const {
-    return v.is(Kind::kList) || v.is(Kind::kDict) || (v.is(Kind::kSet) && protocol_ >= 4) ||
-           child_free(v.kind());
+    return v.is(Kind::kList) || v.is(Kind::kDict) || (v.is(Kind::kSet) && protocol_ >= 4) || child_free(v.kind());
   }
 
   static bool child_free(Kind kind) {
@@ -427,7 +426,7 @@ class Pickler {
   // makes up (bytes, set, ...). Globals are memoized by name, as CPython's memo holds the
   // one class object.
   SP_OUT_OF_LINE void save_global(const std::string& module, const std::string& name, const Value* node,
-                                   std::size_t depth = 0) {
+                                  std::size_t depth = 0) {
     std::string key = module + '\n' + name;
     if (auto it = global_memo_.find(key); it != global_memo_.end()) {
       write_get(it->second);
@@ -639,7 +638,7 @@ class Pickler {
   };
   std::vector<PathEntry> path_;
   std::unordered_map<const Value*, int> in_progress_;  // shared nodes on path_
-  int inside_memoized_after_ = 0;  // shared nodes on path_ memoized only after their children
+  int inside_memoized_after_ = 0;                      // shared nodes on path_ memoized only after their children
 };
 
 }  // namespace

@@ -75,8 +75,8 @@ void FaultInjectionStorage::on_call(FaultOp op, std::string_view key) {
     StorageError::Kind kind = it->rule.kind;
     armed_.erase(it);
     ++injected_;
-    throw StorageError(kind, std::string("injected fault: ") + op_name(op) + " #" + std::to_string(nth) + " of " +
-                                 describe_key(key));
+    throw StorageError(
+        kind, std::string("injected fault: ") + op_name(op) + " #" + std::to_string(nth) + " of " + describe_key(key));
   }
 }
 

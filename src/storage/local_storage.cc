@@ -91,12 +91,12 @@ class LocalStorage final : public Storage {
     if (options.prefer_mmap && size > 0) {
       if (shared_->mmaps.fetch_add(1) < shared_->options.max_mmaps) {
         try {
-          auto region = std::shared_ptr<const MappedRegion>(
-              new MappedRegion(MappedRegion::map_file(shared_->path_of(key))),
-              [shared = shared_](const MappedRegion* r) {
-                delete r;
-                shared->mmaps.fetch_sub(1);
-              });
+          auto region =
+              std::shared_ptr<const MappedRegion>(new MappedRegion(MappedRegion::map_file(shared_->path_of(key))),
+                                                  [shared = shared_](const MappedRegion* r) {
+                                                    delete r;
+                                                    shared->mmaps.fetch_sub(1);
+                                                  });
           std::uint64_t mapped = region->size();
           return std::make_unique<MappedSource>(std::move(region), 0, mapped, description);
         } catch (...) {

@@ -26,8 +26,7 @@ class StorageWrapper : public Storage {
   std::optional<std::uint64_t> try_stat(std::string_view key, const IoOptions& io = {}) override {
     return target_->try_stat(key, io);
   }
-  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out,
-            const IoOptions& io = {}) override {
+  void read(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io = {}) override {
     target_->read(key, offset, out, io);
   }
   std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options = {},

@@ -13,7 +13,8 @@ namespace {
 using pickle::Kind;
 using pickle::Value;
 
-constexpr unsigned char kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+constexpr unsigned char kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                          0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
 enum class RebuildKind { kNone, kTensorV2, kTensorV3, kParameter };
 
@@ -38,19 +39,26 @@ bool mul_ok(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 
 void byteswap_elements(std::span<std::byte> data, std::size_t width) {
   if (width <= 1) return;
-  for (std::size_t i = 0; i + width <= data.size(); i += width) std::reverse(data.begin() + i, data.begin() + i + width);
+  for (std::size_t i = 0; i + width <= data.size(); i += width)
+    std::reverse(data.begin() + i, data.begin() + i + width);
 }
 
 }  // namespace
 
 std::optional<DType> dtype_of_storage_type(std::string_view name) {
   static const std::pair<std::string_view, DType> kTypes[] = {
-      {"DoubleStorage", DType::kFloat64},       {"FloatStorage", DType::kFloat32},
-      {"HalfStorage", DType::kFloat16},         {"BFloat16Storage", DType::kBFloat16},
-      {"LongStorage", DType::kInt64},           {"IntStorage", DType::kInt32},
-      {"ShortStorage", DType::kInt16},          {"CharStorage", DType::kInt8},
-      {"ByteStorage", DType::kUInt8},           {"BoolStorage", DType::kBool},
-      {"ComplexDoubleStorage", DType::kComplex128}, {"ComplexFloatStorage", DType::kComplex64},
+      {"DoubleStorage", DType::kFloat64},
+      {"FloatStorage", DType::kFloat32},
+      {"HalfStorage", DType::kFloat16},
+      {"BFloat16Storage", DType::kBFloat16},
+      {"LongStorage", DType::kInt64},
+      {"IntStorage", DType::kInt32},
+      {"ShortStorage", DType::kInt16},
+      {"CharStorage", DType::kInt8},
+      {"ByteStorage", DType::kUInt8},
+      {"BoolStorage", DType::kBool},
+      {"ComplexDoubleStorage", DType::kComplex128},
+      {"ComplexFloatStorage", DType::kComplex64},
   };
   for (const auto& [n, d] : kTypes) {
     if (n == name) return d;
@@ -74,9 +82,7 @@ bool TensorInfo::is_contiguous() const {
   return true;
 }
 
-std::unique_ptr<TorchFile> TorchFile::open(const std::string& path) {
-  return open(MappedSource::open(path));
-}
+std::unique_ptr<TorchFile> TorchFile::open(const std::string& path) { return open(MappedSource::open(path)); }
 
 std::unique_ptr<TorchFile> TorchFile::open(std::unique_ptr<ByteSource> source) {
   if (!source) throw UsageError("TorchFile::open: null source");
@@ -94,12 +100,15 @@ const ZipEntry* TorchFile::record(std::string_view name) const {
 void TorchFile::parse() {
   const std::string& sname = source_->name();
   // 1. Recognize the container before trusting it to be a zip.
-  std::string head = source_->read_string(0, std::min<std::uint64_t>(source_->size(), sizeof kLegacyMagic), "file magic");
+  std::string head =
+      source_->read_string(0, std::min<std::uint64_t>(source_->size(), sizeof kLegacyMagic), "file magic");
   if (head.size() == sizeof kLegacyMagic && std::memcmp(head.data(), kLegacyMagic, sizeof kLegacyMagic) == 0) {
-    throw FormatError(sname + " is a legacy (pre-1.6) torch.save file; not supported: re-save it with a current PyTorch");
+    throw FormatError(sname +
+                      " is a legacy (pre-1.6) torch.save file; not supported: re-save it with a current PyTorch");
   }
   if (head.compare(0, 8, "PYTORCH1") == 0) {
-    throw FormatError(sname + " is a pre-1.4 PyTorch archive (PYTORCH1 magic); not supported: re-save it with a current PyTorch");
+    throw FormatError(
+        sname + " is a pre-1.4 PyTorch archive (PYTORCH1 magic); not supported: re-save it with a current PyTorch");
   }
   if (head.size() < 4 || head.compare(0, 4, "PK\x03\x04") != 0) {
     throw FormatError(sname + ": not a torch.save file: expected zip local header PK\\3\\4 at offset 0, found " +
@@ -117,7 +126,8 @@ void TorchFile::parse() {
   archive_name_ = entries[0].name.substr(0, slash);
   for (const ZipEntry& e : entries) {
     if (e.name.size() <= slash || e.name.compare(0, slash + 1, archive_name_ + "/") != 0) {
-      throw FormatError(sname + ": record \"" + e.name + "\" is not under \"" + archive_name_ + "/\" like the first record");
+      throw FormatError(sname + ": record \"" + e.name + "\" is not under \"" + archive_name_ +
+                        "/\" like the first record");
     }
   }
 
@@ -135,14 +145,16 @@ void TorchFile::parse() {
                 std::all_of(vtext.begin(), vtext.end(), [](char c) { return c >= '0' && c <= '9'; });
   version_ = digits ? std::stoll(vtext) : -1;
   if (version_ < 1 || version_ > 10) {
-    throw FormatError(sname + ": record \"" + ver->name + "\": expected a format version in 1..10, found \"" + vtext + "\"");
+    throw FormatError(sname + ": record \"" + ver->name + "\": expected a format version in 1..10, found \"" + vtext +
+                      "\"");
   }
   if (const ZipEntry* bo = record("byteorder")) {
     std::string order = bo->uncompressed_size <= 16 ? archive_->read(*bo) : std::string("(long record)");
     if (order == "big") {
       big_endian_ = true;
     } else if (order != "little") {
-      throw FormatError(sname + ": record \"" + bo->name + "\": expected \"little\" or \"big\", found \"" + order + "\"");
+      throw FormatError(sname + ": record \"" + bo->name + "\": expected \"little\" or \"big\", found \"" + order +
+                        "\"");
     }
   }
 
@@ -199,11 +211,8 @@ void TorchFile::find_tensors() {
         }
         kids.push_back(v->state().get());
         break;
-      case Kind::kPersistentId:
-        kids.push_back(v->pid().get());
-        break;
-      default:
-        break;
+      case Kind::kPersistentId: kids.push_back(v->pid().get()); break;
+      default: break;
     }
     push_all(kids);
   }
@@ -211,8 +220,8 @@ void TorchFile::find_tensors() {
 
 const TensorInfo* TorchFile::add_tensor(const Value& node) {
   if (const TensorInfo* known = tensor_of(node)) return known;
-  const std::string where = source_->name() + ": tensor #" + std::to_string(tensors_.size()) + " in " +
-                            archive_name_ + "/data.pkl";
+  const std::string where =
+      source_->name() + ": tensor #" + std::to_string(tensors_.size()) + " in " + archive_name_ + "/data.pkl";
   auto fail = [&](const std::string& detail) -> void { throw FormatError(where + ": " + detail); };
   const RebuildKind kind = rebuild_kind(node);
   const std::string fn = "torch._utils." + node.callable()->name();
@@ -221,8 +230,9 @@ const TensorInfo* TorchFile::add_tensor(const Value& node) {
   const auto& args = args_ptr->items();
   auto arg = [&](std::size_t i, Kind k, const char* what) -> const Value& {
     if (i >= args.size() || !args[i] || !args[i]->is(k)) {
-      fail("argument " + std::to_string(i) + " (" + what + ") of " + fn + ": expected " + std::string(pickle::kind_name(k)) +
-           ", found " + (i >= args.size() || !args[i] ? std::string("nothing") : std::string(pickle::kind_name(args[i]->kind()))));
+      fail("argument " + std::to_string(i) + " (" + what + ") of " + fn + ": expected " +
+           std::string(pickle::kind_name(k)) + ", found " +
+           (i >= args.size() || !args[i] ? std::string("nothing") : std::string(pickle::kind_name(args[i]->kind()))));
     }
     return *args[i];
   };
@@ -260,7 +270,8 @@ const TensorInfo* TorchFile::add_tensor(const Value& node) {
     }
     if (!p[3]->is(Kind::kStr)) fail("expected a str location in the persistent id");
     info.location = p[3]->as_string();
-    if (!p[4]->is(Kind::kInt) || !p[4]->int_fits_int64() || p[4]->as_int() < 0) fail("expected a non-negative int numel in the persistent id");
+    if (!p[4]->is(Kind::kInt) || !p[4]->int_fits_int64() || p[4]->as_int() < 0)
+      fail("expected a non-negative int numel in the persistent id");
     const std::uint64_t pid_numel = static_cast<std::uint64_t>(p[4]->as_int());
     const std::string& type_name = p[1]->name();
     std::uint64_t storage_itemsize = 1;
@@ -297,15 +308,19 @@ const TensorInfo* TorchFile::add_tensor(const Value& node) {
     int_list(2, "size", info.shape);
     int_list(3, "stride", info.strides);
     if (info.shape.size() != info.strides.size()) {
-      fail("size has " + std::to_string(info.shape.size()) + " dims, stride has " + std::to_string(info.strides.size()));
+      fail("size has " + std::to_string(info.shape.size()) + " dims, stride has " +
+           std::to_string(info.strides.size()));
     }
     info.requires_grad = arg(4, Kind::kBool, "requires_grad").as_bool();
 
     // The storage record and the bounds of the view inside it.
     std::uint64_t storage_nbytes;
-    if (!mul_ok(pid_numel, storage_itemsize, storage_nbytes)) fail("storage numel " + std::to_string(pid_numel) + " overflows");
+    if (!mul_ok(pid_numel, storage_itemsize, storage_nbytes))
+      fail("storage numel " + std::to_string(pid_numel) + " overflows");
     const ZipEntry* rec = record("data/" + info.storage_key);
-    if (!rec) fail("storage \"" + info.storage_key + "\": record \"" + archive_name_ + "/data/" + info.storage_key + "\" is missing");
+    if (!rec)
+      fail("storage \"" + info.storage_key + "\": record \"" + archive_name_ + "/data/" + info.storage_key +
+           "\" is missing");
     ByteRange range = archive_->data_range(*rec);
     if (range.size < storage_nbytes) {
       fail("storage \"" + info.storage_key + "\": expected " + std::to_string(storage_nbytes) + " bytes (" +
@@ -331,8 +346,10 @@ const TensorInfo* TorchFile::add_tensor(const Value& node) {
       extent += static_cast<std::uint64_t>(info.storage_offset);
       if (extent > info.storage_numel) {
         fail("storage \"" + info.storage_key + "\": view (offset " + std::to_string(info.storage_offset) +
-             ") reaches element " + std::to_string(static_cast<std::uint64_t>(std::min<unsigned __int128>(extent, UINT64_MAX))) +
-             " of a storage of " + std::to_string(info.storage_numel) + " " + std::string(dtype_name(info.dtype)) + " elements");
+             ") reaches element " +
+             std::to_string(static_cast<std::uint64_t>(std::min<unsigned __int128>(extent, UINT64_MAX))) +
+             " of a storage of " + std::to_string(info.storage_numel) + " " + std::string(dtype_name(info.dtype)) +
+             " elements");
       }
     }
     info.big_endian = big_endian_;
@@ -366,7 +383,8 @@ void TorchFile::read_tensor(const TensorInfo& info, std::span<std::byte> out) co
   });
   if (info.big_endian) {
     std::size_t width = dtype_itemsize(info.dtype);
-    if (info.dtype == DType::kComplex32 || info.dtype == DType::kComplex64 || info.dtype == DType::kComplex128) width /= 2;
+    if (info.dtype == DType::kComplex32 || info.dtype == DType::kComplex64 || info.dtype == DType::kComplex128)
+      width /= 2;
     byteswap_elements(out, width);
   }
 }
@@ -379,7 +397,8 @@ void for_each_run(const TensorInfo& info, const std::function<void(std::uint64_t
   std::vector<Dim> dims;
   for (std::size_t i = 0; i < info.shape.size(); ++i) {
     if (info.shape[i] == 0) return;
-    if (info.shape[i] != 1) dims.push_back({static_cast<std::uint64_t>(info.shape[i]), static_cast<std::uint64_t>(info.strides[i])});
+    if (info.shape[i] != 1)
+      dims.push_back({static_cast<std::uint64_t>(info.shape[i]), static_cast<std::uint64_t>(info.strides[i])});
   }
   const std::uint64_t base = info.storage.offset + static_cast<std::uint64_t>(info.storage_offset) * itemsize;
   // Inner dims laid out contiguously form one run.

@@ -53,13 +53,13 @@ namespace shardpoint::torchfile {
 struct TensorInfo {
   DType dtype = DType::kFloat32;
   std::vector<std::int64_t> shape;
-  std::vector<std::int64_t> strides;   // in elements
-  std::int64_t storage_offset = 0;     // in elements
-  std::string storage_key;             // "0", "1", ...; tensors sharing a storage share it
-  std::string location;                // "cpu", "cuda:0", ... as saved
+  std::vector<std::int64_t> strides;  // in elements
+  std::int64_t storage_offset = 0;    // in elements
+  std::string storage_key;            // "0", "1", ...; tensors sharing a storage share it
+  std::string location;               // "cpu", "cuda:0", ... as saved
   bool requires_grad = false;
-  bool is_parameter = false;           // node is a _rebuild_parameter* call
-  bool big_endian = false;             // the file's byteorder record says "big"
+  bool is_parameter = false;  // node is a _rebuild_parameter* call
+  bool big_endian = false;    // the file's byteorder record says "big"
   // The whole storage record data/<key>: byte range in the source, and its size in
   // elements of dtype (storage.size / itemsize).
   ByteRange storage;

@@ -91,8 +91,7 @@ void for_each_storage_pid(const Value& root, const std::function<void(const Valu
       case Kind::kPersistentId:
         if (v->pid()) fn(*v->pid());
         break;
-      default:
-        break;
+      default: break;
     }
   }
 }
@@ -129,7 +128,8 @@ ValuePtr make_tensor_node(DType dtype, std::span<const std::int64_t> shape, std:
   const std::uint64_t pid_numel = legacy ? storage_numel : storage_numel * dtype_itemsize(dtype);
   ValuePtr pid = Value::persistent_id(Value::tuple({
       Value::str("storage"),
-      legacy ? Value::global("torch", std::string(legacy_storage_name(dtype))) : Value::global("torch.storage", "UntypedStorage"),
+      legacy ? Value::global("torch", std::string(legacy_storage_name(dtype)))
+             : Value::global("torch.storage", "UntypedStorage"),
       Value::str(storage_key),
       Value::str(location),
       Value::integer(static_cast<std::int64_t>(pid_numel)),
@@ -205,11 +205,13 @@ void TorchSaveWriter::write_pickle(const pickle::Value& root) {
 }
 
 void TorchSaveWriter::begin_storage(const std::string& key, std::uint64_t nbytes) {
-  if (!pickled_ || finished_) throw UsageError("TorchSaveWriter: begin_storage(\"" + key + "\") before write_pickle() or after finish()");
+  if (!pickled_ || finished_)
+    throw UsageError("TorchSaveWriter: begin_storage(\"" + key + "\") before write_pickle() or after finish()");
   if (written_.count(key)) throw UsageError("TorchSaveWriter: storage \"" + key + "\" written twice");
   if (options_.check_storages) {
     auto it = pending_.find(key);
-    if (it == pending_.end()) throw UsageError("TorchSaveWriter: storage \"" + key + "\" is not referenced by the pickled tree");
+    if (it == pending_.end())
+      throw UsageError("TorchSaveWriter: storage \"" + key + "\" is not referenced by the pickled tree");
     if (it->second != nbytes) {
       throw UsageError("TorchSaveWriter: storage \"" + key + "\" is " + std::to_string(it->second) +
                        " bytes in the tree, writing " + std::to_string(nbytes));

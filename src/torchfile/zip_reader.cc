@@ -45,8 +45,7 @@ void ZipArchive::parse() {
   const std::uint64_t size = src.size();
   if (size < zip::kEocdSize) {
     throw FormatError(sname + ": not a zip archive: " + std::to_string(size) +
-                      " bytes, an end of central directory record needs " +
-                      std::to_string(zip::kEocdSize));
+                      " bytes, an end of central directory record needs " + std::to_string(zip::kEocdSize));
   }
 
   // 1. Find the classic end of central directory record, scanning back over a comment.
@@ -75,8 +74,8 @@ void ZipArchive::parse() {
   ByteSpan tail_bytes = as_bytes(tail);
   if (!eocd_rel) {
     throw FormatError(sname + ": not a zip archive: no end of central directory record (PK\\5\\6) in the last " +
-                      std::to_string(tail_len) + " bytes (last bytes: " +
-                      hex_bytes(tail_bytes.subspan(tail_len - 4)) + ")");
+                      std::to_string(tail_len) + " bytes (last bytes: " + hex_bytes(tail_bytes.subspan(tail_len - 4)) +
+                      ")");
   }
   const std::uint64_t eocd_pos = tail_start + *eocd_rel;
   ByteCursor eocd(tail_bytes.subspan(*eocd_rel + 4, zip::kEocdSize - 4), eocd_pos + 4);
@@ -184,8 +183,8 @@ void ZipArchive::parse() {
     }
     if (e.method == zip::kMethodStored && e.compressed_size != e.uncompressed_size) {
       fail(ewhat, at,
-           "stored record with compressed size " + std::to_string(e.compressed_size) +
-               " != uncompressed size " + std::to_string(e.uncompressed_size));
+           "stored record with compressed size " + std::to_string(e.compressed_size) + " != uncompressed size " +
+               std::to_string(e.uncompressed_size));
     }
 
     // 4. The local header: it alone says where the data starts.
@@ -194,8 +193,7 @@ void ZipArchive::parse() {
     if (lh > cd_offset || cd_offset - lh < zip::kLocalHeaderSize + name_len) {
       fail(ewhat, at,
            "local header offset " + std::to_string(lh) + " + " + std::to_string(zip::kLocalHeaderSize + name_len) +
-               " bytes of header and name does not end before the central directory at " +
-               std::to_string(cd_offset));
+               " bytes of header and name does not end before the central directory at " + std::to_string(cd_offset));
     }
     char hdr[zip::kLocalHeaderSize];
     src.read(lh, std::as_writable_bytes(std::span(hdr)), lwhat);

@@ -39,7 +39,8 @@ void ZipWriter::begin_record(const std::string& name, std::optional<std::uint64_
   put_le<std::uint32_t>(header, 0);  // crc: in the descriptor
   put_le<std::uint32_t>(header, 0);  // sizes: in the descriptor
   put_le<std::uint32_t>(header, 0);
-  std::uint16_t zip64_len = (sizes64 || offset64) ? static_cast<std::uint16_t>(4 + (sizes64 ? 16 : 0) + (offset64 ? 8 : 0)) : 0;
+  std::uint16_t zip64_len =
+      (sizes64 || offset64) ? static_cast<std::uint16_t>(4 + (sizes64 ? 16 : 0) + (offset64 ? 8 : 0)) : 0;
   std::uint64_t start = offset + zip::kLocalHeaderSize + name.size() + zip64_len + 4;
   std::uint64_t pad = (options_.alignment - start % options_.alignment) % options_.alignment;
   put_le<std::uint16_t>(header, static_cast<std::uint16_t>(name.size()));
@@ -120,9 +121,10 @@ void ZipWriter::finish() {
   for (const ZipRecordInfo& r : records_) {
     const bool sizes64 = force || needs_zip64(r.size);
     const bool offset64 = force || needs_zip64(r.local_header_offset);
-    std::uint16_t extra_len = (sizes64 || offset64) ? static_cast<std::uint16_t>(4 + (sizes64 ? 16 : 0) + (offset64 ? 8 : 0)) : 0;
+    std::uint16_t extra_len =
+        (sizes64 || offset64) ? static_cast<std::uint16_t>(4 + (sizes64 ? 16 : 0) + (offset64 ? 8 : 0)) : 0;
     put_le<std::uint32_t>(out, zip::kCentralHeaderSig);
-    put_le<std::uint16_t>(out, 0);  // made by
+    put_le<std::uint16_t>(out, 0);                        // made by
     put_le<std::uint16_t>(out, extra_len != 0 ? 45 : 0);  // needed
     put_le<std::uint16_t>(out, zip::kFlagDataDescriptor | zip::kFlagUtf8);
     put_le<std::uint16_t>(out, zip::kMethodStored);
@@ -174,8 +176,12 @@ void ZipWriter::finish() {
   put_le<std::uint64_t>(out, eocd64_offset);
   put_le<std::uint32_t>(out, 1);
 
-  auto u16_or_max = [&](std::uint64_t v) { return force || v >= zip::kU16Max ? zip::kU16Max : static_cast<std::uint16_t>(v); };
-  auto u32_or_max = [&](std::uint64_t v) { return force || needs_zip64(v) ? zip::kU32Max : static_cast<std::uint32_t>(v); };
+  auto u16_or_max = [&](std::uint64_t v) {
+    return force || v >= zip::kU16Max ? zip::kU16Max : static_cast<std::uint16_t>(v);
+  };
+  auto u32_or_max = [&](std::uint64_t v) {
+    return force || needs_zip64(v) ? zip::kU32Max : static_cast<std::uint32_t>(v);
+  };
   put_le<std::uint32_t>(out, zip::kEocdSig);
   put_le<std::uint16_t>(out, 0);
   put_le<std::uint16_t>(out, 0);

@@ -41,7 +41,8 @@ TextCorpus TextCorpus::from_text(const std::string& text) {
     pos = end + 1;
   }
   if (c.size() < 1) {
-    throw UsageError(fmt::format("{} tokens are fewer than the {} needed for one block", c.tokens_.size(), 2 * kBlockSize));
+    throw UsageError(
+        fmt::format("{} tokens are fewer than the {} needed for one block", c.tokens_.size(), 2 * kBlockSize));
   }
   return c;
 }

@@ -146,8 +146,7 @@ Args parse(int argc, char** argv) {
     } else if (k == "--max-steps") {
       a.max_steps = number(value());
       a.max_steps_given = true;
-    }
-    else if (k == "--max-epochs") a.max_epochs = number(value());
+    } else if (k == "--max-epochs") a.max_epochs = number(value());
     else if (k == "--accumulate-grad-batches") a.accumulate_grad_batches = number(value());
     else if (k == "--gradient-clip-val") a.gradient_clip_val = real(value());
     else if (k == "--every-n-train-steps") a.checkpoint.every_n_train_steps = number(value());
@@ -215,12 +214,13 @@ int try_main(int argc, char** argv) {
   at::set_num_threads(1);  // ranks share the cores
   auto comm = comm::make_communicator_from_env(comm::CommOptions{std::chrono::seconds(120)});
   if (a.devices_given && a.devices != comm->world_size()) {
-    throw UsageError(fmt::format("--devices {} does not match the launcher's world size {}", a.devices,
-                                 comm->world_size()));
+    throw UsageError(
+        fmt::format("--devices {} does not match the launcher's world size {}", a.devices, comm->world_size()));
   }
   const TextCorpus data = TextCorpus::load(a.data);
   ModelConfig model = model_config(a.model_size);
-  model.vocab_size = a.model_size == "tiny" ? data.vocab_size() : std::max<std::int64_t>(model.vocab_size, data.vocab_size());
+  model.vocab_size =
+      a.model_size == "tiny" ? data.vocab_size() : std::max<std::int64_t>(model.vocab_size, data.vocab_size());
   TrainerOptions options;
   options.max_steps = a.max_steps;
   options.max_epochs = a.max_epochs;
@@ -235,7 +235,8 @@ int try_main(int argc, char** argv) {
   options.optimizer = optimizer_config(a.optimizer, a.lr > 0 ? a.lr : (a.optimizer == "sgd" ? 0.1 : 1e-3));
   options.optimizer.momentum = a.momentum;
   if (comm->rank() == 0) {
-    std::printf("shardpoint-train: %d ranks (%s), model %s (%zu tensors), %lld items of 35 tokens, vocab %lld, %s, state_dict_type %s\n",
+    std::printf("shardpoint-train: %d ranks (%s), model %s (%zu tensors), %lld items of 35 tokens, vocab %lld, %s, "
+                "state_dict_type %s\n",
                 comm->world_size(), std::string(comm->name()).c_str(), a.model_size.c_str(), param_specs(model).size(),
                 static_cast<long long>(data.size()), static_cast<long long>(data.vocab_size()), a.optimizer.c_str(),
                 a.state_dict_type.c_str());
@@ -245,8 +246,9 @@ int try_main(int argc, char** argv) {
   const FitResult r = trainer.fit(*comm, model, data, a.ckpt_path);
   if (comm->rank() == 0) {
     if (r.checkpoint_path.empty()) std::printf("no checkpoint saved (no step was run)\n");
-    else std::printf("checkpoint %s (%llu bytes from rank 0), save %.3f s\n", r.checkpoint_path.c_str(),
-                     static_cast<unsigned long long>(r.checkpoint_bytes), r.save_seconds);
+    else
+      std::printf("checkpoint %s (%llu bytes from rank 0), save %.3f s\n", r.checkpoint_path.c_str(),
+                  static_cast<unsigned long long>(r.checkpoint_bytes), r.save_seconds);
   }
   return 0;
 }

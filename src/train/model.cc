@@ -1,9 +1,9 @@
 #include "train/model.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Reduction.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <limits>
@@ -174,15 +174,18 @@ at::Tensor loss_sum(const ModelConfig& cfg, const std::vector<at::Tensor>& param
   at::Tensor pe = at::zeros({t, e}, at::kFloat);
   pe.slice(1, 0, e, 2).copy_(at::sin(pos * div));
   pe.slice(1, 1, e, 2).copy_(at::cos(pos * div).narrow(1, 0, e / 2));
-  at::Tensor x = dropout(at::embedding(emb, inputs) * std::sqrt(static_cast<double>(e)) + pe, cfg.dropout, training, gen);
+  at::Tensor x =
+      dropout(at::embedding(emb, inputs) * std::sqrt(static_cast<double>(e)) + pe, cfg.dropout, training, gen);
   const at::Tensor causal = at::full({t, t}, -std::numeric_limits<float>::infinity(), at::kFloat).triu(1);
 
   at::Tensor mem = x;
   for (std::int64_t i = 0; i < cfg.nlayers; ++i) {  // post-norm encoder layers
     Attention sa(c);
     const at::Tensor &w1 = c.take(), &b1 = c.take(), &w2 = c.take(), &b2 = c.take();
-    mem = layer_norm(c, mem + dropout(attention(cfg, sa, mem, mem, causal, training, gen), cfg.dropout, training, gen), e);
-    mem = layer_norm(c, mem + dropout(feed_forward(cfg, w1, b1, w2, b2, mem, training, gen), cfg.dropout, training, gen), e);
+    mem = layer_norm(c, mem + dropout(attention(cfg, sa, mem, mem, causal, training, gen), cfg.dropout, training, gen),
+                     e);
+    mem = layer_norm(
+        c, mem + dropout(feed_forward(cfg, w1, b1, w2, b2, mem, training, gen), cfg.dropout, training, gen), e);
   }
   mem = layer_norm(c, mem, e);
   at::Tensor y = x;  // the decoder reads the inputs, not the targets (see header)

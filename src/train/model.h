@@ -36,8 +36,8 @@ struct ModelConfig {
   std::int64_t vocab_size = 33278;  // WikiText-2's vocabulary (the demo's default)
   std::int64_t ninp = 200;          // embedding size (d_model)
   std::int64_t nhead = 2;
-  std::int64_t nhid = 200;          // feed-forward size
-  std::int64_t nlayers = 2;         // encoder layers and decoder layers
+  std::int64_t nhid = 200;   // feed-forward size
+  std::int64_t nlayers = 2;  // encoder layers and decoder layers
   double dropout = 0.2;
 };
 

@@ -16,8 +16,10 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
   if (o.every_n_train_steps < 0) {
     throw UsageError(fmt::format("Invalid value for every_n_train_steps={}. Must be >= 0", o.every_n_train_steps));
   }
-  if (o.every_n_epochs < -1) throw UsageError(fmt::format("Invalid value for every_n_epochs={}. Must be >= 0", o.every_n_epochs));
-  if (o.mode != "min" && o.mode != "max") throw UsageError(fmt::format("`mode` can be \"min\" or \"max\", got {}", o.mode));
+  if (o.every_n_epochs < -1)
+    throw UsageError(fmt::format("Invalid value for every_n_epochs={}. Must be >= 0", o.every_n_epochs));
+  if (o.mode != "min" && o.mode != "max")
+    throw UsageError(fmt::format("`mode` can be \"min\" or \"max\", got {}", o.mode));
   if (!o.monitor.empty() && o.monitor != "train_loss") {
     throw UsageError(fmt::format(
         "`ModelCheckpoint(monitor='{}')` could not find the monitored key in the returned metrics: ['train_loss']",
@@ -46,10 +48,9 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
 
 std::string ModelCheckpoint::state_key() const {
   const std::string monitor = options_.monitor.empty() ? "None" : fmt::format("'{}'", options_.monitor);
-  return fmt::format(
-      "ModelCheckpoint{{'monitor': {}, 'mode': '{}', 'every_n_train_steps': {}, 'every_n_epochs': {}, "
-      "'train_time_interval': None}}",
-      monitor, options_.mode, every_n_train_steps_, every_n_epochs_);
+  return fmt::format("ModelCheckpoint{{'monitor': {}, 'mode': '{}', 'every_n_train_steps': {}, 'every_n_epochs': {}, "
+                     "'train_time_interval': None}}",
+                     monitor, options_.mode, every_n_train_steps_, every_n_epochs_);
 }
 
 void ModelCheckpoint::set_paths(std::string dirpath, std::string resume_path) {
@@ -122,8 +123,8 @@ void ModelCheckpoint::save_top_k(const TrainPosition& p, const CheckpointActions
     displaced = kth_best_model_path_;
     std::erase_if(best_k_models_, [&](const auto& e) { return e.first == displaced; });
   }
-  if (std::isnan(current)) current = options_.mode == "min" ? std::numeric_limits<float>::infinity()
-                                                            : -std::numeric_limits<float>::infinity();
+  if (std::isnan(current))
+    current = options_.mode == "min" ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
   const std::string path = free_name(p, false, displaced, io);
   current_score_ = current;
   auto it = std::find_if(best_k_models_.begin(), best_k_models_.end(), [&](const auto& e) { return e.first == path; });

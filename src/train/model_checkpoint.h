@@ -40,8 +40,8 @@ struct ModelCheckpointOptions {
   std::int64_t every_n_epochs = -1;      // -1: not set (Lightning's None)
   std::int64_t save_top_k = 1;           // -1 keeps every checkpoint, 0 none
   bool save_last = false;
-  std::string monitor;                   // "" (none) or "train_loss"
-  std::string mode = "min";              // "min" or "max"
+  std::string monitor;       // "" (none) or "train_loss"
+  std::string mode = "min";  // "min" or "max"
 };
 
 // Where the monitored quantities stand when a hook runs.
@@ -90,7 +90,8 @@ class ModelCheckpoint {
 
  private:
   std::string name(const TrainPosition& p, bool last, int version) const;
-  std::string free_name(const TrainPosition& p, bool last, const std::string& replacing, const CheckpointActions& io) const;
+  std::string free_name(const TrainPosition& p, bool last, const std::string& replacing,
+                        const CheckpointActions& io) const;
   void save(const std::string& path, const TrainPosition& p, const CheckpointActions& io);
   void remove_if_allowed(const std::string& previous, const std::string& current, const CheckpointActions& io);
   void save_top_k(const TrainPosition& p, const CheckpointActions& io);

@@ -78,8 +78,8 @@ void read_piece(const torchfile::TorchFile& tf, const Value& node, const std::st
   const torchfile::TensorInfo* info = tf.tensor_of(node);
   if (!info) throw FormatError(fmt::format("{}: not a tensor", what));
   if (engine::Shape(info->shape.begin(), info->shape.end()) != shape || info->dtype != DType::kFloat32) {
-    throw PlanError(fmt::format("{}: checkpoint has {} {}, the model needs float32 {}", what,
-                                dtype_name(info->dtype), engine::shape_to_string(engine::Shape(info->shape.begin(), info->shape.end())),
+    throw PlanError(fmt::format("{}: checkpoint has {} {}, the model needs float32 {}", what, dtype_name(info->dtype),
+                                engine::shape_to_string(engine::Shape(info->shape.begin(), info->shape.end())),
                                 engine::shape_to_string(shape)));
   }
   at::Tensor full = at::empty(std::vector<std::int64_t>(shape.begin(), shape.end()), at::kFloat);
@@ -175,7 +175,8 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     step = meta_int(root, "global_step", path);
     if (auto sp = root.get("shardpoint")) {
       options_.global_batch = meta_int(*sp, "global_batch", path);
-      if (sp->get("accumulate_grad_batches")) options_.accumulate_grad_batches = meta_int(*sp, "accumulate_grad_batches", path);
+      if (sp->get("accumulate_grad_batches"))
+        options_.accumulate_grad_batches = meta_int(*sp, "accumulate_grad_batches", path);
     }
   };
   std::exception_ptr error;
@@ -337,8 +338,8 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
     for (std::int64_t step = start; !done(step);) {
       const std::int64_t epoch = schedule_.epoch_of_step(step);
       const auto t0 = Clock::now();
-      const StepResult r = run_step(strategy_, *optimizer_, model, data, schedule_, step, options_.seed,
-                                    options_.gradient_clip_val);
+      const StepResult r =
+          run_step(strategy_, *optimizer_, model, data, schedule_, step, options_.seed, options_.gradient_clip_val);
       const double dt = seconds_since(t0);
       ++step;
       result.losses.push_back(r.loss);
@@ -426,8 +427,9 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       pending_meta_ = std::move(meta);
       result.save_seconds = pending_->report().stall_seconds;
       if (options_.progress && rank == 0) {
-        std::printf("saved sharded checkpoint %s in %.3f s (training stall; %.1f MB staged, writing in the background)\n",
-                    path.c_str(), result.save_seconds, static_cast<double>(pending_->report().staged_bytes) / 1e6);
+        std::printf(
+            "saved sharded checkpoint %s in %.3f s (training stall; %.1f MB staged, writing in the background)\n",
+            path.c_str(), result.save_seconds, static_cast<double>(pending_->report().staged_bytes) / 1e6);
         std::fflush(stdout);
       }
       return;

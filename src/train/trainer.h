@@ -78,12 +78,12 @@
 namespace shardpoint::train {
 
 struct FitResult {
-  std::vector<double> losses;       // mean token NLL of each step run here
-  std::string checkpoint_path;      // the last checkpoint saved ("" if none)
-  std::vector<std::string> saved;   // every checkpoint saved, in order
-  std::string best_model_path;      // ModelCheckpoint's best_model_path
-  std::string resumed_from;         // the resolved ckpt_path ("" if none)
-  std::int64_t start_step = 0;      // global_step after loading ckpt_path
+  std::vector<double> losses;      // mean token NLL of each step run here
+  std::string checkpoint_path;     // the last checkpoint saved ("" if none)
+  std::vector<std::string> saved;  // every checkpoint saved, in order
+  std::string best_model_path;     // ModelCheckpoint's best_model_path
+  std::string resumed_from;        // the resolved ckpt_path ("" if none)
+  std::int64_t start_step = 0;     // global_step after loading ckpt_path
   double load_seconds = 0;
   double save_seconds = 0;             // of the last checkpoint (async_save: the training stall)
   std::uint64_t checkpoint_bytes = 0;  // this rank's bytes of the last one ("full": rank 0's file)
@@ -132,7 +132,7 @@ class Trainer {
 
  private:
   std::int64_t load_checkpoint(const std::string& path);  // (all ranks) returns global_step
-  void remove_checkpoint(const std::string& path);         // (rank 0 acts) a superseded one
+  void remove_checkpoint(const std::string& path);        // (rank 0 acts) a superseded one
   // (rank 0) Swaps the committed folder written beside path into path and removes what it
   // replaced (storage::replace_local_folder); nothing when folder == path.
   void publish(const std::string& folder, const std::string& path);
@@ -151,8 +151,8 @@ class Trainer {
   comm::Communicator* comm_ = nullptr;
   const TextCorpus* data_ = nullptr;
   DataSchedule schedule_;
-  TrainPosition position_;      // after the last step run
-  bool in_epoch_end_ = false;   // saving from on_train_epoch_end (loops: epoch processed)
+  TrainPosition position_;               // after the last step run
+  bool in_epoch_end_ = false;            // saving from on_train_epoch_end (loops: epoch processed)
   bool cleaned_other_versions_ = false;  // remove_leftovers() has cleaned every version folder
 
   // async_save: the save in flight. Declared so that pending_ is destroyed before the
@@ -161,9 +161,9 @@ class Trainer {
   std::unique_ptr<storage::Storage> pending_storage_;
   std::unique_ptr<engine::PendingSave> pending_;
   std::string pending_path_;
-  std::string pending_folder_;                    // where it is written (path, or its staging sibling)
-  std::string pending_meta_;                      // rank 0: meta.pt, written after the commit
-  std::vector<std::string> pending_removals_;     // superseded by pending_, removed after it
+  std::string pending_folder_;                 // where it is written (path, or its staging sibling)
+  std::string pending_meta_;                   // rank 0: meta.pt, written after the commit
+  std::vector<std::string> pending_removals_;  // superseded by pending_, removed after it
 };
 
 }  // namespace shardpoint::train

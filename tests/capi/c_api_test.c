@@ -71,8 +71,7 @@ static void test_save_load_reshard(const char* dir) {
   /* The rebuild is stable: rebuilding a rebuild gives the same bytes. */
   void* rebuilt = NULL;
   size_t rebuilt_size = 0;
-  CHECK(sp_metadata_rebuild(data, size, "ckpt/.metadata", &rebuilt, &rebuilt_size, &error) == SP_OK &&
-            rebuilt_size > 0,
+  CHECK(sp_metadata_rebuild(data, size, "ckpt/.metadata", &rebuilt, &rebuilt_size, &error) == SP_OK && rebuilt_size > 0,
         "rebuild: %s", msg(error));
   void* again = NULL;
   size_t again_size = 0;
@@ -83,7 +82,9 @@ static void test_save_load_reshard(const char* dir) {
   sp_free(rebuilt);
   sp_free(data);
   /* A pickle that calls os.system is refused by name, nothing run. */
-  static const char hostile[] = "\x80\x02" "cposix\nsystem\nX\x04\x00\x00\x00" "true\x85R.";
+  static const char hostile[] = "\x80\x02"
+                                "cposix\nsystem\nX\x04\x00\x00\x00"
+                                "true\x85R.";
   char* e3 = NULL;
   CHECK(sp_metadata_rebuild(hostile, sizeof hostile - 1, "evil/.metadata", &rebuilt, &rebuilt_size, &e3) ==
                 SP_ERROR_FORMAT &&
@@ -211,8 +212,8 @@ static void test_location_parse(void) {
   sp_free(parent);
   sp_free(name);
   CHECK(sp_location_parse("S3://bucket/run/step-3", &remote, &canonical, &parent, &name, &error) == SP_OK &&
-            remote == 1 && strcmp(canonical, "s3://bucket/run/step-3") == 0 &&
-            strcmp(parent, "s3://bucket/run") == 0 && strcmp(name, "step-3") == 0,
+            remote == 1 && strcmp(canonical, "s3://bucket/run/step-3") == 0 && strcmp(parent, "s3://bucket/run") == 0 &&
+            strcmp(name, "step-3") == 0,
         "s3 URL: %s %s %s", msg(canonical), msg(parent), msg(name));
   sp_free(canonical);
   sp_free(parent);

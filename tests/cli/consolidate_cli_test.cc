@@ -11,11 +11,11 @@
 //   SIGTERM mid-copy: exit 143, nothing left;
 //   verify: clean folder/file exit 0, damaged ones exit 1 with the problems; --quick, --json,
 //     and a file whose records carry no CRC-32 (passes, never "verified").
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,8 +98,8 @@ void save_large(const std::string& folder, int mib) {
       for (int r = 0; r < world; ++r) {
         engine::Box box = engine::shard_box({rows, 1024}, {world}, {engine::Placement::shard(1)}, {r});
         bufs[r].assign(static_cast<std::size_t>(engine::volume(box.sizes)), static_cast<float>(r) + 0.5f);
-        engine::TensorShard t{DType::kFloat32, {rows, 1024}, box.offsets, box.sizes,
-                              std::as_writable_bytes(std::span<float>(bufs[r]))};
+        engine::TensorShard t{
+            DType::kFloat32, {rows, 1024}, box.offsets, box.sizes, std::as_writable_bytes(std::span<float>(bufs[r]))};
         engine::StateDict model;
         model.emplace_back("big", engine::StateNode(t));
         roots[r] = engine::StateNode(engine::StateDict{});
@@ -245,8 +245,9 @@ TEST(ConsolidateCliTest, VerifyChecksTheLoadIndex) {
   engine::CheckpointIndex index = engine::decode_checkpoint_index(good, "index");
   ASSERT_FALSE(index.data_offsets.empty());
   index.data_offsets.begin()->second += 64;
-  st->write_atomic(".shardpoint-index", as_bytes(engine::encode_checkpoint_index(
-                                            index.metadata, as_bytes(metadata), &*index.checksums, index.data_offsets)));
+  st->write_atomic(".shardpoint-index",
+                   as_bytes(engine::encode_checkpoint_index(index.metadata, as_bytes(metadata), &*index.checksums,
+                                                            index.data_offsets)));
   ToolRun v = tool("verify " + q(folder), dir);
   EXPECT_EQ(v.code, 1);
   EXPECT_NE(v.out.find(".shardpoint-index\": item \"" + index.data_offsets.begin()->first.fqn + "\": data starts at"),
@@ -411,22 +412,30 @@ TEST(ConsolidateOracleTest, PyTorch26LightningCheckpoint) {
   EXPECT_EQ(check.exit_code, 0) << check.output;
 
   if (run_command("/usr/bin/python3 -c 'import torch' 2>/dev/null").exit_code == 0) {
-    auto old = run_command("/usr/bin/python3 " + q(kOracle) + " load113 " + q(out) + " " +
-                           q(dir.file("summary.json")) + " 2>&1");
+    auto old = run_command("/usr/bin/python3 " + q(kOracle) + " load113 " + q(out) + " " + q(dir.file("summary.json")) +
+                           " 2>&1");
     EXPECT_EQ(old.exit_code, 0) << old.output;
   }
 
   for (const char* layout : {"fabric", "dcp"}) {
     const std::string o = dir.file(std::string(layout) + ".pt");
     ASSERT_EQ(tool("consolidate " + q(folder) + " --layout " + layout + " --output_file " + q(o), dir).code, 0);
-    auto c = run_command(py26 + " " + q(kOracle) + " check " + q(folder) + " " + q(o) + " --layout " + layout + " 2>&1");
+    auto c =
+        run_command(py26 + " " + q(kOracle) + " check " + q(folder) + " " + q(o) + " --layout " + layout + " 2>&1");
     EXPECT_EQ(c.exit_code, 0) << layout << ": " << c.output;
   }
 
-  ASSERT_EQ(tool("consolidate " + q(folder) + " --to safetensors --output_file " + q(dir.file("m.safetensors")), dir).code, 0);
-  auto st = run_command(py26 + " " + q(kOracle) + " safetensors " + q(folder) + " " + q(dir.file("m.safetensors")) + " 2>&1");
+  ASSERT_EQ(
+      tool("consolidate " + q(folder) + " --to safetensors --output_file " + q(dir.file("m.safetensors")), dir).code,
+      0);
+  auto st =
+      run_command(py26 + " " + q(kOracle) + " safetensors " + q(folder) + " " + q(dir.file("m.safetensors")) + " 2>&1");
   EXPECT_EQ(st.exit_code, 0) << st.output;
-  ASSERT_EQ(tool("consolidate " + q(folder) + " --to safetensors --max-shard-size 200B --output_file " + q(dir.file("hf")), dir).code, 0);
+  ASSERT_EQ(
+      tool("consolidate " + q(folder) + " --to safetensors --max-shard-size 200B --output_file " + q(dir.file("hf")),
+           dir)
+          .code,
+      0);
   EXPECT_GT(names_in(dir.file("hf")).size(), 2u);
   auto sh = run_command(py26 + " " + q(kOracle) + " safetensors " + q(folder) + " " + q(dir.file("hf")) + " 2>&1");
   EXPECT_EQ(sh.exit_code, 0) << sh.output;

@@ -70,8 +70,10 @@ TEST(InspectCli, DcpFolderMatchesTorchFile) {
   SP_REQUIRE_TORCH113(python);
   TempDir dir;
   const std::string file = dir.file("state.pt");
-  auto made = run_command(python + " -c \"import torch; torch.save({'w': torch.arange(30.).reshape(10, 3), "
-                                   "'v': torch.arange(7, dtype=torch.int32), 'step': 4}, '" + file + "')\" 2>&1");
+  auto made = run_command(python +
+                          " -c \"import torch; torch.save({'w': torch.arange(30.).reshape(10, 3), "
+                          "'v': torch.arange(7, dtype=torch.int32), 'step': 4}, '" +
+                          file + "')\" 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.output;
   auto resharded = run_command(kShardpoint + " reshard '" + file + "' '" + dir.file("ckpt") + "' --ranks 3 2>&1");
   ASSERT_EQ(resharded.exit_code, 0) << resharded.output;

@@ -164,7 +164,8 @@ TEST(ReshardTest, ErrorsAreOneLineAndUsageExitsTwo) {
   EXPECT_EQ(std::count(busy.output.begin(), busy.output.end(), '\n'), 1) << busy.output;
   EXPECT_EQ(shardpoint::testing::read_text(dst + "/keep.txt"), "x");
 
-  auto missing = run_command(kTool + " reshard " + q(tmp.file("nope.pt")) + " " + q(tmp.file("o1")) + " --ranks 2 2>&1");
+  auto missing =
+      run_command(kTool + " reshard " + q(tmp.file("nope.pt")) + " " + q(tmp.file("o1")) + " --ranks 2 2>&1");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.output.rfind("shardpoint: ", 0), 0u) << missing.output;
   EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1) << missing.output;
@@ -176,7 +177,8 @@ TEST(ReshardTest, ErrorsAreOneLineAndUsageExitsTwo) {
   EXPECT_EQ(junk.exit_code, 1) << junk.output;
   EXPECT_FALSE(std::filesystem::exists(tmp.file("o2") + "/.metadata"));
 
-  EXPECT_EQ(run_command(kTool + " reshard " + q(src) + " " + q(tmp.file("o3")) + " --ranks 0 2>/dev/null").exit_code, 2);
+  EXPECT_EQ(run_command(kTool + " reshard " + q(src) + " " + q(tmp.file("o3")) + " --ranks 0 2>/dev/null").exit_code,
+            2);
   EXPECT_EQ(run_command(kTool + " reshard " + q(src) + " 2>/dev/null").exit_code, 2);
   EXPECT_EQ(run_command(kTool + " reshard " + q(src) + " " + q(tmp.file("o4")) + " 2>/dev/null").exit_code, 2);
 
@@ -192,15 +194,15 @@ TEST(ReshardTest, TorchSaveFromPyTorchWithStridedTensors) {
   SP_REQUIRE_TORCH113(python);
   TempDir tmp;
   std::string src = tmp.file("pt.pt"), dst = tmp.file("dcp");
-  const std::string script =
-      "import sys, torch, collections\n"
-      "base = torch.arange(60, dtype=torch.float32).reshape(6, 10)\n"
-      "sd = {'model': collections.OrderedDict([('w', base.t()), ('v', base[2:5]), ('b', torch.arange(5, dtype=torch.int64)),"
-      " ('h', torch.ones(7, 3, dtype=torch.float16)), ('s', torch.tensor(2.5))]),"
-      " 'optim': {'state': {0: {'step': torch.tensor(3.0), 'exp_avg': torch.full((9, 2), 0.5)}},"
-      " 'param_groups': [{'lr': 0.1, 'params': [0]}]},"
-      " 'pair': (torch.zeros(3), torch.ones(2, 2)), 'empty': torch.zeros(0, 4), 'epoch': 5}\n"
-      "torch.save(sd, sys.argv[1])\n";
+  const std::string script = "import sys, torch, collections\n"
+                             "base = torch.arange(60, dtype=torch.float32).reshape(6, 10)\n"
+                             "sd = {'model': collections.OrderedDict([('w', base.t()), ('v', base[2:5]), ('b', "
+                             "torch.arange(5, dtype=torch.int64)),"
+                             " ('h', torch.ones(7, 3, dtype=torch.float16)), ('s', torch.tensor(2.5))]),"
+                             " 'optim': {'state': {0: {'step': torch.tensor(3.0), 'exp_avg': torch.full((9, 2), 0.5)}},"
+                             " 'param_groups': [{'lr': 0.1, 'params': [0]}]},"
+                             " 'pair': (torch.zeros(3), torch.ones(2, 2)), 'empty': torch.zeros(0, 4), 'epoch': 5}\n"
+                             "torch.save(sd, sys.argv[1])\n";
   shardpoint::testing::write_text(tmp.file("make.py"), script);
   ASSERT_EQ(run_command(python + " " + q(tmp.file("make.py")) + " " + q(src)).exit_code, 0);
   auto r = run_command(kTool + " reshard -q " + q(src) + " " + q(dst) + " --ranks 4 2>&1");
@@ -244,8 +246,10 @@ TEST(ReshardTest, PyTorch26ReadsATorchSaveConversion) {
       "a = torch.load(sys.argv[2], weights_only=False)\n"
       "b = torch.load(sys.argv[3], weights_only=False)\n"
       "def same(x, y):\n"
-      "    if isinstance(x, torch.Tensor): return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)\n"
-      "    if isinstance(x, dict): return isinstance(y, dict) and set(x) == set(y) and all(same(x[k], y[k]) for k in x)\n"
+      "    if isinstance(x, torch.Tensor): return isinstance(y, torch.Tensor) and x.dtype == y.dtype and "
+      "torch.equal(x, y)\n"
+      "    if isinstance(x, dict): return isinstance(y, dict) and set(x) == set(y) and all(same(x[k], y[k]) for k in "
+      "x)\n"
       "    if isinstance(x, (list, tuple)): return len(x) == len(y) and all(same(p, q) for p, q in zip(x, y))\n"
       "    return x == y\n"
       "sys.exit(0 if same(a, b) else 1)\n";
@@ -285,8 +289,8 @@ TEST(ReshardTest, PeakRssStaysNearTheMemoryBudget) {
   save_large(src);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::execl(kTool.c_str(), kTool.c_str(), "reshard", "-q", src.c_str(), dst.c_str(), "--ranks", "3",
-            "--memory-budget", "8MiB", "--parallel", "2", static_cast<char*>(nullptr));
+    ::execl(kTool.c_str(), kTool.c_str(), "reshard", "-q", src.c_str(), dst.c_str(), "--ranks", "3", "--memory-budget",
+            "8MiB", "--parallel", "2", static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = 0;

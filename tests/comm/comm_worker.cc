@@ -48,8 +48,8 @@ struct CheckFailed : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-#define CHECK_TRUE(cond, what)                                                                  \
-  do {                                                                                          \
+#define CHECK_TRUE(cond, what)                                                                   \
+  do {                                                                                           \
     if (!(cond)) throw CheckFailed(std::string("check failed: ") + #cond + " (" + (what) + ")"); \
   } while (0)
 

@@ -22,9 +22,9 @@ using ::testing::HasSubstr;
 // Clears the launcher variables for the test and restores them afterwards.
 class CommEnvTest : public ::testing::Test {
  protected:
-  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
-                                           "GLOO_SOCKET_IFNAME", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
-                                           "SHARDPOINT_COMM"};
+  static constexpr const char* kNames[] = {"RANK",       "WORLD_SIZE",         "MASTER_ADDR",          "MASTER_PORT",
+                                           "LOCAL_RANK", "GLOO_SOCKET_IFNAME", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                           "PMIX_RANK",  "SHARDPOINT_COMM"};
   void SetUp() override {
     for (const char* name : kNames) {
       const char* v = std::getenv(name);

@@ -21,8 +21,9 @@ TEST(LaunchRanksTest, EachRankGetsTorchrunEnvironmentAndOutputIsCaptured) {
   LaunchOptions options;
   options.env = {{"SP_EXTRA", "x"}};
   options.master_port = 23456;
-  auto results = launch_ranks("/bin/sh", {"-c", "echo $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT $SP_EXTRA; "
-                                                "echo err >&2; exit $((RANK + 10))"},
+  auto results = launch_ranks("/bin/sh",
+                              {"-c", "echo $RANK/$WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT $SP_EXTRA; "
+                                     "echo err >&2; exit $((RANK + 10))"},
                               3, options);
   ASSERT_EQ(results.size(), 3u);
   for (int r = 0; r < 3; ++r) {

@@ -38,9 +38,7 @@ inline void PrintTo(const CommDriverUnderTest& driver, std::ostream* os) { *os <
 class MultiProcessCommTest : public ::testing::TestWithParam<CommDriverUnderTest> {};
 
 struct CommDriverName {
-  std::string operator()(const ::testing::TestParamInfo<CommDriverUnderTest>& info) const {
-    return info.param.name;
-  }
+  std::string operator()(const ::testing::TestParamInfo<CommDriverUnderTest>& info) const { return info.param.name; }
 };
 
 // Launch options with a kill timeout for the whole job and extra variables for every rank.
@@ -54,7 +52,8 @@ inline LaunchOptions with_timeout(std::chrono::seconds timeout, EnvVars env = {}
 // Every rank's result, for a failure message.
 inline std::string all_outputs(const std::vector<ProcessResult>& results) {
   std::string out;
-  for (std::size_t r = 0; r < results.size(); ++r) out += "--- rank " + std::to_string(r) + ": " + results[r].describe();
+  for (std::size_t r = 0; r < results.size(); ++r)
+    out += "--- rank " + std::to_string(r) + ": " + results[r].describe();
   return out;
 }
 

@@ -79,11 +79,10 @@ TEST(TcpCommunicatorTest, MissingRankMakesJoiningTimeOut) {
 
 TEST(TcpCommunicatorTest, RankWithAnotherWorldSizeIsRefused) {
   const int port = pick_free_port();
-  std::vector<Command> commands = {
-      {{kTcpWorker, "collectives", "--timeout-ms", "20000"},
-       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", std::to_string(port)}}},
-      {{kTcpWorker, "collectives", "--timeout-ms", "20000"},
-       {{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_PORT", std::to_string(port)}}}};
+  std::vector<Command> commands = {{{kTcpWorker, "collectives", "--timeout-ms", "20000"},
+                                    {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", std::to_string(port)}}},
+                                   {{kTcpWorker, "collectives", "--timeout-ms", "20000"},
+                                    {{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_PORT", std::to_string(port)}}}};
   auto results = run_processes(commands, 60s);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(results[r].exit_code, 2) << all_outputs(results);
@@ -93,8 +92,8 @@ TEST(TcpCommunicatorTest, RankWithAnotherWorldSizeIsRefused) {
 }
 
 TEST(TcpCommunicatorTest, UnknownDriverNameIsAUsageError) {
-  ProcessResult r = run_process({kTcpWorker, "collectives"},
-                                {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"SHARDPOINT_COMM", "nccl"}}, 60s);
+  ProcessResult r =
+      run_process({kTcpWorker, "collectives"}, {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"SHARDPOINT_COMM", "nccl"}}, 60s);
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   EXPECT_THAT(r.output, HasSubstr("SHARDPOINT_COMM=\"nccl\": expected single, tcp, gloo or mpi"));
 }

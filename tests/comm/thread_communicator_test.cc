@@ -222,7 +222,8 @@ TEST(ThreadGroupTest, RethrowIfAnyFailedKeepsCategoryAndNamesTheRank) {
   ThreadGroup group(4, {.timeout = 20s});
   group.run([](Communicator& comm) {
     std::exception_ptr local;
-    if (comm.rank() == 1) local = std::make_exception_ptr(StorageError(StorageError::Kind::kPermission, "open /x: denied"));
+    if (comm.rank() == 1)
+      local = std::make_exception_ptr(StorageError(StorageError::Kind::kPermission, "open /x: denied"));
     if (comm.rank() == 3) local = std::make_exception_ptr(FormatError("bad header"));
     try {
       comm.rethrow_if_any_failed(local);

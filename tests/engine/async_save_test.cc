@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "comm/thread_communicator.h"
@@ -180,8 +180,7 @@ TEST(AsyncSaveTest, OneRankFailsEveryRanksWaitThrowsNothingCommitted) {
       try {
         std::rethrow_exception(errors[r]);
       } catch (const StorageError& e) {
-        EXPECT_NE(std::string(e.what()).find("save failed on rank 1 (of 3): rank 1: "), std::string::npos)
-            << e.what();
+        EXPECT_NE(std::string(e.what()).find("save failed on rank 1 (of 3): rank 1: "), std::string::npos) << e.what();
         EXPECT_EQ(e.kind(), StorageError::Kind::kNoSpace);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": expected StorageError, got " << e.what();

@@ -89,12 +89,20 @@ TEST(ChecksumSidecarTest, RoundTripsAndHasTheDocumentedShape) {
 TEST(ChecksumSidecarTest, RejectsMalformedFiles) {
   EXPECT_THROW(ChecksumSidecar::decode("{", "s"), FormatError);
   EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"other","version":1})", "s"), FormatError);
-  EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":2,"algorithm":"crc32c","block_size":4,"items":[]})", "s"), FormatError);
-  EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":0,"items":[]})", "s"), FormatError);
+  EXPECT_THROW(
+      ChecksumSidecar::decode(
+          R"({"format":"shardpoint-checksums","version":2,"algorithm":"crc32c","block_size":4,"items":[]})", "s"),
+      FormatError);
+  EXPECT_THROW(
+      ChecksumSidecar::decode(
+          R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":0,"items":[]})", "s"),
+      FormatError);
   // 9 bytes in blocks of 4 need 3 block checksums.
   try {
-    ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
-      {"file":"__0_0.distcp","offset":0,"length":9,"fqn":"w","checksum":"00000000","blocks":["00000000"]}]})", "side");
+    ChecksumSidecar::decode(
+        R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
+      {"file":"__0_0.distcp","offset":0,"length":9,"fqn":"w","checksum":"00000000","blocks":["00000000"]}]})",
+        "side");
     FAIL();
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("side: item \"w\""), std::string::npos) << e.what();
@@ -102,29 +110,41 @@ TEST(ChecksumSidecarTest, RejectsMalformedFiles) {
   }
   // A malformed block checksum is named with its item; a number where hex is expected fails too.
   try {
-    ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
-      {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":"00000000","blocks":["0000000g"]}]})", "side");
+    ChecksumSidecar::decode(
+        R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
+      {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":"00000000","blocks":["0000000g"]}]})",
+        "side");
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("side: item \"w\" (__0_0.distcp at 8) block: expected 8 hex digits, found \"0000000g\""),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "side: item \"w\" (__0_0.distcp at 8) block: expected 8 hex digits, found \"0000000g\""),
+              std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
-      {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":7,"blocks":["00000000"]}]})", "side"),
+  EXPECT_THROW(ChecksumSidecar::decode(
+                   R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[
+      {"file":"__0_0.distcp","offset":8,"length":4,"fqn":"w","checksum":7,"blocks":["00000000"]}]})",
+                   "side"),
                FormatError);
   // Integer fields must be JSON integers: a float out of range used to be cast (undefined
   // behaviour, found by fuzz/checksum_sidecar_fuzzer).
-  for (const char* item : {R"({"file":"f","offset":1e300,"length":4,"checksum":"00000000","blocks":["00000000"]})",
-                           R"({"file":"f","offset":0,"length":-4,"checksum":"00000000","blocks":["00000000"]})",
-                           R"({"file":"f","offset":0,"length":4,"chunk_offsets":[1.5],"checksum":"00000000","blocks":["00000000"]})"}) {
-    EXPECT_THROW(ChecksumSidecar::decode(std::string(R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[)") +
-                                             item + "]}",
-                                         "side"),
-                 FormatError)
+  for (const char* item :
+       {R"({"file":"f","offset":1e300,"length":4,"checksum":"00000000","blocks":["00000000"]})",
+        R"({"file":"f","offset":0,"length":-4,"checksum":"00000000","blocks":["00000000"]})",
+        R"({"file":"f","offset":0,"length":4,"chunk_offsets":[1.5],"checksum":"00000000","blocks":["00000000"]})"}) {
+    EXPECT_THROW(
+        ChecksumSidecar::decode(
+            std::string(
+                R"({"format":"shardpoint-checksums","version":1,"algorithm":"crc32c","block_size":4,"items":[)") +
+                item + "]}",
+            "side"),
+        FormatError)
         << item;
   }
-  EXPECT_THROW(ChecksumSidecar::decode(R"({"format":"shardpoint-checksums","version":1e99,"algorithm":"crc32c","block_size":4,"items":[]})", "side"),
-               FormatError);
+  EXPECT_THROW(
+      ChecksumSidecar::decode(
+          R"({"format":"shardpoint-checksums","version":1e99,"algorithm":"crc32c","block_size":4,"items":[]})", "side"),
+      FormatError);
 }
 
 TEST(PlanCodecTest, SavePlanRoundTrips) {

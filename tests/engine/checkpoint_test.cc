@@ -44,7 +44,8 @@ std::vector<SaveReport> save_on(int world, storage::Storage& st, SaveOptions opt
   for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, true));
   std::vector<SaveReport> reports(static_cast<std::size_t>(world));
   comm::ThreadGroup group(world, fast());
-  group.run([&](comm::Communicator& comm) { reports[comm.rank()] = save(states[comm.rank()].root, st, comm, options); });
+  group.run(
+      [&](comm::Communicator& comm) { reports[comm.rank()] = save(states[comm.rank()].root, st, comm, options); });
   return reports;
 }
 
@@ -71,7 +72,8 @@ std::vector<LoadReport> load_and_check(int world, storage::Storage& st, LoadOpti
   for (int r = 0; r < world; ++r) states.push_back(make_rank_state(r, world, false));
   std::vector<LoadReport> reports(static_cast<std::size_t>(world));
   comm::ThreadGroup group(world, fast());
-  group.run([&](comm::Communicator& comm) { reports[comm.rank()] = load(states[comm.rank()].root, st, comm, options); });
+  group.run(
+      [&](comm::Communicator& comm) { reports[comm.rank()] = load(states[comm.rank()].root, st, comm, options); });
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(compare_with_expected(states[r], r, world), "") << "rank " << r << " of " << world;
   }
@@ -184,8 +186,8 @@ TEST(LoadIndexTest, HoldsWhatMetadataSidecarAndBlobsSay) {
     }
     ASSERT_NE(data, index.data_offsets.end()) << key.fqn;
     const std::string file = read_key(*st, info.relative_path);
-    auto blob = torchfile::TorchFile::open(std::make_unique<MemorySource>(
-        as_bytes(std::string_view(file).substr(info.offset, info.length)), key.fqn));
+    auto blob = torchfile::TorchFile::open(
+        std::make_unique<MemorySource>(as_bytes(std::string_view(file).substr(info.offset, info.length)), key.fqn));
     EXPECT_EQ(data->second, blob->tensors()[0].storage.offset) << key.fqn;
     ++tensors;
   }
@@ -367,8 +369,9 @@ TEST(CheckpointTest, ItemsAreBackToBackTorchSaveBlobsBytesFirst) {
   auto tf = torchfile::TorchFile::open(whole->window(tag.offset, tag.length, "tag"));
   EXPECT_TRUE(pickle::deep_equal(*tf->root(), *pickle::Value::str("run-1")));
   // planner_data keeps the nesting.
-  EXPECT_EQ(md.planner_data.at("optim.param_groups.0.lr"),
-            (format::ObjectPath{std::string("optim"), std::string("param_groups"), std::int64_t{0}, std::string("lr")}));
+  EXPECT_EQ(
+      md.planner_data.at("optim.param_groups.0.lr"),
+      (format::ObjectPath{std::string("optim"), std::string("param_groups"), std::int64_t{0}, std::string("lr")}));
   // The sidecar names every blob.
   const ChecksumSidecar sidecar =
       ChecksumSidecar::decode(shardpoint::testing::read_text(dir.file(kChecksumSidecar)), "sidecar");
@@ -486,8 +489,8 @@ struct BlockTestCheckpoint {
       t.global_shape = {1024, cols};
       t.offsets = {r * 256, 0};
       t.sizes = {256, cols};
-      t.data = std::as_writable_bytes(
-          std::span<float>(full).subspan(static_cast<std::size_t>(r * 256 * cols), static_cast<std::size_t>(256 * cols)));
+      t.data = std::as_writable_bytes(std::span<float>(full).subspan(static_cast<std::size_t>(r * 256 * cols),
+                                                                     static_cast<std::size_t>(256 * cols)));
       StateNode root(StateDict{});
       root.set("w", StateNode(t));
       save(root, *st, comm, so);
@@ -500,7 +503,8 @@ struct BlockTestCheckpoint {
     const auto& info = md.storage_data.at(format::MetadataIndex{"w", Shape{row / 256 * 256, 0}, std::nullopt});
     auto whole = FileSource::open(dir.file(info.relative_path));
     auto tf = torchfile::TorchFile::open(whole->window(info.offset, info.length, "w"));
-    const std::uint64_t at = info.offset + tf->tensors()[0].storage.offset + static_cast<std::uint64_t>((row % 256) * cols + col) * 4;
+    const std::uint64_t at =
+        info.offset + tf->tensors()[0].storage.offset + static_cast<std::uint64_t>((row % 256) * cols + col) * 4;
     std::fstream f(dir.file(info.relative_path), std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(static_cast<std::streamoff>(at));
     char c = 0;
@@ -535,7 +539,6 @@ struct BlockTestCheckpoint {
 
 std::vector<std::pair<std::int64_t, std::int64_t>> three_way() { return {{0, 342}, {342, 342}, {684, 340}}; }
 
-
 // Blocks cut by the 4 -> 3 boundaries are verified by combining the crc32c of the pieces
 // the ranks read (no rank reads bytes it does not need), and still catch a flipped bit.
 TEST(CheckpointTest, VerifiedReshardReadsEachNeededByteOnce) {
@@ -551,7 +554,7 @@ TEST(CheckpointTest, VerifiedReshardReadsEachNeededByteOnce) {
   // Row 341 (rank 0's last) shares a checksum block with row 342 (rank 1's first).
   ck.corrupt(341, 255);
   expect_every_rank_failed<FormatError>(ck.load_rows(three_way(), reports),
-                       {"__1_0.distcp", "\"w\"", "checksum mismatch in block", "expected crc32c"});
+                                        {"__1_0.distcp", "\"w\"", "checksum mismatch in block", "expected crc32c"});
 }
 
 // With 1 MiB blocks over 1 MiB blobs, the pieces a rank reads of a block are larger than
@@ -564,7 +567,8 @@ TEST(CheckpointTest, VerifiedReshardCombinesPiecesReadInSeveralReads) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(reports[r].data_bytes_read, reports[r].bytes_needed) << "rank " << r;
   // Rank 0 reads rows 256..341 of the second blob: 344 KiB of its first block.
   ck.corrupt(300, 7);
-  expect_every_rank_failed<FormatError>(ck.load_rows(three_way(), reports), {"checksum mismatch in block 0", "__1_0.distcp"});
+  expect_every_rank_failed<FormatError>(ck.load_rows(three_way(), reports),
+                                        {"checksum mismatch in block 0", "__1_0.distcp"});
 }
 
 // A box no other rank completes: the rest of its boundary blocks is read (and checked).
@@ -644,7 +648,8 @@ TEST(CheckpointFailureTest, SeveralRanksFailAllNamed) {
   storage::FaultInjectionStorage faulty(target);
   faulty.fail(storage::FaultRule{storage::FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__1_"});
   faulty.fail(storage::FaultRule{storage::FaultOp::kCommit, 1, StorageError::Kind::kTransient, "__3_"});
-  expect_every_rank_failed<StorageError>(save_all(4, faulty), {"save failed on ranks 1, 3 (of 4): rank 1: ", "; rank 3: "});
+  expect_every_rank_failed<StorageError>(save_all(4, faulty),
+                                         {"save failed on ranks 1, 3 (of 4): rank 1: ", "; rank 3: "});
   EXPECT_TRUE(target->list("").empty());
 }
 
@@ -757,7 +762,7 @@ TEST(CheckpointLoadTest, Dcp23KeysFallBackToTheOldFlattening) {
   {
     StateNode root(StateDict{});
     root.set("cfg", StateNode(pickle::Value::dict({{pickle::Value::str("a"), pickle::Value::integer(1)},
-                                                    {pickle::Value::str("b"), pickle::Value::str("x")}})));
+                                                   {pickle::Value::str("b"), pickle::Value::str("x")}})));
     comm::ThreadGroup one(1, fast());
     one.run([&](comm::Communicator& comm) { save(root, *st, comm); });
   }
@@ -772,8 +777,9 @@ TEST(CheckpointLoadTest, Dcp23KeysFallBackToTheOldFlattening) {
   const StateNode* got = tmpl.find("cfg");
   ASSERT_NE(got, nullptr);
   ASSERT_TRUE(got->is_object());
-  EXPECT_TRUE(pickle::deep_equal(*got->object(), *pickle::Value::dict({{pickle::Value::str("a"), pickle::Value::integer(1)},
-                                                                       {pickle::Value::str("b"), pickle::Value::str("x")}})));
+  EXPECT_TRUE(
+      pickle::deep_equal(*got->object(), *pickle::Value::dict({{pickle::Value::str("a"), pickle::Value::integer(1)},
+                                                               {pickle::Value::str("b"), pickle::Value::str("x")}})));
 }
 
 TEST(CheckpointLoadTest, SavedLayoutsOtherThanRowMajorLoadCorrectly) {
@@ -784,7 +790,8 @@ TEST(CheckpointLoadTest, SavedLayoutsOtherThanRowMajorLoadCorrectly) {
                         const std::vector<float>& storage) {
     StringSink sink;
     torchfile::TorchSaveWriter writer(sink);
-    writer.write_pickle(*torchfile::make_tensor_node(DType::kFloat32, shape, strides, storage_offset, "0", storage.size()));
+    writer.write_pickle(
+        *torchfile::make_tensor_node(DType::kFloat32, shape, strides, storage_offset, "0", storage.size()));
     writer.write_storage("0", std::as_bytes(std::span<const float>(storage)));
     writer.finish();
     return sink.take();
@@ -805,7 +812,8 @@ TEST(CheckpointLoadTest, SavedLayoutsOtherThanRowMajorLoadCorrectly) {
   um.chunks = {format::ChunkStorageMetadata{{0}, {3}}};
   md.state_dict_metadata["u"] = um;
   md.storage_data[format::MetadataIndex{"t", Shape{0, 0}, 0}] = format::StorageInfo{"__0_0.distcp", 0, t.size(), {}};
-  md.storage_data[format::MetadataIndex{"u", Shape{0}, 0}] = format::StorageInfo{"__0_0.distcp", t.size(), u.size(), {}};
+  md.storage_data[format::MetadataIndex{"u", Shape{0}, 0}] =
+      format::StorageInfo{"__0_0.distcp", t.size(), u.size(), {}};
   auto st = memory();
   st->write_atomic("__0_0.distcp", as_bytes(t + u));
   st->write_atomic(".metadata", as_bytes(format::encode_metadata(md)));
@@ -830,7 +838,8 @@ TEST(CheckpointLoadTest, SavedLayoutsOtherThanRowMajorLoadCorrectly) {
     const LoadReport report = load(root, *st, comm);
     for (int i = 0; i < 4; ++i) {
       for (int j = 0; j < 3; ++j) {
-        EXPECT_EQ(tbuf[static_cast<std::size_t>(i * 3 + j)], static_cast<float>(i * 6 + 3 * r + j)) << r << " " << i << " " << j;
+        EXPECT_EQ(tbuf[static_cast<std::size_t>(i * 3 + j)], static_cast<float>(i * 6 + 3 * r + j))
+            << r << " " << i << " " << j;
       }
     }
     EXPECT_EQ(ubuf, (std::vector<float>{10.5f, 11.5f, 12.5f}));
@@ -853,14 +862,21 @@ TEST(CheckpointTorchTest, Torch113LoadsBlobsCutFromADistcpFile) {
   cut({"tag", std::nullopt, std::nullopt}, dir.file("tag.pt"));
   cut({"optim.param_groups.0.params", std::nullopt, std::nullopt}, dir.file("params.pt"));
   cut({"model.scalar", Shape{}, std::nullopt}, dir.file("scalar.pt"));
-  const std::string script =
-      "import torch\n"
-      "w = torch.load('" + dir.file("w.pt") + "', weights_only=True)\n"
-      "print(w.dtype, list(w.shape), w.flatten().tolist())\n"
-      "print(repr(torch.load('" + dir.file("tag.pt") + "', weights_only=True)))\n"
-      "print(repr(torch.load('" + dir.file("params.pt") + "', weights_only=True)))\n"
-      "s = torch.load('" + dir.file("scalar.pt") + "', weights_only=True)\n"
-      "print(s.dtype, list(s.shape), s.item())\n";
+  const std::string script = "import torch\n"
+                             "w = torch.load('" +
+                             dir.file("w.pt") +
+                             "', weights_only=True)\n"
+                             "print(w.dtype, list(w.shape), w.flatten().tolist())\n"
+                             "print(repr(torch.load('" +
+                             dir.file("tag.pt") +
+                             "', weights_only=True)))\n"
+                             "print(repr(torch.load('" +
+                             dir.file("params.pt") +
+                             "', weights_only=True)))\n"
+                             "s = torch.load('" +
+                             dir.file("scalar.pt") +
+                             "', weights_only=True)\n"
+                             "print(s.dtype, list(s.shape), s.item())\n";
   shardpoint::testing::write_text(dir.file("check.py"), script);
   const auto result = shardpoint::testing::run_command(python + " " + dir.file("check.py") + " 2>&1");
   ASSERT_EQ(result.exit_code, 0) << result.output;

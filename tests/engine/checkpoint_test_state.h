@@ -38,12 +38,9 @@ struct TensorSpec {
 
 inline const std::vector<TensorSpec>& tensor_specs() {
   static const std::vector<TensorSpec> specs = {
-      {"model.w", DType::kFloat32, {10, 3}, 0},
-      {"model.v", DType::kBFloat16, {7}, 0},
-      {"model.c", DType::kInt32, {4, 7}, 1},
-      {"model.rep", DType::kFloat64, {5}, -1},
-      {"model.scalar", DType::kFloat32, {}, -1},
-      {"optim.state.0.exp_avg", DType::kFloat32, {10, 3}, 0},
+      {"model.w", DType::kFloat32, {10, 3}, 0},  {"model.v", DType::kBFloat16, {7}, 0},
+      {"model.c", DType::kInt32, {4, 7}, 1},     {"model.rep", DType::kFloat64, {5}, -1},
+      {"model.scalar", DType::kFloat32, {}, -1}, {"optim.state.0.exp_avg", DType::kFloat32, {10, 3}, 0},
   };
   return specs;
 }
@@ -204,7 +201,8 @@ inline std::string compare_with_expected(const RankState& got, int rank, int wor
     return "optim.param_groups.0.name differs";
   }
   if (params == nullptr || !params->is_object() || !params->object() ||
-      !pickle::deep_equal(*params->object(), *pickle::Value::list({pickle::Value::integer(0), pickle::Value::integer(1)}))) {
+      !pickle::deep_equal(*params->object(),
+                          *pickle::Value::list({pickle::Value::integer(0), pickle::Value::integer(1)}))) {
     return "optim.param_groups.0.params differs";
   }
   return {};

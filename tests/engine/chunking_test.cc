@@ -16,11 +16,9 @@ TEST(ShardBoxes, CeilDivisionWithEmptyLastChunks) {
   // 5 rows over 2: 3 + 2 (the ChunkShardingSpec observation of docs/dcp-format.md §4.3).
   EXPECT_EQ(shard_boxes({5}, {2}, {Placement::shard(0)}), (Boxes{{{0}, {3}}, {{3}, {2}}}));
   // 2 rows over 4: chunk 1 -> 1, 1, then empty pieces clamped to the end.
-  EXPECT_EQ(shard_boxes({2}, {4}, {Placement::shard(0)}),
-            (Boxes{{{0}, {1}}, {{1}, {1}}, {{2}, {0}}, {{2}, {0}}}));
+  EXPECT_EQ(shard_boxes({2}, {4}, {Placement::shard(0)}), (Boxes{{{0}, {1}}, {{1}, {1}}, {{2}, {0}}, {{2}, {0}}}));
   // 9 over 4: chunk 3 -> 3, 3, 3, 0.
-  EXPECT_EQ(shard_boxes({9}, {4}, {Placement::shard(0)}),
-            (Boxes{{{0}, {3}}, {{3}, {3}}, {{6}, {3}}, {{9}, {0}}}));
+  EXPECT_EQ(shard_boxes({9}, {4}, {Placement::shard(0)}), (Boxes{{{0}, {3}}, {{3}, {3}}, {{6}, {3}}, {{9}, {0}}}));
 }
 
 TEST(ShardBoxes, ShardOnDim1AndReplicate) {

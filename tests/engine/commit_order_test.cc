@@ -100,8 +100,7 @@ void save_on(int world, storage::Storage& st) {
 void expect_commit_order(const std::vector<std::string>& events, int data_files) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back(), "atomic .metadata");
-  EXPECT_EQ(std::count_if(events.begin(), events.end(),
-                          [](const std::string& e) { return e.ends_with(" .metadata"); }),
+  EXPECT_EQ(std::count_if(events.begin(), events.end(), [](const std::string& e) { return e.ends_with(" .metadata"); }),
             1)
       << "one write of .metadata";
   const auto sidecar = std::find(events.begin(), events.end(), std::string("atomic ") + kChecksumSidecar);

@@ -70,9 +70,11 @@ void write_meta_pt(const std::string& folder) {
   root.set("epoch", StateNode(Value::integer(1)));
   root.set("global_step", StateNode(Value::integer(3)));
   root.set("pytorch-lightning_version", StateNode(Value::str("2.6.0")));
-  root.set("loops", StateNode(Value::dict({{Value::str("fit_loop"),
-                                            Value::dict({{Value::str("epoch_progress"),
-                                                          Value::dict({{Value::str("total"), Value::integer(2)}})}})}})));
+  root.set(
+      "loops",
+      StateNode(Value::dict(
+          {{Value::str("fit_loop"),
+            Value::dict({{Value::str("epoch_progress"), Value::dict({{Value::str("total"), Value::integer(2)}})}})}})));
   StateDict ckpt;
   ckpt.emplace_back("monitor", StateNode(Value::none()));
   TensorShard kth;
@@ -170,9 +172,9 @@ TEST(ConsolidateTest, TrainerLayoutMatchesLightning) {
   auto f = torchfile::TorchFile::open(folder + ".consolidated");
   EXPECT_EQ(f->archive_name(), "ckpt");
   const Value& root = *f->root();
-  EXPECT_EQ(keys_of(root), (std::vector<std::string>{"epoch", "tag", "global_step", "pytorch-lightning_version",
-                                                      "loops", "callbacks", "lr_schedulers", "state_dict",
-                                                      "optimizer_states"}));
+  EXPECT_EQ(keys_of(root),
+            (std::vector<std::string>{"epoch", "tag", "global_step", "pytorch-lightning_version", "loops", "callbacks",
+                                      "lr_schedulers", "state_dict", "optimizer_states"}));
   // meta.pt's epoch (1) replaced the DCP epoch (7) in place.
   EXPECT_EQ(root.get("epoch")->as_int(), 1);
   const Value& sd = *root.get("state_dict");
@@ -261,9 +263,9 @@ TEST(ConsolidateTest, FabricLayoutKeepsKeys) {
   consolidate(o);
   auto f = torchfile::TorchFile::open(dir.file("out.pt"));
   EXPECT_EQ(f->archive_name(), "out");
-  EXPECT_EQ(keys_of(*f->root()), (std::vector<std::string>{"epoch", "model", "optimizer_0", "tag", "global_step",
-                                                            "pytorch-lightning_version", "loops", "callbacks",
-                                                            "lr_schedulers"}));
+  EXPECT_EQ(keys_of(*f->root()),
+            (std::vector<std::string>{"epoch", "model", "optimizer_0", "tag", "global_step",
+                                      "pytorch-lightning_version", "loops", "callbacks", "lr_schedulers"}));
 }
 
 TEST(ConsolidateTest, DcpLayoutWritesNestedState) {
@@ -437,9 +439,10 @@ TEST(ConsolidateTest, CancelledLeavesNothing) {
   std::atomic<int> cancel{0};
   auto o = options_for(folder);
   o.cancel = &cancel;
-  EXPECT_THROW(consolidate(o, [&](const ConsolidateProgress& p) {
-                 if (p.bytes_done > 0) cancel.store(2);
-               }),
+  EXPECT_THROW(consolidate(o,
+                           [&](const ConsolidateProgress& p) {
+                             if (p.bytes_done > 0) cancel.store(2);
+                           }),
                Cancelled);
   expect_only_folder(dir);
 }
@@ -462,10 +465,13 @@ TEST(ConsolidateTest, PeakMemoryStaysUnderBudget) {
       for (const Box& box : {a, b}) {
         bufs.emplace_back(static_cast<std::size_t>(volume(box.sizes)), static_cast<float>(r));
       }
-      TensorShard ta{DType::kFloat32, {4096, 4096}, a.offsets, a.sizes,
+      TensorShard ta{DType::kFloat32,
+                     {4096, 4096},
+                     a.offsets,
+                     a.sizes,
                      std::as_writable_bytes(std::span<float>(bufs[bufs.size() - 2]))};
-      TensorShard tb{DType::kFloat32, {1000, 4100}, b.offsets, b.sizes,
-                     std::as_writable_bytes(std::span<float>(bufs.back()))};
+      TensorShard tb{
+          DType::kFloat32, {1000, 4100}, b.offsets, b.sizes, std::as_writable_bytes(std::span<float>(bufs.back()))};
       model.emplace_back("a", StateNode(ta));
       model.emplace_back("b", StateNode(tb));
       roots[r].set("model", StateNode(std::move(model)));
@@ -576,7 +582,8 @@ TEST(ConsolidateTest, SafetensorsShardedFolder) {
   EXPECT_EQ(total, 120u + 14 + 112 + 40 + 4);
   EXPECT_TRUE(fs::exists(dir.file("hf/model-00003-of-00003.safetensors")));
   std::size_t n = 0;
-  for (const auto& e : fs::directory_iterator(dir.path())) n += e.path().filename() != "ckpt" && e.path().filename() != "hf";
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    n += e.path().filename() != "ckpt" && e.path().filename() != "hf";
   EXPECT_EQ(n, 0u);
 }
 

@@ -37,8 +37,10 @@ void run_jobs(const std::vector<Job>& jobs, const shardpoint::testing::EnvVars& 
       Command cmd;
       cmd.argv.push_back(SP_ENGINE_WORKER);
       cmd.argv.insert(cmd.argv.end(), job.args.begin(), job.args.end());
-      cmd.env = {{"RANK", std::to_string(r)},          {"LOCAL_RANK", std::to_string(r)},
-                 {"WORLD_SIZE", std::to_string(job.world)}, {"MASTER_ADDR", "127.0.0.1"},
+      cmd.env = {{"RANK", std::to_string(r)},
+                 {"LOCAL_RANK", std::to_string(r)},
+                 {"WORLD_SIZE", std::to_string(job.world)},
+                 {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(port)}};
       cmd.env.insert(cmd.env.end(), env.begin(), env.end());
       commands.push_back(std::move(cmd));

@@ -30,8 +30,7 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   try {
-    auto comm = shardpoint::comm::make_communicator_from_env(
-        shardpoint::comm::CommOptions{std::chrono::seconds(60)});
+    auto comm = shardpoint::comm::make_communicator_from_env(shardpoint::comm::CommOptions{std::chrono::seconds(60)});
     rank = comm->rank();
     const int world = comm->world_size();
     auto st = shardpoint::storage::open_local_storage_at(argv[2]);

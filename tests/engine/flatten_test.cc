@@ -8,13 +8,13 @@
 namespace shardpoint::engine {
 namespace {
 
+using pickle::Value;
 using testing::keys_of;
 using testing::obj;
-using testing::objf;
 using testing::obj_str;
+using testing::objf;
 using testing::same_tree;
 using testing::whole;
-using pickle::Value;
 
 // The optimizer example of docs/dcp-format.md §4.1:
 // {"optim": {"param_groups": [{"lr": 0.1, "params": [0, 1]}],
@@ -22,8 +22,8 @@ using pickle::Value;
 StateNode optim_example() {
   StateNode group{StateDict{{"lr", objf(0.1)}, {"params", StateNode(StateList{obj(0), obj(1)})}}};
   StateNode state0{StateDict{{"exp_avg", StateNode(whole({4}))}, {"step", obj(3)}}};
-  StateNode optim{StateDict{{"param_groups", StateNode(StateList{group})},
-                            {"state", StateNode(StateDict{{"0", state0}})}}};
+  StateNode optim{
+      StateDict{{"param_groups", StateNode(StateList{group})}, {"state", StateNode(StateDict{{"0", state0}})}}};
   return StateNode(StateDict{{"optim", optim}});
 }
 
@@ -46,8 +46,9 @@ TEST(Flatten, OptimExampleDcp23KeepsScalarContainersWhole) {
   EXPECT_EQ(keys_of(flat),
             (std::vector<std::string>{"optim.param_groups", "optim.state.0.exp_avg", "optim.state.0.step"}));
   EXPECT_EQ(flat.planner_data.at("optim.param_groups"), (ObjectPath{"optim", "param_groups"}));
-  auto expected = Value::list({Value::dict({{Value::str("lr"), Value::floating(0.1)},
-                                            {Value::str("params"), Value::list({Value::integer(0), Value::integer(1)})}})});
+  auto expected =
+      Value::list({Value::dict({{Value::str("lr"), Value::floating(0.1)},
+                                {Value::str("params"), Value::list({Value::integer(0), Value::integer(1)})}})});
   EXPECT_TRUE(pickle::deep_equal(*std::get<pickle::ValuePtr>(flat.items.at("optim.param_groups")), *expected));
 }
 
@@ -108,9 +109,7 @@ TEST(Flatten, DuplicateKeysNameBothPaths) {
   EXPECT_THROW(flatten_state_dict(by_index), UsageError);
 }
 
-TEST(Flatten, RootMustBeADict) {
-  EXPECT_THROW(flatten_state_dict(StateNode(StateList{})), UsageError);
-}
+TEST(Flatten, RootMustBeADict) { EXPECT_THROW(flatten_state_dict(StateNode(StateList{})), UsageError); }
 
 TEST(Unflatten, RoundTripsTheOptimExample) {
   StateNode root = optim_example();

@@ -142,24 +142,21 @@ TEST(LoadPlanResharding, DimOneSharding) {
                {{{0, 0}, {0, 0}, {0, 2}, {4, 1}}, {{0, 1}, {0, 3}, {0, 0}, {4, 1}}});
   // Loaded Shard(0) over 2 instead: each row block takes the matching rows of both column chunks.
   Boxes rows = shard_boxes({4, 6}, {2}, {Placement::shard(0)});
-  expect_reads(plan_for_box(md, {4, 6}, rows[1]),
-               {{{0, 0}, {0, 0}, {2, 0}, {2, 3}}, {{0, 3}, {0, 3}, {2, 0}, {2, 3}}});
+  expect_reads(plan_for_box(md, {4, 6}, rows[1]), {{{0, 0}, {0, 0}, {2, 0}, {2, 3}}, {{0, 3}, {0, 3}, {2, 0}, {2, 3}}});
 }
 
 TEST(LoadPlanResharding, TwoDimensionalMeshToOneRank) {
   format::Metadata md = saved("w", {5, 6}, shard_boxes({5, 6}, {2, 2}, {Placement::shard(0), Placement::shard(1)}));
-  expect_reads(make_load_plan(md, request("w", whole({5, 6}))),
-               {{{0, 0}, {0, 0}, {0, 0}, {3, 3}},
-                {{0, 3}, {0, 3}, {0, 0}, {3, 3}},
-                {{3, 0}, {3, 0}, {0, 0}, {2, 3}},
-                {{3, 3}, {3, 3}, {0, 0}, {2, 3}}});
+  expect_reads(make_load_plan(md, request("w", whole({5, 6}))), {{{0, 0}, {0, 0}, {0, 0}, {3, 3}},
+                                                                 {{0, 3}, {0, 3}, {0, 0}, {3, 3}},
+                                                                 {{3, 0}, {3, 0}, {0, 0}, {2, 3}},
+                                                                 {{3, 3}, {3, 3}, {0, 0}, {2, 3}}});
   // Onto a 1-D mesh sharding dim 1 over 3: coordinate 1 holds cols [2, 4).
   Boxes targets = shard_boxes({5, 6}, {3}, {Placement::shard(1)});
-  expect_reads(plan_for_box(md, {5, 6}, targets[1]),
-               {{{0, 0}, {0, 0}, {0, 2}, {3, 1}},
-                {{0, 1}, {0, 3}, {0, 0}, {3, 1}},
-                {{3, 0}, {3, 0}, {0, 2}, {2, 1}},
-                {{3, 1}, {3, 3}, {0, 0}, {2, 1}}});
+  expect_reads(plan_for_box(md, {5, 6}, targets[1]), {{{0, 0}, {0, 0}, {0, 2}, {3, 1}},
+                                                      {{0, 1}, {0, 3}, {0, 0}, {3, 1}},
+                                                      {{3, 0}, {3, 0}, {0, 2}, {2, 1}},
+                                                      {{3, 1}, {3, 3}, {0, 0}, {2, 1}}});
 }
 
 TEST(LoadPlanResharding, ZeroDimTensor) {
@@ -213,10 +210,10 @@ format::Metadata mixed_checkpoint() {
 
 FlatStateDict mixed_request() {
   FlatStateDict flat;
-  flat.items.emplace("a", whole({4}));                     // missing
-  flat.items.emplace("b", whole({4}, DType::kBFloat16));   // dtype mismatch
-  flat.items.emplace("c", whole({5}));                     // shape mismatch
-  flat.items.emplace("d", whole({1}));                     // saved as bytes
+  flat.items.emplace("a", whole({4}));                    // missing
+  flat.items.emplace("b", whole({4}, DType::kBFloat16));  // dtype mismatch
+  flat.items.emplace("c", whole({5}));                    // shape mismatch
+  flat.items.emplace("d", whole({1}));                    // saved as bytes
   flat.items.emplace("ok", whole({2}));
   return flat;  // "e" is in the checkpoint only
 }
@@ -226,12 +223,11 @@ TEST(LoadPlanProblems, StrictListsEveryProblemInOneError) {
     make_load_plan(mixed_checkpoint(), mixed_request());
     FAIL() << "expected PlanError";
   } catch (const PlanError& e) {
-    EXPECT_STREQ(e.what(),
-                 "checkpoint cannot satisfy the load request (4 problems):\n"
-                 "  \"a\": missing from the checkpoint: expected tensor float32[4], found nothing\n"
-                 "  \"b\": dtype mismatch: expected bfloat16, found float32\n"
-                 "  \"c\": global shape mismatch: expected [5], found [4]\n"
-                 "  \"d\": type mismatch: expected tensor float32[1], found bytes");
+    EXPECT_STREQ(e.what(), "checkpoint cannot satisfy the load request (4 problems):\n"
+                           "  \"a\": missing from the checkpoint: expected tensor float32[4], found nothing\n"
+                           "  \"b\": dtype mismatch: expected bfloat16, found float32\n"
+                           "  \"c\": global shape mismatch: expected [5], found [4]\n"
+                           "  \"d\": type mismatch: expected tensor float32[1], found bytes");
   }
 }
 
@@ -285,8 +281,8 @@ TEST(LoadPlanProblems, RequestedBoxOutsideItsShapeIsAUsageError) {
 
 TEST(FlattenForLoad, PicksTheDcp23RuleForA23EraCheckpoint) {
   StateNode group{StateDict{{"lr", objf(0.1)}}};
-  StateNode root{StateDict{{"optim", StateNode(StateDict{{"param_groups", StateNode(StateList{group})},
-                                                         {"w", StateNode(whole({2}))}})}}};
+  StateNode root{StateDict{
+      {"optim", StateNode(StateDict{{"param_groups", StateNode(StateList{group})}, {"w", StateNode(whole({2}))}})}}};
   format::Metadata old_ckpt;
   old_ckpt.state_dict_metadata.emplace("optim.param_groups", format::BytesStorageMetadata{});
   old_ckpt.state_dict_metadata.emplace("optim.w", format::TensorStorageMetadata{});

@@ -114,8 +114,11 @@ TEST(GlobalSavePlan, ReplicatedTensorOnFourRanksIsWrittenOnceAndBalanced) {
 }
 
 TEST(GlobalSavePlan, ManyReplicatedTensorsSpreadOverRanks) {
-  std::vector<FlatStateDict> ranks(4, flat_of({{"a", whole({4})}, {"b", whole({4})}, {"c", whole({4})},
-                                               {"d", whole({4})}, {"step", pickle::Value::integer(1)}}));
+  std::vector<FlatStateDict> ranks(4, flat_of({{"a", whole({4})},
+                                               {"b", whole({4})},
+                                               {"c", whole({4})},
+                                               {"d", whole({4})},
+                                               {"step", pickle::Value::integer(1)}}));
   GlobalSavePlan global = make_global_save_plan(local_plans(ranks));
   EXPECT_EQ(item_names(global.plans[0]), (std::vector<std::string>{"step", "a@0"}));  // bytes first in the file
   EXPECT_EQ(item_names(global.plans[1]), (std::vector<std::string>{"b@0"}));
@@ -170,10 +173,9 @@ TEST(GlobalSavePlan, PlannerDataIsMergedFromAllRanks) {
 TEST(GlobalSavePlanValidation, OverlappingChunks) {
   std::vector<FlatStateDict> ranks{flat_of({{"w", shard({8, 3}, {0, 0}, {5, 3})}}),
                                    flat_of({{"w", shard({8, 3}, {4, 0}, {4, 3})}})};
-  EXPECT_EQ(plan_error(local_plans(ranks)),
-            "invalid global save plan (2 problems):\n"
-            "  \"w\": chunk [0:5, 0:3] overlaps chunk [4:8, 0:3]\n"
-            "  \"w\": chunks hold 27 elements, the tensor's size [8, 3] has 24");
+  EXPECT_EQ(plan_error(local_plans(ranks)), "invalid global save plan (2 problems):\n"
+                                            "  \"w\": chunk [0:5, 0:3] overlaps chunk [4:8, 0:3]\n"
+                                            "  \"w\": chunks hold 27 elements, the tensor's size [8, 3] has 24");
 }
 
 TEST(GlobalSavePlanValidation, OverlapAlongDimOne) {
@@ -181,33 +183,29 @@ TEST(GlobalSavePlanValidation, OverlapAlongDimOne) {
   std::vector<FlatStateDict> ranks{flat_of({{"w", shard({4, 6}, {0, 0}, {4, 2})}}),
                                    flat_of({{"w", shard({4, 6}, {0, 2}, {4, 2})}}),
                                    flat_of({{"w", shard({4, 6}, {0, 3}, {4, 3})}})};
-  EXPECT_EQ(plan_error(local_plans(ranks)),
-            "invalid global save plan (2 problems):\n"
-            "  \"w\": chunk [0:4, 2:4] overlaps chunk [0:4, 3:6]\n"
-            "  \"w\": chunks hold 28 elements, the tensor's size [4, 6] has 24");
+  EXPECT_EQ(plan_error(local_plans(ranks)), "invalid global save plan (2 problems):\n"
+                                            "  \"w\": chunk [0:4, 2:4] overlaps chunk [0:4, 3:6]\n"
+                                            "  \"w\": chunks hold 28 elements, the tensor's size [4, 6] has 24");
 }
 
 TEST(GlobalSavePlanValidation, Gap) {
   std::vector<FlatStateDict> ranks{flat_of({{"w", shard({8, 3}, {0, 0}, {3, 3})}}),
                                    flat_of({{"w", shard({8, 3}, {4, 0}, {4, 3})}})};
-  EXPECT_EQ(plan_error(local_plans(ranks)),
-            "invalid global save plan (1 problem):\n"
-            "  \"w\": chunks hold 21 elements, the tensor's size [8, 3] has 24");
+  EXPECT_EQ(plan_error(local_plans(ranks)), "invalid global save plan (1 problem):\n"
+                                            "  \"w\": chunks hold 21 elements, the tensor's size [8, 3] has 24");
 }
 
 TEST(GlobalSavePlanValidation, OutOfBounds) {
   // Local plans from another source (e.g. gathered) are re-checked globally.
   std::vector<SavePlan> plans = local_plans({flat_of({{"w", shard({8}, {0}, {8})}})});
   plans[0].items[0].chunk.sizes = {9};
-  EXPECT_EQ(plan_error(plans),
-            "invalid global save plan (2 problems):\n"
-            "  \"w\": chunk [0:9] is outside the tensor's size [8]\n"
-            "  \"w\": chunks hold 0 elements, the tensor's size [8] has 8");
+  EXPECT_EQ(plan_error(plans), "invalid global save plan (2 problems):\n"
+                               "  \"w\": chunk [0:9] is outside the tensor's size [8]\n"
+                               "  \"w\": chunks hold 0 elements, the tensor's size [8] has 8");
 }
 
 TEST(GlobalSavePlanValidation, DTypeAndShapeMismatchNameFqnAndRanks) {
-  std::vector<FlatStateDict> ranks{flat_of({{"w", shard({8}, {0}, {4})}}),
-                                   flat_of({{"w", shard({8}, {4}, {4})}}),
+  std::vector<FlatStateDict> ranks{flat_of({{"w", shard({8}, {0}, {4})}}), flat_of({{"w", shard({8}, {4}, {4})}}),
                                    flat_of({{"w", shard({8}, {4}, {4}, DType::kBFloat16)}}),
                                    flat_of({{"w", shard({9}, {0}, {4})}})};
   EXPECT_EQ(plan_error(local_plans(ranks)),
@@ -248,10 +246,15 @@ TEST(FileAssignment, OneThreadPutsBytesFirst) {
 TEST(FileAssignment, ThreeThreadsBalanceTensorBytes) {
   // Bytes b1..b4 are dealt round-robin; tensors 100, 40, 80, 20, 60 B go largest first to
   // the emptiest bucket: ta->0, tc->1, te->2, tb->2, td->1.
-  FlatStateDict rank0 = flat_of({{"b1", pickle::Value::integer(1)}, {"b2", pickle::Value::integer(2)},
-                                 {"b3", pickle::Value::integer(3)}, {"b4", pickle::Value::integer(4)},
-                                 {"ta", whole({25})}, {"tb", whole({10})}, {"tc", whole({20})},
-                                 {"td", whole({5})}, {"te", whole({15})}});
+  FlatStateDict rank0 = flat_of({{"b1", pickle::Value::integer(1)},
+                                 {"b2", pickle::Value::integer(2)},
+                                 {"b3", pickle::Value::integer(3)},
+                                 {"b4", pickle::Value::integer(4)},
+                                 {"ta", whole({25})},
+                                 {"tb", whole({10})},
+                                 {"tc", whole({20})},
+                                 {"td", whole({5})},
+                                 {"te", whole({15})}});
   GlobalSavePlan global = make_global_save_plan(local_plans({rank0, flat_of({})}), SavePlanOptions{.thread_count = 3});
   const SavePlan& plan = global.plans[0];
   EXPECT_EQ(plan.files, (std::vector<std::string>{"__0_0.distcp", "__0_1.distcp", "__0_2.distcp"}));
@@ -333,8 +336,8 @@ TEST(GlobalSavePlan, DTensorBoxesOnATwoDimensionalMesh) {
 }
 
 TEST(StorageLayout, ConcatenatesEachFilesBlobsInWriteOrder) {
-  FlatStateDict rank0 = flat_of({{"b1", pickle::Value::integer(1)}, {"ta", whole({25})}, {"tb", whole({10})},
-                                 {"tc", whole({20})}});
+  FlatStateDict rank0 =
+      flat_of({{"b1", pickle::Value::integer(1)}, {"ta", whole({25})}, {"tb", whole({10})}, {"tc", whole({20})}});
   GlobalSavePlan global = make_global_save_plan(local_plans({rank0}), SavePlanOptions{.thread_count = 2});
   const SavePlan& plan = global.plans[0];
   // __0_0: b1, ta; __0_1: tc, tb.

@@ -22,8 +22,8 @@ TEST(CheckpointPathTest, PlainNamesAreSafe) {
 }
 
 TEST(CheckpointPathTest, UnsafeNamesAreRefused) {
-  for (const char* p : {"", "/etc/passwd", "..", "../x", "a/../../x", "a/..", "./a", "a/./b", "a//b", "a/",
-                        "a\\..\\b", "C:\\x"}) {
+  for (const char* p :
+       {"", "/etc/passwd", "..", "../x", "a/../../x", "a/..", "./a", "a/./b", "a//b", "a/", "a\\..\\b", "C:\\x"}) {
     EXPECT_FALSE(is_safe_relative_path(p)) << p;
   }
   EXPECT_FALSE(is_safe_relative_path(std::string_view("a\0b", 3)));

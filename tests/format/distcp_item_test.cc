@@ -123,8 +123,8 @@ TEST(DistcpItemTest, OpensItemsOfEverySourceKind) {
   TempDir dir;
   write_text(dir.file("__0_0.distcp"), d.bytes);
   std::vector<std::shared_ptr<const ByteSource>> sources = {
-      std::make_shared<MemorySource>(as_bytes(d.bytes), "mem/__0_0.distcp"),
-      FileSource::open(dir.file("__0_0.distcp")), MappedSource::open(dir.file("__0_0.distcp"))};
+      std::make_shared<MemorySource>(as_bytes(d.bytes), "mem/__0_0.distcp"), FileSource::open(dir.file("__0_0.distcp")),
+      MappedSource::open(dir.file("__0_0.distcp"))};
   for (const auto& src : sources) {
     SCOPED_TRACE(src->name());
     auto t = DistcpItem::open(src, d.tensor, "model.w");
@@ -244,8 +244,9 @@ TEST(DistcpItemTest, TensorOfABytesItemIsAFormatError) {
     item->tensor();
     FAIL() << "no error";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("item 'extra': expected a tensor at the root of the torch.save blob, found dict"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("item 'extra': expected a tensor at the root of the torch.save blob, found dict"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -34,9 +34,9 @@ struct Form {
   std::string fs_module = "torch.distributed.checkpoint.filesystem";
   std::string props_module = "torch.distributed._shard.sharded_tensor.metadata";
   std::string enum_name = "MEM_FORMAT_ENCODING";
-  bool enum_getattr = true;   // Python >= 3.11: getattr(Enum, 'TORCH_CONTIGUOUS_FORMAT')
-  bool bytes_build = false;   // BytesStorageMetadata with BUILD {} (Python <= 3.10)
-  bool planner_data = true;   // 1.13: None
+  bool enum_getattr = true;  // Python >= 3.11: getattr(Enum, 'TORCH_CONTIGUOUS_FORMAT')
+  bool bytes_build = false;  // BytesStorageMetadata with BUILD {} (Python <= 3.10)
+  bool planner_data = true;  // 1.13: None
   enum class Id { kAbsent, kStr, kPosix, kLocalPosix, kWindows, kNone } checkpoint_id = Id::kAbsent;
   bool modules = false;
   bool transforms = false;
@@ -131,10 +131,9 @@ class FormBuilder {
     sd.emplace_back(index("s", Shape{}, 0), info("__0_0.distcp", 1447, 747, false));
     sd.emplace_back(index("step", std::nullopt, -1), info("__0_0.distcp", 2194, 431, false));
 
-    std::vector<std::pair<std::string, ValuePtr>> state = {
-        {"state_dict_metadata", Value::dict(std::move(sdm))},
-        {"planner_data", planner},
-        {"storage_data", Value::dict(std::move(sd))}};
+    std::vector<std::pair<std::string, ValuePtr>> state = {{"state_dict_metadata", Value::dict(std::move(sdm))},
+                                                           {"planner_data", planner},
+                                                           {"storage_data", Value::dict(std::move(sd))}};
     if (f_.checkpoint_id != Form::Id::kAbsent) {
       ValuePtr id;
       switch (f_.checkpoint_id) {
@@ -182,13 +181,12 @@ class FormBuilder {
     ValuePtr layout = Value::object(CallKind::kReduce, global("torch.serialization", "_get_layout"),
                                     Value::tuple({str("torch.strided")}));
     ValuePtr enum_cls = global(f_.props_module, f_.enum_name);
-    ValuePtr fmt = f_.enum_getattr
-                       ? Value::object(CallKind::kReduce, global("builtins", "getattr"),
-                                       Value::tuple({enum_cls, str("TORCH_CONTIGUOUS_FORMAT")}))
-                       : Value::object(CallKind::kReduce, enum_cls, Value::tuple({Value::integer(0)}));
+    ValuePtr fmt = f_.enum_getattr ? Value::object(CallKind::kReduce, global("builtins", "getattr"),
+                                                   Value::tuple({enum_cls, str("TORCH_CONTIGUOUS_FORMAT")}))
+                                   : Value::object(CallKind::kReduce, enum_cls, Value::tuple({Value::integer(0)}));
     ValuePtr props = newobj(f_.props_module, "TensorProperties");
-    props->set_state(Value::tuple({global("torch", dtype), layout, Value::boolean(requires_grad), fmt,
-                                   Value::boolean(false)}));
+    props->set_state(
+        Value::tuple({global("torch", dtype), layout, Value::boolean(requires_grad), fmt, Value::boolean(false)}));
     std::vector<ValuePtr> cs;
     for (const auto& [off, sz] : chunks) {
       ValuePtr c = newobj(f_.meta_module, "ChunkStorageMetadata");
@@ -200,8 +198,8 @@ class FormBuilder {
     return t;
   }
   ValuePtr index(const std::string& fqn, std::optional<Shape> offset, std::int64_t idx) {
-    std::vector<std::pair<std::string, ValuePtr>> kv = {
-        {"fqn", str(fqn)}, {"index", idx < 0 ? Value::none() : Value::integer(idx)}};
+    std::vector<std::pair<std::string, ValuePtr>> kv = {{"fqn", str(fqn)},
+                                                        {"index", idx < 0 ? Value::none() : Value::integer(idx)}};
     if (offset) kv.emplace_back("offset", size(*offset));
     ValuePtr i = newobj(f_.meta_module, "MetadataIndex");
     i->set_state(dict(std::move(kv)));
@@ -244,8 +242,8 @@ TEST_P(FormTest, DecodesEveryField) {
     }
     EXPECT_EQ(md.storage_meta->save_id, "3f2c6a1e-save");
     EXPECT_FALSE(md.storage_meta->load_id.has_value());
-    EXPECT_EQ(md.storage_meta->modules, form.modules ? std::vector<std::string>({"model", "opt"})
-                                                     : std::vector<std::string>{});
+    EXPECT_EQ(md.storage_meta->modules,
+              form.modules ? std::vector<std::string>({"model", "opt"}) : std::vector<std::string>{});
   }
   EXPECT_EQ(md.version, form.version ? std::optional<std::string>("1.0.0") : std::nullopt);
 }
@@ -253,8 +251,8 @@ TEST_P(FormTest, DecodesEveryField) {
 INSTANTIATE_TEST_SUITE_P(AllReleases, FormTest,
                          ::testing::Combine(::testing::ValuesIn(all_forms()), ::testing::Values(2, 4)),
                          [](const auto& info) {
-                           std::string n = std::get<0>(info.param).name + "_p" +
-                                           std::to_string(std::get<1>(info.param));
+                           std::string n =
+                               std::get<0>(info.param).name + "_p" + std::to_string(std::get<1>(info.param));
                            for (char& c : n) {
                              if (c == '.') c = '_';
                            }
@@ -475,12 +473,19 @@ TEST(MetadataCodecTest, EncodeFollowsTheRecipeExactly) {
 
   std::set<std::string> globals;
   collect_globals(root, globals);
-  const std::set<std::string> allowed = {
-      meta + ".Metadata", meta + ".TensorStorageMetadata", meta + ".ChunkStorageMetadata",
-      meta + ".BytesStorageMetadata", meta + ".MetadataIndex",
-      "torch.distributed.checkpoint.filesystem._StorageInfo", shard + ".TensorProperties",
-      shard + ".MEM_FORMAT_ENCODING", "torch.Size", "torch.serialization._get_layout", "torch.float32",
-      "torch.bfloat16", "torch.int64"};
+  const std::set<std::string> allowed = {meta + ".Metadata",
+                                         meta + ".TensorStorageMetadata",
+                                         meta + ".ChunkStorageMetadata",
+                                         meta + ".BytesStorageMetadata",
+                                         meta + ".MetadataIndex",
+                                         "torch.distributed.checkpoint.filesystem._StorageInfo",
+                                         shard + ".TensorProperties",
+                                         shard + ".MEM_FORMAT_ENCODING",
+                                         "torch.Size",
+                                         "torch.serialization._get_layout",
+                                         "torch.float32",
+                                         "torch.bfloat16",
+                                         "torch.int64"};
   EXPECT_EQ(globals, allowed);
 }
 
@@ -506,8 +511,7 @@ TEST(MetadataCodecTest, EncodeRefusesWhatCannotBeDecoded) {
   EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.size = {4, -6}; })), UsageError);
   EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.properties.memory_format = 3; })),
                UsageError);
-  EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.chunks[0].offsets = {0}; })),
-               UsageError);
+  EXPECT_THROW(encode_metadata(with_tensor([](TensorStorageMetadata& t) { t.chunks[0].offsets = {0}; })), UsageError);
   Metadata md = sample_metadata();
   md.storage_data.begin()->second.length = std::uint64_t{1} << 63;
   EXPECT_THROW(encode_metadata(md), UsageError);
@@ -531,8 +535,8 @@ TEST(MetadataCodecTest, EmptyMetadataRoundTrips) {
 // ---- tolerance ---------------------------------------------------------------------
 
 ValuePtr minimal_root(ValuePtr state) {
-  ValuePtr root = Value::object(CallKind::kNewObj,
-                                Value::global("torch.distributed.checkpoint.metadata", "Metadata"), Value::tuple());
+  ValuePtr root = Value::object(CallKind::kNewObj, Value::global("torch.distributed.checkpoint.metadata", "Metadata"),
+                                Value::tuple());
   root->set_state(std::move(state));
   return root;
 }
@@ -770,8 +774,7 @@ TEST(ChunkTilingTest, ReportsGapsOverlapsAndOutOfBounds) {
   EXPECT_EQ(check_chunk_tiling(tensor_with({4}, {{{0}, {4}}, {{2}, {4}}})),
             (std::vector<std::string>{"chunk 1 [2:6] lies outside the tensor of size [4]"}));
   EXPECT_EQ(check_chunk_tiling(tensor_with({4}, {{{0}, {4}}, {{0, 0}, {4, 1}}})),
-            (std::vector<std::string>{
-                "chunk 1 [0:4, 0:1] has rank 2/2 (offsets/sizes), the tensor has rank 1"}));
+            (std::vector<std::string>{"chunk 1 [0:4, 0:1] has rank 2/2 (offsets/sizes), the tensor has rank 1"}));
   EXPECT_EQ(check_chunk_tiling(tensor_with({}, {{{}, {}}, {{}, {}}})),
             std::vector<std::string>{"chunk 1 [] overlaps chunk 0 []"});
   EXPECT_EQ(check_chunk_tiling(tensor_with({4}, {{{-1}, {5}}})).size(), 2u);  // negative + gap

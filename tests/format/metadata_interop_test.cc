@@ -3,9 +3,9 @@
 // encode_metadata writes loads in Python with the right field values.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 
@@ -28,11 +28,11 @@ using testing::sample_metadata;
 const std::string kOracle = std::string(SP_SOURCE_DIR) + "/tests/format/metadata_oracle.py";
 
 // Plain Python 3 (no torch needed) for the stand-in class tests.
-#define SP_REQUIRE_PYTHON3(python_var)                                                          \
-  std::string python_var = "/usr/bin/python3";                                                  \
+#define SP_REQUIRE_PYTHON3(python_var)                                                           \
+  std::string python_var = "/usr/bin/python3";                                                   \
   if (run_command(python_var + " -c 'import dataclasses' 2>/dev/null").exit_code != 0) {         \
     if (::shardpoint::testing::oracles_required()) FAIL() << "oracle missing: /usr/bin/python3"; \
-    GTEST_SKIP() << "oracle missing: /usr/bin/python3";                                         \
+    GTEST_SKIP() << "oracle missing: /usr/bin/python3";                                          \
   }
 
 // Runs a command that must succeed; returns its stdout (stderr goes to the test log).
@@ -122,11 +122,19 @@ void expect_python_sees_sample(const json& j, bool check_globals) {
   if (check_globals) {
     const std::string meta = "torch.distributed.checkpoint.metadata.";
     const std::string shard = "torch.distributed._shard.sharded_tensor.metadata.";
-    std::vector<std::string> want = {
-        shard + "MEM_FORMAT_ENCODING", shard + "TensorProperties", meta + "BytesStorageMetadata",
-        meta + "ChunkStorageMetadata", meta + "Metadata", meta + "MetadataIndex", meta + "TensorStorageMetadata",
-        "torch.distributed.checkpoint.filesystem._StorageInfo", "torch.Size", "torch.bfloat16", "torch.float32",
-        "torch.int64", "torch.serialization._get_layout"};
+    std::vector<std::string> want = {shard + "MEM_FORMAT_ENCODING",
+                                     shard + "TensorProperties",
+                                     meta + "BytesStorageMetadata",
+                                     meta + "ChunkStorageMetadata",
+                                     meta + "Metadata",
+                                     meta + "MetadataIndex",
+                                     meta + "TensorStorageMetadata",
+                                     "torch.distributed.checkpoint.filesystem._StorageInfo",
+                                     "torch.Size",
+                                     "torch.bfloat16",
+                                     "torch.float32",
+                                     "torch.int64",
+                                     "torch.serialization._get_layout"};
     std::sort(want.begin(), want.end());
     EXPECT_EQ(j["globals"].get<std::vector<std::string>>(), want);
   }
@@ -174,9 +182,9 @@ class Torch113Test : public ::testing::Test {
 TempDir* Torch113Test::dir_ = nullptr;
 std::string* Torch113Test::bytes_ = nullptr;
 
-#define SP_REQUIRE_REAL_BYTES()                                     \
-  SP_REQUIRE_TORCH113(python_unused);                               \
-  (void)python_unused;                                              \
+#define SP_REQUIRE_REAL_BYTES()       \
+  SP_REQUIRE_TORCH113(python_unused); \
+  (void)python_unused;                \
   ASSERT_NE(bytes_, nullptr) << "torch113-write failed"
 
 TEST_F(Torch113Test, RealMetadataDecodes) {

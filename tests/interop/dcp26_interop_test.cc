@@ -88,7 +88,8 @@ TEST(Dcp26InteropTest, ShardpointSavesOn4RanksTorchLoadsOn2_3AndConverts) {
     EXPECT_EQ(loaded.exit_code, 0) << "PyTorch 2.6 dcp.load on " << ws << " processes: " << loaded.describe();
     EXPECT_NE(loaded.output.find("dcp26 load ok: ws=" + ws), std::string::npos) << loaded.output;
   }
-  const ProcessResult converted = run_torch(python, {"to_torch", ckpt, dir.file("consolidated.pt"), "--expected", manifest});
+  const ProcessResult converted =
+      run_torch(python, {"to_torch", ckpt, dir.file("consolidated.pt"), "--expected", manifest});
   EXPECT_EQ(converted.exit_code, 0) << "PyTorch 2.6 dcp_to_torch_save: " << converted.describe();
 }
 

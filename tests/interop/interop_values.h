@@ -49,7 +49,8 @@ inline std::uint16_t exact_half_bits(float v) {
 
 // Writes element `index` of tensor `fqn` (dtype) to out (itemsize bytes).
 inline void element_bytes(const std::string& fqn, DType dtype, std::int64_t index, std::byte* out) {
-  const std::uint64_t m = (static_cast<std::uint64_t>(fnv1a32(fqn)) + 7919u * static_cast<std::uint64_t>(index)) % 1000u;
+  const std::uint64_t m =
+      (static_cast<std::uint64_t>(fnv1a32(fqn)) + 7919u * static_cast<std::uint64_t>(index)) % 1000u;
   const std::int64_t c = static_cast<std::int64_t>(m) - 500;
   auto put = [&](auto v) { std::memcpy(out, &v, sizeof v); };
   switch (dtype) {

@@ -109,7 +109,8 @@ int run_load(const std::string& dir, const std::string& manifest_path, sp::comm:
   std::ifstream in(manifest_path);
   if (!in) throw std::runtime_error("cannot open manifest " + manifest_path);
   const json manifest = json::parse(in);
-  if (manifest.value("format", "") != kFormat) throw std::runtime_error(manifest_path + ": not a " + kFormat + " manifest");
+  if (manifest.value("format", "") != kFormat)
+    throw std::runtime_error(manifest_path + ": not a " + kFormat + " manifest");
   const json& entries = manifest.at("entries");
 
   auto st = sp::storage::open_local_storage_at(dir);
@@ -138,7 +139,8 @@ int run_load(const std::string& dir, const std::string& manifest_path, sp::comm:
       if (std::string(sp::dtype_name(tm.properties.dtype)) != e.at("dtype").get<std::string>()) {
         problems.push_back(fqn + ": .metadata dtype " + std::string(sp::dtype_name(tm.properties.dtype)));
       }
-      if (tm.size != e.at("shape").get<se::Shape>()) problems.push_back(fqn + ": .metadata size " + se::shape_to_string(tm.size));
+      if (tm.size != e.at("shape").get<se::Shape>())
+        problems.push_back(fqn + ": .metadata size " + se::shape_to_string(tm.size));
       auto pd = md.planner_data.find(fqn);
       if (pd != md.planner_data.end() && pd->second != path_from_json(e.at("path"))) {
         problems.push_back(fqn + ": planner_data path " + se::path_to_string(pd->second));
@@ -159,8 +161,7 @@ int run_load(const std::string& dir, const std::string& manifest_path, sp::comm:
       if (!dtype) throw std::runtime_error(fqn + ": unknown dtype " + e.at("dtype").dump());
       leaf.dtype = *dtype;
       leaf.shape = e.at("shape").get<se::Shape>();
-      leaf.box = leaf.shape.empty() ? se::Box{}
-                                    : se::shard_box(leaf.shape, {world}, {se::Placement::shard(0)}, {rank});
+      leaf.box = leaf.shape.empty() ? se::Box{} : se::shard_box(leaf.shape, {world}, {se::Placement::shard(0)}, {rank});
       leaf.buffer = std::make_unique<std::vector<std::byte>>(
           static_cast<std::size_t>(se::volume(leaf.box.sizes)) * sp::dtype_itemsize(leaf.dtype), std::byte{0xA5});
       se::set_at_path(root, path, se::StateNode(shard_of(leaf)));
@@ -206,7 +207,7 @@ struct TensorSpec {
   std::string fqn;
   sp::DType dtype;
   se::Shape shape;
-  se::Shape mesh;                          // empty: replicated (a plain tensor on every rank)
+  se::Shape mesh;  // empty: replicated (a plain tensor on every rank)
   std::vector<se::Placement> placements;
 };
 
@@ -229,16 +230,16 @@ int run_save(const std::string& dir, const std::string& manifest_path, sp::comm:
   // (2, 2) on 4 ranks; (1, world) otherwise: still a 2-D mesh sharding two tensor dims.
   const se::Shape mesh2 = world == 4 ? se::Shape{2, 2} : se::Shape{1, world};
   const std::vector<TensorSpec> specs = {
-      {"model.w", sp::DType::kFloat32, {10, 4}, mesh1, {P::shard(0)}},      // 4 ranks: 3, 3, 3, 1 rows
-      {"model.v", sp::DType::kBFloat16, {3, 7}, mesh1, {P::shard(1)}},     // 2, 2, 2, 1 cols
+      {"model.w", sp::DType::kFloat32, {10, 4}, mesh1, {P::shard(0)}},  // 4 ranks: 3, 3, 3, 1 rows
+      {"model.v", sp::DType::kBFloat16, {3, 7}, mesh1, {P::shard(1)}},  // 2, 2, 2, 1 cols
       {"model.m2d", sp::DType::kFloat64, {6, 8}, mesh2, {P::shard(0), P::shard(1)}},
-      {"model.e", sp::DType::kFloat16, {9}, mesh1, {P::shard(0)}},         // 3, 3, 3, 0 (an empty box)
+      {"model.e", sp::DType::kFloat16, {9}, mesh1, {P::shard(0)}},  // 3, 3, 3, 0 (an empty box)
       {"model.idx", sp::DType::kInt64, {7}, mesh1, {P::shard(0)}},
-      {"model.mask", sp::DType::kBool, {5, 2}, mesh1, {P::shard(0)}},      // 2, 2, 1, 0
-      {"model.i32", sp::DType::kInt32, {4, 3}, mesh1, {P::shard(1)}},      // 1, 1, 1, 0 cols
-      {"model.rep", sp::DType::kFloat16, {5, 3}, {}, {}},                  // replicated plain
+      {"model.mask", sp::DType::kBool, {5, 2}, mesh1, {P::shard(0)}},  // 2, 2, 1, 0
+      {"model.i32", sp::DType::kInt32, {4, 3}, mesh1, {P::shard(1)}},  // 1, 1, 1, 0 cols
+      {"model.rep", sp::DType::kFloat16, {5, 3}, {}, {}},              // replicated plain
       {"model.ids", sp::DType::kInt64, {6}, {}, {}},
-      {"model.scalar", sp::DType::kFloat32, {}, {}, {}},                   // 0-dim
+      {"model.scalar", sp::DType::kFloat32, {}, {}, {}},  // 0-dim
       {"optimizer.state.w.step", sp::DType::kFloat32, {}, {}, {}},
       {"optimizer.state.w.exp_avg", sp::DType::kFloat32, {10, 4}, mesh1, {P::shard(0)}},
       {"optimizer.state.w.exp_avg_sq", sp::DType::kFloat32, {10, 4}, mesh1, {P::shard(0)}},
@@ -264,7 +265,8 @@ int run_save(const std::string& dir, const std::string& manifest_path, sp::comm:
       }
       leaf.box = se::shard_box(spec.shape, spec.mesh, spec.placements, coord);
     }
-    leaf.buffer = std::make_unique<std::vector<std::byte>>(sp::interop::box_bytes(leaf.fqn, leaf.dtype, leaf.shape, leaf.box));
+    leaf.buffer =
+        std::make_unique<std::vector<std::byte>>(sp::interop::box_bytes(leaf.fqn, leaf.dtype, leaf.shape, leaf.box));
     const se::ObjectPath path = split_fqn(spec.fqn);
     se::set_at_path(root, path, se::StateNode(shard_of(leaf)));
     entries[spec.fqn] = {{"path", path_to_json(path)},

@@ -13,8 +13,8 @@ TEST(OracleTest, RunnerSeesHostPathsAndPassesExitCode) {
   TempDir dir;
   write_text(dir.file("in.txt"), "from the host");
   const std::string script = "import sys; open(sys.argv[2], 'w').write(open(sys.argv[1]).read().upper()); sys.exit(5)";
-  CommandResult r = run_command(python + " -c \"" + script + "\" " + dir.file("in.txt") + " " +
-                                dir.file("out.txt") + " 2>&1");
+  CommandResult r =
+      run_command(python + " -c \"" + script + "\" " + dir.file("in.txt") + " " + dir.file("out.txt") + " 2>&1");
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_EQ(read_text(dir.file("out.txt")), "FROM THE HOST");
 }

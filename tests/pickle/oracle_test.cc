@@ -24,11 +24,11 @@ using shardpoint::testing::run_command;
 using shardpoint::testing::TempDir;
 using shardpoint::testing::write_text;
 
-#define SP_REQUIRE_PYTHON(python_var)                                                                   \
-  std::string python_var = "/usr/bin/python3";                                                          \
-  if (run_command(python_var + " -c 'import pickle' 2>/dev/null").exit_code != 0) {                     \
-    if (::shardpoint::testing::oracles_required()) FAIL() << "oracle missing: /usr/bin/python3";        \
-    GTEST_SKIP() << "oracle missing: /usr/bin/python3 (apt-get install python3)";                       \
+#define SP_REQUIRE_PYTHON(python_var)                                                            \
+  std::string python_var = "/usr/bin/python3";                                                   \
+  if (run_command(python_var + " -c 'import pickle' 2>/dev/null").exit_code != 0) {              \
+    if (::shardpoint::testing::oracles_required()) FAIL() << "oracle missing: /usr/bin/python3"; \
+    GTEST_SKIP() << "oracle missing: /usr/bin/python3 (apt-get install python3)";                \
   }
 
 // Runs `oracle_cases.main()` with the script's folder on PYTHONPATH, so its classes pickle
@@ -103,27 +103,28 @@ TEST(PickleOracle, ProtocolTwoAndFourBytesMatchCPython) {
   int compared = 0;
   while (std::getline(exact, name)) {
     // The tree read from any protocol rewrites to CPython's protocol 2 and 4 bytes.
-    for (int protocol : {2, 4}) for (int source = 0; source <= 5; ++source) {
-      std::string file = name + ".p" + std::to_string(protocol) + ".pkl";
-      std::string source_file = name + ".p" + std::to_string(source) + ".pkl";
-      if (!std::filesystem::exists(dir.file(source_file))) continue;
-      // Below protocol 2 CPython builds plain instances with copyreg._reconstructor instead
-      // of NEWOBJ: a different tree, which we rewrite faithfully.
-      if (read_text(dir.file(source_file)).find("copy_reg\n_reconstructor") != std::string::npos) continue;
-      std::string original = read_text(dir.file(file));
-      std::string ours = write_protocol(*read_file(dir, source_file), protocol);
-      file = source_file + " as protocol " + std::to_string(protocol);
-      EXPECT_EQ(ours.size(), original.size()) << file;
-      auto diff = std::mismatch(ours.begin(), ours.end(), original.begin(), original.end());
-      if (diff.first != ours.end() || diff.second != original.end()) {
-        auto at = static_cast<std::size_t>(diff.first - ours.begin());
-        std::size_t from = at < 20 ? 0 : at - 20;
-        ADD_FAILURE() << file << ": first difference at byte " << at << "\n ours:    "
-                      << ::testing::PrintToString(ours.substr(from, 50))
-                      << "\n CPython: " << ::testing::PrintToString(original.substr(from, 50));
+    for (int protocol : {2, 4})
+      for (int source = 0; source <= 5; ++source) {
+        std::string file = name + ".p" + std::to_string(protocol) + ".pkl";
+        std::string source_file = name + ".p" + std::to_string(source) + ".pkl";
+        if (!std::filesystem::exists(dir.file(source_file))) continue;
+        // Below protocol 2 CPython builds plain instances with copyreg._reconstructor instead
+        // of NEWOBJ: a different tree, which we rewrite faithfully.
+        if (read_text(dir.file(source_file)).find("copy_reg\n_reconstructor") != std::string::npos) continue;
+        std::string original = read_text(dir.file(file));
+        std::string ours = write_protocol(*read_file(dir, source_file), protocol);
+        file = source_file + " as protocol " + std::to_string(protocol);
+        EXPECT_EQ(ours.size(), original.size()) << file;
+        auto diff = std::mismatch(ours.begin(), ours.end(), original.begin(), original.end());
+        if (diff.first != ours.end() || diff.second != original.end()) {
+          auto at = static_cast<std::size_t>(diff.first - ours.begin());
+          std::size_t from = at < 20 ? 0 : at - 20;
+          ADD_FAILURE() << file << ": first difference at byte " << at
+                        << "\n ours:    " << ::testing::PrintToString(ours.substr(from, 50))
+                        << "\n CPython: " << ::testing::PrintToString(original.substr(from, 50));
+        }
+        ++compared;
       }
-      ++compared;
-    }
   }
   EXPECT_GE(compared, 250);
 }
@@ -163,9 +164,12 @@ TEST(PickleOracle, Protocol2LoadsWithTorch113WeightsOnlyUnpickler) {
       {Value::str("g"), Value::call("torch.serialization", "_get_layout", {Value::str("torch.strided")})},
   };
   write_text(dir.file("w.pkl"), write_protocol(*od, 2));
-  auto result = run_command(python + " -c \"import collections, io, torch; "
+  auto result = run_command(python +
+                            " -c \"import collections, io, torch; "
                             "from torch._weights_only_unpickler import load; "
-                            "v = load(open('" + dir.file("w.pkl") + "', 'rb')); "
+                            "v = load(open('" +
+                            dir.file("w.pkl") +
+                            "', 'rb')); "
                             "e = collections.OrderedDict(a=[1, (2, 'shared')], b=torch.Size((2, 3)), "
                             "c=torch.float32, d=2**70, e={'n': None, 'shared': True}, f=[-70000, 300], "
                             "g=torch.strided); "

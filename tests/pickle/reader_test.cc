@@ -28,13 +28,16 @@ void expect_format_error(std::string_view data, std::initializer_list<std::strin
 }
 
 // pickle.dumps({'a': (1, 2), 'b': [True, None, -1, 300, -300, 70000, 2**31, -2**31-1]}, p)
-const std::string kDictP2 = bytes_of(
-    "\x80\x02}q\x00(X\x01\x00\x00\x00" "aq\x01K\x01K\x02\x86q\x02X\x01\x00\x00\x00" "bq\x03]q\x04(\x88NJ"
-    "\xff\xff\xff\xffM,\x01J\xd4\xfe\xff\xffJp\x11\x01\x00\x8a\x05\x00\x00\x00\x80\x00\x8a\x05\xff\xff\xff"
-    "\x7f\xff" "eu.");
-const std::string kDictP0 = bytes_of(
-    "(dp0\nVa\np1\n(I1\nI2\ntp2\nsVb\np3\n(lp4\nI01\naNaI-1\naI300\naI-300\naI70000\naL2147483648L\n"
-    "aL-2147483649L\nas.");
+const std::string kDictP2 =
+    bytes_of("\x80\x02}q\x00(X\x01\x00\x00\x00"
+             "aq\x01K\x01K\x02\x86q\x02X\x01\x00\x00\x00"
+             "bq\x03]q\x04(\x88NJ"
+             "\xff\xff\xff\xffM,\x01J\xd4\xfe\xff\xffJp\x11\x01\x00\x8a\x05\x00\x00\x00\x80\x00\x8a\x05\xff\xff\xff"
+             "\x7f\xff"
+             "eu.");
+const std::string kDictP0 =
+    bytes_of("(dp0\nVa\np1\n(I1\nI2\ntp2\nsVb\np3\n(lp4\nI01\naNaI-1\naI300\naI-300\naI70000\naL2147483648L\n"
+             "aL-2147483649L\nas.");
 
 void expect_dict_case(const Value& root) {
   ASSERT_TRUE(root.is(Kind::kDict));
@@ -64,8 +67,10 @@ TEST(Reader, Protocol0Dict) { expect_dict_case(*read(kDictP0)); }
 
 TEST(Reader, Protocol4FramesStackGlobalMemoize) {
   // collections.OrderedDict(a=1), protocol 4.
-  auto root = read(bytes_of("\x80\x04\x95)\x00\x00\x00\x00\x00\x00\x00\x8c\x0b" "collections\x94\x8c\x0bOrderedDict"
-                            "\x94\x93\x94)R\x94\x8c\x01" "a\x94K\x01s."));
+  auto root = read(bytes_of("\x80\x04\x95)\x00\x00\x00\x00\x00\x00\x00\x8c\x0b"
+                            "collections\x94\x8c\x0bOrderedDict"
+                            "\x94\x93\x94)R\x94\x8c\x01"
+                            "a\x94K\x01s."));
   ASSERT_TRUE(root->is(Kind::kObject));
   EXPECT_EQ(root->call_kind(), CallKind::kReduce);
   EXPECT_TRUE(root->callable()->is_global("collections", "OrderedDict"));
@@ -77,7 +82,8 @@ TEST(Reader, Protocol4FramesStackGlobalMemoize) {
 
 TEST(Reader, NewObjAndBuild) {
   // argparse.Namespace(lr=0.5), protocol 2.
-  auto root = read(bytes_of("\x80\x02" "cargparse\nNamespace\nq\x00)\x81q\x01}q\x02X\x02\x00\x00\x00lrq\x03G?\xe0\x00\x00"
+  auto root = read(bytes_of("\x80\x02"
+                            "cargparse\nNamespace\nq\x00)\x81q\x01}q\x02X\x02\x00\x00\x00lrq\x03G?\xe0\x00\x00"
                             "\x00\x00\x00\x00sb."));
   ASSERT_TRUE(root->is(Kind::kObject));
   EXPECT_EQ(root->call_kind(), CallKind::kNewObj);
@@ -110,17 +116,29 @@ TEST(Reader, BytesAndSetsAllProtocols) {
       "(lp0\nc_codecs\nencode\np1\n(Vab\np2\nVlatin1\np3\ntp4\nRp5\nac__builtin__\nbytes\np6\n(tRp7\nac__builtin__\n"
       "bytearray\np8\n(g1\n(Vx\xff\np9\ng3\ntp10\nRp11\ntp12\nRp13\nac__builtin__\nset\np14\n((lp15\nI1\natp16\nRp17\n"
       "ac__builtin__\nfrozenset\np18\n((lp19\nI2\natp20\nRp21\na.")));
-  expect_bytes_set_case(*read(bytes_of(
-      "\x80\x02]q\x00(c_codecs\nencode\nq\x01X\x02\x00\x00\x00" "abq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05"
-      "c__builtin__\nbytes\nq\x06)Rq\x07" "c__builtin__\nbytearray\nq\x08h\x01X\x03\x00\x00\x00x\xc3\xbfq\x09h\x03\x86q\n"
-      "Rq\x0b\x85q\x0cRq\x0d" "c__builtin__\nset\nq\x0e]q\x0fK\x01" "a\x85q\x10Rq\x11" "c__builtin__\nfrozenset\nq\x12]"
-      "q\x13K\x02" "a\x85q\x14Rq\x15" "e.")));
-  expect_bytes_set_case(*read(bytes_of(
-      "\x80\x04\x95:\x00\x00\x00\x00\x00\x00\x00]\x94(C\x02" "ab\x94" "C\x00\x94\x8c\x08" "builtins\x94\x8c\x09"
-      "bytearray\x94\x93\x94" "C\x02x\xff\x94\x85\x94R\x94\x8f\x94(K\x01\x90(K\x02\x91\x94" "e.")));
-  expect_bytes_set_case(*read(bytes_of(
-      "\x80\x05\x95$\x00\x00\x00\x00\x00\x00\x00]\x94(C\x02" "ab\x94" "C\x00\x94\x96\x02\x00\x00\x00\x00\x00\x00\x00"
-      "x\xff\x94\x8f\x94(K\x01\x90(K\x02\x91\x94" "e.")));
+  expect_bytes_set_case(*read(bytes_of("\x80\x02]q\x00(c_codecs\nencode\nq\x01X\x02\x00\x00\x00"
+                                       "abq\x02X\x06\x00\x00\x00latin1q\x03\x86q\x04Rq\x05"
+                                       "c__builtin__\nbytes\nq\x06)Rq\x07"
+                                       "c__builtin__\nbytearray\nq\x08h\x01X\x03\x00\x00\x00x\xc3\xbfq\x09h\x03\x86q\n"
+                                       "Rq\x0b\x85q\x0cRq\x0d"
+                                       "c__builtin__\nset\nq\x0e]q\x0fK\x01"
+                                       "a\x85q\x10Rq\x11"
+                                       "c__builtin__\nfrozenset\nq\x12]"
+                                       "q\x13K\x02"
+                                       "a\x85q\x14Rq\x15"
+                                       "e.")));
+  expect_bytes_set_case(*read(bytes_of("\x80\x04\x95:\x00\x00\x00\x00\x00\x00\x00]\x94(C\x02"
+                                       "ab\x94"
+                                       "C\x00\x94\x8c\x08"
+                                       "builtins\x94\x8c\x09"
+                                       "bytearray\x94\x93\x94"
+                                       "C\x02x\xff\x94\x85\x94R\x94\x8f\x94(K\x01\x90(K\x02\x91\x94"
+                                       "e.")));
+  expect_bytes_set_case(*read(bytes_of("\x80\x05\x95$\x00\x00\x00\x00\x00\x00\x00]\x94(C\x02"
+                                       "ab\x94"
+                                       "C\x00\x94\x96\x02\x00\x00\x00\x00\x00\x00\x00"
+                                       "x\xff\x94\x8f\x94(K\x01\x90(K\x02\x91\x94"
+                                       "e.")));
 }
 
 void expect_text_case(const Value& root) {
@@ -137,9 +155,9 @@ void expect_text_case(const Value& root) {
 TEST(Reader, TextAndBigInts) {
   expect_text_case(*read(bytes_of(
       "(lp0\nF1.5\naVcaf\xe9 \\U0001f600\np1\naL1267650600228229401496703205376L\naL-1180591620717411303424L\na.")));
-  expect_text_case(*read(bytes_of(
-      "]q\x00(G?\xf8\x00\x00\x00\x00\x00\x00X\n\x00\x00\x00" "caf\xc3\xa9 \xf0\x9f\x98\x80q\x01"
-      "L1267650600228229401496703205376L\nL-1180591620717411303424L\ne.")));
+  expect_text_case(*read(bytes_of("]q\x00(G?\xf8\x00\x00\x00\x00\x00\x00X\n\x00\x00\x00"
+                                  "caf\xc3\xa9 \xf0\x9f\x98\x80q\x01"
+                                  "L1267650600228229401496703205376L\nL-1180591620717411303424L\ne.")));
 }
 
 TEST(Reader, LongOpcodes) {
@@ -184,7 +202,10 @@ TEST(Reader, TextOpcodes) {
 TEST(Reader, BinaryStringsAndBytes) {
   EXPECT_EQ(read(bytes_of("T\x02\x00\x00\x00hi."))->as_string(), "hi");
   EXPECT_EQ(read(bytes_of("U\x02hi."))->as_string(), "hi");
-  EXPECT_EQ(read(bytes_of("\x80\x03" "B\x01\x00\x00\x00z."))->as_string(), "z");
+  EXPECT_EQ(read(bytes_of("\x80\x03"
+                          "B\x01\x00\x00\x00z."))
+                ->as_string(),
+            "z");
   auto b8 = read(bytes_of("\x80\x04\x8e\x01\x00\x00\x00\x00\x00\x00\x00z."));
   EXPECT_TRUE(b8->is(Kind::kBytes));
   auto u8 = read(bytes_of("\x80\x04\x8d\x01\x00\x00\x00\x00\x00\x00\x00z."));
@@ -198,7 +219,10 @@ TEST(Reader, BinaryStringsAndBytes) {
 
 TEST(Reader, StackOpcodes) {
   // POP, DUP, POP_MARK, and POP of an empty frame popping the MARK (as CPython).
-  auto v = read(bytes_of("\x80\x02K\x01K\x02" "0(K\x03K\x04" "1(0K\x05" "2\x87."));
+  auto v = read(bytes_of("\x80\x02K\x01K\x02"
+                         "0(K\x03K\x04"
+                         "1(0K\x05"
+                         "2\x87."));
   ASSERT_EQ(v->items().size(), 3u);
   EXPECT_EQ(v->items()[0]->as_int(), 1);
   EXPECT_EQ(v->items()[1]->as_int(), 5);
@@ -222,13 +246,18 @@ TEST(Reader, MemoSharingAndLongIndices) {
   expect_format_error(bytes_of("\x80\x02h\x05."), {"BINGET", "memo index 5 not found", "offset 2"});
   expect_format_error(bytes_of("\x80\x02q\x00."), {"BINPUT", "stack underflow"});
   // MEMOIZE uses the memo's size as its index.
-  auto m = read(bytes_of("\x80\x04K\x07\x94" "0h\x00."));
+  auto m = read(bytes_of("\x80\x04K\x07\x94"
+                         "0h\x00."));
   EXPECT_EQ(m->as_int(), 7);
   // Index 100 put while the memo is nearly empty, then 40 dense entries and index 105 (the
   // dense table now spans 100): index 100 still holds its value.
-  std::string grown = std::string("\x80\x02K\x01q\x64" "0", 7);
+  std::string grown = std::string("\x80\x02K\x01q\x64"
+                                  "0",
+                                  7);
   for (int i = 0; i < 40; ++i) grown += std::string("K\x02q", 3) + static_cast<char>(i) + "0";
-  grown += std::string("K\x03q\x69" "0h\x64.", 8);
+  grown += std::string("K\x03q\x69"
+                       "0h\x64.",
+                       8);
   EXPECT_EQ(read(grown)->as_int(), 1);
 }
 
@@ -253,11 +282,13 @@ TEST(Reader, InstObjAndNewObjEx) {
   EXPECT_TRUE(obj->callable()->is_global("mod", "Cls"));
   EXPECT_EQ(obj->args()->items()[0]->as_int(), 2);
   expect_format_error("(o.", {"OBJ", "class"});
-  auto ex = read(bytes_of("\x80\x04\x8c\x03mod\x8c\x03" "Cls\x93K\x01\x85}\x8c\x01kK\x02s\x92."));
+  auto ex = read(bytes_of("\x80\x04\x8c\x03mod\x8c\x03"
+                          "Cls\x93K\x01\x85}\x8c\x01kK\x02s\x92."));
   EXPECT_EQ(ex->call_kind(), CallKind::kNewObjEx);
   EXPECT_EQ(ex->kwargs()->get("k")->as_int(), 2);
   // Protocol 2 spelling: copyreg.__newobj_ex__(cls, args, kwargs).
-  auto ex2 = read(bytes_of("\x80\x02" "ccopy_reg\n__newobj_ex__\ncmod\nCls\nK\x01\x85}\x87R."));
+  auto ex2 = read(bytes_of("\x80\x02"
+                           "ccopy_reg\n__newobj_ex__\ncmod\nCls\nK\x01\x85}\x87R."));
   EXPECT_EQ(ex2->call_kind(), CallKind::kNewObjEx);
   EXPECT_TRUE(ex2->callable()->is_global("mod", "Cls"));
 }
@@ -269,25 +300,41 @@ TEST(Reader, PersistentIds) {
 }
 
 TEST(Reader, ObjectsTakeAppendsAndSetItems) {
-  auto v = read(bytes_of("\x80\x02" "cmod\nL\n)R(K\x01K\x02" "eK\x03" "aX\x01\x00\x00\x00kK\x04sN."));
+  auto v = read(bytes_of("\x80\x02"
+                         "cmod\nL\n)R(K\x01K\x02"
+                         "eK\x03"
+                         "aX\x01\x00\x00\x00kK\x04sN."));
   EXPECT_TRUE(v->is_none());
-  auto o = read(bytes_of("\x80\x02" "cmod\nL\n)R(K\x01K\x02" "eK\x03" "aX\x01\x00\x00\x00kK\x04s."));
+  auto o = read(bytes_of("\x80\x02"
+                         "cmod\nL\n)R(K\x01K\x02"
+                         "eK\x03"
+                         "aX\x01\x00\x00\x00kK\x04s."));
   EXPECT_EQ(o->items().size(), 3u);
   EXPECT_EQ(o->entries().size(), 1u);
-  expect_format_error(bytes_of("\x80\x02)K\x01" "a."), {"APPEND", "tuple"});
+  expect_format_error(bytes_of("\x80\x02)K\x01"
+                               "a."),
+                      {"APPEND", "tuple"});
   expect_format_error(bytes_of("\x80\x02]K\x01K\x02s."), {"SETITEM", "list"});
   expect_format_error(bytes_of("\x80\x02}(K\x01u."), {"SETITEMS", "odd"});
   expect_format_error(bytes_of("\x80\x02]}b."), {"BUILD", "expected an object"});
-  expect_format_error(bytes_of("\x80\x02" "cm\nC\n)\x81}b}b."), {"BUILD", "already"});
-  expect_format_error(bytes_of("\x80\x02" "cm\nC\nK\x01R."), {"REDUCE", "argument tuple"});
+  expect_format_error(bytes_of("\x80\x02"
+                               "cm\nC\n)\x81}b}b."),
+                      {"BUILD", "already"});
+  expect_format_error(bytes_of("\x80\x02"
+                               "cm\nC\nK\x01R."),
+                      {"REDUCE", "argument tuple"});
 }
 
 TEST(Reader, FixImportsOnlyBelowProtocol3) {
   EXPECT_TRUE(read("c__builtin__\nlong\n.")->is_global("builtins", "int"));
   EXPECT_TRUE(read(bytes_of("\x80\x02\x8c\x0b__builtin__\x8c\x07unicode\x93."))->is_global("builtins", "str"));
   EXPECT_TRUE(read(bytes_of("\x80\x04\x8c\x0b__builtin__\x8c\x07unicode\x93."))->is_global("__builtin__", "unicode"));
-  EXPECT_TRUE(read(bytes_of("\x80\x02" "ccopy_reg\n_reconstructor\n."))->is_global("copyreg", "_reconstructor"));
-  EXPECT_TRUE(read(bytes_of("\x80\x03" "c__builtin__\nset\n."))->is_global("__builtin__", "set"));
+  EXPECT_TRUE(read(bytes_of("\x80\x02"
+                            "ccopy_reg\n_reconstructor\n."))
+                  ->is_global("copyreg", "_reconstructor"));
+  EXPECT_TRUE(read(bytes_of("\x80\x03"
+                            "c__builtin__\nset\n."))
+                  ->is_global("__builtin__", "set"));
 }
 
 TEST(Reader, UnsupportedOpcodes) {
@@ -312,14 +359,19 @@ TEST(Reader, KnowsEveryOpcodeName) {
 
 TEST(Reader, ErrorsNameSourceOffsetAndExpectation) {
   try {
-    read_pickle(as_bytes(bytes_of("\x80\x02X\x05\x00\x00\x00" "ab")), "archive/data.pkl in model.pt");
+    read_pickle(as_bytes(bytes_of("\x80\x02X\x05\x00\x00\x00"
+                                  "ab")),
+                "archive/data.pkl in model.pt");
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_STREQ(e.what(), "archive/data.pkl in model.pt: BINUNICODE at offset 2: expected 5 bytes of UTF-8 text, 2 left");
+    EXPECT_STREQ(e.what(),
+                 "archive/data.pkl in model.pt: BINUNICODE at offset 2: expected 5 bytes of UTF-8 text, 2 left");
   }
   expect_format_error("", {"without a STOP"});
   expect_format_error(bytes_of("\x80\x02."), {"STOP", "stack underflow"});
-  expect_format_error(bytes_of("\x80\x02" "e."), {"APPENDS", "MARK"});
+  expect_format_error(bytes_of("\x80\x02"
+                               "e."),
+                      {"APPENDS", "MARK"});
   expect_format_error(bytes_of("\x80\x02(."), {"STOP", "after the last MARK"});
 }
 
@@ -338,7 +390,10 @@ TEST(Reader, LyingLengthsFailWithoutAllocating) {
   expect_format_error(bytes_of("\x80\x04\x95\xff\xff\xff\xff\xff\xff\xff\xff."), {"FRAME"});
   expect_format_error(bytes_of("T\xff\xff\xff\xff."), {"BINSTRING", "negative"});
   // A huge memo index costs one map entry, not a 4 GiB table.
-  EXPECT_EQ(read(bytes_of("\x80\x02K\x01r\xfe\xff\xff\xff" "0j\xfe\xff\xff\xff."))->as_int(), 1);
+  EXPECT_EQ(read(bytes_of("\x80\x02K\x01r\xfe\xff\xff\xff"
+                          "0j\xfe\xff\xff\xff."))
+                ->as_int(),
+            1);
 }
 
 TEST(Reader, DeepNestingIsRefused) {
@@ -387,7 +442,8 @@ TEST(Reader, CycleMadeThroughDupOwnsItsCycle) {
 }
 
 TEST(Reader, SelfContainingListOwnsItsCycle) {
-  auto v = read(bytes_of("\x80\x02]q\x00h\x00" "a."));
+  auto v = read(bytes_of("\x80\x02]q\x00h\x00"
+                         "a."));
   ASSERT_TRUE(v->is(Kind::kList));
   ASSERT_EQ(v->items().size(), 1u);
   EXPECT_EQ(v->items()[0].get(), v.get());
@@ -398,7 +454,9 @@ TEST(Reader, SelfContainingListOwnsItsCycle) {
 
 TEST(Reader, CycleThroughDictAndObject) {
   // d = {}; o = mod.C(); o.state = d; d['o'] = o
-  auto v = read(bytes_of("\x80\x02}q\x00X\x01\x00\x00\x00o" "cmod\nC\n)\x81h\x00" "bs."));
+  auto v = read(bytes_of("\x80\x02}q\x00X\x01\x00\x00\x00o"
+                         "cmod\nC\n)\x81h\x00"
+                         "bs."));
   ASSERT_TRUE(v->is(Kind::kDict));
   auto o = v->get("o");
   ASSERT_TRUE(o && o->is(Kind::kObject));
@@ -411,9 +469,13 @@ TEST(Reader, CycleThroughDictAndObject) {
 
 TEST(Reader, DroppedAndRejectedCyclesAreFreed) {
   // A cyclic list that is popped: the result is None and the cycle must not leak.
-  EXPECT_TRUE(read(bytes_of("\x80\x02]q\x00h\x00" "a0N."))->is_none());
+  EXPECT_TRUE(read(bytes_of("\x80\x02]q\x00h\x00"
+                            "a0N."))
+                  ->is_none());
   // A cyclic list in a pickle that is cut short.
-  expect_format_error(bytes_of("\x80\x02]q\x00h\x00" "a"), {"without a STOP"});
+  expect_format_error(bytes_of("\x80\x02]q\x00h\x00"
+                               "a"),
+                      {"without a STOP"});
 }
 
 // Every prefix of a valid pickle is rejected cleanly.

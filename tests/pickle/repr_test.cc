@@ -27,10 +27,22 @@ TEST(Repr, Scalars) {
 
 TEST(Repr, FloatsAsPythonPrintsThem) {
   const std::pair<double, const char*> cases[] = {
-      {1.5, "1.5"}, {1e-05, "1e-05"}, {1e16, "1e+16"}, {1e15, "1000000000000000.0"},
-      {123456789012345678.0, "1.2345678901234568e+17"}, {0.1, "0.1"}, {1.0 / 3, "0.3333333333333333"},
-      {-0.0, "-0.0"}, {5e-324, "5e-324"}, {1.7976931348623157e+308, "1.7976931348623157e+308"},
-      {100.0, "100.0"}, {0.0001, "0.0001"}, {1.0, "1.0"}, {INFINITY, "inf"}, {-INFINITY, "-inf"}, {NAN, "nan"},
+      {1.5, "1.5"},
+      {1e-05, "1e-05"},
+      {1e16, "1e+16"},
+      {1e15, "1000000000000000.0"},
+      {123456789012345678.0, "1.2345678901234568e+17"},
+      {0.1, "0.1"},
+      {1.0 / 3, "0.3333333333333333"},
+      {-0.0, "-0.0"},
+      {5e-324, "5e-324"},
+      {1.7976931348623157e+308, "1.7976931348623157e+308"},
+      {100.0, "100.0"},
+      {0.0001, "0.0001"},
+      {1.0, "1.0"},
+      {INFINITY, "inf"},
+      {-INFINITY, "-inf"},
+      {NAN, "nan"},
   };
   for (const auto& [value, text] : cases) EXPECT_EQ(r(Value::floating(value)), text);
 }
@@ -55,8 +67,7 @@ TEST(Repr, Containers) {
   EXPECT_EQ(r(Value::tuple({Value::integer(1)})), "(1,)");
   EXPECT_EQ(r(Value::tuple({Value::integer(1), Value::integer(2)})), "(1, 2)");
   EXPECT_EQ(r(Value::list({Value::integer(1), Value::integer(2)})), "[1, 2]");
-  EXPECT_EQ(r(Value::dict({{Value::integer(1), Value::list({Value::integer(1), Value::str("a")})}})),
-            "{1: [1, 'a']}");
+  EXPECT_EQ(r(Value::dict({{Value::integer(1), Value::list({Value::integer(1), Value::str("a")})}})), "{1: [1, 'a']}");
   EXPECT_EQ(r(Value::set()), "set()");
   EXPECT_EQ(r(Value::set({Value::integer(1), Value::integer(2)})), "{1, 2}");
   EXPECT_EQ(r(Value::frozenset()), "frozenset()");
@@ -88,9 +99,15 @@ TEST(Repr, ObjectsAsCalls) {
 }
 
 TEST(Repr, CyclesPrintLikePython) {
-  EXPECT_EQ(r(read(bytes_of("\x80\x02]q\x00h\x00" "a."))), "[[...]]");
-  EXPECT_EQ(r(read(bytes_of("\x80\x02}q\x00X\x01\x00\x00\x00" "ah\x00s."))), "{'a': {...}}");
-  EXPECT_EQ(r(read(bytes_of("\x80\x02]q\x00h\x00\x85q\x01" "a0h\x01."))), "([(...)],)");
+  EXPECT_EQ(r(read(bytes_of("\x80\x02]q\x00h\x00"
+                            "a."))),
+            "[[...]]");
+  EXPECT_EQ(r(read(bytes_of("\x80\x02}q\x00X\x01\x00\x00\x00"
+                            "ah\x00s."))),
+            "{'a': {...}}");
+  EXPECT_EQ(r(read(bytes_of("\x80\x02]q\x00h\x00\x85q\x01"
+                            "a0h\x01."))),
+            "([(...)],)");
 }
 
 TEST(Repr, LongOutputIsCut) {

@@ -57,13 +57,17 @@ TEST(Writer, Protocol2IntsExactBytes) {
             bytes_of("\x80\x02]q\x00(K\x00K\xffM\x00\x01M\xff\xffJ\x00\x00\x01\x00J\xff\xff\xff\xffJ\xff\xff\xff\x7fJ"
                      "\x00\x00\x00\x80\x8a\x05\x00\x00\x00\x80\x00\x8a\x05\xff\xff\xff\x7f\xff\x8a\x09\x00\x00\x00\x00"
                      "\x00\x00\x00\x80\x00\x8a\x0d\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x10\x8a\x09\x00\x00"
-                     "\x00\x00\x00\x00\x00\x00\xc0" "e."));
+                     "\x00\x00\x00\x00\x00\x00\xc0"
+                     "e."));
 }
 
 TEST(Writer, Protocol2StringsExactBytes) {
   EXPECT_EQ(write(*strs({"", "a", "caf\xc3\xa9", "\xf0\x9f\x98\x80"}), 2),
-            bytes_of("\x80\x02]q\x00(X\x00\x00\x00\x00q\x01X\x01\x00\x00\x00" "aq\x02X\x05\x00\x00\x00" "caf\xc3\xa9q\x03"
-                     "X\x04\x00\x00\x00\xf0\x9f\x98\x80q\x04" "e."));
+            bytes_of("\x80\x02]q\x00(X\x00\x00\x00\x00q\x01X\x01\x00\x00\x00"
+                     "aq\x02X\x05\x00\x00\x00"
+                     "caf\xc3\xa9q\x03"
+                     "X\x04\x00\x00\x00\xf0\x9f\x98\x80q\x04"
+                     "e."));
 }
 
 ValuePtr small_dict() {
@@ -72,15 +76,19 @@ ValuePtr small_dict() {
 }
 
 TEST(Writer, Protocol2DictExactBytes) {
-  EXPECT_EQ(write(*small_dict(), 2),
-            bytes_of("\x80\x02}q\x00(X\x01\x00\x00\x00" "aq\x01K\x01X\x01\x00\x00\x00" "bq\x02]q\x03(\x88NG?\xf8\x00"
-                     "\x00\x00\x00\x00\x00" "eu."));
+  EXPECT_EQ(write(*small_dict(), 2), bytes_of("\x80\x02}q\x00(X\x01\x00\x00\x00"
+                                              "aq\x01K\x01X\x01\x00\x00\x00"
+                                              "bq\x02]q\x03(\x88NG?\xf8\x00"
+                                              "\x00\x00\x00\x00\x00"
+                                              "eu."));
 }
 
 TEST(Writer, Protocol4DictExactBytes) {
-  EXPECT_EQ(write(*small_dict(), 4),
-            bytes_of("\x80\x04\x95\x1e\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01" "a\x94K\x01\x8c\x01" "b\x94]\x94(\x88NG?"
-                     "\xf8\x00\x00\x00\x00\x00\x00" "eu."));
+  EXPECT_EQ(write(*small_dict(), 4), bytes_of("\x80\x04\x95\x1e\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01"
+                                              "a\x94K\x01\x8c\x01"
+                                              "b\x94]\x94(\x88NG?"
+                                              "\xf8\x00\x00\x00\x00\x00\x00"
+                                              "eu."));
 }
 
 TEST(Writer, TuplesExactBytes) {
@@ -88,38 +96,52 @@ TEST(Writer, TuplesExactBytes) {
                         Value::tuple({Value::integer(1), Value::integer(2)}),
                         Value::tuple({Value::integer(1), Value::integer(2), Value::integer(3)}),
                         Value::tuple({Value::integer(1), Value::integer(2), Value::integer(3), Value::integer(4)})});
-  EXPECT_EQ(write(*v, 2), bytes_of("\x80\x02]q\x00()K\x01\x85q\x01K\x01K\x02\x86q\x02K\x01K\x02K\x03\x87q\x03(K\x01K\x02"
-                                   "K\x03K\x04tq\x04" "e."));
-  EXPECT_EQ(write(*v, 4), bytes_of("\x80\x04\x95#\x00\x00\x00\x00\x00\x00\x00]\x94()K\x01\x85\x94K\x01K\x02\x86\x94K\x01"
-                                   "K\x02K\x03\x87\x94(K\x01K\x02K\x03K\x04t\x94" "e."));
+  EXPECT_EQ(write(*v, 2),
+            bytes_of("\x80\x02]q\x00()K\x01\x85q\x01K\x01K\x02\x86q\x02K\x01K\x02K\x03\x87q\x03(K\x01K\x02"
+                     "K\x03K\x04tq\x04"
+                     "e."));
+  EXPECT_EQ(write(*v, 4),
+            bytes_of("\x80\x04\x95#\x00\x00\x00\x00\x00\x00\x00]\x94()K\x01\x85\x94K\x01K\x02\x86\x94K\x01"
+                     "K\x02K\x03\x87\x94(K\x01K\x02K\x03K\x04t\x94"
+                     "e."));
 }
 
 TEST(Writer, ObjectsExactBytes) {
   auto od = Value::call("collections", "OrderedDict", {});
   od->mutable_entries().push_back({Value::str("a"), Value::integer(1)});
-  EXPECT_EQ(write(*od, 2), bytes_of("\x80\x02" "ccollections\nOrderedDict\nq\x00)Rq\x01X\x01\x00\x00\x00" "aq\x02K\x01s."));
+  EXPECT_EQ(write(*od, 2), bytes_of("\x80\x02"
+                                    "ccollections\nOrderedDict\nq\x00)Rq\x01X\x01\x00\x00\x00"
+                                    "aq\x02K\x01s."));
   auto ns = Value::object(CallKind::kNewObj, Value::global("argparse", "Namespace"), Value::tuple());
   ns->set_state(Value::dict({{Value::str("lr"), Value::floating(0.5)}}));
-  EXPECT_EQ(write(*ns, 4), bytes_of("\x80\x04\x95/\x00\x00\x00\x00\x00\x00\x00\x8c\x08" "argparse\x94\x8c\x09Namespace"
+  EXPECT_EQ(write(*ns, 4), bytes_of("\x80\x04\x95/\x00\x00\x00\x00\x00\x00\x00\x8c\x08"
+                                    "argparse\x94\x8c\x09Namespace"
                                     "\x94\x93\x94)\x81\x94}\x94\x8c\x02lr\x94G?\xe0\x00\x00\x00\x00\x00\x00sb."));
   // A nested name needs getattr below protocol 4.
   EXPECT_EQ(write(*Value::global("collections", "OrderedDict.fromkeys"), 2),
-            bytes_of("\x80\x02" "c__builtin__\ngetattr\nq\x00" "ccollections\nOrderedDict\nq\x01X\x08\x00\x00\x00"
+            bytes_of("\x80\x02"
+                     "c__builtin__\ngetattr\nq\x00"
+                     "ccollections\nOrderedDict\nq\x01X\x08\x00\x00\x00"
                      "fromkeysq\x02\x86q\x03Rq\x04."));
 }
 
 TEST(Writer, SharedAndCyclicExactBytes) {
   auto inner = ints({1});
-  EXPECT_EQ(write(*Value::list({inner, inner}), 2), bytes_of("\x80\x02]q\x00(]q\x01K\x01" "ah\x01" "e."));
+  EXPECT_EQ(write(*Value::list({inner, inner}), 2), bytes_of("\x80\x02]q\x00(]q\x01K\x01"
+                                                             "ah\x01"
+                                                             "e."));
   auto self = Value::list();
   self->mutable_items().push_back(self);
-  EXPECT_EQ(write(*self, 2), bytes_of("\x80\x02]q\x00h\x00" "a."));
-  EXPECT_EQ(write(*self, 4), bytes_of("\x80\x04\x95\x06\x00\x00\x00\x00\x00\x00\x00]\x94h\x00" "a."));
+  EXPECT_EQ(write(*self, 2), bytes_of("\x80\x02]q\x00h\x00"
+                                      "a."));
+  EXPECT_EQ(write(*self, 4), bytes_of("\x80\x04\x95\x06\x00\x00\x00\x00\x00\x00\x00]\x94h\x00"
+                                      "a."));
   // t = (l,); l.append(t): the tuple is recalled from the memo, as CPython does.
   auto l = Value::list();
   auto t = Value::tuple({l});
   l->mutable_items().push_back(t);
-  EXPECT_EQ(write(*t, 2), bytes_of("\x80\x02]q\x00h\x00\x85q\x01" "a0h\x01."));
+  EXPECT_EQ(write(*t, 2), bytes_of("\x80\x02]q\x00h\x00\x85q\x01"
+                                   "a0h\x01."));
   self->mutable_items().clear();  // break the cycles for LeakSanitizer
   l->mutable_items().clear();
 }
@@ -127,16 +149,32 @@ TEST(Writer, SharedAndCyclicExactBytes) {
 // Pickles CPython wrote come out byte for byte the same after read + write.
 TEST(Writer, RewritesCPythonPicklesIdentically) {
   const std::vector<std::pair<int, std::string>> cases = {
-      {2, bytes_of("\x80\x02]q\x00(c_codecs\nencode\nq\x01X\x02\x00\x00\x00" "abq\x02X\x06\x00\x00\x00latin1q\x03\x86q"
-                   "\x04Rq\x05" "c__builtin__\nbytes\nq\x06)Rq\x07" "c__builtin__\nbytearray\nq\x08h\x01X\x03\x00\x00\x00x"
-                   "\xc3\xbfq\x09h\x03\x86q\nRq\x0b\x85q\x0cRq\x0d" "c__builtin__\nset\nq\x0e]q\x0fK\x01" "a\x85q\x10Rq\x11"
-                   "c__builtin__\nfrozenset\nq\x12]q\x13K\x02" "a\x85q\x14Rq\x15" "e.")},
-      {4, bytes_of("\x80\x04\x95:\x00\x00\x00\x00\x00\x00\x00]\x94(C\x02" "ab\x94" "C\x00\x94\x8c\x08" "builtins\x94\x8c"
-                   "\x09" "bytearray\x94\x93\x94" "C\x02x\xff\x94\x85\x94R\x94\x8f\x94(K\x01\x90(K\x02\x91\x94" "e.")},
-      {2, bytes_of("\x80\x02" "cargparse\nNamespace\nq\x00)\x81q\x01}q\x02X\x02\x00\x00\x00lrq\x03G?\xe0\x00\x00\x00"
+      {2, bytes_of("\x80\x02]q\x00(c_codecs\nencode\nq\x01X\x02\x00\x00\x00"
+                   "abq\x02X\x06\x00\x00\x00latin1q\x03\x86q"
+                   "\x04Rq\x05"
+                   "c__builtin__\nbytes\nq\x06)Rq\x07"
+                   "c__builtin__\nbytearray\nq\x08h\x01X\x03\x00\x00\x00x"
+                   "\xc3\xbfq\x09h\x03\x86q\nRq\x0b\x85q\x0cRq\x0d"
+                   "c__builtin__\nset\nq\x0e]q\x0fK\x01"
+                   "a\x85q\x10Rq\x11"
+                   "c__builtin__\nfrozenset\nq\x12]q\x13K\x02"
+                   "a\x85q\x14Rq\x15"
+                   "e.")},
+      {4, bytes_of("\x80\x04\x95:\x00\x00\x00\x00\x00\x00\x00]\x94(C\x02"
+                   "ab\x94"
+                   "C\x00\x94\x8c\x08"
+                   "builtins\x94\x8c"
+                   "\x09"
+                   "bytearray\x94\x93\x94"
+                   "C\x02x\xff\x94\x85\x94R\x94\x8f\x94(K\x01\x90(K\x02\x91\x94"
+                   "e.")},
+      {2, bytes_of("\x80\x02"
+                   "cargparse\nNamespace\nq\x00)\x81q\x01}q\x02X\x02\x00\x00\x00lrq\x03G?\xe0\x00\x00\x00"
                    "\x00\x00\x00sb.")},
-      {4, bytes_of("\x80\x04\x95)\x00\x00\x00\x00\x00\x00\x00\x8c\x0b" "collections\x94\x8c\x0bOrderedDict\x94\x93\x94)R"
-                   "\x94\x8c\x01" "a\x94K\x01s.")},
+      {4, bytes_of("\x80\x04\x95)\x00\x00\x00\x00\x00\x00\x00\x8c\x0b"
+                   "collections\x94\x8c\x0bOrderedDict\x94\x93\x94)R"
+                   "\x94\x8c\x01"
+                   "a\x94K\x01s.")},
   };
   for (const auto& [protocol, original] : cases) {
     EXPECT_EQ(write(*read(original), protocol), original);
@@ -146,8 +184,12 @@ TEST(Writer, RewritesCPythonPicklesIdentically) {
 TEST(Writer, Protocol4LargePayloadsAndFrames) {
   auto v = Value::list({Value::str(std::string(300, 'x')), Value::bytes(std::string(300, 'y'))});
   std::string expected = bytes_of("\x80\x04\x95i\x02\x00\x00\x00\x00\x00\x00]\x94(X,\x01\x00\x00") +
-                         std::string(300, 'x') + bytes_of("\x94" "B,\x01\x00\x00") + std::string(300, 'y') +
-                         bytes_of("\x94" "e.");
+                         std::string(300, 'x') +
+                         bytes_of("\x94"
+                                  "B,\x01\x00\x00") +
+                         std::string(300, 'y') +
+                         bytes_of("\x94"
+                                  "e.");
   EXPECT_EQ(write(*v, 4), expected);
   // A payload of 64 KiB or more is written outside any frame; the rest stays framed.
   auto large = Value::list({Value::bytes(std::string(70000, 'z')), Value::integer(1)});
@@ -171,8 +213,10 @@ TEST(Writer, BatchesOf1000) {
   // PROTO ] q0 ( K7*1000 e ( K7 e .
   ASSERT_EQ(out.size(), 2u + 1 + 2 + 1 + 2000 + 1 + 1 + 2 + 1 + 1);
   EXPECT_EQ(out[6 + 2000], 'e');
-  EXPECT_EQ(out.substr(out.size() - 5), bytes_of("(K\x07" "e."));
-  EXPECT_EQ(write(*ints({7}), 2), bytes_of("\x80\x02]q\x00K\x07" "a."));
+  EXPECT_EQ(out.substr(out.size() - 5), bytes_of("(K\x07"
+                                                 "e."));
+  EXPECT_EQ(write(*ints({7}), 2), bytes_of("\x80\x02]q\x00K\x07"
+                                           "a."));
   // A dict of exactly 1000 items ends with an empty batch.
   DictEntries entries;
   for (int i = 0; i < 1000; ++i) entries.push_back({Value::integer(i), Value::integer(1)});

@@ -82,7 +82,8 @@ TEST(AzureEngineTest, SaveOnFourLoadOnTwoAndInspectMatchesALocalCopy) {
   }
   int rc_az = -1, rc_local = -1;
   std::string az = run_capture(std::string(SP_SHARDPOINT) + " inspect --json --hash '" + url + "'", &rc_az);
-  std::string lo = run_capture(std::string(SP_SHARDPOINT) + " inspect --json --hash '" + dir.path().string() + "'", &rc_local);
+  std::string lo =
+      run_capture(std::string(SP_SHARDPOINT) + " inspect --json --hash '" + dir.path().string() + "'", &rc_local);
   ASSERT_EQ(rc_az, 0) << az;
   ASSERT_EQ(rc_local, 0) << lo;
   nlohmann::json ja = nlohmann::json::parse(az), jl = nlohmann::json::parse(lo);
@@ -95,9 +96,9 @@ TEST(AzureEngineTest, SaveOnFourLoadOnTwoAndInspectMatchesALocalCopy) {
   std::string wrong = azure::base64_encode(std::string(64, 'w'));
   bad_cs.replace(bad_cs.find(kAzuriteKey), std::string(kAzuriteKey).size(), wrong);
   int rc_bad = -1;
-  std::string err = run_capture("AZURE_STORAGE_CONNECTION_STRING='" + bad_cs + "' " + SP_SHARDPOINT +
-                                    " inspect --json '" + url + "' 2>&1",
-                                &rc_bad);
+  std::string err = run_capture(
+      "AZURE_STORAGE_CONNECTION_STRING='" + bad_cs + "' " + SP_SHARDPOINT + " inspect --json '" + url + "' 2>&1",
+      &rc_bad);
   EXPECT_NE(rc_bad, 0) << err;
   EXPECT_NE(err.find("403"), std::string::npos) << err;
   EXPECT_NE(err.find(url), std::string::npos) << err;
@@ -121,7 +122,8 @@ class KillingStorage final : public Storage {
   std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& o, const IoOptions& io) override {
     return target_->open_source(key, o, io);
   }
-  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& o, const IoOptions& io) override {
+  std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& o,
+                                             const IoOptions& io) override {
     {
       std::lock_guard lock(mu_);
       if (++opened_ == after_) server_->stop();
@@ -131,7 +133,9 @@ class KillingStorage final : public Storage {
   void write_atomic(std::string_view key, ByteSpan data, const WriteOptions& o, const IoOptions& io) override {
     target_->write_atomic(key, data, o, io);
   }
-  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override { return target_->list(prefix, io); }
+  std::vector<ObjectInfo> list(std::string_view prefix, const IoOptions& io) override {
+    return target_->list(prefix, io);
+  }
   void remove(std::string_view key, const IoOptions& io) override { target_->remove(key, io); }
   std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
     return target_->remove_prefix(prefix, io);
@@ -147,7 +151,8 @@ class KillingStorage final : public Storage {
 
 TEST(AzureEngineTest, ServerKilledMidSaveCommitsNothingAndTheRetriedSaveSucceeds) {
   SP_REQUIRE_AZURITE(shared);  // only to skip without Azurite; this test runs its own server
-  std::string dir = (std::filesystem::temp_directory_path() / ("sp-azurite-save-" + std::to_string(::getpid()))).string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("sp-azurite-save-" + std::to_string(::getpid()))).string();
   AzuriteProcess server(dir);
   ASSERT_TRUE(server.start()) << server.error();
   azure::AzureConfig config = azurite_config(server.endpoint());

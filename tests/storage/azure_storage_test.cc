@@ -76,8 +76,8 @@ TEST(AzureUrlTest, ParsesAndRoundTrips) {
   EXPECT_EQ(azure::parse_azure_url("az://abc").url(), "az://abc");
   for (const char* bad : {"az://", "az://My-Container/x", "az://ab/x", "az://a--b/x", "az://-ab/x", "az://abc/x?sv=1",
                           "az://abc/x#f", "az://abc//x", "az://abc/a/../b", "az://abc/./b", "az://user@abc/x",
-                          "abfs://abc/x", "abfs://abc@acct.example.com/x", "abfs://abc@A.dfs.core.windows.net", "abfs://abc@acct.dfs.",
-                          "s3://abc/x", "az://abc/x.sp-tmp.1"}) {
+                          "abfs://abc/x", "abfs://abc@acct.example.com/x", "abfs://abc@A.dfs.core.windows.net",
+                          "abfs://abc@acct.dfs.", "s3://abc/x", "az://abc/x.sp-tmp.1"}) {
     EXPECT_THROW(azure::parse_azure_url(bad), UsageError) << bad;
   }
   try {
@@ -153,8 +153,11 @@ TEST(AzureCredentialsTest, SharedKeySignatureIsStable) {
   azure::AzureConfig c;
   c.account = "devstoreaccount1";
   c.account_key = kAzuriteKey;
-  azure::SignedRequest r{"GET", "/devstoreaccount1/c", {{"restype", "container"}, {"comp", "list"}},
-                         {{"x-ms-version", "2021-12-02"}, {"x-ms-date", "Sun, 29 Nov 2026 19:00:00 GMT"}}, 0};
+  azure::SignedRequest r{"GET",
+                         "/devstoreaccount1/c",
+                         {{"restype", "container"}, {"comp", "list"}},
+                         {{"x-ms-version", "2021-12-02"}, {"x-ms-date", "Sun, 29 Nov 2026 19:00:00 GMT"}},
+                         0};
   std::string a = azure::shared_key_authorization(c, r);
   EXPECT_TRUE(a.starts_with("SharedKey devstoreaccount1:")) << a;
   EXPECT_EQ(a.size(), std::string("SharedKey devstoreaccount1:").size() + 44);
@@ -429,7 +432,8 @@ TEST(AzureStorageTest, CreateOnlyBlockListIsRefusedWhenTheBlobExists) {
 
 TEST(AzureStorageTest, ServerKilledMidUploadFailsAndCommitsNothingThenRecovers) {
   SP_REQUIRE_AZURITE(shared);  // only to skip without Azurite; this test runs its own server
-  std::string dir = (std::filesystem::temp_directory_path() / ("sp-azurite-kill-" + std::to_string(::getpid()))).string();
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("sp-azurite-kill-" + std::to_string(::getpid()))).string();
   AzuriteProcess server(dir);
   ASSERT_TRUE(server.start()) << server.error();
   azure::AzureConfig config = azurite_config(server.endpoint());

@@ -160,8 +160,8 @@ inline std::optional<std::string> shared_azurite(std::string* why) {
       error = std::string("no Azurite endpoint in ") + state + "/endpoint (the azurite fixture did not start it)";
       return std::nullopt;
     }
-    static std::string dir = (std::filesystem::temp_directory_path() /
-                              ("shardpoint-azurite-" + std::to_string(::getpid()))).string();
+    static std::string dir =
+        (std::filesystem::temp_directory_path() / ("shardpoint-azurite-" + std::to_string(::getpid()))).string();
     static AzuriteProcess process(dir);
     if (!process.start()) {
       error = process.error();
@@ -216,14 +216,14 @@ inline std::string fresh_container(const azure::AzureConfig& config) {
 
 // Skips the test (fails under SHARDPOINT_REQUIRE_ORACLES=1) when no Azurite is available;
 // otherwise defines `endpoint`.
-#define SP_REQUIRE_AZURITE(endpoint)                                                            \
-  std::string endpoint;                                                                        \
-  {                                                                                            \
-    std::string why_;                                                                          \
-    auto found_ = ::shardpoint::storage::testing::shared_azurite(&why_);                       \
-    if (!found_) {                                                                             \
+#define SP_REQUIRE_AZURITE(endpoint)                                                                  \
+  std::string endpoint;                                                                               \
+  {                                                                                                   \
+    std::string why_;                                                                                 \
+    auto found_ = ::shardpoint::storage::testing::shared_azurite(&why_);                              \
+    if (!found_) {                                                                                    \
       if (::shardpoint::storage::testing::oracles_required()) FAIL() << "Azurite required: " << why_; \
-      GTEST_SKIP() << "Azurite unavailable: " << why_;                                         \
-    }                                                                                          \
-    endpoint = *found_;                                                                        \
+      GTEST_SKIP() << "Azurite unavailable: " << why_;                                                \
+    }                                                                                                 \
+    endpoint = *found_;                                                                               \
   }

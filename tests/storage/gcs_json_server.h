@@ -71,8 +71,8 @@ class GcsJsonServer {
   // Fails the next `count` requests whose "METHOD path?query" contains match (after
   // skipping `skip` of them): mode "503" answers 503, "drop" closes the connection.
   void inject_fault(const std::string& mode, int count, const std::string& match = "", int skip = 0) {
-    control("POST", "/_control/fault?mode=" + mode + "&count=" + std::to_string(count) + "&skip=" +
-                        std::to_string(skip) + "&match=" + http::uri_encode(match, false));
+    control("POST", "/_control/fault?mode=" + mode + "&count=" + std::to_string(count) +
+                        "&skip=" + std::to_string(skip) + "&match=" + http::uri_encode(match, false));
   }
 
   // {"requests": N, "sessions": N, "objects": N, "session_bytes": N (held by open sessions),
@@ -87,7 +87,8 @@ class GcsJsonServer {
     r.method = method;
     r.url = endpoint() + path;
     http::Response resp = client_.execute(r, {}, "test server control");
-    if (resp.status != 200) throw std::runtime_error("test server control " + path + ": HTTP " + std::to_string(resp.status));
+    if (resp.status != 200)
+      throw std::runtime_error("test server control " + path + ": HTTP " + std::to_string(resp.status));
     return resp.body;
   }
 

@@ -13,8 +13,8 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
+#include <thread>
 
 #include "comm/thread_communicator.h"
 #include "core/buffer_pool.h"
@@ -296,7 +296,8 @@ TEST(GcsJsonStorageTest, ThreadsMissingOnOneWindowShareOneFetch) {
 
 TEST(GcsJsonStorageTest, ListFollowsPageTokensAndNamesAreOneEncodedSegment) {
   auto st = open_json("list");
-  std::vector<std::string> keys = {"a b/c+d=e", "a b/%41", "step=3/__0_0.distcp", "x/y/z", "\xc3\xa9t\xc3\xa9", "plain"};
+  std::vector<std::string> keys = {"a b/c+d=e", "a b/%41",           "step=3/__0_0.distcp",
+                                   "x/y/z",     "\xc3\xa9t\xc3\xa9", "plain"};
   for (int i = 0; i < 5; ++i) keys.push_back("many/" + std::to_string(i));
   for (const auto& k : keys) st->write_atomic(k, as_bytes(k));
   std::sort(keys.begin(), keys.end());
@@ -481,7 +482,8 @@ TEST_F(GcsJsonEngineTest, AFailedSaveLeavesNoMetadataAndNoSession) {
   auto st = open_storage("gs://sp-gcs-json/" + unique_name("failed"));
   std::vector<RankState> states;
   for (int r = 0; r < 4; ++r) states.push_back(make_rank_state(r, 4, true));
-  server().inject_fault("503", 1000, "uploadType=media&name=" + st->url().substr(std::string("gs://sp-gcs-json/").size()));
+  server().inject_fault("503", 1000,
+                        "uploadType=media&name=" + st->url().substr(std::string("gs://sp-gcs-json/").size()));
   comm::ThreadGroup group(4, fast());
   EXPECT_ANY_THROW(group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); }));
   server().inject_fault("503", 0);

@@ -40,9 +40,9 @@ namespace shardpoint::storage {
 namespace {
 
 using shardpoint::testing::read_text;
-using storage::testing::pattern;
 using shardpoint::testing::TempDir;
 using shardpoint::testing::write_text;
+using storage::testing::pattern;
 namespace fs = std::filesystem;
 
 // The open-file flags of this process's descriptor on a path starting with path_prefix

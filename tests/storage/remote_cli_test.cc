@@ -99,7 +99,8 @@ void reshard_remote_to_remote_and_local(const std::string& url) {
   r = cli("reshard " + shell_quote(url + "/src") + " " + shell_quote(url + "/dst") + " --ranks 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(url + "/dst"), std::string::npos) << r.output;
-  r = cli("reshard -q " + shell_quote(url + "/src") + " " + shell_quote(from_remote) + " --ranks 3 --memory-budget 1MiB");
+  r = cli("reshard -q " + shell_quote(url + "/src") + " " + shell_quote(from_remote) +
+          " --ranks 3 --memory-budget 1MiB");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const nlohmann::json want = inspect(local_ref);
@@ -145,8 +146,9 @@ void uncommitted_prefix_is_not_a_checkpoint(const std::string& url) {
   auto st = open_storage(url);
   save_on(2, *st);
   st->remove(".metadata");
-  for (const std::string& args : {"verify " + shell_quote(url), "inspect " + shell_quote(url), "inspect --json --hash " + shell_quote(url),
-                                  "reshard " + shell_quote(url) + " " + shell_quote(url + "-out") + " --ranks 2"}) {
+  for (const std::string& args :
+       {"verify " + shell_quote(url), "inspect " + shell_quote(url), "inspect --json --hash " + shell_quote(url),
+        "reshard " + shell_quote(url) + " " + shell_quote(url + "-out") + " --ranks 2"}) {
     auto r = cli(args);
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
     EXPECT_EQ(line_count(r.output), 1u) << args << ": " << r.output;
@@ -162,8 +164,9 @@ void wrong_key_is_one_clean_error(const std::string& url, const std::string& env
   save_on(1, *open_storage(url));
   TempDir dir;
   save_on(1, *open_storage(dir.file("local")));
-  for (const std::string& args : {"verify " + shell_quote(url), "reshard " + shell_quote(url) + " " + shell_quote(dir.file("out")) + " --ranks 2",
-                                  "reshard " + shell_quote(dir.file("local")) + " " + shell_quote(url + "-out") + " --ranks 2"}) {
+  for (const std::string& args :
+       {"verify " + shell_quote(url), "reshard " + shell_quote(url) + " " + shell_quote(dir.file("out")) + " --ranks 2",
+        "reshard " + shell_quote(dir.file("local")) + " " + shell_quote(url + "-out") + " --ranks 2"}) {
     auto r = cli(args, env);
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
     EXPECT_EQ(line_count(r.output), 1u) << args << ": " << r.output;
@@ -178,8 +181,8 @@ TEST(RemoteCliHelpTest, VerifyAndReshardHelpNameUrlsAndCredentialVariables) {
   for (const std::string command : {"verify", "reshard"}) {
     auto r = run_command(kTool + " " + command + " --help");
     EXPECT_EQ(r.exit_code, 0) << command;
-    for (const char* word : {"s3://", "gs://", "az://", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                             "GCS_HMAC_SECRET", "AZURE_STORAGE_CONNECTION_STRING", "not a committed"}) {
+    for (const char* word : {"s3://", "gs://", "az://", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "GCS_HMAC_SECRET",
+                             "AZURE_STORAGE_CONNECTION_STRING", "not a committed"}) {
       EXPECT_NE(r.output.find(word), std::string::npos) << command << " --help lacks " << word;
     }
   }

@@ -56,7 +56,9 @@ using storage::testing::s3_server_kinds;
 
 const std::string kTool = SP_SHARDPOINT;
 
-std::string unique_prefix(const std::string& name) { return "s3://sp-test/" + testing::unique_name("consolidate-" + name); }
+std::string unique_prefix(const std::string& name) {
+  return "s3://sp-test/" + testing::unique_name("consolidate-" + name);
+}
 
 struct ToolRun {
   int code = -1;
@@ -107,11 +109,14 @@ void save_large(storage::Storage& st, int mib) {
     engine::Box small = engine::shard_box({64, 1024}, {world}, {engine::Placement::shard(1)}, {r});
     b[r].assign(static_cast<std::size_t>(engine::volume(small.sizes)), 2.5f);
     engine::StateDict model;
-    model.emplace_back("a", engine::StateNode(engine::TensorShard{DType::kFloat32, {rows, 1024}, box.offsets, box.sizes,
-                                                                  std::as_writable_bytes(std::span<float>(a[r]))}));
-    model.emplace_back("b", engine::StateNode(engine::TensorShard{DType::kFloat32, {64, 1024}, small.offsets,
-                                                                  small.sizes,
-                                                                  std::as_writable_bytes(std::span<float>(b[r]))}));
+    model.emplace_back(
+        "a",
+        engine::StateNode(engine::TensorShard{
+            DType::kFloat32, {rows, 1024}, box.offsets, box.sizes, std::as_writable_bytes(std::span<float>(a[r]))}));
+    model.emplace_back(
+        "b",
+        engine::StateNode(engine::TensorShard{
+            DType::kFloat32, {64, 1024}, small.offsets, small.sizes, std::as_writable_bytes(std::span<float>(b[r]))}));
     roots[r] = engine::StateNode(engine::StateDict{});
     roots[r].set("model", engine::StateNode(std::move(model)));
   }
@@ -159,7 +164,8 @@ TEST_P(RemoteConsolidateS3Test, S3BothWaysEqualsLocalToLocal) {
   std::string want;
   consolidate_both_ways(dir, prefix, "s3", want);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
-  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(prefix + "/d/out.pt"));
+  ToolRun r =
+      tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(prefix + "/d/out.pt"));
   ASSERT_EQ(r.code, 0) << r.out;
   // Default output: "<prefix>.consolidated" next to the prefix.
   r = tool("consolidate " + shell_quote(prefix + "/ckpt/"));
@@ -170,10 +176,9 @@ TEST_P(RemoteConsolidateS3Test, S3BothWaysEqualsLocalToLocal) {
 
   // The s3 -> local result loads in PyTorch 1.13, with Lightning's layout.
   if (run_command("/usr/bin/python3 -c 'import torch' 2>/dev/null").exit_code == 0) {
-    auto load = run_command(
-        "/usr/bin/python3 -c \"import sys, torch; c = torch.load(sys.argv[1]); "
-        "print(sorted(c), sorted(c['state_dict'])[:1], len(c['optimizer_states']))\" " +
-        shell_quote(dir.file("b/out.pt")) + " 2>&1");
+    auto load = run_command("/usr/bin/python3 -c \"import sys, torch; c = torch.load(sys.argv[1]); "
+                            "print(sorted(c), sorted(c['state_dict'])[:1], len(c['optimizer_states']))\" " +
+                            shell_quote(dir.file("b/out.pt")) + " 2>&1");
     EXPECT_EQ(load.exit_code, 0) << load.output;
     EXPECT_NE(load.output.find("'state_dict'"), std::string::npos) << load.output;
     EXPECT_NE(load.output.find("'optimizer_states'"), std::string::npos) << load.output;
@@ -192,7 +197,8 @@ TEST_P(RemoteConsolidateS3Test, ShardedSafetensorsToS3EqualLocalFolder) {
   ToolRun r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " +
                    shell_quote(dir.file("hf")));
   ASSERT_EQ(r.code, 0) << r.out;
-  r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " + shell_quote(prefix + "/hf"));
+  r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " +
+           shell_quote(prefix + "/hf"));
   ASSERT_EQ(r.code, 0) << r.out;
   auto remote = storage::open_storage(prefix + "/hf");
   std::vector<std::string> local_names, remote_names;
@@ -206,7 +212,8 @@ TEST_P(RemoteConsolidateS3Test, ShardedSafetensorsToS3EqualLocalFolder) {
   }
   // A second run finds the output prefix taken (s3s-fs refuses it too, but its HEAD on the
   // prefix, a folder there, answers 500 before the check can name it).
-  r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " + shell_quote(prefix + "/hf"));
+  r = tool("consolidate " + shell_quote(local) + " --to safetensors --max-shard-size 200B --output_file " +
+           shell_quote(prefix + "/hf"));
   EXPECT_EQ(r.code, 1);
   if (GetParam() != "s3s_fs") {
     EXPECT_NE(r.out.find("already exists"), std::string::npos) << r.out;
@@ -238,7 +245,8 @@ TEST_P(RemoteConsolidateS3Test, LightningChecksWordedForAPrefix) {
                 prefix + "/ckpt\n");
 
   // --layout dcp needs no meta.pt; the output object then exists.
-  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file " + shell_quote(prefix + "/object"));
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file " +
+           shell_quote(prefix + "/object"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out,
             "shardpoint: The path for the converted checkpoint already exists. Choose a different path by providing "
@@ -247,7 +255,8 @@ TEST_P(RemoteConsolidateS3Test, LightningChecksWordedForAPrefix) {
   r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file s3://sp-test");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(line_count(r.out), 1u) << r.out;
-  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file " + shell_quote(prefix + "/out.pt"));
+  r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout dcp --output_file " +
+           shell_quote(prefix + "/out.pt"));
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
@@ -269,8 +278,8 @@ TEST_P(RemoteConsolidateS3Test, FailedUploadLeavesNoObjectAndNoUpload) {
   ckpt->write_atomic(victim->relative_path, as_bytes(file));
 
   // A small budget: one reader, small buffers, so model.a is being uploaded when model.b fails.
-  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --layout fabric --memory-budget 40MiB --output_file " +
-                   shell_quote(prefix + "/out.pt"));
+  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") +
+                   " --layout fabric --memory-budget 40MiB --output_file " + shell_quote(prefix + "/out.pt"));
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(line_count(r.out), 1u) << r.out;
   EXPECT_NE(r.out.find("model.b"), std::string::npos) << r.out;
@@ -299,12 +308,13 @@ TEST(RemoteConsolidateTest, SigtermMidUploadLeavesNoObjectAndNoUpload) {
   const std::string prefix = unique_prefix("sigterm");
   save_large(*storage::open_storage(prefix + "/ckpt"), 32);
   const std::string in = prefix + "/ckpt", out = prefix + "/out.pt";
-  const std::string log = "/tmp/shardpoint-moto-" + std::to_string(::getpid()) + "-" + std::to_string(moto->port()) + ".log";
+  const std::string log =
+      "/tmp/shardpoint-moto-" + std::to_string(::getpid()) + "-" + std::to_string(moto->port()) + ".log";
   const std::string started = out.substr(std::string("s3://").size()) + "?uploads=";
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", in.c_str(), "--layout", "fabric", "--output_file",
-            out.c_str(), "--memory-budget", "40MiB", "--quiet", static_cast<char*>(nullptr));
+    ::execl(kTool.c_str(), kTool.c_str(), "consolidate", in.c_str(), "--layout", "fabric", "--output_file", out.c_str(),
+            "--memory-budget", "40MiB", "--quiet", static_cast<char*>(nullptr));
     _exit(127);
   }
   bool seen = false;
@@ -330,7 +340,8 @@ TEST_P(RemoteConsolidateS3Test, WrongSecretIsOneLineWithoutTheSecret) {
   save_small(*storage::open_storage(prefix + "/ckpt"));
   const std::string secret = "Wr0ngS3cretWr0ngS3cretWr0ngS3cret0000000";
   const std::string env = "AWS_SECRET_ACCESS_KEY=" + secret;
-  ToolRun r = tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(dir.file("out.pt")), env);
+  ToolRun r =
+      tool("consolidate " + shell_quote(prefix + "/ckpt") + " --output_file " + shell_quote(dir.file("out.pt")), env);
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(line_count(r.out), 1u) << r.out;
   EXPECT_EQ(r.out.rfind("shardpoint: ", 0), 0u) << r.out;
@@ -422,11 +433,14 @@ TEST(RemoteConsolidateTest, TinyBuffersCutBoxesLikeWholeTensors) {
       big[r].resize(static_cast<std::size_t>(engine::volume(box.sizes)));
       for (std::size_t i = 0; i < big[r].size(); ++i) big[r][i] = static_cast<float>(i) * 0.25f + static_cast<float>(r);
       engine::StateDict model;
-      model.emplace_back("big", engine::StateNode(engine::TensorShard{DType::kFloat32, {3, 4, 50000}, box.offsets,
-                                                                      box.sizes,
-                                                                      std::as_writable_bytes(std::span<float>(big[r]))}));
-      model.emplace_back("scalar", engine::StateNode(engine::TensorShard{DType::kFloat32, {}, {}, {},
-                                                                         std::as_writable_bytes(std::span<float>(scalar))}));
+      model.emplace_back("big",
+                         engine::StateNode(engine::TensorShard{DType::kFloat32,
+                                                               {3, 4, 50000},
+                                                               box.offsets,
+                                                               box.sizes,
+                                                               std::as_writable_bytes(std::span<float>(big[r]))}));
+      model.emplace_back("scalar", engine::StateNode(engine::TensorShard{
+                                       DType::kFloat32, {}, {}, {}, std::as_writable_bytes(std::span<float>(scalar))}));
       model.emplace_back("empty", engine::StateNode(engine::TensorShard{DType::kFloat32, {0, 7}, {0, 0}, {0, 7}, {}}));
       roots[r] = engine::StateNode(engine::StateDict{});
       roots[r].set("model", engine::StateNode(std::move(model)));

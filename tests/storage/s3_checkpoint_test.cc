@@ -141,8 +141,7 @@ TEST_P(S3CheckpointTest, FailedSaveLeavesNoMetadataAndNoUpload) {
   std::vector<BigState> states;
   for (int r = 0; r < 4; ++r) states.push_back(big_state(r, 4, kRows));
   comm::ThreadGroup group(4, fast());
-  EXPECT_ANY_THROW(
-      group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *faulty, comm); }));
+  EXPECT_ANY_THROW(group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *faulty, comm); }));
   EXPECT_FALSE(s3->try_stat(".metadata"));
   EXPECT_EQ(open_uploads(*server, "sp-test"), 0);
 }

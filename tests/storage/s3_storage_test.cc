@@ -164,7 +164,8 @@ TEST_P(S3ServerTest, ListPagesThroughManyObjects) {
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&, t] {
         try {
-          for (int i = t; i < 1005; i += 8) st->write_atomic("k/" + std::to_string(10000 + i), as_bytes(std::string_view("")));
+          for (int i = t; i < 1005; i += 8)
+            st->write_atomic("k/" + std::to_string(10000 + i), as_bytes(std::string_view("")));
         } catch (...) {
           errors[t] = std::current_exception();
         }
@@ -241,13 +242,14 @@ TEST(S3UrlTest, ParsesAndRejectsStrictly) {
   EXPECT_EQ(c.region, "us-west-2");
   EXPECT_EQ(c.endpoint, "http://127.0.0.1:9000");
   EXPECT_FALSE(c.path_style);
-  EXPECT_EQ(s3::make_s3_storage(c)->url(), "s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual");
+  EXPECT_EQ(s3::make_s3_storage(c)->url(),
+            "s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual");
   EXPECT_TRUE(s3::parse_s3_url("s3://bkt?endpoint=http://localhost:1").path_style);
 
-  for (std::string bad : {"s3://", "s3://b", "s3://Bucket/x", "s3://bu_cket", "s3://-bkt", "s3://bkt/a//b",
-                          "s3://bkt/a/../b", "s3://bkt/./a", "s3://bkt/x#frag", "s3://bkt?colour=red",
-                          "s3://bkt?region", "s3://bkt?addressing=sideways", "s3://bkt?endpoint=ftp://h",
-                          "s3://bkt/x.sp-tmp.1"}) {
+  for (std::string bad :
+       {"s3://", "s3://b", "s3://Bucket/x", "s3://bu_cket", "s3://-bkt", "s3://bkt/a//b", "s3://bkt/a/../b",
+        "s3://bkt/./a", "s3://bkt/x#frag", "s3://bkt?colour=red", "s3://bkt?region", "s3://bkt?addressing=sideways",
+        "s3://bkt?endpoint=ftp://h", "s3://bkt/x.sp-tmp.1"}) {
     try {
       s3::parse_s3_url(bad);
       ADD_FAILURE() << bad;
@@ -315,15 +317,14 @@ TEST(AwsCredentialsTest, EnvironmentThenProfiles) {
   shardpoint::testing::TempDir dir;
   const std::string creds = dir.file("credentials");
   const std::string config = dir.file("config");
-  shardpoint::testing::write_text(creds,
-                                  "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sdefault\n"
-                                  "# comment\n[other]\naws_access_key_id=AKOTHER\naws_secret_access_key=sother\n"
-                                  "aws_session_token = tok\n");
+  shardpoint::testing::write_text(creds, "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sdefault\n"
+                                         "# comment\n[other]\naws_access_key_id=AKOTHER\naws_secret_access_key=sother\n"
+                                         "aws_session_token = tok\n");
   shardpoint::testing::write_text(config, "[profile cfg]\nregion = ap-south-1\nendpoint_url = http://h:1\n"
                                           "aws_access_key_id = AKCFG\naws_secret_access_key = scfg\n");
   EnvGuard env;
-  for (const char* n : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                        "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}) {
+  for (const char* n : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
+                        "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"}) {
     env.set(n, nullptr);
   }
   env.set("AWS_SHARED_CREDENTIALS_FILE", creds.c_str());

@@ -68,8 +68,8 @@ TEST_P(StorageConformanceTest, RangedReadsAtOddOffsets) {
     std::uint64_t offset;
     std::size_t length;
   };
-  for (Range r : {Range{0, 1}, Range{1, 7}, Range{4095, 2}, Range{4097, 4096}, Range{12345, 54321},
-                  Range{99999, 4}, Range{100003, 0}, Range{0, 100003}}) {
+  for (Range r : {Range{0, 1}, Range{1, 7}, Range{4095, 2}, Range{4097, 4096}, Range{12345, 54321}, Range{99999, 4},
+                  Range{100003, 0}, Range{0, 100003}}) {
     EXPECT_EQ(read_range(storage(), "obj", r.offset, r.length), data.substr(r.offset, r.length))
         << "offset " << r.offset << " length " << r.length;
   }

@@ -84,7 +84,7 @@ class RecordingUpload final : public PartUpload {
   int fail_part = -1;
   bool fail_finish = false;
   const BufferPool* pool = nullptr;  // when set, its leased buffers are recorded per part
-  bool wait_for_company = false;  // put_part() waits for another part to be in flight
+  bool wait_for_company = false;     // put_part() waits for another part to be in flight
   std::string whole;
   int whole_calls = 0;
   std::atomic<int> starts{0};

@@ -62,7 +62,9 @@ TEST(TensorAdapterTest, SavesOnThreeRanksLoadsOnTwo) {
   const at::Tensor b = at::arange(7, at::kDouble);
   const at::Tensor step = at::scalar_tensor(3.0, at::kFloat);
   auto shards_for = [&](int rank, int world, bool zero) {
-    auto pick = [&](const at::Tensor& full) { return zero ? at::zeros_like(dim0_slice(full, rank, world)) : dim0_slice(full, rank, world); };
+    auto pick = [&](const at::Tensor& full) {
+      return zero ? at::zeros_like(dim0_slice(full, rank, world)) : dim0_slice(full, rank, world);
+    };
     return std::vector<NamedShard>{{"w", pick(w), {7, 10}}, {"b", pick(b), {7}}, {"step", pick(step), {}}};
   };
   {

@@ -78,7 +78,8 @@ Built build_all_dtypes(const TorchSaveOptions& options = {}) {
     if (key % 5 == 2) shape = {4};
     std::size_t n = static_cast<std::size_t>(test::numel_of(shape)) * dtype_itemsize(d);
     std::string data = test::pattern_bytes(n, key);
-    if (d == DType::kBool) for (char& c : data) c = static_cast<char>(c & 1);
+    if (d == DType::kBool)
+      for (char& c : data) c = static_cast<char>(c & 1);
     auto strides = contiguous_strides(shape);
     ValuePtr node = make_tensor_node(d, shape, strides, 0, std::to_string(key), test::numel_of(shape));
     entries.emplace_back(Value::str(std::string(dtype_name(d))), node);
@@ -252,11 +253,14 @@ TEST(TorchFile, BigEndianFilesAreSwappedOnRead) {
   std::vector<std::int64_t> shape{3}, strides{1};
   ValuePtr root = Value::dict({
       {Value::str("f"), make_tensor_node(DType::kFloat32, shape, strides, 0, "0", 3)},
-      {Value::str("c"), make_tensor_node(DType::kComplex64, std::vector<std::int64_t>{1}, std::vector<std::int64_t>{1}, 0, "1", 1)},
+      {Value::str("c"),
+       make_tensor_node(DType::kComplex64, std::vector<std::int64_t>{1}, std::vector<std::int64_t>{1}, 0, "1", 1)},
   });
   std::string be("\x3f\x80\x00\x00\x40\x00\x00\x00\xc0\x40\x00\x00", 12);  // 1, 2, -3 big-endian
-  std::string bc("\x3f\x80\x00\x00\x40\x00\x00\x00", 8);                  // 1+2j
-  std::string z = make_archive(*root, {{"archive/byteorder", "big"}, {"archive/data/0", be}, {"archive/data/1", bc}, {"archive/version", "3\n"}});
+  std::string bc("\x3f\x80\x00\x00\x40\x00\x00\x00", 8);                   // 1+2j
+  std::string z = make_archive(
+      *root,
+      {{"archive/byteorder", "big"}, {"archive/data/0", be}, {"archive/data/1", bc}, {"archive/version", "3\n"}});
   auto f = TorchFile::open(std::make_unique<MemorySource>(as_bytes(z), "be.pt"));
   EXPECT_TRUE(f->big_endian());
   const TensorInfo& t = f->tensors()[0];
@@ -277,19 +281,20 @@ TEST(TorchFile, MalformedFilesAreFormatErrorsNamingTheProblem) {
   std::vector<std::int64_t> shape{2, 2}, strides{2, 1};
   ValuePtr ok = make_tensor_node(DType::kFloat32, shape, strides, 0, "0", 4);
   const std::string data(16, '\1');
-  auto has = [](const std::string& msg, const std::string& part) {
-    return msg.find(part) != std::string::npos;
-  };
+  auto has = [](const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; };
   EXPECT_EQ(open_error(make_archive(*ok, {{"archive/data/0", data}, {"archive/version", "3\n"}})), "");
   // legacy
   std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.rest", 19);
-  EXPECT_EQ(open_error(legacy), "x.pt is a legacy (pre-1.6) torch.save file; not supported: re-save it with a current PyTorch");
+  EXPECT_EQ(open_error(legacy),
+            "x.pt is a legacy (pre-1.6) torch.save file; not supported: re-save it with a current PyTorch");
   EXPECT_TRUE(has(open_error("PYTORCH1xxxxxxxxxxx"), "PYTORCH1"));
   EXPECT_TRUE(has(open_error("hello world, not a zip"), "expected zip local header PK\\3\\4 at offset 0"));
   EXPECT_TRUE(has(open_error(make_archive(*ok, {{"archive/data/0", data}})), "no \"archive/version\" record"));
   EXPECT_EQ(open_error(make_archive(*ok, {{"archive/data/0", data}, {"archive/.data/version", "3\n"}})), "");
-  EXPECT_TRUE(has(open_error(make_archive(*ok, {{"archive/data/0", data}, {"archive/version", "x\n"}})), "expected a format version"));
-  EXPECT_TRUE(has(open_error(make_archive(*ok, {{"archive/data/0", data}, {"archive/version", "3"}, {"archive/byteorder", "middle"}})),
+  EXPECT_TRUE(has(open_error(make_archive(*ok, {{"archive/data/0", data}, {"archive/version", "x\n"}})),
+                  "expected a format version"));
+  EXPECT_TRUE(has(open_error(make_archive(
+                      *ok, {{"archive/data/0", data}, {"archive/version", "3"}, {"archive/byteorder", "middle"}})),
                   "expected \"little\" or \"big\""));
   EXPECT_TRUE(has(open_error(make_archive(*ok, {{"archive/version", "3"}})), "record \"archive/data/0\" is missing"));
   EXPECT_TRUE(has(open_error(make_archive(*ok, {{"archive/data/0", data.substr(1)}, {"archive/version", "3"}})),
@@ -302,25 +307,31 @@ TEST(TorchFile, MalformedFilesAreFormatErrorsNamingTheProblem) {
   EXPECT_TRUE(has(open_error(make_archive(*oob, {{"archive/data/0", data}, {"archive/version", "3"}})),
                   "reaches element 6 of a storage of 4 float32 elements"));
   ValuePtr off = make_tensor_node(DType::kFloat32, shape, strides, 1, "0", 4);
-  EXPECT_TRUE(has(open_error(make_archive(*off, {{"archive/data/0", data}, {"archive/version", "3"}})), "reaches element 5"));
+  EXPECT_TRUE(
+      has(open_error(make_archive(*off, {{"archive/data/0", data}, {"archive/version", "3"}})), "reaches element 5"));
   // huge strides: overflow-safe
   std::vector<std::int64_t> huge_strides{INT64_MAX, INT64_MAX};
   ValuePtr hs = make_tensor_node(DType::kFloat32, shape, huge_strides, 0, "0", 4);
-  EXPECT_TRUE(has(open_error(make_archive(*hs, {{"archive/data/0", data}, {"archive/version", "3"}})), "reaches element"));
+  EXPECT_TRUE(
+      has(open_error(make_archive(*hs, {{"archive/data/0", data}, {"archive/version", "3"}})), "reaches element"));
   // negative stride (hand-built)
-  ValuePtr neg = Value::call("torch._utils", "_rebuild_tensor_v2",
-                             {Value::persistent_id(Value::tuple({Value::str("storage"), Value::global("torch", "FloatStorage"),
-                                                                 Value::str("0"), Value::str("cpu"), Value::integer(4)})),
-                              Value::integer(0), Value::tuple({Value::integer(2)}), Value::tuple({Value::integer(-1)}),
-                              Value::boolean(false), Value::call("collections", "OrderedDict", {})});
-  EXPECT_TRUE(has(open_error(make_archive(*neg, {{"archive/data/0", data}, {"archive/version", "3"}})), "non-negative ints in stride"));
+  ValuePtr neg =
+      Value::call("torch._utils", "_rebuild_tensor_v2",
+                  {Value::persistent_id(Value::tuple({Value::str("storage"), Value::global("torch", "FloatStorage"),
+                                                      Value::str("0"), Value::str("cpu"), Value::integer(4)})),
+                   Value::integer(0), Value::tuple({Value::integer(2)}), Value::tuple({Value::integer(-1)}),
+                   Value::boolean(false), Value::call("collections", "OrderedDict", {})});
+  EXPECT_TRUE(has(open_error(make_archive(*neg, {{"archive/data/0", data}, {"archive/version", "3"}})),
+                  "non-negative ints in stride"));
   // unknown storage type
-  ValuePtr q = Value::call("torch._utils", "_rebuild_tensor_v2",
-                           {Value::persistent_id(Value::tuple({Value::str("storage"), Value::global("torch", "QInt8Storage"),
-                                                               Value::str("0"), Value::str("cpu"), Value::integer(4)})),
-                            Value::integer(0), Value::tuple({Value::integer(2)}), Value::tuple({Value::integer(1)}),
-                            Value::boolean(false), Value::call("collections", "OrderedDict", {})});
-  EXPECT_TRUE(has(open_error(make_archive(*q, {{"archive/data/0", data}, {"archive/version", "3"}})), "unsupported storage type torch.QInt8Storage"));
+  ValuePtr q =
+      Value::call("torch._utils", "_rebuild_tensor_v2",
+                  {Value::persistent_id(Value::tuple({Value::str("storage"), Value::global("torch", "QInt8Storage"),
+                                                      Value::str("0"), Value::str("cpu"), Value::integer(4)})),
+                   Value::integer(0), Value::tuple({Value::integer(2)}), Value::tuple({Value::integer(1)}),
+                   Value::boolean(false), Value::call("collections", "OrderedDict", {})});
+  EXPECT_TRUE(has(open_error(make_archive(*q, {{"archive/data/0", data}, {"archive/version", "3"}})),
+                  "unsupported storage type torch.QInt8Storage"));
   // wrong argument kinds
   ValuePtr bad = Value::call("torch._utils", "_rebuild_tensor_v2", {Value::integer(1)});
   EXPECT_TRUE(has(open_error(make_archive(*bad, {{"archive/version", "3"}})), "argument 0 (storage)"));
@@ -330,7 +341,8 @@ TEST(TorchFile, TruncatedAndFlippedFilesNeverCrash) {
   std::vector<std::int64_t> shape{2, 3};
   ValuePtr root = Value::dict({
       {Value::str("a"), make_tensor_node(DType::kFloat32, shape, contiguous_strides(shape), 0, "0", 6)},
-      {Value::str("b"), make_parameter_node(make_tensor_node(DType::kUInt16, shape, contiguous_strides(shape), 0, "1", 6))},
+      {Value::str("b"),
+       make_parameter_node(make_tensor_node(DType::kUInt16, shape, contiguous_strides(shape), 0, "1", 6))},
       {Value::str("c"), Value::list({Value::integer(1), Value::str("x")})},
   });
   StringSink sink;

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "shardpoint/pickle_value.h"
 #include "test_util.h"
@@ -39,15 +39,16 @@ std::string to_hex(std::string_view s) {
 // The PyTorch 2.6 runner (scripts/oracle-python), or "" when that root is not usable.
 std::string torch26_runner() {
   std::string runner = std::string(SP_SOURCE_DIR) + "/scripts/oracle-python";
-  auto r = testing::run_command(runner + " -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith(\"2.6\") else 1)' 2>/dev/null");
+  auto r = testing::run_command(
+      runner + " -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith(\"2.6\") else 1)' 2>/dev/null");
   return r.exit_code == 0 ? runner : "";
 }
 
-#define SP_REQUIRE_TORCH26_RUNNER(var)                                                       \
-  std::string var = torch26_runner();                                                        \
-  if (var.empty()) {                                                                         \
+#define SP_REQUIRE_TORCH26_RUNNER(var)                                                                     \
+  std::string var = torch26_runner();                                                                      \
+  if (var.empty()) {                                                                                       \
     if (testing::oracles_required()) FAIL() << "oracle missing: PyTorch 2.6 root (scripts/oracle-python)"; \
-    GTEST_SKIP() << "oracle missing: PyTorch 2.6 root; run make oracle";                     \
+    GTEST_SKIP() << "oracle missing: PyTorch 2.6 root; run make oracle";                                   \
   }
 
 // Checks every file of a manifest made by `oracle_torch.py make`.
@@ -121,7 +122,8 @@ void check_manifest(const std::string& dir) {
     TorchFile::open(dir + "/legacy.pt");
     ADD_FAILURE() << "legacy file opened";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("is a legacy (pre-1.6) torch.save file; not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is a legacy (pre-1.6) torch.save file; not supported"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -186,8 +188,12 @@ struct WriterCase {
 
 json tensor_json(DType d, const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& strides,
                  std::int64_t offset, bool requires_grad, bool param, const std::string& row_major) {
-  return {{"dtype", std::string(dtype_name(d))}, {"shape", shape},           {"strides", strides},
-          {"storage_offset", offset},            {"requires_grad", requires_grad}, {"is_parameter", param},
+  return {{"dtype", std::string(dtype_name(d))},
+          {"shape", shape},
+          {"strides", strides},
+          {"storage_offset", offset},
+          {"requires_grad", requires_grad},
+          {"is_parameter", param},
           {"sha256", test::sha256_of(row_major)}};
 }
 
@@ -199,7 +205,8 @@ WriterCase make_writer_case(const std::vector<DType>& dtypes, bool floats = true
   for (DType d : dtypes) {
     std::vector<std::int64_t> shape = key % 4 == 3 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{2, 3};
     std::string data = test::pattern_bytes(static_cast<std::size_t>(test::numel_of(shape)) * dtype_itemsize(d), key);
-    if (d == DType::kBool) for (char& ch : data) ch = static_cast<char>(ch & 1);
+    if (d == DType::kBool)
+      for (char& ch : data) ch = static_cast<char>(ch & 1);
     if (d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kFloat16 || d == DType::kBFloat16 ||
         d == DType::kComplex64 || d == DType::kComplex128) {
       // keep floats finite: clear the top exponent bit of every element's high byte
@@ -210,7 +217,8 @@ WriterCase make_writer_case(const std::vector<DType>& dtypes, bool floats = true
     auto strides = contiguous_strides(shape);
     by_dtype.emplace_back(Value::str(std::string(dtype_name(d))),
                           make_tensor_node(d, shape, strides, 0, std::to_string(key), test::numel_of(shape)));
-    c.expected["tensors"]["/dtypes/" + std::string(dtype_name(d))] = tensor_json(d, shape, strides, 0, false, false, data);
+    c.expected["tensors"]["/dtypes/" + std::string(dtype_name(d))] =
+        tensor_json(d, shape, strides, 0, false, false, data);
     c.storages.emplace_back(std::to_string(key), data);
     ++key;
   }
@@ -254,11 +262,10 @@ WriterCase make_writer_case(const std::vector<DType>& dtypes, bool floats = true
   // scalars
   std::string big_le("\x00\x00\x00\x00\x00\x00\x00\x00\x40", 9);  // 2**70
   // Python floats pickle as BINFLOAT, which 1.13's weights-only unpickler rejects.
-  ValuePtr misc = Value::list({Value::big_integer(big_le), Value::integer(-1),
-                               floats ? Value::floating(1.5) : Value::integer(2),
-                               floats ? Value::floating(-INFINITY) : Value::integer(-3),
-                               Value::str("h\xc3\xa9llo \xe2\x9c\x93"), Value::none(),
-                               Value::boolean(true), Value::tuple({Value::integer(300), Value::str("")})});
+  ValuePtr misc =
+      Value::list({Value::big_integer(big_le), Value::integer(-1), floats ? Value::floating(1.5) : Value::integer(2),
+                   floats ? Value::floating(-INFINITY) : Value::integer(-3), Value::str("h\xc3\xa9llo \xe2\x9c\x93"),
+                   Value::none(), Value::boolean(true), Value::tuple({Value::integer(300), Value::str("")})});
   c.expected["scalars"]["/misc/0"] = {{"kind", "int"}, {"le", "000000000000000040"}};
   c.expected["scalars"]["/misc/1"] = {{"kind", "int"}, {"le", "ff"}};
   if (floats) {
@@ -275,8 +282,10 @@ WriterCase make_writer_case(const std::vector<DType>& dtypes, bool floats = true
   c.expected["scalars"]["/misc/7/1"] = {{"kind", "str"}, {"utf8", ""}};
   c.root = Value::dict({
       {Value::str("dtypes"), Value::dict(std::move(by_dtype))},
-      {Value::str("views"), Value::dict({{Value::str("base"), vbase}, {Value::str("t"), vt},
-                                         {Value::str("slice"), vslice}, {Value::str("col"), vcol}})},
+      {Value::str("views"), Value::dict({{Value::str("base"), vbase},
+                                         {Value::str("t"), vt},
+                                         {Value::str("slice"), vslice},
+                                         {Value::str("col"), vcol}})},
       {Value::str("model"), od},
       {Value::str("empty"), empty},
       {Value::str("misc"), misc},
@@ -284,7 +293,8 @@ WriterCase make_writer_case(const std::vector<DType>& dtypes, bool floats = true
   return c;
 }
 
-std::string write_case(const WriterCase& c, const testing::TempDir& dir, const std::string& name, ZipWriterOptions zip = {}) {
+std::string write_case(const WriterCase& c, const testing::TempDir& dir, const std::string& name,
+                       ZipWriterOptions zip = {}) {
   std::string path = dir.file(name + ".pt");
   UniqueFd fd = UniqueFd::open(path, O_WRONLY | O_CREAT | O_TRUNC);
   FileSink sink(fd);
@@ -297,9 +307,9 @@ std::string write_case(const WriterCase& c, const testing::TempDir& dir, const s
   return path;
 }
 
-const std::vector<DType> kTorch113DTypes = {
-    DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kComplex64, DType::kComplex128,
-    DType::kInt8,    DType::kInt16,   DType::kInt32,   DType::kInt64,    DType::kUInt8,     DType::kBool};
+const std::vector<DType> kTorch113DTypes = {DType::kFloat32,   DType::kFloat64,    DType::kFloat16, DType::kBFloat16,
+                                            DType::kComplex64, DType::kComplex128, DType::kInt8,    DType::kInt16,
+                                            DType::kInt32,     DType::kInt64,      DType::kUInt8,   DType::kBool};
 
 TEST(TorchOracle, Torch113LoadsWriterOutputWeightsOnly) {
   SP_REQUIRE_TORCH113(python);

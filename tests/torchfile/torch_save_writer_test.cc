@@ -50,9 +50,9 @@ TEST(MakeTensorNode, NewDTypesUseUntypedStorageAndV3) {
     EXPECT_EQ(pid[4]->as_int(), static_cast<std::int64_t>(4 * dtype_itemsize(d)));  // bytes
     EXPECT_TRUE(a[6]->is_global("torch", dtype_name(d)));
   }
-  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kComplex64,
-                  DType::kComplex128, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kUInt8,
-                  DType::kBool}) {
+  for (DType d :
+       {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kComplex64, DType::kComplex128,
+        DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBool}) {
     EXPECT_TRUE(uses_legacy_storage(d)) << dtype_name(d);
   }
   EXPECT_THROW(make_tensor_node(DType::kFloat32, shape, std::vector<std::int64_t>{}, 0, "0", 4), UsageError);
@@ -66,7 +66,8 @@ TEST(ContiguousStrides, RowMajor) {
 }
 
 TEST(SerializationId, FortyDigitsDeterministicAndSensitive) {
-  std::vector<std::pair<std::string, std::uint32_t>> r{{"data.pkl", 1}, {"byteorder", 2}, {"data/0", 3}, {"version", 4}};
+  std::vector<std::pair<std::string, std::uint32_t>> r{
+      {"data.pkl", 1}, {"byteorder", 2}, {"data/0", 3}, {"version", 4}};
   std::string a = serialization_id(r);
   EXPECT_EQ(a.size(), 40u);
   EXPECT_EQ(a, serialization_id(r));

@@ -60,7 +60,8 @@ inline void walk_tree(const TorchFile& f, const pickle::Value& v, const std::str
       break;
     case Kind::kList:
     case Kind::kTuple:
-      for (std::size_t i = 0; i < v.items().size(); ++i) walk_tree(f, *v.items()[i], path + "/" + std::to_string(i), out);
+      for (std::size_t i = 0; i < v.items().size(); ++i)
+        walk_tree(f, *v.items()[i], path + "/" + std::to_string(i), out);
       break;
     case Kind::kObject:
       if (v.callable() && v.callable()->is_global("collections", "OrderedDict")) {
@@ -69,8 +70,7 @@ inline void walk_tree(const TorchFile& f, const pickle::Value& v, const std::str
       }
       out.scalars[path] = &v;
       break;
-    default:
-      out.scalars[path] = &v;
+    default: out.scalars[path] = &v;
   }
 }
 

@@ -46,11 +46,11 @@ void put64(std::string& s, std::size_t at, std::uint64_t v) {
 TEST(ZipReader, ReadsPythonZipfileArchivesWithCommentDeflateAndNoPadding) {
   testing::TempDir dir;
   std::string path = dir.file("py.zip");
-  auto r = testing::run_command(
-      "python3 -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],'w'); "
-      "z.writestr(zipfile.ZipInfo('foo/data.pkl'), b'hello'); "
-      "z.writestr('foo/big', b'a'*1000, compress_type=zipfile.ZIP_DEFLATED); "
-      "z.comment=b'c'*300; z.close()\" " + path + " 2>&1");
+  auto r = testing::run_command("python3 -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],'w'); "
+                                "z.writestr(zipfile.ZipInfo('foo/data.pkl'), b'hello'); "
+                                "z.writestr('foo/big', b'a'*1000, compress_type=zipfile.ZIP_DEFLATED); "
+                                "z.comment=b'c'*300; z.close()\" " +
+                                path + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string bytes = testing::read_text(path);
   MemorySource src(as_bytes(bytes), path);
@@ -130,7 +130,7 @@ TEST(ZipReader, LyingCountsSizesAndOffsets) {
   MemorySource ok(as_bytes(z), "t.zip");
   ZipArchive a(ok);
   const std::uint64_t cd = a.entries().back().data_offset + 2 + 16;  // after version + descriptor
-  {  // count far too large (zip64 record wins)
+  {                                                                  // count far too large (zip64 record wins)
     std::string c = z;
     put64(c, e64 + 32, 1ull << 40);
     EXPECT_NE(error_of(c).find("entries cannot fit"), std::string::npos) << error_of(c);

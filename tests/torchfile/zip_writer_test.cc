@@ -43,7 +43,7 @@ TEST(ZipWriter, LayoutMatchesTorchSave) {
   const auto* b = reinterpret_cast<const std::byte*>(z.data());
   EXPECT_EQ(get_le<std::uint32_t>(b), zip::kLocalHeaderSig);
   EXPECT_EQ(get_le<std::uint16_t>(b + 6), 0x0808);
-  EXPECT_EQ(get_le<std::uint32_t>(b + 14), 0u);  // crc in descriptor
+  EXPECT_EQ(get_le<std::uint32_t>(b + 14), 0u);            // crc in descriptor
   EXPECT_EQ(get_le<std::uint16_t>(b + 28), 64 - 30 - 16);  // FB field: 4 + 14 pad
   EXPECT_EQ(get_le<std::uint16_t>(b + 30 + 16), zip::kPaddingExtraId);
   EXPECT_EQ(get_le<std::uint16_t>(b + 30 + 16 + 2), 14);
@@ -63,8 +63,8 @@ TEST(ZipWriter, LayoutMatchesTorchSave) {
   EXPECT_EQ(get_le<std::uint32_t>(b + 725 + 16), 466u);
 }
 
-void check_round_trip(const std::string& z, std::uint64_t base, const std::vector<std::pair<std::string, std::string>>& recs,
-                      std::uint32_t alignment) {
+void check_round_trip(const std::string& z, std::uint64_t base,
+                      const std::vector<std::pair<std::string, std::string>>& recs, std::uint32_t alignment) {
   MemorySource src(as_bytes(z).subspan(base), "test.zip");
   ZipArchive a(src);
   ASSERT_EQ(a.entries().size(), recs.size());
@@ -256,10 +256,11 @@ TEST(ZipWriter, RealZip64BeyondFourGiB) {
     for (const auto& [at, bytes] : sink.segments()) fd.pwrite_all(as_bytes(bytes), at);
     ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(sink.position())), 0);
   }
-  auto r = testing::run_command(
-      "python3 -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); "
-      "print(','.join('%s:%d:%08x' % (i.filename, i.file_size, i.CRC) for i in z.infolist())); "
-      "print(z.read('a/after').decode())\" " + path + " 2>&1");
+  auto r =
+      testing::run_command("python3 -c \"import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); "
+                           "print(','.join('%s:%d:%08x' % (i.filename, i.file_size, i.CRC) for i in z.infolist())); "
+                           "print(z.read('a/after').decode())\" " +
+                           path + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   char want[256];
   std::snprintf(want, sizeof want, "a/small:5:%08x,a/big_unknown:%llu:%08x,a/big_known:%llu:%08x,a/after:3:%08x\nxyz\n",

@@ -108,13 +108,13 @@ class TrainProcessTest : public ::testing::Test {
 TEST_F(TrainProcessTest, ResumeIsExactOnSameWorldSizeAndCloseOnAnother) {
   // SGD with momentum: Adam turns roundoff on zero-gradient elements into full-size updates,
   // so only its same-world-size resume is bitwise comparable (train_test covers Adam).
-  const std::vector<std::string> common{"--strategy", "fsdp", "--optimizer", "sgd", "--momentum", "0.9",
-                                        "--model-size", "tiny"};
+  const std::vector<std::string> common{"--strategy", "fsdp", "--optimizer",  "sgd",
+                                        "--momentum", "0.9",  "--model-size", "tiny"};
   auto run = [&](const std::string& root, int devices, const std::string& type, int steps, const std::string& ckpt) {
     std::vector<std::string> args = common;
-    for (const std::string& a : {std::string("--devices"), std::to_string(devices), std::string("--state-dict-type"), type,
-                                 std::string("--max-steps"), std::to_string(steps), std::string("--root"),
-                                 (dir_ / root).string()}) {
+    for (const std::string& a :
+         {std::string("--devices"), std::to_string(devices), std::string("--state-dict-type"), type,
+          std::string("--max-steps"), std::to_string(steps), std::string("--root"), (dir_ / root).string()}) {
       args.push_back(a);
     }
     if (!ckpt.empty()) args.insert(args.end(), {"--ckpt-path", ckpt});
@@ -156,7 +156,8 @@ TEST_F(TrainProcessTest, BadArgumentsFailOnEveryRank) {
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   EXPECT_NE(r.output.find("Unknown state_dict_type: \"local\" (expected \"full\" or \"sharded\")"), std::string::npos)
       << r.output;
-  r = train({"--devices", "2", "--max-steps", "1", "--root", dir_.string(), "--ckpt-path", (dir_ / "nothing").string()});
+  r = train(
+      {"--devices", "2", "--max-steps", "1", "--root", dir_.string(), "--ckpt-path", (dir_ / "nothing").string()});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   EXPECT_NE(r.output.find("rank 0: The path"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: The path"), std::string::npos) << r.output;
@@ -168,7 +169,8 @@ TEST_F(TrainProcessTest, BadArgumentsFailOnEveryRank) {
   r = train({"--devices", "2", "--save-top-k", "3", "--root", dir_.string()});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   EXPECT_NE(r.output.find("ModelCheckpoint(save_top_k=3, monitor=None) is not a valid configuration"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   r = train({"--monitor", "val_loss", "--root", dir_.string()});
   EXPECT_EQ(r.exit_code, 2) << r.describe();
   EXPECT_NE(r.output.find("could not find the monitored key"), std::string::npos) << r.output;
@@ -179,9 +181,10 @@ TEST_F(TrainProcessTest, BadArgumentsFailOnEveryRank) {
 TEST_F(TrainProcessTest, HelpExplainsEveryFlag) {
   const auto r = train({"--help"});
   EXPECT_EQ(r.exit_code, 0) << r.describe();
-  for (const char* flag : {"--devices", "--max-steps", "--max-epochs", "--every-n-train-steps", "--save-top-k",
-                           "--save-last", "--monitor", "--accumulate-grad-batches", "--gradient-clip-val",
-                           "--ckpt-path", "last", "s3://", "--root", "--state-dict-type", "train_loss", "--async-save"}) {
+  for (const char* flag :
+       {"--devices", "--max-steps", "--max-epochs", "--every-n-train-steps", "--save-top-k", "--save-last", "--monitor",
+        "--accumulate-grad-batches", "--gradient-clip-val", "--ckpt-path", "last", "s3://", "--root",
+        "--state-dict-type", "train_loss", "--async-save"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }
@@ -194,7 +197,8 @@ TEST_F(TrainProcessTest, EveryNStepsSaveLastAndResumeFromLast) {
     EXPECT_EQ(r.exit_code, 0) << r.describe();
     return r;
   };
-  run({"--state-dict-type", "sharded", "--max-steps", "5", "--every-n-train-steps", "2", "--root", (dir_ / "a").string()});
+  run({"--state-dict-type", "sharded", "--max-steps", "5", "--every-n-train-steps", "2", "--root",
+       (dir_ / "a").string()});
   const fs::path v0 = dir_ / "a/lightning_logs/version_0/checkpoints";
   // Step 2's checkpoint was removed after step 4's was committed; the run's end saves only
   // last.ckpt (every_n_train_steps turns the epoch-end top-k save off, as in Lightning).
@@ -208,10 +212,11 @@ TEST_F(TrainProcessTest, EveryNStepsSaveLastAndResumeFromLast) {
   // A newer run that died before committing its last.ckpt: not a checkpoint to "last".
   fs::create_directories(dir_ / "a/lightning_logs/version_1/checkpoints/last.ckpt");
   fs::copy_file(v0 / "last.ckpt/.metadata", dir_ / "a/lightning_logs/version_1/checkpoints/last.ckpt/.metadata");
-  const auto resumed = run({"--state-dict-type", "full", "--max-steps", "7", "--root", (dir_ / "a").string(),
-                            "--ckpt-path", "last"});
+  const auto resumed =
+      run({"--state-dict-type", "full", "--max-steps", "7", "--root", (dir_ / "a").string(), "--ckpt-path", "last"});
   EXPECT_NE(resumed.output.find("loaded sharded checkpoint " + (v0 / "last.ckpt").string() + " (global_step 5)"),
-            std::string::npos) << resumed.output;
+            std::string::npos)
+      << resumed.output;
   const fs::path v2 = dir_ / "a/lightning_logs/version_2/checkpoints";
   EXPECT_EQ(names_in(v2), (std::set<std::string>{"epoch=0-step=7.ckpt", "last.ckpt"}));
   run({"--state-dict-type", "full", "--max-steps", "7", "--root", (dir_ / "s").string()});
@@ -237,9 +242,9 @@ TEST_F(TrainProcessTest, AsyncSaveCommitsEveryCheckpointAndResumesExactly) {
     EXPECT_EQ(r.exit_code, 0) << r.describe();
     return r;
   };
-  const auto saving = run({"--devices", "4", "--state-dict-type", "sharded", "--async-save", "--every-n-train-steps",
-                           "1", "--save-top-k", "-1", "--save-last", "--max-steps", "4", "--root",
-                           (dir_ / "a").string()});
+  const auto saving =
+      run({"--devices", "4", "--state-dict-type", "sharded", "--async-save", "--every-n-train-steps", "1",
+           "--save-top-k", "-1", "--save-last", "--max-steps", "4", "--root", (dir_ / "a").string()});
   const fs::path v0 = dir_ / "a/lightning_logs/version_0/checkpoints";
   const std::set<std::string> all{"epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt", "epoch=0-step=3.ckpt",
                                   "epoch=0-step=4.ckpt", "last.ckpt"};
@@ -248,19 +253,22 @@ TEST_F(TrainProcessTest, AsyncSaveCommitsEveryCheckpointAndResumesExactly) {
     EXPECT_TRUE(fs::is_regular_file(v0 / name / ".metadata")) << name;
     EXPECT_TRUE(fs::is_regular_file(v0 / name / "meta.pt")) << name;
     EXPECT_NE(saving.output.find("committed sharded checkpoint " + (v0 / name).string()), std::string::npos)
-        << name << "\n" << saving.output;
+        << name << "\n"
+        << saving.output;
   }
   EXPECT_NE(saving.output.find("writing in the background"), std::string::npos) << saving.output;
   // meta.pt holds the loop counters of its own save, not of the later commit.
-  EXPECT_EQ(torchfile::TorchFile::open((v0 / "epoch=0-step=2.ckpt/meta.pt").string())->root()->get("global_step")->as_int(),
-            2);
+  EXPECT_EQ(
+      torchfile::TorchFile::open((v0 / "epoch=0-step=2.ckpt/meta.pt").string())->root()->get("global_step")->as_int(),
+      2);
 
   const auto resumed = run({"--devices", "4", "--state-dict-type", "full", "--max-steps", "6", "--root",
                             (dir_ / "a").string(), "--ckpt-path", "last"});
   EXPECT_NE(resumed.output.find("loaded sharded checkpoint " + (v0 / "last.ckpt").string() + " (global_step 4)"),
-            std::string::npos) << resumed.output;
-  const auto straight = run({"--devices", "4", "--state-dict-type", "full", "--max-steps", "6", "--root",
-                             (dir_ / "s").string()});
+            std::string::npos)
+      << resumed.output;
+  const auto straight =
+      run({"--devices", "4", "--state-dict-type", "full", "--max-steps", "6", "--root", (dir_ / "s").string()});
   const auto want = tensors_of(newest_checkpoint(dir_ / "s"));
   const auto got = tensors_of((dir_ / "a/lightning_logs/version_1/checkpoints/epoch=0-step=6.ckpt").string());
   ASSERT_EQ(want.size(), 67u * 2);
@@ -270,9 +278,9 @@ TEST_F(TrainProcessTest, AsyncSaveCommitsEveryCheckpointAndResumesExactly) {
   }
   EXPECT_EQ(losses_of(resumed.output).at(6), losses_of(straight.output).at(6));
 
-  const auto elastic = run({"--devices", "2", "--state-dict-type", "sharded", "--async-save", "--every-n-train-steps",
-                            "1", "--max-steps", "5", "--root", (dir_ / "e").string(), "--ckpt-path",
-                            (v0 / "epoch=0-step=2.ckpt").string()});
+  const auto elastic =
+      run({"--devices", "2", "--state-dict-type", "sharded", "--async-save", "--every-n-train-steps", "1",
+           "--max-steps", "5", "--root", (dir_ / "e").string(), "--ckpt-path", (v0 / "epoch=0-step=2.ckpt").string()});
   EXPECT_NE(elastic.output.find("(global_step 2)"), std::string::npos) << elastic.output;
   const fs::path e0 = dir_ / "e/lightning_logs/version_0/checkpoints";
   EXPECT_EQ(names_in(e0), (std::set<std::string>{"epoch=0-step=5.ckpt"}));
@@ -300,8 +308,10 @@ TEST_F(TrainProcessTest, TopKOnTrainLossKeepsTheBest) {
   const fs::path dir = dir_ / "lightning_logs/version_0/checkpoints";
   EXPECT_EQ(names_in(dir), (std::set<std::string>{"epoch=0-step=" + std::to_string(ranked[0].second) + ".ckpt",
                                                   "epoch=0-step=" + std::to_string(ranked[1].second) + ".ckpt"}));
-  const auto [key, state] = callback_of((dir / ("epoch=0-step=" + std::to_string(ranked[0].second) + ".ckpt")).string());
-  EXPECT_EQ(key.rfind("ModelCheckpoint{'monitor': 'train_loss', 'mode': 'min', 'every_n_train_steps': 1,", 0), 0u) << key;
+  const auto [key, state] =
+      callback_of((dir / ("epoch=0-step=" + std::to_string(ranked[0].second) + ".ckpt")).string());
+  EXPECT_EQ(key.rfind("ModelCheckpoint{'monitor': 'train_loss', 'mode': 'min', 'every_n_train_steps': 1,", 0), 0u)
+      << key;
   EXPECT_EQ(state->get("monitor")->as_string(), "train_loss");
   EXPECT_EQ(state->get("best_k_models")->entries().size(), 2u);
 }
@@ -345,11 +355,13 @@ TEST_F(TrainProcessTest, ResumesFromAConsolidatedFile) {
                   dir_.string()});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const std::string file = (dir_ / "consolidated.ckpt").string();
-  r = testing::run_process({SP_CLI_BIN, "consolidate", (dir_ / "lightning_logs/version_0/checkpoints/epoch=0-step=2.ckpt").string(),
-                            "--output-file", file, "-q"},
-                           {}, std::chrono::seconds(60));
+  r = testing::run_process(
+      {SP_CLI_BIN, "consolidate", (dir_ / "lightning_logs/version_0/checkpoints/epoch=0-step=2.ckpt").string(),
+       "--output-file", file, "-q"},
+      {}, std::chrono::seconds(60));
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  r = train({"--devices", "2", "--optimizer", "adam", "--max-steps", "3", "--root", dir_.string(), "--ckpt-path", file});
+  r = train(
+      {"--devices", "2", "--optimizer", "adam", "--max-steps", "3", "--root", dir_.string(), "--ckpt-path", file});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.output.find("loaded full checkpoint " + file + " (global_step 2)"), std::string::npos) << r.output;
   const auto resumed = tensors_of((dir_ / "lightning_logs/version_1/checkpoints/epoch=0-step=3.ckpt").string());

@@ -174,7 +174,13 @@ TEST(FSDPStrategyTest, ShardedTrainingDoesNotDependOnWorldSize) {
     if (opt == "sgd") expect_close(one, three, 1e-5);
     const auto again = train_on(3, opt, 2);
     for (std::size_t i = 0; i < three.size(); ++i) EXPECT_TRUE(at::equal(three[i], again[i])) << opt << " " << i;
-    EXPECT_FALSE(at::equal(one[0], init_params([] { auto c = model_config("tiny"); c.vocab_size = TextCorpus::load(SP_TINY_DATA).vocab_size(); return c; }(), 3)[0]));
+    EXPECT_FALSE(at::equal(one[0], init_params(
+                                       [] {
+                                         auto c = model_config("tiny");
+                                         c.vocab_size = TextCorpus::load(SP_TINY_DATA).vocab_size();
+                                         return c;
+                                       }(),
+                                       3)[0]));
   }
 }
 
@@ -353,10 +359,13 @@ TEST(TrainerTest, MaxEpochsEndsAtEpochBoundariesAndResumesAcrossThem) {
   EXPECT_EQ(std::filesystem::path(second.checkpoint).filename(), "epoch=1-step=6.ckpt");
   expect_equal(straight, second, "epoch 1 resumed");
   // max_steps stops inside an epoch; the epoch-end hook still saves (Lightning's max_steps rule).
-  const Trained stopped = fit_on(1, "full", 4, root, "", [&](TrainerOptions& o) {
-    epochs(5)(o);
-    o.max_steps = 4;
-  }, &data);
+  const Trained stopped = fit_on(
+      1, "full", 4, root, "",
+      [&](TrainerOptions& o) {
+        epochs(5)(o);
+        o.max_steps = 4;
+      },
+      &data);
   EXPECT_EQ(std::filesystem::path(stopped.checkpoint).filename(), "epoch=1-step=4.ckpt");
   std::filesystem::remove_all(root);
 }
@@ -464,9 +473,9 @@ TEST(ModelCheckpointTest, EveryNTrainStepsWithSaveLast) {
     mc.on_train_batch_end({0, step, 1.0}, io);
     if (step == 5) mc.on_train_epoch_end({0, step, 1.0}, io);  // max_steps: only last.ckpt
   }
-  EXPECT_EQ(fake.log, (std::vector<std::string>{"save epoch=0-step=2.ckpt", "save last.ckpt",
-                                                "save epoch=0-step=4.ckpt", "remove epoch=0-step=2.ckpt",
-                                                "save last.ckpt", "save last.ckpt"}));
+  EXPECT_EQ(fake.log,
+            (std::vector<std::string>{"save epoch=0-step=2.ckpt", "save last.ckpt", "save epoch=0-step=4.ckpt",
+                                      "remove epoch=0-step=2.ckpt", "save last.ckpt", "save last.ckpt"}));
   EXPECT_EQ(mc.last_model_path(), "/r/c/last.ckpt");
 }
 

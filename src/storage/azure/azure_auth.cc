@@ -35,8 +35,8 @@ std::string hmac_sha256_base64(std::string_view key_base64, std::string_view mes
   std::string key = base64_decode(key_base64, "the Azure account key");
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-           message.size(), mac, &mac_len) == nullptr) {
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &mac_len) == nullptr) {
     throw StorageError(StorageError::Kind::kOther, "azure: HMAC-SHA256 failed (OpenSSL)");
   }
   return base64_encode(std::string_view(reinterpret_cast<const char*>(mac), mac_len));
@@ -117,8 +117,7 @@ AzureConfig parse_connection_string(std::string_view connection_string) {
     } else if (key == "usedevelopmentstorage" && lower(value) == "true") {
       // Azurite's well-known account (public, documented by Microsoft).
       config.account = "devstoreaccount1";
-      config.account_key =
-          "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+      config.account_key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
       config.blob_endpoint = "http://127.0.0.1:10000/devstoreaccount1";
     }
   }
@@ -145,10 +144,10 @@ AzureConfig azure_config_from_env() {
     config.blob_endpoint = endpoint;
   }
   config.max_attempts = std::max(1, env_int("SHARDPOINT_AZURE_MAX_ATTEMPTS", config.max_attempts));
-  config.backoff_base = std::chrono::milliseconds(env_int("SHARDPOINT_AZURE_BACKOFF_MS",
-                                                          static_cast<int>(config.backoff_base.count())));
-  config.backoff_max = std::chrono::milliseconds(env_int("SHARDPOINT_AZURE_BACKOFF_MAX_MS",
-                                                         static_cast<int>(config.backoff_max.count())));
+  config.backoff_base =
+      std::chrono::milliseconds(env_int("SHARDPOINT_AZURE_BACKOFF_MS", static_cast<int>(config.backoff_base.count())));
+  config.backoff_max = std::chrono::milliseconds(
+      env_int("SHARDPOINT_AZURE_BACKOFF_MAX_MS", static_cast<int>(config.backoff_max.count())));
   return config;
 }
 

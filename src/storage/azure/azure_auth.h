@@ -106,7 +106,7 @@ std::string uri_decode(std::string_view s, bool plus_is_space = false);
 
 struct SignedRequest {
   std::string method;
-  std::string path;  // encoded URI path, e.g. "/devstoreaccount1/c/dir/key"
+  std::string path;                                          // encoded URI path, e.g. "/devstoreaccount1/c/dir/key"
   std::vector<std::pair<std::string, std::string>> query;    // decoded name/value
   std::vector<std::pair<std::string, std::string>> headers;  // includes x-ms-*; Content-Type
   std::uint64_t content_length = 0;

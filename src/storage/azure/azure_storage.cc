@@ -75,7 +75,9 @@ std::string random_tag() {
 class AzureClient final : public http::ObjectClient {
  public:
   AzureClient(AzureLocation location, AzureConfig config, std::shared_ptr<BufferPool> pool)
-      : location_(std::move(location)), config_(std::move(config)), pool_(std::move(pool)),
+      : location_(std::move(location)),
+        config_(std::move(config)),
+        pool_(std::move(pool)),
         client_(retry_policy(config_)) {
     std::string endpoint = config_.blob_endpoint;
     if (endpoint.empty()) endpoint = config_.protocol + "://" + config_.account + ".blob." + config_.endpoint_suffix;
@@ -102,10 +104,10 @@ class AzureClient final : public http::ObjectClient {
   }
 
   struct Call {
-    std::string op;        // "read", "stat", ...: the start of error messages
-    std::string what;      // `azure blob "..."`
+    std::string op;    // "read", "stat", ...: the start of error messages
+    std::string what;  // `azure blob "..."`
     std::string method;
-    std::string blob;      // blob name, or empty for a container request
+    std::string blob;  // blob name, or empty for a container request
     Query query;
     Headers headers;
     ByteSpan body;
@@ -130,7 +132,8 @@ class AzureClient final : public http::ObjectClient {
     if (!call.blob.empty()) path += "/" + uri_encode(call.blob, true);
     std::string url = origin_ + path;
     std::string qs;
-    for (const auto& [k, v] : call.query) qs += (qs.empty() ? "" : "&") + uri_encode(k, false) + "=" + uri_encode(v, false);
+    for (const auto& [k, v] : call.query)
+      qs += (qs.empty() ? "" : "&") + uri_encode(k, false) + "=" + uri_encode(v, false);
     if (!config_.sas_token.empty() && config_.account_key.empty()) {
       qs += (qs.empty() ? "" : "&") + config_.sas_token;
     }
@@ -246,9 +249,9 @@ class AzureClient final : public http::ObjectClient {
         throw_not_found(op, key);
       }
       if (status == 412) {
-        throw StorageError(StorageError::Kind::kOther,
-                           op + " " + describe(key) + ": the object was replaced after it was opened (ETag " + etag +
-                               " no longer matches)");
+        throw StorageError(StorageError::Kind::kOther, op + " " + describe(key) +
+                                                           ": the object was replaced after it was opened (ETag " +
+                                                           etag + " no longer matches)");
       }
       if (status == 416 || r.response.bytes_received < out.size()) {
         std::optional<Version> v = head(key, io, op);
@@ -256,9 +259,9 @@ class AzureClient final : public http::ObjectClient {
         if (offset + out.size() > v->size) throw_past_end(key, offset, out.size(), v->size);
         // Short body although the object is long enough: a cut connection. Retry a few times.
         if (tries + 1 < config_.max_attempts) continue;
-        throw StorageError(StorageError::Kind::kTransient,
-                           op + " " + describe(key) + ": short response (" + std::to_string(r.response.bytes_received) +
-                               " of " + std::to_string(out.size()) + " bytes)");
+        throw StorageError(StorageError::Kind::kTransient, op + " " + describe(key) + ": short response (" +
+                                                               std::to_string(r.response.bytes_received) + " of " +
+                                                               std::to_string(out.size()) + " bytes)");
       }
       return;
     }
@@ -268,8 +271,9 @@ class AzureClient final : public http::ObjectClient {
   void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
                  const std::string& op, const std::string& etag) override {
     const std::size_t chunk = std::max<std::size_t>(config_.read_chunk_bytes, 1 << 16);
-    http::read_in_parallel(offset, out, chunk + 1, chunk, static_cast<int>(config_.parallelism),
-                           [&](std::uint64_t at, std::span<std::byte> part) { get_range(key, at, part, etag, io, op); });
+    http::read_in_parallel(
+        offset, out, chunk + 1, chunk, static_cast<int>(config_.parallelism),
+        [&](std::uint64_t at, std::span<std::byte> part) { get_range(key, at, part, etag, io, op); });
   }
 
   // Put Blob publishes the whole blob in one request; a larger one goes through a writer's
@@ -319,15 +323,22 @@ class AzureClient final : public http::ObjectClient {
     std::string xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
     for (const std::string& id : ids) xml += "<Latest>" + id + "</Latest>";
     xml += "</BlockList>";
-    Call call{"commit", describe(key), "PUT", blob_name(key), {{"comp", "blocklist"}},
-              {{"Content-Type", "application/xml"}}, as_bytes(xml), {}, {}};
+    Call call{"commit",
+              describe(key),
+              "PUT",
+              blob_name(key),
+              {{"comp", "blocklist"}},
+              {{"Content-Type", "application/xml"}},
+              as_bytes(xml),
+              {},
+              {}};
     if (if_absent) make_create_only(call);
     run_create_only(call, if_absent, io);
   }
 
   void remove(std::string_view key, const IoOptions& io, const std::string& what) override {
-    Call call{"remove", describe(key), "DELETE", blob_name(key), {}, {{"x-ms-delete-snapshots", "include"}}, {}, {},
-              {404}};
+    Call call{"remove", describe(key), "DELETE", blob_name(key), {}, {{"x-ms-delete-snapshots", "include"}}, {},
+              {},       {404}};
     run(call, io);
   }
 
@@ -362,8 +373,15 @@ class AzureClient final : public http::ObjectClient {
   }
 
   void create_container(const IoOptions& io) {
-    Call call{"create container", "azure container \"" + location_.url() + "\"", "PUT", "",
-              {{"restype", "container"}}, {}, {}, {}, {409}};
+    Call call{"create container",
+              "azure container \"" + location_.url() + "\"",
+              "PUT",
+              "",
+              {{"restype", "container"}},
+              {},
+              {},
+              {},
+              {409}};
     run(call, io);
   }
 
@@ -483,8 +501,8 @@ AzureLocation parse_azure_url(std::string_view url) {
     if (!valid_account(loc.account)) bad_url(url, "invalid account name \"" + loc.account + "\"");
   }
   if (!valid_container(loc.container)) {
-    bad_url(url, "invalid container name \"" + loc.container +
-                     "\" (3-63 lower-case letters, digits and single hyphens)");
+    bad_url(url,
+            "invalid container name \"" + loc.container + "\" (3-63 lower-case letters, digits and single hyphens)");
   }
   while (path.ends_with("/")) path.remove_suffix(1);
   if (!path.empty()) {
@@ -514,9 +532,9 @@ void create_azure_container(std::string_view url, const AzureConfig& config) {
 }
 
 namespace {
-const StorageRegistration kAzureRegistration{"az", &open_azure_storage};        // az://container/prefix
-const StorageRegistration kAbfsRegistration{"abfs", &open_azure_storage};       // abfs://c@acct.dfs.core.windows.net/p
-const StorageRegistration kAbfssRegistration{"abfss", &open_azure_storage};     // abfss://c@acct.dfs.core.windows.net/p
+const StorageRegistration kAzureRegistration{"az", &open_azure_storage};     // az://container/prefix
+const StorageRegistration kAbfsRegistration{"abfs", &open_azure_storage};    // abfs://c@acct.dfs.core.windows.net/p
+const StorageRegistration kAbfssRegistration{"abfss", &open_azure_storage};  // abfss://c@acct.dfs.core.windows.net/p
 }  // namespace
 
 }  // namespace shardpoint::storage::azure

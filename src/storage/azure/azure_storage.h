@@ -65,11 +65,11 @@
 namespace shardpoint::storage::azure {
 
 struct AzureLocation {
-  std::string scheme;     // "az", "abfs", "abfss"
-  std::string account;    // from the URL (abfs) or empty (az)
+  std::string scheme;           // "az", "abfs", "abfss"
+  std::string account;          // from the URL (abfs) or empty (az)
   std::string endpoint_suffix;  // abfs: "core.windows.net" from <account>.dfs.<suffix>
   std::string container;
-  std::string prefix;     // "" or "a/b" (no leading or trailing '/')
+  std::string prefix;       // "" or "a/b" (no leading or trailing '/')
   std::string url() const;  // normalized, round-trips through parse_azure_url
 };
 

@@ -154,8 +154,8 @@ struct GcsCore final : http::ObjectClient {
     http::Response resp = client.execute(r, io, what);
     if (resp.status == 416 || ((resp.status == 206 || resp.status == 200) && resp.bytes_received < out.size())) {
       throw FormatError(what + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
-                        ") extends past the end of the object (got " + std::to_string(resp.bytes_received) +
-                        " of " + std::to_string(out.size()) + " bytes)");
+                        ") extends past the end of the object (got " + std::to_string(resp.bytes_received) + " of " +
+                        std::to_string(out.size()) + " bytes)");
     }
     if (resp.status == 412) {
       throw StorageError(StorageError::Kind::kOther,
@@ -169,10 +169,9 @@ struct GcsCore final : http::ObjectClient {
 
   void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,
                  const std::string& op, const std::string& generation) override {
-    http::read_in_parallel(offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
-                           [&](std::uint64_t at, std::span<std::byte> part) {
-                             get_range(key, at, part, io, op, generation);
-                           });
+    http::read_in_parallel(
+        offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
+        [&](std::uint64_t at, std::span<std::byte> part) { get_range(key, at, part, io, op, generation); });
   }
 
   // The request carries X-Goog-Hash of the object whose CRC-32C is crc, and is retried
@@ -230,8 +229,8 @@ struct GcsCore final : http::ObjectClient {
       http::Request r = request("PUT", session, rest);
       std::string size = last ? std::to_string(last->total) : "*";
       r.headers.push_back(rest.empty() ? "Content-Range: bytes */" + size
-                                       : "Content-Range: bytes " + std::to_string(at) + "-" +
-                                             std::to_string(end - 1) + "/" + size);
+                                       : "Content-Range: bytes " + std::to_string(at) + "-" + std::to_string(end - 1) +
+                                             "/" + size);
       if (last) add_hash(r, last->crc);
       http::Response resp = client.execute(r, io, what);
       if (resp.status == 200 || resp.status == 201) {

@@ -62,10 +62,10 @@ namespace shardpoint::storage::gcs {
 
 struct GcsJsonConfig {
   std::string bucket;
-  std::string prefix;    // no leading or trailing '/'; "" = bucket root
-  std::string query;     // the URL's query as given, kept so url() round-trips
-  std::string endpoint;  // scheme://host[:port], no trailing '/'
-  std::string token;     // OAuth2 access token; secret, never printed
+  std::string prefix;                                      // no leading or trailing '/'; "" = bucket root
+  std::string query;                                       // the URL's query as given, kept so url() round-trips
+  std::string endpoint;                                    // scheme://host[:port], no trailing '/'
+  std::string token;                                       // OAuth2 access token; secret, never printed
   std::string token_source = "GOOGLE_OAUTH_ACCESS_TOKEN";  // named in permission errors
   http::RetryPolicy retry;
 

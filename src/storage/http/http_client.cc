@@ -28,8 +28,8 @@ struct Transfer {
   const Request* request = nullptr;
   Response* response = nullptr;
   std::uint64_t sent = 0;
-  bool overflow = false;     // a 2xx body larger than body_out
-  bool body_cap = false;     // another body larger than kMaxBody
+  bool overflow = false;  // a 2xx body larger than body_out
+  bool body_cap = false;  // another body larger than kMaxBody
   const IoOptions* io = nullptr;
   CURL* curl = nullptr;
 };
@@ -365,8 +365,8 @@ Response HttpClient::execute(const Request& request, const IoOptions& io, const 
     bool bad_answer = false;          // no usable response: its connection is not trusted again
     if (code != CURLE_OK) {
       if (t.body_cap) {
-        throw StorageError(StorageError::Kind::kOther, what + ": response body larger than " +
-                                                           std::to_string(kMaxBody >> 20) + " MiB");
+        throw StorageError(StorageError::Kind::kOther,
+                           what + ": response body larger than " + std::to_string(kMaxBody >> 20) + " MiB");
       }
       bad_answer = true;
       if (t.overflow) {
@@ -497,8 +497,6 @@ StorageError::Kind error_kind(long status) {
   return StorageError::Kind::kOther;
 }
 
-std::string retries_text(int retries) {
-  return std::to_string(retries) + (retries == 1 ? " retry" : " retries");
-}
+std::string retries_text(int retries) { return std::to_string(retries) + (retries == 1 ? " retry" : " retries"); }
 
 }  // namespace shardpoint::storage::http

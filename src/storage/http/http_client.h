@@ -88,7 +88,7 @@ struct Request {
   // the end of a shorter object (check_range_answer). Any other 206 is a bad answer: retried
   // on a new connection, never returned as data.
   std::optional<ByteRange> expect_range;
-  bool head = false;                 // no response body (HEAD)
+  bool head = false;  // no response body (HEAD)
   // "aws:amz:<region>:s3" to sign with SigV4 (then userpwd = "<access key>:<secret>").
   std::string aws_sigv4;
   std::string userpwd;  // secret; never printed

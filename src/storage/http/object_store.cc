@@ -144,7 +144,8 @@ class ObjectStoreStorage final : public Storage {
 
   ObjectClient::Version existing(std::string_view key, const IoOptions& io, const std::string& op) {
     std::optional<ObjectClient::Version> version = client_->head(key, io, op);
-    if (!version) throw StorageError(StorageError::Kind::kNotFound, op + " " + client_->describe(key) + ": no such object");
+    if (!version)
+      throw StorageError(StorageError::Kind::kNotFound, op + " " + client_->describe(key) + ": no such object");
     return *version;
   }
 

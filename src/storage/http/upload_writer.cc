@@ -14,9 +14,12 @@ namespace {
 
 class UploadWriter final : public StorageWriter {
  public:
-  UploadWriter(std::string key, std::string name, std::shared_ptr<PartUpload> upload,
-               std::shared_ptr<BufferPool> pool, UploadLimits limits)
-      : key_(std::move(key)), name_(std::move(name)), upload_(std::move(upload)), pool_(std::move(pool)),
+  UploadWriter(std::string key, std::string name, std::shared_ptr<PartUpload> upload, std::shared_ptr<BufferPool> pool,
+               UploadLimits limits)
+      : key_(std::move(key)),
+        name_(std::move(name)),
+        upload_(std::move(upload)),
+        pool_(std::move(pool)),
         limits_(limits) {
     limits_.part_bytes = std::clamp<std::size_t>(limits_.part_bytes, 1, pool_->buffer_bytes());
     limits_.parts_in_flight = std::max(1, limits_.parts_in_flight);
@@ -137,15 +140,15 @@ class UploadWriter final : public StorageWriter {
     // The task stops retrying when the caller stops or this writer is abandoned.
     IoOptions task_io = io;
     task_io.stop = stop_parts_.get_token();
-    inflight_.push_back(std::async(std::launch::async, [upload = upload_, lease = std::move(buffer_), index, offset,
-                                                        size, task_io, caller = io.stop,
-                                                        stop_parts = stop_parts_]() mutable {
-      // The buffer goes back to the pool when the part ends, failed or not, not when the
-      // writer collects this future: the writer may be waiting on the pool for its next one.
-      BufferPool::Lease buffer = std::move(lease);
-      std::stop_callback link(caller, [&stop_parts] { stop_parts.request_stop(); });
-      upload->put_part(index, offset, ByteSpan(buffer.data(), size), task_io);
-    }));
+    inflight_.push_back(
+        std::async(std::launch::async, [upload = upload_, lease = std::move(buffer_), index, offset, size, task_io,
+                                        caller = io.stop, stop_parts = stop_parts_]() mutable {
+          // The buffer goes back to the pool when the part ends, failed or not, not when the
+          // writer collects this future: the writer may be waiting on the pool for its next one.
+          BufferPool::Lease buffer = std::move(lease);
+          std::stop_callback link(caller, [&stop_parts] { stop_parts.request_stop(); });
+          upload->put_part(index, offset, ByteSpan(buffer.data(), size), task_io);
+        }));
     buffer_ = BufferPool::Lease();
     fill_ = 0;
     part_bytes_ = part_bytes_at(parts_, limits_.part_bytes, limits_.max_parts);
@@ -214,10 +217,10 @@ class UploadWriter final : public StorageWriter {
   std::size_t parts_ = 0;
   std::deque<std::future<void>> inflight_;
   std::stop_source stop_parts_;  // requested when the writer is abandoned or the caller stops
-  bool started_ = false;    // start() ran and the upload is not aborted
-  bool committed_ = false;  // commit() was called
-  bool published_ = false;  // commit() succeeded
-  bool failed_ = false;     // an append() threw
+  bool started_ = false;         // start() ran and the upload is not aborted
+  bool committed_ = false;       // commit() was called
+  bool published_ = false;       // commit() succeeded
+  bool failed_ = false;          // an append() threw
 };
 
 }  // namespace

@@ -100,8 +100,7 @@ std::size_t part_bytes_at(std::size_t index, std::size_t part_bytes, std::size_t
 // pool at a time (the parts in flight are waited for when the size doubles). An object that
 // would need more than max_parts parts even so fails its append with StorageError kOther
 // naming the part size.
-std::unique_ptr<StorageWriter> make_upload_writer(std::string key, std::string name,
-                                                  std::shared_ptr<PartUpload> upload,
+std::unique_ptr<StorageWriter> make_upload_writer(std::string key, std::string name, std::shared_ptr<PartUpload> upload,
                                                   std::shared_ptr<BufferPool> pool, UploadLimits limits);
 
 }  // namespace shardpoint::storage::http

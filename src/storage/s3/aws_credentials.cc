@@ -98,8 +98,7 @@ std::string load_aws_endpoint(const std::string& profile) {
     std::string v = env(var);
     if (!v.empty()) return v;
   }
-  return ini_value(home_file("AWS_CONFIG_FILE", ".aws/config"), config_section(profile_name(profile)),
-                   "endpoint_url");
+  return ini_value(home_file("AWS_CONFIG_FILE", ".aws/config"), config_section(profile_name(profile)), "endpoint_url");
 }
 
 }  // namespace shardpoint::storage::s3

@@ -176,8 +176,8 @@ struct S3Core final : http::ObjectClient {
     http::Response resp = execute(r, io, what);
     if (resp.status == 416 || ((resp.status == 206 || resp.status == 200) && resp.bytes_received < out.size())) {
       throw FormatError(what + ": range [" + std::to_string(offset) + ", " + std::to_string(offset + out.size()) +
-                        ") extends past the end of the object (got " + std::to_string(resp.bytes_received) +
-                        " of " + std::to_string(out.size()) + " bytes)");
+                        ") extends past the end of the object (got " + std::to_string(resp.bytes_received) + " of " +
+                        std::to_string(out.size()) + " bytes)");
     }
     if (resp.status == 200 && offset != 0) {
       throw StorageError(StorageError::Kind::kOther, what + ": server ignored the Range header");
@@ -192,15 +192,14 @@ struct S3Core final : http::ObjectClient {
                  const std::string& op, const std::string& etag) override {
     auto check_etag = [&](const std::string& got) {
       if (!etag.empty() && !got.empty() && got != etag) {
-        throw StorageError(StorageError::Kind::kOther, op + " " + describe(key) +
-                                                           ": the object changed since it was opened (ETag " +
-                                                           etag + ", now " + got + ")");
+        throw StorageError(
+            StorageError::Kind::kOther,
+            op + " " + describe(key) + ": the object changed since it was opened (ETag " + etag + ", now " + got + ")");
       }
     };
-    http::read_in_parallel(offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
-                           [&](std::uint64_t at, std::span<std::byte> part) {
-                             check_etag(get_range(key, at, part, io, op));
-                           });
+    http::read_in_parallel(
+        offset, out, config.parallel_read_bytes, config.read_chunk_bytes, config.read_threads,
+        [&](std::uint64_t at, std::span<std::byte> part) { check_etag(get_range(key, at, part, io, op)); });
   }
 
   // Objects larger than a part go up in parts (S3 takes at most 5 GiB in one PUT; parts
@@ -330,8 +329,8 @@ struct S3Core final : http::ObjectClient {
   }
 
   void abort_multipart(const std::string& object, const std::string& upload_id, const IoOptions& io) {
-    std::string url = bucket_url() + "/" + http::uri_encode(object, true) +
-                      "?uploadId=" + http::uri_encode(upload_id, false);
+    std::string url =
+        bucket_url() + "/" + http::uri_encode(object, true) + "?uploadId=" + http::uri_encode(upload_id, false);
     std::string what = "abort multipart upload of " + config.service + " object \"" + config.scheme + "://" +
                        config.bucket + "/" + object + "\"";
     http::Response resp = execute(request("DELETE", url), io, what);
@@ -468,7 +467,7 @@ void validate_bucket_name(std::string_view bucket, std::string_view url, bool gc
 }
 
 std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_view url, std::string_view scheme,
-                                                                   S3Config& config, bool gcs_rules) {
+                                                                  S3Config& config, bool gcs_rules) {
   const std::string head = std::string(scheme) + "://";
   if (!url.starts_with(head)) {
     throw UsageError("storage URL \"" + std::string(url) + "\": expected " + head + "BUCKET[/PREFIX]");

@@ -65,16 +65,16 @@
 namespace shardpoint::storage::s3 {
 
 struct S3Config {
-  std::string scheme = "s3";     // of url() and messages ("gs" for GCS)
-  std::string service = "S3";    // in messages: `S3 object "..."`
+  std::string scheme = "s3";   // of url() and messages ("gs" for GCS)
+  std::string service = "S3";  // in messages: `S3 object "..."`
   std::string bucket;
-  std::string prefix;            // no leading or trailing '/'; "" = bucket root
-  std::string query;             // the URL's query as given, kept so url() round-trips
-  std::string endpoint;          // scheme://host[:port], no trailing '/'
+  std::string prefix;    // no leading or trailing '/'; "" = bucket root
+  std::string query;     // the URL's query as given, kept so url() round-trips
+  std::string endpoint;  // scheme://host[:port], no trailing '/'
   std::string region = "us-east-1";
   std::string sigv4_provider = "aws:amz";  // CURLOPT_AWS_SIGV4 "<provider>:<region>:s3"
-  bool path_style = false;       // endpoint/bucket/key instead of bucket.host/key
-  AwsCredentials credentials;    // empty: unsigned requests
+  bool path_style = false;                 // endpoint/bucket/key instead of bucket.host/key
+  AwsCredentials credentials;              // empty: unsigned requests
   http::RetryPolicy retry;
   // Content-MD5 on every request with a body, so the server refuses a damaged body (400
   // BadDigest). For services that check it but may not check x-amz-content-sha256 against
@@ -161,6 +161,6 @@ void validate_bucket_name(std::string_view bucket, std::string_view url, bool gc
 // Splits "bucket/pre/fix?query" (the part after "scheme://") into config.bucket, prefix and
 // the query's key/value pairs; checks prefix segments. Throws UsageError naming url.
 std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_view url, std::string_view scheme,
-                                                                   S3Config& config, bool gcs_rules);
+                                                                  S3Config& config, bool gcs_rules);
 
 }  // namespace shardpoint::storage::s3
