@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -159,7 +158,7 @@ def main() -> None:
               f"{args.files} output files, median of {args.rounds} rounds, page cache warm\n")
         print("| job | shardpoint s | PyTorch s | speedup | shardpoint peak RSS MiB | PyTorch peak RSS MiB |")
         print("|---|---|---|---|---|---|")
-        for job, ours, theirs, name in (("export", "export-ours", "export-torch", "export to HF layout "
+        for _job, ours, theirs, name in (("export", "export-ours", "export-torch", "export to HF layout "
                                          "(consolidate_safetensors_files)"),
                                         ("load", "load-ours", "load-torch",
                                          "load HF layout: dcp.load, shardpoint StorageReader vs HuggingFaceStorageReader"),
