@@ -160,6 +160,15 @@ std::vector<Segment> pair_runs(const std::vector<ByteRange>& saved, const std::v
 
 std::string hex(ChecksumAlgorithm a, std::uint64_t v) { return checksum_to_hex(a, v); }
 
+// Throws FormatError naming `where` when the checksum of a transformed item's stored
+// (compressed) bytes is not the sidecar's. REQUIRES checksums.item.
+void check_stored_checksum(const std::string& where, const BlobChecksums& checksums, std::uint64_t found) {
+  if (found == checksums.item->checksum) return;
+  throw FormatError(where + ": checksum mismatch of the stored (compressed) bytes: expected " +
+                    std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
+                    hex(checksums.algorithm, checksums.item->checksum) + ", found " + hex(checksums.algorithm, found));
+}
+
 // The zip CRC-32 mismatch of the blob's data.pkl (zip_crc_mismatch's message), if it has
 // one and its zip structure still opens; for blobs whose pickle did not parse.
 // data_pkl_crc_mismatch (torch_file_crc.h) of the blob `info` of `file`.
@@ -361,12 +370,7 @@ void SavedTensorBlob::read_into(const ReadItem& item, std::span<std::byte> dest,
     if (verify) on_stored = [&](std::uint64_t, ByteSpan bytes) { sum.update(bytes); };
     if (open_decompressed(stored_file_, wanted, on_stored)) {
       window_->counts().data_bytes += moved;
-      if (verify && sum.value() != checksums.item->checksum) {
-        throw FormatError(describe() + ": checksum mismatch of the stored (compressed) bytes: expected " +
-                          std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
-                          hex(checksums.algorithm, checksums.item->checksum) + ", found " +
-                          hex(checksums.algorithm, sum.value()));
-      }
+      if (verify) check_stored_checksum(describe(), checksums, sum.value());
       if (!verify && checksums.zip_crc != nullptr) check_small_zip_records(*checksums.zip_crc);
       return;
     }
@@ -590,12 +594,7 @@ void SavedTensorBlob::read_decompressed_into(const std::vector<Segment>& segment
   std::uint64_t moved = 0;
   for (const Segment& s : segments) moved += s.length;
   window_->counts().data_bytes += moved;
-  if (verify && sum.value() != checksums.item->checksum) {
-    throw FormatError(describe() + ": checksum mismatch of the stored (compressed) bytes: expected " +
-                      std::string(checksum_algorithm_name(checksums.algorithm)) + " " +
-                      hex(checksums.algorithm, checksums.item->checksum) + ", found " +
-                      hex(checksums.algorithm, sum.value()));
-  }
+  if (verify) check_stored_checksum(describe(), checksums, sum.value());
 }
 
 void SavedTensorBlob::check_block_index(const ItemChecksums& entry, std::uint64_t block) const {
