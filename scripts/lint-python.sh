@@ -20,5 +20,5 @@ if [[ -z "$PY" ]]; then
   exit 0
 fi
 "$PY" -m ruff check --no-cache python bench
-(cd python && "$PY" -m mypy --no-incremental shardpoint)
+(cd python && "$PY" -m mypy --no-incremental --cache-dir=/dev/null shardpoint)
 echo "lint-python: ruff and mypy clean"
