@@ -108,21 +108,27 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
   if (!metadata) {
     // A Hugging Face folder (or nothing: that throws "no .metadata"): its headers' Metadata,
     // encoded as `.metadata` is, for PyTorch's planner.
-    metadata_bytes_ = format::encode_metadata(read_folder_metadata(checkpoint).metadata);
+    metadata_ = read_folder_metadata(checkpoint).metadata;
+    metadata_bytes_ = format::encode_metadata(*metadata_);
     raw_tensor_items_ = true;
     return;
   }
   metadata_bytes_ = std::move(*metadata);
-  // Callers name blobs by file and offset; the transforms to undo come from .metadata. A
-  // `.metadata` this build cannot decode is left to PyTorch's own unpickler (trusted reads).
+  // Decoded once, for the transforms, DCP's safetensors items and metadata(). A `.metadata`
+  // this build cannot decode is left to PyTorch's own unpickler (trusted reads); metadata()
+  // then throws what the decoder said.
   try {
-    for (const auto& [key, info] :
-         format::decode_metadata(as_bytes(metadata_bytes_), checkpoint.describe_key(kMetadataKey)).storage_data) {
+    metadata_ = format::decode_metadata(as_bytes(metadata_bytes_), checkpoint.describe_key(kMetadataKey));
+  } catch (const FormatError& e) {
+    metadata_error_ = e.what();
+  }
+  // Callers name blobs by file and offset; the transforms to undo come from .metadata.
+  if (metadata_) {
+    for (const auto& [key, info] : metadata_->storage_data) {
       if (!info.transform_descriptors.empty()) {
         transforms_.emplace(std::make_pair(info.relative_path, info.offset), info.transform_descriptors);
       }
     }
-  } catch (const FormatError&) {
   }
   if (std::optional<std::string> index = checkpoint.try_read_all(kIndexKey);
       index && index_matches(*index, as_bytes(metadata_bytes_))) {
@@ -136,15 +142,9 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
     }
     return;
   }
-  // DCP's safetensors serialization: PyTorch's planner gets the items' raw byte ranges. A
-  // `.metadata` this build cannot decode is left to PyTorch's own unpickler, as before.
-  std::optional<format::Metadata> decoded;
-  try {
-    decoded = format::decode_metadata(as_bytes(metadata_bytes_), checkpoint.describe_key(kMetadataKey));
-  } catch (const FormatError&) {
-  }
-  if (decoded && resolve_safetensors_items(*decoded, checkpoint)) {
-    metadata_bytes_ = format::encode_metadata(*decoded);
+  // DCP's safetensors serialization: PyTorch's planner gets the items' raw byte ranges.
+  if (metadata_ && resolve_safetensors_items(*metadata_, checkpoint)) {
+    metadata_bytes_ = format::encode_metadata(*metadata_);
     raw_tensor_items_ = true;
     return;
   }
@@ -156,9 +156,7 @@ PlannedReader::PlannedReader(storage::Storage& checkpoint, PlannedReaderOptions 
 PlannedReader::~PlannedReader() = default;
 
 const format::Metadata& PlannedReader::metadata() const {
-  std::lock_guard lock(metadata_mutex_);
-  if (!metadata_)
-    metadata_ = format::decode_metadata(as_bytes(metadata_bytes_), checkpoint_.describe_key(kMetadataKey));
+  if (!metadata_) throw FormatError(metadata_error_);
   return *metadata_;
 }
 

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,8 +102,8 @@ class PlannedReader {
   // safetensors serialization, the Metadata whose tensor items name their raw bytes
   // (safetensors_metadata.h), encoded as `.metadata`.
   const std::string& metadata_bytes() const { return metadata_bytes_; }
-  // Those bytes decoded (on the first call; nothing in them is executed). Throws
-  // FormatError naming the `.metadata` when they are not DCP metadata. Thread-safe.
+  // Those bytes decoded (once, when the reader opened; nothing in them is executed). Throws
+  // FormatError naming the `.metadata` when they are not DCP metadata.
   const format::Metadata& metadata() const;
   // True when reads are verified (a sidecar or index holds checksums and options ask).
   bool verified() const { return checksums_.has_value() && options_.verify_checksums; }
@@ -132,9 +131,9 @@ class PlannedReader {
   storage::Storage& checkpoint_;
   PlannedReaderOptions options_;
   std::string metadata_bytes_;
-  mutable std::mutex metadata_mutex_;
-  mutable std::optional<format::Metadata> metadata_;  // GUARDED_BY(metadata_mutex_)
-  bool raw_tensor_items_ = false;                     // folder_metadata.h
+  std::optional<format::Metadata> metadata_;  // metadata_bytes_ decoded; empty when they are not DCP metadata
+  std::string metadata_error_;                // why, when metadata_ is empty
+  bool raw_tensor_items_ = false;             // folder_metadata.h
   std::optional<ChecksumSidecar> checksums_;
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> data_offsets_;           // (file, blob offset)
   std::map<std::pair<std::string, std::uint64_t>, std::vector<std::string>> transforms_;  // non-empty only
