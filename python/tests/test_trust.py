@@ -73,10 +73,10 @@ def test_hostile_metadata_is_refused_by_every_entry_point(tmp_path: Path, case: 
         dcp.load({"w": torch.zeros(4)}, storage_reader=StorageReader(str(folder)))
     assert message in str(through_dcp.value)
 
-    from shardpoint import lightning
+    from shardpoint import _lightning_files, _native
 
     with pytest.raises(errors.FormatError):
-        lightning._checkpoint_files(lightning._native.Checkpoint(str(folder)), str(folder))
+        _lightning_files._checkpoint_files(_native.Checkpoint(str(folder)), str(folder))
     assert not marker.exists(), "a shardpoint entry point ran the payload"
 
     # The corpus is live: PyTorch's own reader runs it.
