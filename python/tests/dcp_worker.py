@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import os
-import sys
 import traceback
 import zlib
 
@@ -40,6 +39,7 @@ for _name, _value in list(os.environ.items()):
     if _name.startswith("SHARDPOINT_WORKER_ENV_"):
         os.environ.setdefault(_name[len("SHARDPOINT_WORKER_ENV_"):], _value)
 
+import rank_exit
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -336,18 +336,7 @@ def main() -> None:
         code = 1
     finally:
         dist.destroy_process_group()
-    # Leave from here, while this frame still holds the state, without tearing Python down.
-    # In PyTorch 2.6 the last reference to the gloo group (held by the ShardedTensor and
-    # DeviceMesh in the state) runs ~ProcessGroupGloo with the GIL held when it goes; that
-    # destructor joins gloo's worker threads, and a worker still releasing a finished
-    # collective's tensors waits for the GIL: a deadlock after "ok" was printed (seen in CI
-    # and here: main thread in ProcessGroupGloo::~ProcessGroupGloo -> thread::join, worker in
-    # runLoop -> ~TensorImpl -> PyObjectSlot::maybe_destroy_pyobj -> take_gil). Returning
-    # would free the state as this frame ends. PyTorch later releases the GIL in that
-    # destructor (pull request 154976, 2025). Everything this rank had to do is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    rank_exit.leave(code)  # from here, while this frame still holds the state
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from pathlib import Path
 
 faulthandler.enable(all_threads=True)
 
+import rank_exit
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -200,12 +201,7 @@ def main() -> None:
         traceback.print_exc()
     finally:
         dist.destroy_process_group()
-    # Leave without tearing Python down while the state still references the gloo group, as
-    # dcp_worker.py does: PyTorch's teardown of a gloo group at interpreter exit aborted
-    # ("terminate called without an active exception") in about one run in five here.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    rank_exit.leave(code)
 
 
 if __name__ == "__main__":

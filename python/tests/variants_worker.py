@@ -16,11 +16,10 @@ load: dcp.load into this world size's state and check every value bit for bit.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import traceback
 
 import dcp_worker  # noqa: F401 - restores the forwarded environment, enables faulthandler
+import rank_exit
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -99,9 +98,7 @@ def main() -> None:
         code = 1
     finally:
         dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # as dcp_worker.py: no teardown with the gloo group still referenced
+    rank_exit.leave(code)
 
 
 if __name__ == "__main__":
