@@ -92,6 +92,7 @@ se::TensorShard shard_of(Tensor& t) {
 
 se::StateNode param_groups(const std::vector<Param>& params) {
   std::vector<shardpoint::pickle::ValuePtr> names;
+  names.reserve(params.size());
   for (const auto& p : params) names.push_back(Value::str(p.name));
   se::StateDict group;
   group.emplace_back("lr", se::StateNode(Value::floating(1e-3)));
@@ -248,15 +249,18 @@ int main(int argc, char** argv) {
     for (int k = 0; k < checkpoints; ++k) {
       if (k > 0) training_step(st);
       const std::string name = "ckpt" + std::to_string(k);
+      std::string path = dir;
+      path += '/';
+      path += name;
       comm->barrier();
       const double t0 = sb::now_seconds();
       if (mode == "sync") {
-        auto target = shardpoint::storage::open_storage(dir + "/" + name);
+        auto target = shardpoint::storage::open_storage(path);
         written = se::save(st.root, *target, *comm).bytes_written;
         stall.push_back(sb::now_seconds() - t0);
         committed.push_back(stall.back());
       } else if (mode == "async") {
-        auto target = shardpoint::storage::open_storage(dir + "/" + name);
+        auto target = shardpoint::storage::open_storage(path);
         se::AsyncSaveOptions options;
         options.staging = &staging;
         auto pending = se::async_save(st.root, *target, *comm, options);

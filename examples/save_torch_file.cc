@@ -24,7 +24,7 @@ namespace {
 struct Buffers {
   std::vector<std::vector<float>> tensors;
 
-  TensorShard tensor(std::vector<std::int64_t> shape, float scale) {
+  TensorShard tensor(const std::vector<std::int64_t>& shape, float scale) {
     std::int64_t n = 1;
     for (auto s : shape) n *= s;
     auto& data = tensors.emplace_back(static_cast<std::size_t>(n));
@@ -41,12 +41,8 @@ struct Buffers {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: save_torch_file OUT.pt\n");
-    return 2;
-  }
-  std::filesystem::path out = std::filesystem::absolute(argv[1]);
+// Builds the state and writes it to `out`; throws on failure.
+void save_example(const std::filesystem::path& out) {
   Buffers buffers;
   StateDict model = {{"fc1.weight", buffers.tensor({64, 32}, 0.1f)},
                      {"fc1.bias", buffers.tensor({64}, 0.01f)},
@@ -75,17 +71,27 @@ int main(int argc, char** argv) {
       {"hyper_parameters", StateNode(Value::dict({{Value::str("hidden"), Value::integer(64)},
                                                   {Value::str("optimizer"), Value::str("adam")}}))},
   };
+  auto storage = shardpoint::storage::open_storage(out.parent_path().string());
+  auto writer = storage->open_writer(out.filename().string());
+  shardpoint::engine::TorchSaveFileOptions options;
+  options.archive_name = out.stem().string();
+  shardpoint::engine::write_torch_save(StateNode(std::move(root)), *writer, options);
+  writer->commit();
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: save_torch_file OUT.pt\n");
+    return 2;
+  }
   try {
-    auto storage = shardpoint::storage::open_storage(out.parent_path().string());
-    auto writer = storage->open_writer(out.filename().string());
-    shardpoint::engine::TorchSaveFileOptions options;
-    options.archive_name = out.stem().string();
-    shardpoint::engine::write_torch_save(StateNode(std::move(root)), *writer, options);
-    writer->commit();
+    std::filesystem::path out = std::filesystem::absolute(argv[1]);
+    save_example(out);
+    std::printf("wrote %s (%llu bytes)\n", out.c_str(),
+                static_cast<unsigned long long>(std::filesystem::file_size(out)));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "save_torch_file: %s\n", e.what());
     return 1;
   }
-  std::printf("wrote %s (%llu bytes)\n", out.c_str(), static_cast<unsigned long long>(std::filesystem::file_size(out)));
   return 0;
 }

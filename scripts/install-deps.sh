@@ -24,6 +24,8 @@ DEMO_PACKAGES=(
 )
 TEST_PACKAGES=(
   clang libclang-rt-14-dev clang-format clang-tidy
+  # scripts/tidy_tree.py: clang-tidy 14 cannot read Debian's LibTorch headers in C++20, 16 can.
+  clang-tidy-16
   libopenmpi-dev openmpi-bin
   fio debootstrap
 )

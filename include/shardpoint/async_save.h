@@ -39,11 +39,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/communicator.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/state_dict.h"
 #include "shardpoint/storage.h"
 
@@ -84,14 +84,14 @@ class StagingPool {
   // UsageError when a save staged here is still writing.
   std::span<std::byte> lease_arena(std::uint64_t bytes);
   void return_arena() noexcept;
-  void grow_locked(std::uint64_t bytes);
+  void grow_locked(std::uint64_t bytes) SP_REQUIRES(mu_);
 
   StagingPoolOptions options_;
-  mutable std::mutex mu_;
-  std::byte* arena_ = nullptr;
-  std::uint64_t arena_bytes_ = 0;
-  bool leased_ = false;
-  std::weak_ptr<AsyncSaveJob> in_flight_;  // the last save staged here, until waited for
+  mutable Mutex mu_;
+  std::byte* arena_ SP_GUARDED_BY(mu_) = nullptr;
+  std::uint64_t arena_bytes_ SP_GUARDED_BY(mu_) = 0;
+  bool leased_ SP_GUARDED_BY(mu_) = false;
+  std::weak_ptr<AsyncSaveJob> in_flight_ SP_GUARDED_BY(mu_);  // the last save staged here, until waited for
 };
 
 struct AsyncSaveOptions {

@@ -13,12 +13,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 
 #include "shardpoint/byte_stream.h"
 #include "shardpoint/metadata.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/pickle_value.h"
 #include "shardpoint/state_dict.h"
 #include "shardpoint/storage.h"
@@ -107,8 +107,8 @@ class CheckpointReader {
   format::Metadata metadata_;
   bool raw_tensor_items_ = false;
   std::unique_ptr<State> state_;
-  mutable std::mutex mu_;  // state_->per_tensor, counts_
-  ReadCounts counts_;
+  mutable Mutex mu_;  // also guards state_->per_tensor
+  ReadCounts counts_ SP_GUARDED_BY(mu_);
 };
 
 }  // namespace shardpoint::engine

@@ -32,10 +32,11 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::comm {
 
@@ -115,7 +116,7 @@ class Communicator {
   // PlanError, UsageError, CommError, or Error for anything else), its message prefixed with
   // "rank R: " and suffixed with " (and N more ranks failed)" when several failed.
   // A CommError of this exchange itself is thrown as is.
-  void rethrow_if_any_failed(std::exception_ptr local_error, Timeout timeout = kDefaultTimeout);
+  void rethrow_if_any_failed(const std::exception_ptr& local_error, Timeout timeout = kDefaultTimeout);
 
  protected:
   // Driver hooks, called under the mutex with validated arguments and a resolved timeout
@@ -135,8 +136,8 @@ class Communicator {
   void check_root(const char* op, int root) const;
 
   const CommOptions options_;
-  std::mutex mutex_;
-  std::string broken_;  // first failure; guarded by mutex_
+  Mutex mutex_;
+  std::string broken_ SP_GUARDED_BY(mutex_);  // first failure
 };
 
 // Applies op to two values (shared by drivers that reduce by hand).
@@ -150,7 +151,7 @@ std::string describe_timeout(Timeout timeout);
 // The wire form of an exception used by rethrow_if_any_failed: its category, then its message.
 // encode_error(nullptr) is "". throw_decoded_error throws an exception of the encoded category
 // with message prefix + message + suffix (Error for an unknown category).
-std::string encode_error(std::exception_ptr error);
+std::string encode_error(const std::exception_ptr& error);
 [[noreturn]] void throw_decoded_error(std::string_view encoded, const std::string& prefix,
                                       const std::string& suffix = "");
 

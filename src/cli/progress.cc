@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace shardpoint::cli {
@@ -32,7 +33,7 @@ std::string progress_line(std::uint64_t done, std::uint64_t total, double second
   double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
   char tail[96];
   if (rate > 0 && done < total) {
-    auto eta = static_cast<long>(static_cast<double>(total - done) / rate + 0.5);
+    const long eta = std::lround(static_cast<double>(total - done) / rate);
     std::snprintf(tail, sizeof tail, "  %.2f GB/s  ETA %ld:%02ld", rate / 1e9, eta / 60, eta % 60);
   } else {
     std::snprintf(tail, sizeof tail, "  %.2f GB/s", rate / 1e9);

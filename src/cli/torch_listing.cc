@@ -79,7 +79,7 @@ class TorchListing final : public CheckpointListing {
           }
           if (info.big_endian && swap_unit > 1) {
             for (std::size_t e = 0; e + swap_unit <= buffer.size(); e += swap_unit) {
-              std::reverse(buffer.begin() + e, buffer.begin() + e + swap_unit);
+              std::reverse(buffer.data() + e, buffer.data() + e + swap_unit);
             }
           }
           fn(buffer);

@@ -73,7 +73,7 @@ auto Communicator::run_op(const std::string& op, Timeout timeout, Fn&& fn) {
     throw UsageError(
         fmt::format("{} rank {}/{}: {}: negative timeout {} ms", name(), rank(), world_size(), op, timeout.count()));
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (!broken_.empty()) {
     throw CommError(fmt::format("{} rank {}/{}: {}: communicator unusable after an earlier failure: {}", name(), rank(),
                                 world_size(), op, broken_));
@@ -156,7 +156,7 @@ std::vector<RankError> Communicator::all_errors(std::string local_error, Timeout
   return errors;
 }
 
-void Communicator::rethrow_if_any_failed(std::exception_ptr local_error, Timeout timeout) {
+void Communicator::rethrow_if_any_failed(const std::exception_ptr& local_error, Timeout timeout) {
   std::vector<RankError> errors = all_errors(encode_error(local_error), timeout);
   if (errors.empty()) return;
   if (local_error) std::rethrow_exception(local_error);
@@ -167,7 +167,7 @@ void Communicator::rethrow_if_any_failed(std::exception_ptr local_error, Timeout
 
 // Wire form: "<category>\n<message>", category one of format, storage:<kind>, plan, usage, comm,
 // error (any other exception). Only this file reads it; change both sides together.
-std::string encode_error(std::exception_ptr error) {
+std::string encode_error(const std::exception_ptr& error) {
   if (!error) return {};
   try {
     std::rethrow_exception(error);

@@ -7,10 +7,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::comm {
 
@@ -20,12 +20,12 @@ using Clock = std::chrono::steady_clock;
 
 // Process-wide MPI state: whether we initialized MPI (then we finalize it at exit) and
 // whether a collective was abandoned (then finalizing could hang, so we do not).
-std::mutex g_mpi_mutex;
-bool g_we_initialized = false;
-bool g_abandoned = false;
+Mutex g_mpi_mutex;
+bool g_we_initialized SP_GUARDED_BY(g_mpi_mutex) = false;
+bool g_abandoned SP_GUARDED_BY(g_mpi_mutex) = false;
 
 void finalize_at_exit() {
-  std::lock_guard lock(g_mpi_mutex);
+  MutexLock lock(g_mpi_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (g_we_initialized && !g_abandoned && !finalized) MPI_Finalize();
@@ -43,7 +43,7 @@ void check(int rc, const char* call) {
 }
 
 void ensure_mpi_initialized() {
-  std::lock_guard lock(g_mpi_mutex);
+  MutexLock lock(g_mpi_mutex);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -193,7 +193,7 @@ class MpiCommunicator final : public Communicator {
       if (done) return;
       if (Clock::now() >= deadline) {
         abandoned_ = true;
-        std::lock_guard lock(g_mpi_mutex);
+        MutexLock lock(g_mpi_mutex);
         g_abandoned = true;
         throw CommError("timed out; the posted MPI collective cannot be cancelled, so this communicator is "
                         "unusable and MPI will not be finalized");

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <thread>
 
@@ -45,7 +44,7 @@ std::string describe_exception(const std::exception_ptr& e) {
 struct ThreadGroup::State {
   explicit State(int n) : n(n) { reset(); }
 
-  void reset() {
+  void reset() SP_REQUIRES(mu) {
     phase = Phase::kCollecting;
     arrived = departed = 0;
     slots.assign(n, Contribution{});
@@ -56,8 +55,8 @@ struct ThreadGroup::State {
     abort_origin = -1;
   }
 
-  // REQUIRES: mu held. The first abort wins; its rank is the root cause run() reports.
-  void abort_locked(int rank, std::string reason) {
+  // The first abort wins; its rank is the root cause run() reports.
+  void abort_locked(int rank, std::string reason) SP_REQUIRES(mu) {
     if (!aborted) {
       aborted = true;
       abort_reason = std::move(reason);
@@ -67,24 +66,24 @@ struct ThreadGroup::State {
   }
 
   void on_failure(int rank, const std::string& what) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     abort_locked(rank, fmt::format("rank {} failed: {}", rank, what));
   }
 
   void on_finished(int rank) {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     finished[rank] = true;
     cv.notify_all();
   }
 
-  // Waits until pred() or the deadline; false on timeout. REQUIRES: lock holds mu.
+  // Waits until pred() or the deadline; false on timeout.
   template <typename Pred>
-  bool wait(std::unique_lock<std::mutex>& lock, Timeout timeout, Clock::time_point deadline, Pred pred) {
+  bool wait(Timeout timeout, Clock::time_point deadline, Pred pred) SP_REQUIRES(mu) {
     if (timeout == kNoTimeout) {
-      cv.wait(lock, pred);
+      cv.wait(mu, pred);
       return true;
     }
-    return cv.wait_until(lock, deadline, pred);
+    return cv.wait_until(mu, deadline, pred);
   }
 
   // One step for `rank`: deposit `mine`, wait for every rank, return read(slots).
@@ -92,10 +91,10 @@ struct ThreadGroup::State {
   auto exchange(int rank, Contribution mine, Timeout timeout, Read read) {
     const auto deadline = timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
     const std::string signature = mine.signature;
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
 
     // 1. Wait until the previous step has been read by every rank.
-    if (!wait(lock, timeout, deadline, [&] { return aborted || phase == Phase::kCollecting; })) {
+    if (!wait(timeout, deadline, [&]() SP_REQUIRES(mu) { return aborted || phase == Phase::kCollecting; })) {
       std::string reason = fmt::format("rank {}: {}: timed out waiting for the other ranks to finish the "
                                        "previous collective",
                                        rank, signature);
@@ -120,14 +119,14 @@ struct ThreadGroup::State {
       phase = Phase::kDraining;
       cv.notify_all();
     } else {
-      auto someone_left = [&] {
+      auto someone_left = [&]() SP_REQUIRES(mu) {
         for (int r = 0; r < n; ++r) {
           if (!deposited[r] && finished[r]) return true;
         }
         return false;
       };
-      const bool in_time =
-          wait(lock, timeout, deadline, [&] { return aborted || phase == Phase::kDraining || someone_left(); });
+      const bool in_time = wait(
+          timeout, deadline, [&]() SP_REQUIRES(mu) { return aborted || phase == Phase::kDraining || someone_left(); });
       if (phase != Phase::kDraining) {
         if (aborted) throw CommError("group aborted: " + abort_reason);
         std::vector<int> present, missing, left;
@@ -160,17 +159,17 @@ struct ThreadGroup::State {
   enum class Phase { kCollecting, kDraining };
 
   const int n;
-  std::mutex mu;
-  std::condition_variable cv;        // notified on every change below
-  Phase phase = Phase::kCollecting;  // GUARDED_BY(mu)
-  int arrived = 0;                   // GUARDED_BY(mu): ranks deposited in this step
-  int departed = 0;                  // GUARDED_BY(mu): ranks done reading this step
-  std::vector<Contribution> slots;   // GUARDED_BY(mu): indexed by rank
-  std::vector<bool> deposited;       // GUARDED_BY(mu): indexed by rank
-  std::vector<bool> finished;        // GUARDED_BY(mu): rank's function returned or threw
-  bool aborted = false;              // GUARDED_BY(mu): every later wait throws
-  std::string abort_reason;          // GUARDED_BY(mu)
-  int abort_origin = -1;             // GUARDED_BY(mu): rank whose failure came first
+  Mutex mu;
+  CondVar cv;  // notified on every change below
+  Phase phase SP_GUARDED_BY(mu) = Phase::kCollecting;
+  int arrived SP_GUARDED_BY(mu) = 0;                  // ranks deposited in this step
+  int departed SP_GUARDED_BY(mu) = 0;                 // ranks done reading this step
+  std::vector<Contribution> slots SP_GUARDED_BY(mu);  // indexed by rank
+  std::vector<bool> deposited SP_GUARDED_BY(mu);      // indexed by rank
+  std::vector<bool> finished SP_GUARDED_BY(mu);       // rank's function returned or threw
+  bool aborted SP_GUARDED_BY(mu) = false;             // every later wait throws
+  std::string abort_reason SP_GUARDED_BY(mu);
+  int abort_origin SP_GUARDED_BY(mu) = -1;  // rank whose failure came first
 };
 
 namespace {
@@ -282,9 +281,9 @@ ThreadGroup::ThreadGroup(int world_size, CommOptions options) : world_size_(worl
 ThreadGroup::~ThreadGroup() = default;
 
 std::vector<std::exception_ptr> ThreadGroup::run_all(const std::function<void(Communicator&)>& fn) {
-  std::lock_guard run_lock(run_mutex_);
+  MutexLock run_lock(run_mutex_);
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     state_->reset();
   }
   std::vector<std::exception_ptr> errors(world_size_);
@@ -318,7 +317,7 @@ void ThreadGroup::run(const std::function<void(Communicator&)>& fn) {
   std::vector<std::exception_ptr> errors = run_all(fn);
   int origin;
   {
-    std::lock_guard lock(state_->mu);
+    MutexLock lock(state_->mu);
     origin = state_->abort_origin;
   }
   if (origin >= 0 && origin < world_size_ && errors[origin]) std::rethrow_exception(errors[origin]);

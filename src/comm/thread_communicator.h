@@ -26,10 +26,10 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "shardpoint/communicator.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::comm {
 
@@ -56,7 +56,7 @@ class ThreadGroup {
  private:
   const int world_size_;
   const CommOptions options_;
-  std::mutex run_mutex_;  // one run at a time
+  Mutex run_mutex_;  // one run at a time
   std::unique_ptr<State> state_;
 };
 

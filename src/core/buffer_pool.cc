@@ -64,7 +64,7 @@ BufferPool::BufferPool(const BufferPoolOptions& options)
       huge_pages_(options.huge_pages) {}
 
 BufferPool::~BufferPool() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   assert(free_.size() == all_.size() && "BufferPool destroyed with leases outstanding");
   for (std::byte* p : all_) std::free(p);
 }
@@ -95,7 +95,7 @@ std::byte* BufferPool::allocate_locked() {
 
 void BufferPool::give_back(std::byte* data) noexcept {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     free_.push_back(data);  // capacity reserved in take_locked: cannot throw
   }
   returned_.notify_one();
@@ -103,13 +103,13 @@ void BufferPool::give_back(std::byte* data) noexcept {
 
 BufferPool::Lease BufferPool::acquire(Clock::time_point deadline, std::stop_token stop) {
   auto start = Clock::now();
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   std::byte* p = nullptr;
-  auto ready = [&] { return (p = take_locked()) != nullptr; };
+  auto ready = [&]() SP_REQUIRES(mu_) { return (p = take_locked()) != nullptr; };
   if (deadline == Clock::time_point::max()) {
-    returned_.wait(lock, stop, ready);
+    returned_.wait(mu_, stop, ready);
   } else {
-    returned_.wait_until(lock, stop, deadline, ready);
+    returned_.wait_until(mu_, stop, deadline, ready);
   }
   if (p == nullptr) {
     if (stop.stop_requested()) {
@@ -124,7 +124,7 @@ BufferPool::Lease BufferPool::acquire(Clock::time_point deadline, std::stop_toke
 }
 
 std::optional<BufferPool::Lease> BufferPool::try_acquire() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::byte* p = take_locked();
   if (p == nullptr) return std::nullopt;
   return Lease(this, p, buffer_bytes_);
@@ -134,12 +134,12 @@ std::size_t BufferPool::prefault(std::size_t count) {
   // New buffers stay out of free_ until touched, so no lease sees them half-written.
   std::vector<std::byte*> fresh;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     while (all_.size() < std::min(count, max_buffers_)) fresh.push_back(allocate_locked());
   }
   for (std::byte* p : fresh) std::memset(p, 0, buffer_bytes_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     free_.insert(free_.end(), fresh.begin(), fresh.end());
   }
   returned_.notify_all();
@@ -147,12 +147,12 @@ std::size_t BufferPool::prefault(std::size_t count) {
 }
 
 std::size_t BufferPool::allocated_buffers() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return all_.size();
 }
 
 std::size_t BufferPool::leased_buffers() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return all_.size() - free_.size();
 }
 

@@ -16,13 +16,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stop_token>
 #include <vector>
+
+#include "shardpoint/mutex.h"
 
 namespace shardpoint {
 
@@ -101,8 +101,8 @@ class BufferPool {
   std::size_t leased_buffers() const;
 
  private:
-  std::byte* take_locked();      // nullptr when all are leased; REQUIRES mu_ held
-  std::byte* allocate_locked();  // a new buffer, recorded in all_; REQUIRES mu_ held
+  std::byte* take_locked() SP_REQUIRES(mu_);      // nullptr when all are leased
+  std::byte* allocate_locked() SP_REQUIRES(mu_);  // a new buffer, recorded in all_
   void give_back(std::byte* data) noexcept;
 
   const std::size_t buffer_bytes_;
@@ -110,10 +110,10 @@ class BufferPool {
   const std::size_t max_buffers_;
   const bool huge_pages_;
 
-  mutable std::mutex mu_;
-  std::condition_variable_any returned_;
-  std::vector<std::byte*> all_;   // GUARDED_BY(mu_): every allocated buffer
-  std::vector<std::byte*> free_;  // GUARDED_BY(mu_): buffers not leased
+  mutable Mutex mu_;
+  CondVar returned_;
+  std::vector<std::byte*> all_ SP_GUARDED_BY(mu_);   // every allocated buffer
+  std::vector<std::byte*> free_ SP_GUARDED_BY(mu_);  // buffers not leased
 };
 
 }  // namespace shardpoint

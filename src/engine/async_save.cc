@@ -95,7 +95,7 @@ void StagingPool::reserve(std::uint64_t bytes) {
     throw UsageError("StagingPool::reserve: " + std::to_string(bytes) + " bytes is more than max_bytes (" +
                      std::to_string(options_.max_bytes) + ")");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (leased_) throw UsageError("StagingPool::reserve: a save staged in this pool is still writing");
   const std::uint64_t before = arena_bytes_;
   grow_locked(bytes);
@@ -105,12 +105,12 @@ void StagingPool::reserve(std::uint64_t bytes) {
 }
 
 std::uint64_t StagingPool::held_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return arena_bytes_;
 }
 
 std::span<std::byte> StagingPool::lease_arena(std::uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (leased_) throw UsageError("async_save: the staging pool is in use by a save that is still writing");
   grow_locked(bytes);
   leased_ = true;
@@ -118,7 +118,7 @@ std::span<std::byte> StagingPool::lease_arena(std::uint64_t bytes) {
 }
 
 void StagingPool::return_arena() noexcept {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   leased_ = false;
 }
 
@@ -193,11 +193,11 @@ class AsyncSaveJob {
 
   // The save last staged in `pool`, while its PendingSave exists.
   static std::shared_ptr<AsyncSaveJob> in_flight(StagingPool& pool) {
-    std::lock_guard lock(pool.mu_);
+    MutexLock lock(pool.mu_);
     return pool.in_flight_.lock();
   }
   static void set_in_flight(StagingPool& pool, const std::shared_ptr<AsyncSaveJob>& job) {
-    std::lock_guard lock(pool.mu_);
+    MutexLock lock(pool.mu_);
     pool.in_flight_ = job;
   }
 

@@ -110,12 +110,12 @@ std::vector<WrittenItem> write_files(const SavePlan& plan, const FlatStateDict& 
 namespace save_steps {
 
 void CommittedFiles::add(std::string key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   keys_.push_back(std::move(key));
 }
 
 void CommittedFiles::remove_all(storage::Storage& st) noexcept {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& key : keys_) {
     try {
       st.remove(key);
@@ -254,7 +254,7 @@ std::string write_rank_files(const SavePlan& plan, const FlatStateDict& flat, st
 }
 
 std::string failed_write_result(std::exception_ptr error) {
-  return encode_rank_message(RankStatus::kError, comm::encode_error(std::move(error)));
+  return encode_rank_message(RankStatus::kError, comm::encode_error(error));
 }
 
 // Step 5 (the coordinator; reshard() too): sidecar, then `.metadata`.

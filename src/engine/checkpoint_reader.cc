@@ -107,13 +107,13 @@ void CheckpointReader::read_box(const std::string& fqn, const Shape& offsets, co
                          raw_tensor_items_ ? std::optional<std::uint64_t>(0) : std::nullopt,
                          /*defer_transformed=*/true);
     blob.read_into(item, dest, sizes, checksums_for(info));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     counts_ += blob.counts();
   }
 }
 
 const format::Metadata& CheckpointReader::tensor_metadata(const std::string& fqn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto cached = state_->per_tensor.find(fqn);
   if (cached != state_->per_tensor.end()) return *cached->second;
   auto md = std::make_unique<format::Metadata>();
@@ -137,13 +137,13 @@ std::shared_ptr<const torchfile::TorchFile> CheckpointReader::read_object_file(c
   ReadCounts counts;
   std::shared_ptr<const torchfile::TorchFile> file =
       open_saved_object(source(info.relative_path), info, fqn, checksums_for(info), counts);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   counts_ += counts;
   return file;
 }
 
 ReadCounts CheckpointReader::counts() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return counts_;
 }
 

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "format/safetensors_writer.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/local_storage.h"
 #include "storage/location.h"
@@ -205,7 +205,7 @@ class Consolidator {
     }
     // meta.pt tensors are small (trainer state); read whole, keep the piece's bytes.
     std::vector<std::byte> bytes(src.meta.nbytes());
-    std::lock_guard lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     meta_->read_tensor(src.meta, bytes);
     std::memcpy(dest.data(), bytes.data() + p.at, static_cast<std::size_t>(p.n));
   }
@@ -392,8 +392,8 @@ class Consolidator {
   bool remote_in_ = false;                      // the checkpoint is an object-store URL
   bool remote_out_ = false;                     // the output is an object-store URL
   std::unique_ptr<ShardReadAhead> read_ahead_;  // local input only
-  std::mutex meta_mu_;
-  std::vector<TensorSource> sources_;  // the tensors streamed to the output
+  Mutex meta_mu_;                               // serializes reads through meta_ (a TorchFile's reads share its source)
+  std::vector<TensorSource> sources_;           // the tensors streamed to the output
   CopyMemoryPlan memory_;
   std::unique_ptr<SlabPipeline> pipeline_;
   std::uint64_t done_ = 0;

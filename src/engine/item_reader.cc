@@ -669,7 +669,7 @@ void SavedTensorBlob::read_zip_checked(std::uint64_t begin, std::uint64_t end, s
 }
 
 std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = sources_.find(key);
   if (it != sources_.end()) return it->second;
   storage::SourceOptions options;

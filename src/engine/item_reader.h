@@ -26,7 +26,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -41,6 +40,7 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/metadata.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/pickle_value.h"
 #include "torchfile/torch_file.h"
 
@@ -66,8 +66,8 @@ class SourceCache {
 
  private:
   storage::Storage& storage_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const ByteSource>> sources_;
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<const ByteSource>> sources_ SP_GUARDED_BY(mu_);
 };
 
 class CountedWindow;

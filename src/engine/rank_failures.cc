@@ -31,7 +31,7 @@ std::string combine_failures(std::string_view op, const std::vector<RankFailure>
 std::string encode_current() { return comm::encode_error(std::current_exception()); }
 
 void agree_or_throw(comm::Communicator& comm, std::exception_ptr local, std::string_view op) {
-  std::vector<comm::RankError> errors = comm.all_errors(comm::encode_error(std::move(local)));
+  std::vector<comm::RankError> errors = comm.all_errors(comm::encode_error(local));
   if (errors.empty()) return;
   std::vector<RankFailure> failures;
   failures.reserve(errors.size());

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "shardpoint/byte_stream.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::engine {
 
@@ -56,8 +56,8 @@ class ReadAhead {
 
   // Called by a reader as it starts task `task` (tasks start in increasing order).
   void starting(std::size_t task) {
-    std::unique_lock lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock()) return;  // another reader is advancing the window
+    if (!mu_.try_lock()) return;  // another reader is advancing the window
+    MutexLock lock(mu_, std::adopt_lock);
     const std::uint64_t limit = (task < task_start_.size() ? task_start_[task] : 0) + kReadAheadBytes;
     while (next_ < hints_.size() && (next_ == 0 || hint_end_[next_ - 1] < limit)) {
       const Range& h = hints_[next_++];
@@ -69,8 +69,8 @@ class ReadAhead {
   std::vector<std::uint64_t> task_start_;  // bytes announced before task i's ranges
   std::vector<Range> hints_;
   std::vector<std::uint64_t> hint_end_;  // cumulative bytes through hint i
-  std::mutex mu_;
-  std::size_t next_ = 0;
+  Mutex mu_;
+  std::size_t next_ SP_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardpoint::engine

@@ -13,7 +13,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/communicator.h"
 #include "shardpoint/metadata.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::engine::save_steps {
@@ -37,8 +37,8 @@ class CommittedFiles {
   void remove_all(storage::Storage& st) noexcept;
 
  private:
-  std::mutex mu_;
-  std::vector<std::string> keys_;
+  Mutex mu_;
+  std::vector<std::string> keys_ SP_GUARDED_BY(mu_);
 };
 
 // What steps 1-2 hand to the later steps.

@@ -23,7 +23,7 @@ void ShardReadAhead::advise_range(const std::string& file, std::uint64_t start, 
 void ShardReadAhead::advise(const std::vector<std::string>& fqns) {
   if (fqns.empty()) return;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> pending;  // file -> [start, end)
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const std::string& fqn : fqns) {
     auto it = md_.state_dict_metadata.find(fqn);
     if (it == md_.state_dict_metadata.end()) continue;

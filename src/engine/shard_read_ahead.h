@@ -11,12 +11,12 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/unique_fd.h"
 #include "shardpoint/metadata.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::engine {
 
@@ -33,12 +33,12 @@ class ShardReadAhead {
   void advise(const std::vector<std::string>& fqns);
 
  private:
-  void advise_range(const std::string& file, std::uint64_t start, std::uint64_t end);
+  void advise_range(const std::string& file, std::uint64_t start, std::uint64_t end) SP_REQUIRES(mu_);
 
   const format::Metadata& md_;
   const std::string folder_;
-  std::mutex mu_;
-  std::map<std::string, UniqueFd> fds_;  // GUARDED_BY(mu_): one per shard file
+  Mutex mu_;
+  std::map<std::string, UniqueFd> fds_ SP_GUARDED_BY(mu_);  // one per shard file
 };
 
 }  // namespace shardpoint::engine

@@ -1,16 +1,15 @@
 #include "engine/slab_pipeline.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <map>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <thread>
 
 #include "engine/chunking.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::engine {
 namespace {
@@ -107,16 +106,22 @@ void SlabPipeline::run(const std::vector<SlabTensor>& tensors, const SlabCallbac
     std::size_t buf;
     std::vector<SlabPiece> pieces;
   };
-  BatchPlanner planner(tensors, options_.buffer_bytes);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<std::size_t, Filled> ready;  // by batch number
-  std::vector<std::size_t> free_bufs;
-  for (std::size_t b = 0; b < options_.buffers; ++b) free_bufs.push_back(b);
-  std::size_t claimed = 0;    // batches handed to readers
-  std::size_t announced = 0;  // tensors announced
-  bool stop = false;
-  std::exception_ptr error;
+  // What the readers and this thread share.
+  struct Shared {
+    Mutex mu;
+    CondVar changed;                                        // notified on every change below
+    std::map<std::size_t, Filled> ready SP_GUARDED_BY(mu);  // by batch number
+    std::vector<std::size_t> free_bufs SP_GUARDED_BY(mu);
+    std::size_t claimed SP_GUARDED_BY(mu) = 0;    // batches handed to readers
+    std::size_t announced SP_GUARDED_BY(mu) = 0;  // tensors announced
+    bool stop SP_GUARDED_BY(mu) = false;
+    std::exception_ptr error SP_GUARDED_BY(mu);
+  } sh;
+  BatchPlanner planner(tensors, options_.buffer_bytes);  // used under sh.mu
+  {
+    MutexLock lock(sh.mu);
+    for (std::size_t b = 0; b < options_.buffers; ++b) sh.free_bufs.push_back(b);
+  }
   auto buffer = [&](std::size_t b) { return slab_.get() + b * options_.buffer_bytes; };
 
   auto produce = [&] {
@@ -126,40 +131,41 @@ void SlabPipeline::run(const std::vector<SlabTensor>& tensors, const SlabCallbac
         std::vector<SlabPiece> pieces;
         std::size_t announce_from = 0, announce_to = 0;
         {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return stop || planner.exhausted() || !free_bufs.empty(); });
-          if (stop || planner.exhausted()) return;
-          buf = free_bufs.back();
-          free_bufs.pop_back();
-          batch = claimed++;
+          MutexLock lock(sh.mu);
+          sh.changed.wait(sh.mu,
+                          [&]() SP_REQUIRES(sh.mu) { return sh.stop || planner.exhausted() || !sh.free_bufs.empty(); });
+          if (sh.stop || planner.exhausted()) return;
+          buf = sh.free_bufs.back();
+          sh.free_bufs.pop_back();
+          batch = sh.claimed++;
           pieces = planner.next();
-          announce_from = announced;
-          announced = std::max(announced, std::min(tensors.size(), pieces.back().k + options_.read_ahead));
-          announce_to = announced;
+          announce_from = sh.announced;
+          sh.announced = std::max(sh.announced, std::min(tensors.size(), pieces.back().k + options_.read_ahead));
+          announce_to = sh.announced;
         }
         if (callbacks.announce && announce_from < announce_to) callbacks.announce(announce_from, announce_to);
         for (const SlabPiece& p : pieces) {
           if (p.n == 0) continue;
           callbacks.read(p, std::span<std::byte>(buffer(buf) + p.buffer_offset, static_cast<std::size_t>(p.n)));
         }
-        std::lock_guard lock(mu);
-        ready.emplace(batch, Filled{buf, std::move(pieces)});
-        cv.notify_all();
+        MutexLock lock(sh.mu);
+        sh.ready.emplace(batch, Filled{buf, std::move(pieces)});
+        sh.changed.notify_all();
       }
     } catch (...) {
-      std::lock_guard lock(mu);
-      if (!error) error = std::current_exception();
-      stop = true;
-      cv.notify_all();
+      MutexLock lock(sh.mu);
+      if (!sh.error) sh.error = std::current_exception();
+      sh.stop = true;
+      sh.changed.notify_all();
     }
   };
 
   std::vector<std::thread> readers;
   auto finish = [&] {
     {
-      std::lock_guard lock(mu);
-      stop = true;
-      cv.notify_all();
+      MutexLock lock(sh.mu);
+      sh.stop = true;
+      sh.changed.notify_all();
     }
     for (auto& t : readers) t.join();
   };
@@ -168,13 +174,15 @@ void SlabPipeline::run(const std::vector<SlabTensor>& tensors, const SlabCallbac
     for (std::size_t batch = 0;; ++batch) {
       Filled f;
       {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return ready.count(batch) || error || (planner.exhausted() && batch >= claimed); });
-        if (error) std::rethrow_exception(error);
-        auto it = ready.find(batch);
-        if (it == ready.end()) break;  // every batch written
+        MutexLock lock(sh.mu);
+        sh.changed.wait(sh.mu, [&]() SP_REQUIRES(sh.mu) {
+          return sh.ready.count(batch) || sh.error || (planner.exhausted() && batch >= sh.claimed);
+        });
+        if (sh.error) std::rethrow_exception(sh.error);
+        auto it = sh.ready.find(batch);
+        if (it == sh.ready.end()) break;  // every batch written
         f = std::move(it->second);
-        ready.erase(it);
+        sh.ready.erase(it);
       }
       for (const SlabPiece& p : f.pieces) {
         if (p.first && callbacks.begin) callbacks.begin(p.k);
@@ -184,9 +192,9 @@ void SlabPipeline::run(const std::vector<SlabTensor>& tensors, const SlabCallbac
         if (p.last && callbacks.end) callbacks.end(p.k);
       }
       {
-        std::lock_guard lock(mu);
-        free_bufs.push_back(f.buf);
-        cv.notify_all();
+        MutexLock lock(sh.mu);
+        sh.free_bufs.push_back(f.buf);
+        sh.changed.notify_all();
       }
       if (callbacks.after_buffer) callbacks.after_buffer();
     }

@@ -88,7 +88,7 @@ void TorchFileCrc::check_storage(const std::string& key, const std::string& what
   const DataRecord* record = record_of(key);
   if (record == nullptr) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!whole_.insert(key).second) return;
   }
   const std::string where = name_ + ": " + what;

@@ -25,7 +25,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -34,6 +33,7 @@
 
 #include "core/byte_stream.h"
 #include "engine/zip_crc_ledger.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/zip_crc_counts.h"
 #include "torchfile/torch_file.h"
 
@@ -87,8 +87,8 @@ class TorchFileCrc {
   std::string name_;
   std::map<std::string, DataRecord> records_;  // storage key -> its record (STORED ones)
   ZipCrcLedger ledger_;
-  std::mutex mu_;
-  std::set<std::string> whole_;  // storage keys check_storage has taken
+  Mutex mu_;
+  std::set<std::string> whole_ SP_GUARDED_BY(mu_);  // storage keys check_storage has taken
 };
 
 // The zip CRC-32 mismatch of the data.pkl record of the torch.save archive in `source`, as

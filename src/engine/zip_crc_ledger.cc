@@ -18,7 +18,7 @@ std::string zip_crc_mismatch(const std::string& where, const std::string& record
 
 void ZipCrcLedger::add_piece(const DataRecord& record, std::uint64_t begin, std::uint64_t end, std::uint32_t crc) {
   if (begin >= end) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto [it, fresh] = records_.try_emplace({record.file, record.blob_offset + record.data_offset});
   Pieces& p = it->second;
   if (fresh) p.record = record;
@@ -71,17 +71,17 @@ void ZipCrcLedger::finish(Pieces& p, std::uint32_t crc) {
 }
 
 bool ZipCrcLedger::claim_blob(const std::string& file, std::uint64_t blob_offset) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return claimed_.emplace(file, blob_offset).second;
 }
 
 void ZipCrcLedger::count(const ZipCrcCounts& whole) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   whole_ += whole;
 }
 
 ZipCrcCounts ZipCrcLedger::counts() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ZipCrcCounts out = whole_;
   for (const auto& [key, p] : records_) {
     if (!p.done) ++out.records_partial;

@@ -19,11 +19,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "shardpoint/mutex.h"
 #include "shardpoint/zip_crc_counts.h"
 #include "torchfile/zip_reader.h"
 #include "torchfile/zip_record_check.h"
@@ -71,12 +71,13 @@ class ZipCrcLedger {
     std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> runs;  // begin -> (end, crc)
     bool done = false;
   };
-  // Checks p's record against crc, its data's CRC-32; marks it done. REQUIRES mu_ held.
-  void finish(Pieces& p, std::uint32_t crc);
-  mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::uint64_t>, Pieces> records_;  // (file, blob + data offset)
-  std::set<std::pair<std::string, std::uint64_t>> claimed_;
-  ZipCrcCounts whole_;
+  // Checks p's record against crc, its data's CRC-32; marks it done.
+  void finish(Pieces& p, std::uint32_t crc) SP_REQUIRES(mu_);
+  mutable Mutex mu_;
+  // (file, blob + data offset) -> the pieces seen
+  std::map<std::pair<std::string, std::uint64_t>, Pieces> records_ SP_GUARDED_BY(mu_);
+  std::set<std::pair<std::string, std::uint64_t>> claimed_ SP_GUARDED_BY(mu_);
+  ZipCrcCounts whole_ SP_GUARDED_BY(mu_);
 };
 
 // Adds what check_zip_record found for `entry` to `out` (checked, or written without a

@@ -1,4 +1,5 @@
 #include "storage/fault_injection_storage.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::storage {
 namespace {
@@ -45,27 +46,27 @@ class FaultInjectionWriter final : public StorageWriter {
 }  // namespace
 
 void FaultInjectionStorage::fail(FaultRule rule) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   armed_.push_back(Armed{std::move(rule), 0});
 }
 
 void FaultInjectionStorage::clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   armed_.clear();
 }
 
 std::uint64_t FaultInjectionStorage::calls(FaultOp op) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return calls_[static_cast<std::size_t>(op)];
 }
 
 std::uint64_t FaultInjectionStorage::injected() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return injected_;
 }
 
 void FaultInjectionStorage::on_call(FaultOp op, std::string_view key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++calls_[static_cast<std::size_t>(op)];
   for (auto it = armed_.begin(); it != armed_.end(); ++it) {
     if (it->rule.op != op) continue;

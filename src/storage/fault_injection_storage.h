@@ -15,11 +15,11 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 #include "storage/storage_wrapper.h"
 
 namespace shardpoint::storage {
@@ -83,10 +83,10 @@ class FaultInjectionStorage final : public StorageWrapper {
     FaultRule rule;
     std::uint64_t seen = 0;
   };
-  mutable std::mutex mu_;
-  std::vector<Armed> armed_;                             // GUARDED_BY(mu_)
-  std::array<std::uint64_t, kFaultOpCount> calls_ = {};  // GUARDED_BY(mu_)
-  std::uint64_t injected_ = 0;                           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<Armed> armed_ SP_GUARDED_BY(mu_);
+  std::array<std::uint64_t, kFaultOpCount> calls_ SP_GUARDED_BY(mu_) = {};
+  std::uint64_t injected_ SP_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace shardpoint::storage

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <mutex>
 
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::storage {
 namespace {
@@ -14,13 +14,13 @@ using Blob = std::shared_ptr<const std::string>;
 
 // One namespace: key -> immutable bytes.
 struct Namespace {
-  std::mutex mu;
-  std::map<std::string, Blob, std::less<>> objects;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::map<std::string, Blob, std::less<>> objects SP_GUARDED_BY(mu);
 };
 
 struct NamedNamespaces {
-  std::mutex mu;
-  std::map<std::string, std::shared_ptr<Namespace>, std::less<>> by_name;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::map<std::string, std::shared_ptr<Namespace>, std::less<>> by_name SP_GUARDED_BY(mu);
 };
 
 NamedNamespaces& named() {
@@ -70,7 +70,7 @@ class MemoryStorage final : public Storage {
   Blob get(std::string_view key, const IoOptions& io, std::string_view op) const {
     validate_key(key);
     if (io_expired(io)) check_io(io, op);
-    std::lock_guard lock(ns_->mu);
+    MutexLock lock(ns_->mu);
     auto it = ns_->objects.find(key);
     if (it == ns_->objects.end()) {
       throw StorageError(StorageError::Kind::kNotFound, std::string(op) + " " + describe_key(key) + ": no such object");
@@ -97,7 +97,7 @@ class MemoryStorage final : public Storage {
   // Replaces the object, or (if_absent) adds it only when there is none.
   void publish(std::string_view key, std::string bytes, bool if_absent) {
     auto blob = std::make_shared<const std::string>(std::move(bytes));
-    std::lock_guard lock(ns_->mu);
+    MutexLock lock(ns_->mu);
     if (if_absent && ns_->objects.contains(key)) {
       throw StorageError(StorageError::Kind::kAlreadyExists,
                          "publish " + describe_key(key) + ": already exists (create-only write refused)");
@@ -115,7 +115,7 @@ class MemoryStorage final : public Storage {
     validate_prefix(prefix);
     if (io_expired(io)) check_io(io, "list " + url());
     std::vector<ObjectInfo> out;
-    std::lock_guard lock(ns_->mu);
+    MutexLock lock(ns_->mu);
     for (auto it = ns_->objects.lower_bound(prefix); it != ns_->objects.end() && it->first.starts_with(prefix); ++it) {
       out.push_back({it->first, it->second->size()});
     }
@@ -125,7 +125,7 @@ class MemoryStorage final : public Storage {
   void remove(std::string_view key, const IoOptions& io) override {
     validate_key(key);
     if (io_expired(io)) check_io(io, "remove " + describe_key(key));
-    std::lock_guard lock(ns_->mu);
+    MutexLock lock(ns_->mu);
     auto it = ns_->objects.find(key);
     if (it != ns_->objects.end()) ns_->objects.erase(it);
   }
@@ -133,7 +133,7 @@ class MemoryStorage final : public Storage {
   std::size_t remove_prefix(std::string_view prefix, const IoOptions& io) override {
     validate_prefix(prefix);
     if (io_expired(io)) check_io(io, "remove " + url());
-    std::lock_guard lock(ns_->mu);
+    MutexLock lock(ns_->mu);
     auto first = ns_->objects.lower_bound(prefix);
     auto last = first;
     std::size_t n = 0;
@@ -159,7 +159,7 @@ class MemoryWriter final : public StorageWriter {
 
   void append(ByteSpan data, const IoOptions& io) override {
     if (io_expired(io)) check_io(io, "write " + target_->describe_key(key_));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     check_open("append");
     if (random_) throw UsageError("append " + target_->describe_key(key_) + ": writer already used with write_at()");
     appending_ = true;
@@ -168,7 +168,7 @@ class MemoryWriter final : public StorageWriter {
 
   void write_at(std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
     if (io_expired(io)) check_io(io, "write " + target_->describe_key(key_));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     check_open("write_at");
     if (appending_) throw UsageError("write_at " + target_->describe_key(key_) + ": writer already used with append()");
     random_ = true;
@@ -178,13 +178,13 @@ class MemoryWriter final : public StorageWriter {
   }
 
   std::uint64_t position() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return appending_ ? bytes_.size() : 0;
   }
 
   void commit(const IoOptions& io) override {
     if (io_expired(io)) check_io(io, "commit " + target_->describe_key(key_));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     check_open("commit");
     committed_ = true;
     target_->publish(key_, std::move(bytes_), if_absent_);
@@ -193,7 +193,7 @@ class MemoryWriter final : public StorageWriter {
   const std::string& key() const override { return key_; }
 
  private:
-  void check_open(std::string_view op) const {
+  void check_open(std::string_view op) const SP_REQUIRES(mu_) {
     if (committed_) {
       throw UsageError(std::string(op) + " " + target_->describe_key(key_) + ": writer already committed");
     }
@@ -202,11 +202,11 @@ class MemoryWriter final : public StorageWriter {
   std::unique_ptr<MemoryStorage> target_;
   std::string key_;
   bool if_absent_ = false;  // WriteOptions::if_absent
-  mutable std::mutex mu_;
-  std::string bytes_;  // GUARDED_BY(mu_)
-  bool appending_ = false;
-  bool random_ = false;
-  bool committed_ = false;
+  mutable Mutex mu_;
+  std::string bytes_ SP_GUARDED_BY(mu_);
+  bool appending_ SP_GUARDED_BY(mu_) = false;
+  bool random_ SP_GUARDED_BY(mu_) = false;
+  bool committed_ SP_GUARDED_BY(mu_) = false;
 };
 
 std::unique_ptr<StorageWriter> MemoryStorage::open_writer(std::string_view key, const WriteOptions& options,
@@ -229,7 +229,7 @@ std::unique_ptr<Storage> open_memory_storage(std::string_view url, const Storage
   }
   if (name.empty()) return std::make_unique<MemoryStorage>("", std::make_shared<Namespace>());
   NamedNamespaces& n = named();
-  std::lock_guard lock(n.mu);
+  MutexLock lock(n.mu);
   auto it = n.by_name.find(name);
   if (it == n.by_name.end()) it = n.by_name.emplace(std::string(name), std::make_shared<Namespace>()).first;
   return std::make_unique<MemoryStorage>(std::string(name), it->second);
@@ -237,7 +237,7 @@ std::unique_ptr<Storage> open_memory_storage(std::string_view url, const Storage
 
 void drop_memory_storage(std::string_view name) {
   NamedNamespaces& n = named();
-  std::lock_guard lock(n.mu);
+  MutexLock lock(n.mu);
   auto it = n.by_name.find(name);
   if (it != n.by_name.end()) n.by_name.erase(it);
 }

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/byte_stream.h"
+#include "shardpoint/mutex.h"
 #include "storage/storage_wrapper.h"
 
 namespace shardpoint::storage {
@@ -23,7 +23,7 @@ class WindowCache {
             std::string_view what) {
     const std::uint64_t start = offset / kWindowBytes * kWindowBytes;
     if (offset + out.size() > start + kWindowBytes) return false;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Window* w = nullptr;
     for (Window& c : windows_) {
       if (c.start == start && c.key == key) w = &c;
@@ -47,9 +47,9 @@ class WindowCache {
     std::uint64_t start = 0;
     std::vector<std::byte> bytes;
   };
-  std::mutex mu_;
-  std::vector<Window> windows_;
-  std::size_t next_ = 0;
+  Mutex mu_;
+  std::vector<Window> windows_ SP_GUARDED_BY(mu_);
+  std::size_t next_ SP_GUARDED_BY(mu_) = 0;
 };
 
 // A whole object read with ranged Storage::read calls (remote drivers: one GET each, into
