@@ -129,6 +129,15 @@ def process_tree_cpu(pid):
     return total
 
 
+def moto_python():
+    """A Python with moto and boto3: this one, else python3 on PATH (where the tests find
+    moto_server, tests/storage/s3_moto.h; the bench venv has no moto)."""
+    for python in (sys.executable, shutil.which("python3")):
+        if python and subprocess.run([python, "-c", "import moto, boto3"], capture_output=True).returncode == 0:
+            return python
+    sys.exit("object_store_bench: no Python with moto and boto3 (pip install 'moto[server]' boto3)")
+
+
 class Server:
     """An S3 server on 127.0.0.1 whose log counts the requests of each job."""
 
@@ -152,11 +161,12 @@ class Server:
                                           self.key, "--secret-key", self.secret, root], stdout=log, stderr=log, env=env)
             self._wait()
         else:
+            python = moto_python()
             env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
-            self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_server.py"),
+            self.proc = subprocess.Popen([python, os.path.join(REPO, "tests/storage/s3_moto_server.py"),
                                           str(self.port)], env=env, stdout=log, stderr=log)
             self._wait()
-            out = subprocess.run([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_setup.py"), self.endpoint,
+            out = subprocess.run([python, os.path.join(REPO, "tests/storage/s3_moto_setup.py"), self.endpoint,
                                   BUCKET], capture_output=True, text=True, check=True)
             self.key, self.secret = out.stdout.split()
         self.mark = 0
