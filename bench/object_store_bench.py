@@ -59,7 +59,10 @@ client's processes (ranks), both next to the job's seconds: on these 2 cores a s
 used about as many CPU seconds as the job took was the ceiling, and the client's CPU is
 taken from the server's share. Peak RSS = the largest rank's VmHWM during its call
 (the state it holds included), and added = VmHWM - VmRSS before the call.
-Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients).
+Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients),
+each beside the CPU seconds per GB of payload (medians over rounds) of the client's processes,
+this client's and the best peer's, and of the server in each of the two jobs: a ratio bought
+with more CPU would take the machine from the server (or from training) elsewhere.
 Order: every round runs each client once, save then load; odd rounds in reverse order (sp
 first in the first round: boto3 and the SDKs upload its objects), so that no client always
 runs after the same job, whose writeback and server state it would inherit.
@@ -126,6 +129,15 @@ def process_tree_cpu(pid):
     return total
 
 
+def moto_python():
+    """A Python with moto and boto3: this one, else python3 on PATH (where the tests find
+    moto_server, tests/storage/s3_moto.h; the bench venv has no moto)."""
+    for python in (sys.executable, shutil.which("python3")):
+        if python and subprocess.run([python, "-c", "import moto, boto3"], capture_output=True).returncode == 0:
+            return python
+    sys.exit("object_store_bench: no Python with moto and boto3 (pip install 'moto[server]' boto3)")
+
+
 class Server:
     """An S3 server on 127.0.0.1 whose log counts the requests of each job."""
 
@@ -149,11 +161,12 @@ class Server:
                                           self.key, "--secret-key", self.secret, root], stdout=log, stderr=log, env=env)
             self._wait()
         else:
+            python = moto_python()
             env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
-            self.proc = subprocess.Popen([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_server.py"),
+            self.proc = subprocess.Popen([python, os.path.join(REPO, "tests/storage/s3_moto_server.py"),
                                           str(self.port)], env=env, stdout=log, stderr=log)
             self._wait()
-            out = subprocess.run([sys.executable, os.path.join(REPO, "tests/storage/s3_moto_setup.py"), self.endpoint,
+            out = subprocess.run([python, os.path.join(REPO, "tests/storage/s3_moto_setup.py"), self.endpoint,
                                   BUCKET], capture_output=True, text=True, check=True)
             self.key, self.secret = out.stdout.split()
         self.mark = 0
@@ -841,10 +854,24 @@ def report(kind, args, clients, jobs):
     def gbps(client, job):
         return [r[job]["bytes"] / r[job]["seconds"] / 1e9 for r in jobs[client]]
 
+    def cpu_per_gb(client, job, field):
+        """Median over rounds of CPU seconds (field: client_cpu or server_cpu) per GB of payload."""
+        return benchlib.median([r[job][field] / (r[job]["bytes"] / 1e9) for r in jobs[client]])
+
     best = {}
     for job in ("save", "load"):
         peers = [(benchlib.median(gbps(c, job)), c) for c in clients if c in PEERS]
         best[job] = max(peers) if peers else (None, "-")
+
+    def cpu_beside(client, job):
+        """Client CPU s/GB of this client and of the best peer, then the server's for each."""
+        peer = best[job][1]
+        if peer == "-":
+            return "n/a"
+        mine = [cpu_per_gb(client, job, f) for f in ("client_cpu", "server_cpu")]
+        theirs = [cpu_per_gb(peer, job, f) for f in ("client_cpu", "server_cpu")]
+        return f"{mine[0]:.2f} / {theirs[0]:.2f} (server {mine[1]:.2f} / {theirs[1]:.2f})"
+
     payload = jobs[clients[0]][0]["save"]["bytes"]
     rows = []
     for c in clients:
@@ -853,13 +880,16 @@ def report(kind, args, clients, jobs):
             row.append(benchlib.triple(gbps(c, job)))
         for job in ("save", "load"):
             row.append(benchlib.ratio(benchlib.median(gbps(c, job)), best[job][0]))
+            row.append(cpu_beside(c, job))
         rows.append(row)
     server = SERVER_NAMES[kind]
     benchlib.print_table(
         f"{server}, 127.0.0.1: {args.layers}-layer GPT-2 + Adam, {payload / 1e9:.3f} GB on {RANKS} ranks, "
         f"{args.rounds} round(s), load average {os.getloadavg()[0]:.1f} (GB/s min/median/max; ratio = median over "
-        f"the best peer's: save {best['save'][1]}, load {best['load'][1]})",
-        ["client", "save GB/s", "load GB/s", "save / best peer", "load / best peer"], rows)
+        f"the best peer's: save {best['save'][1]}, load {best['load'][1]}; CPU s/GB = CPU seconds per GB of "
+        f"payload, medians: this client's processes / the best peer's, and the server's in each job)",
+        ["client", "save GB/s", "load GB/s", "save / best peer", "save CPU s/GB: client (this / peer)",
+         "load / best peer", "load CPU s/GB: client (this / peer)"], rows)
 
     def per_gb(client, job):
         gb = jobs[client][0][job]["bytes"] / 1e9

@@ -296,6 +296,18 @@ TEST(S3UrlTest, PayloadGoesUnsignedOnlyWhereACrc32cCoversItOverTls) {
   }
 }
 
+TEST(S3UrlTest, PartsInFlightComeFromTheEnvironmentWithinBounds) {
+  EnvGuard env;
+  env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", nullptr);
+  EXPECT_EQ(s3::parse_s3_url("s3://bkt").max_parallel_parts, s3::S3Config().max_parallel_parts);
+  env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", "10");  // boto3's max_concurrency
+  EXPECT_EQ(s3::parse_s3_url("s3://bkt").max_parallel_parts, 10);
+  env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", "1000");
+  EXPECT_EQ(s3::parse_s3_url("s3://bkt").max_parallel_parts, 64);
+  env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", "many");
+  EXPECT_THROW(s3::parse_s3_url("s3://bkt"), UsageError);
+}
+
 TEST(S3UrlTest, GcsUrlsFollowGcsBucketRules) {
   EXPECT_NO_THROW(gcs::open_gcs_storage("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1", {}));
   EXPECT_THROW(gcs::open_gcs_storage("gs://my_bucket?region=x", {}), UsageError);

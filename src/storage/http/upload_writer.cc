@@ -99,6 +99,7 @@ class UploadWriter final : public StorageWriter {
       own_pool_.reset();
       BufferPoolOptions options;
       options.buffer_bytes = part_bytes_;
+      options.huge_pages = false;  // staged and sent, never mapped to a disk (s3_storage.cc)
       options.capacity_bytes = part_bytes_ * (own_in_flight() + 1);
       own_pool_ = std::make_unique<BufferPool>(options);
     }

@@ -12,8 +12,9 @@
 // Any other key, a fragment, an invalid bucket name or prefix segment ("", ".", "..") is a
 // UsageError naming the URL. Credentials: aws_credentials.h; none found = unsigned requests.
 // Environment for tests and tuning: SHARDPOINT_HTTP_MAX_ATTEMPTS, SHARDPOINT_HTTP_BACKOFF_MS
-// (RetryPolicy), SHARDPOINT_S3_PART_MB (multipart part size, >= 5), SHARDPOINT_S3_PAYLOAD
-// (auto|signed|unsigned: S3Config::payload_signing).
+// (RetryPolicy), SHARDPOINT_S3_PART_MB (multipart part size, >= 5), SHARDPOINT_S3_PARTS_IN_FLIGHT
+// (S3Config::max_parallel_parts, 1-64), SHARDPOINT_S3_PAYLOAD (auto|signed|unsigned:
+// S3Config::payload_signing).
 //
 // Protocol (AWS S3 REST, SigV4 signed by libcurl with x-amz-content-sha256 = the SHA-256 of
 // the body, which S3 checks: a body damaged on the way is refused with 400
@@ -86,7 +87,7 @@ struct S3Config {
   // that does not match (400 BadDigest, retried) and keeps the checksum with the object
   // (HEAD with x-amz-checksum-mode: ENABLED; multipart: the CRC-32C of the parts' CRCs,
   // "-N"). Off for services that do not take S3's checksum headers (GCS's XML API).
-  // Cost: one CRC-32C pass over every body, folded into the copy that stages it.
+  // Cost: one CRC-32C pass over every body (ISA-L: about 2 % of a save's client CPU).
   bool checksum_crc32c = true;
   // What x-amz-content-sha256 says of a PutObject or UploadPart body that
   // x-amz-checksum-crc32c covers (every other request signs the SHA-256 of its body):
@@ -112,7 +113,12 @@ struct S3Config {
   // 1,000 (http/upload_writer.h part_bytes_at), so no object needs more than S3's 10,000
   // parts; keep it at most 10 MiB so the largest (x 512) stay within S3's 5 GiB per part.
   std::size_t part_bytes = 0;
-  // Parts of one writer in flight at once. Each holds a pool buffer.
+  // Parts of one writer in flight at once. Each holds a pool buffer; the driver's own pool
+  // (no StorageOptions::buffer_pool) holds at least max_parallel_parts + 1 parts. boto3 keeps
+  // 10 per object, but it streams parts from a file; ours are staged in memory, and on 2
+  // shared cores 10 in flight cost 8 % more client CPU (the buffers' first touch) and were
+  // no faster on s3s-fs or moto than 4 (bench/HISTORY.md, 2026-12-05). Raise it for a
+  // server far away or slow per request, where each part waits on the round trip.
   int max_parallel_parts = 4;
   // read() and sources split reads at least this large into parallel ranged GETs of
   // read_chunk_bytes, at most read_threads at once.
