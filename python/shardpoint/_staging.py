@@ -154,11 +154,13 @@ class HostStaging:
                 self._buffers[position] = buffer
             else:
                 self._buffers.append(buffer)
-        if self._device_copies is not None and tensor.device.type == "cuda":
-            self._device_copies.append((buffer, tensor))  # copied on the side stream
-        else:
+        if tensor.device.type == "cpu":
             self._host_targets.append(buffer)
             self._host_sources.append(tensor)
+        elif self._device_copies is not None and tensor.device.type == "cuda":
+            self._device_copies.append((buffer, tensor))  # copied on the side stream
+        else:
+            buffer.copy_(tensor)  # a device tensor staged synchronously: one blocking copy
         return buffer
 
     def _copy_host(self) -> None:
