@@ -15,7 +15,8 @@ Checks (each prints PASS or FAIL; exit 1 on any FAIL, 77 when there is no CUDA d
   5. speed: staging complete vs one device-to-host copy of the same bytes into pinned memory
      already allocated, same run (target <= 1.2x, medians over --rounds);
   6. dcp.async_save on one rank (gloo for the CPU side): AsyncSaveResponse, the state may change
-     once staging_completion is done, the checkpoint loads back equal to the state as it was.
+     once staging_completion is done, the checkpoint loads back equal to the state as it was;
+  7. with 2+ devices: staging for a rank whose device is cuda:1.
 """
 from __future__ import annotations
 
@@ -125,6 +126,18 @@ def staging_checks(torch, HostStaging, mib: int, rounds: int) -> None:
         check("5 staging complete <= 1.2x one pinned D2H copy", c <= 1.2 * k,
               f"{nbytes / 1e9:.3f} GB: staging {c:.4f} s, one copy {k:.4f} s = {c / k:.2f}x "
               f"({nbytes / k / 1e9:.1f} GB/s); min/max staging {min(complete):.4f}/{max(complete):.4f}")
+        # 7. a rank on another device than 0 (the staging thread starts on device 0).
+        if torch.cuda.device_count() > 1:
+            torch.cuda.set_device(1)
+            other = {"x": torch.randn(1 << 20, device="cuda:1")}
+            other["x"].mul_(3)  # queued on cuda:1's current stream just before
+            copy1 = HostStaging(pin_memory=True)
+            try:
+                check("7 staging on cuda:1 orders after the caller's stream there",
+                      torch.equal(copy1.stage_async(other).result()["x"], other["x"].cpu()))
+            finally:
+                copy1.close()
+                torch.cuda.set_device(0)
     finally:
         staging.close()
 

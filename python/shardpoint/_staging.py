@@ -100,10 +100,13 @@ class HostStaging:
         future. Call ``close`` when done."""
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shardpoint-stage")
-        ready = None
+        ready: Optional[Tuple[Any, int]] = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream())  # the state as the caller's stream will leave it
+            # The state as the caller's stream will leave it, on the caller's device (a new
+            # thread's current device is 0, whatever the rank's is).
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream())
+            ready = (event, torch.cuda.current_device())
         return self._executor.submit(self._stage_on_thread, state, ready)
 
     def close(self, wait: bool = True) -> None:
@@ -116,19 +119,24 @@ class HostStaging:
     def _stage_on_thread(self, state: Any, ready: Any) -> Any:
         if ready is None:
             return self.stage(state)
-        if self._side_stream is None:
-            self._side_stream = torch.cuda.Stream()
+        event, device = ready
+        if self._side_stream is None or self._side_stream.device.index != device:
+            self._side_stream = torch.cuda.Stream(device=device)
+        side = self._side_stream
         self._device_copies = []
         try:
             staged = self.stage(state)  # host tensors copied here; device ones listed
-            with torch.cuda.stream(self._side_stream):
-                self._side_stream.wait_event(ready)
+            with torch.cuda.device(device), torch.cuda.stream(side):
+                side.wait_event(event)
                 for buffer, source in self._device_copies:
+                    if source.device.index != device:
+                        buffer.copy_(source)  # another device: the side stream cannot order it
+                        continue
                     buffer.copy_(source, non_blocking=True)
-                    source.record_stream(self._side_stream)
+                    source.record_stream(side)  # the allocator keeps it until the copy is done
                 done = torch.cuda.Event()
-                done.record(self._side_stream)
-            done.synchronize()
+                done.record(side)
+            done.synchronize()  # staging complete = the side stream's event
             return staged
         finally:
             self._device_copies = None
