@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Benchmark: save on 4 ranks and load on 2 and 3 ranks, shardpoint vs PyTorch 2.6 DCP, vs fio.
+"""Benchmark: save on 4 ranks and load on 2 and 3 ranks, shardpoint vs PyTorch DCP at its best
+settings that run here (the newest PyTorch, from the project's venv, and PyTorch 2.6), vs fio.
 
   /usr/bin/python3 bench/dcp_bench.py BUILD_DIR [--rounds 3] [--layers 24] [--dir DIR] [--only load|zip-crc]
 
@@ -9,17 +10,26 @@ exp_avg_sq and a 0-dim `step` per parameter (24 layers: 2.126 GB of float32 payl
 tensor is Shard(0) over a 1-D mesh of the world size (PyTorch: DTensor.from_local on a CPU
 mesh; shardpoint: engine/chunking.h shard_box); steps are replicated. Ranks are processes
 (shardpoint: BUILD_DIR/bench/dcp_bench with torchrun's env and SHARDPOINT_COMM=tcp, its
-LibTorch-free communicator; PyTorch: this file under scripts/oracle-python, gloo,
-torch.set_num_threads(1)).
+LibTorch-free communicator; PyTorch: this file under the venv's python (scripts/setup-python.sh,
+the newest PyTorch) and under scripts/oracle-python (PyTorch 2.6), gloo, torch.set_num_threads(1)).
+
+PyTorch at its best: saves with FileSystemWriter(thread_count=4) and, where the version has it
+(2.7+), DefaultSavePlanner(enable_plan_caching=True); each peer save process saves twice and the
+second save is timed (the first fills the plan cache; folder removed and caches dropped between),
+as a training loop's later saves run. shardpoint's save is one save per process (its C++ engine
+keeps no plan between processes): its first save against PyTorch's cached second. Loads:
+FileSystemReader (no setting changes its speed). PyTorch 2.6 runs the save and the 4->2 loads as
+a second column; the zip CRC-32 step loads PyTorch 2.6's checkpoint, as before.
 
 Each round (caches dropped before every write and every cold job; files deleted before
 every write):
   1. fio ceilings: seq write 1 MiB O_DIRECT 4 jobs, buffered + end_fsync 4 jobs; cold
      buffered seq read 1 job and 4 jobs (total size = the payload, at least 256 MiB).
-  2. shardpoint save, 4 ranks -> A        3. PyTorch dcp.save, 4 ranks -> B
+  2. shardpoint save, 4 ranks -> A        3. PyTorch dcp.save, 4 ranks -> B (newest), B26 (2.6)
   4. shardpoint load A on 2 ranks cold, warm twice (first and second re-read), on 3 ranks cold
-  5. PyTorch dcp.load B on 2 ranks cold, warm twice, on 3 ranks cold
-  6. shardpoint load B (PyTorch's checkpoint) on 2 ranks (interop check, no sidecar: the zip
+  5. PyTorch dcp.load B on 2 ranks cold, warm twice, on 3 ranks cold; 2.6 loads B26 on 2 ranks
+     cold and warm
+  6. shardpoint load B26 (PyTorch 2.6's checkpoint) on 2 ranks (interop check, no sidecar: the zip
      CRC-32s are checked): cold with the check on and off (the order alternates between
      rounds), then warm: one untimed re-read, then off, on, off, on
 Time = the longest rank's call (ranks start after a barrier); GB/s = payload / time. Peak
@@ -38,7 +48,7 @@ than wall time on a shared machine). RESULTS=FILE appends the raw per-job JSON l
 
 --only load (needs --dir): the loads and the read ceilings only, for quick iterations on the
 load path; both checkpoints are saved into DIR once (untimed) when missing, and kept.
---only zip-crc (needs --dir): step 6 and PyTorch's loads of B (cold, warm) only: the cost of
+--only zip-crc (needs --dir): step 6 and PyTorch 2.6's loads of B26 (cold, warm) only: the cost of
 the zip CRC-32 check on load, with the peer in the same run.
 """
 import argparse
@@ -58,7 +68,7 @@ from benchlib import pick_port, rm  # noqa: E402
 MIB = 1 << 20
 
 
-# --- the PyTorch 2.6 peer (runs under scripts/oracle-python) ------------------------------
+# --- the PyTorch peer (runs under the venv's python or scripts/oracle-python) ----------------
 
 def fnv1a32(text):
     h = 2166136261
@@ -164,6 +174,32 @@ def _io(field):
     return 0
 
 
+def peer_save_best(torch, dist, dcp, sd, ckpt, rank):
+    """PyTorch's best sync save that runs here: FileSystemWriter with 4 threads and, where the
+    version has it, plan caching. Saves once untimed (fills the plan cache), removes the folder
+    and drops the page cache (rank 0), and returns the function that makes the timed save."""
+    import inspect
+
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    caching = "enable_plan_caching" in inspect.signature(DefaultSavePlanner.__init__).parameters
+
+    def save():
+        planner = DefaultSavePlanner(enable_plan_caching=True) if caching else DefaultSavePlanner()
+        dcp.save(sd, storage_writer=dcp.FileSystemWriter(ckpt, thread_count=4), planner=planner)
+
+    save()
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(ckpt, ignore_errors=True)
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3")
+        except OSError:
+            pass
+    return save
+
+
 def peer_job(rank, ws, mode, ckpt, layers, results):
     import torch
     import torch.distributed as dist
@@ -173,6 +209,7 @@ def peer_job(rank, ws, mode, ckpt, layers, results):
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     sd, locals_, own = peer_state(torch, layers, ws, rank, fill=(mode == "save"))
+    save = peer_save_best(torch, dist, dcp, sd, ckpt, rank) if mode == "save" else None
     rss_before = _status("VmRSS")
     rchar0, read0 = _io("rchar"), _io("read_bytes")
     import resource
@@ -181,14 +218,14 @@ def peer_job(rank, ws, mode, ckpt, layers, results):
         f.write("5")
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    if mode == "save":
-        dcp.save(sd, checkpoint_id=ckpt)
+    if save is not None:
+        save()
     else:
         dcp.load(sd, checkpoint_id=ckpt)
     seconds = time.perf_counter() - t0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
-    out = {"rank": rank, "world_size": ws, "seconds": seconds, "bytes": own, "own_bytes": own,
+    out = {"rank": rank, "world_size": ws, "torch": torch.__version__, "seconds": seconds, "bytes": own, "own_bytes": own,
            "peak_rss": _status("VmHWM"), "rss_before": rss_before,
            "bytes_read": _io("rchar") - rchar0, "device_read_bytes": _io("read_bytes") - read0, "cpu_seconds": cpu,
            "verified": True}
@@ -249,10 +286,19 @@ def run_shardpoint(tool, mode, ckpt, ws, layers, extra=(), attempts=3, env=None)
     raise RuntimeError(f"dcp_bench {mode} {ckpt} ws={ws} failed:\n{last}")
 
 
-def run_peer(mode, ckpt, ws, layers, scratch):
+ORACLE = os.path.join(REPO, "scripts", "oracle-python")  # PyTorch 2.6
+
+
+def newest_python():
+    """The project venv's python (the newest PyTorch), or None when there is none."""
+    p = subprocess.run([os.path.join(REPO, "scripts", "setup-python.sh")], capture_output=True, text=True)
+    return p.stdout.strip() or None
+
+
+def run_peer(mode, ckpt, ws, layers, scratch, python=ORACLE):
     results = tempfile.mkdtemp(prefix="peer-", dir=scratch)
     try:
-        cmd = [os.path.join(REPO, "scripts", "oracle-python"), os.path.abspath(__file__), "peer", mode, ckpt,
+        cmd = [python, os.path.abspath(__file__), "peer", mode, ckpt,
                "--ws", str(ws), "--layers", str(layers), "--results", results]
         last = ""
         for _ in range(3):
@@ -276,7 +322,8 @@ def summarize(ranks):
          "own": max(r["own_bytes"] for r in ranks),
          "cpu": max(r.get("cpu_seconds", 0) for r in ranks),
          "cpu_total": sum(r.get("cpu_seconds", 0) for r in ranks),
-         "verified": all(r.get("verified", True) for r in ranks)}
+         "verified": all(r.get("verified", True) for r in ranks),
+         "torch": ranks[0].get("torch", "")}
     if "bytes_needed" in ranks[0]:
         s["needed"] = sum(r["bytes_needed"] for r in ranks)
         s["read"] = sum(r["bytes_read"] for r in ranks)
@@ -316,8 +363,8 @@ def zip_crc_round(tool, ckpt, layers, rnd, res, raw, scratch, peer=True):
     res["crc_floor"].append(json.loads(floor.stdout.splitlines()[-1]))
     if peer:
         benchlib.drop_caches()
-        job("pt_l2c", lambda: run_peer("load", ckpt, 2, layers, scratch))
-        job("pt_l2w", lambda: run_peer("load", ckpt, 2, layers, scratch))
+        job("pt26_l2c", lambda: run_peer("load", ckpt, 2, layers, scratch))
+        job("pt26_l2w", lambda: run_peer("load", ckpt, 2, layers, scratch))
 
 
 def print_zip_crc_table(res, g, m):
@@ -350,10 +397,10 @@ def print_zip_crc_table(res, g, m):
          "PyTorch 2.6 dcp.load", "target"],
         [["cold", benchlib.triple(g["sp_l2c_pt"]), benchlib.triple(g["sp_l2c_pt_off"]), cost("sp_l2c_pt", "sp_l2c_pt_off"),
           cpu_cost("sp_l2c_pt", "sp_l2c_pt_off"), f"{records('sp_l2c_pt')} / {records('sp_l2c_pt_off')}",
-          benchlib.triple(g["pt_l2c"]), "<= 3 %"],
+          benchlib.triple(g["pt26_l2c"]), "<= 3 %"],
          ["warm", benchlib.triple(g["sp_l2w_pt"]), benchlib.triple(g["sp_l2w_pt_off"]), cost("sp_l2w_pt", "sp_l2w_pt_off"),
           cpu_cost("sp_l2w_pt", "sp_l2w_pt_off"), f"{records('sp_l2w_pt')} / {records('sp_l2w_pt_off')}",
-          benchlib.triple(g["pt_l2w"]), "<= 10 %"]])
+          benchlib.triple(g["pt26_l2w"]), "<= 10 %"]])
     if res["crc_floor"]:
         f = res["crc_floor"]
         copy = benchlib.median([x["copy_seconds"] for x in f])
@@ -390,11 +437,17 @@ def main():
     scratch = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="sp-dcp-bench-", dir=os.path.abspath(args.build_dir)))
     os.makedirs(scratch, exist_ok=True)
     a, b, fio_dir = os.path.join(scratch, "sp_ckpt"), os.path.join(scratch, "pt_ckpt"), os.path.join(scratch, "fio")
+    b26 = os.path.join(scratch, "pt26_ckpt")
+    newest = newest_python()
+    if newest is None:
+        print("note: no project venv (scripts/setup-python.sh): PyTorch 2.6 is both columns", file=sys.stderr)
+        newest = ORACLE
     os.makedirs(fio_dir, exist_ok=True)
     can_drop = benchlib.drop_caches()
     raw = open(os.environ["RESULTS"], "a") if os.environ.get("RESULTS") else None
-    jobs = ["sp_save", "pt_save", "sp_l2c", "sp_l2w", "sp_l2s", "sp_l3c", "pt_l2c", "pt_l2w", "pt_l2s", "pt_l3c",
-            "sp_l2c_pt", "sp_l2c_pt_off", "sp_l2w_pt_warmup", "sp_l2w_pt", "sp_l2w_pt_off"]
+    jobs = ["sp_save", "pt_save", "pt26_save", "sp_l2c", "sp_l2w", "sp_l2s", "sp_l3c", "pt_l2c", "pt_l2w", "pt_l2s",
+            "pt_l3c", "pt26_l2c", "pt26_l2w", "sp_l2c_pt", "sp_l2c_pt_off", "sp_l2w_pt_warmup", "sp_l2w_pt",
+            "sp_l2w_pt_off"]
     res = {k: [] for k in jobs}
     res["crc_floor"] = []  # dcp_bench crc-floor's figures, one per zip-crc round
     ceil = {k: [] for k in ["odirect4", "buf4", "read1", "read4"]}
@@ -406,15 +459,18 @@ def main():
         if only_load and not os.path.exists(os.path.join(a, ".metadata")):
             rm(a)
             run_shardpoint(tool, "save", a, 4, args.layers)
-        if not os.path.exists(os.path.join(b, ".metadata")):
+        if only_load and not os.path.exists(os.path.join(b, ".metadata")):
             rm(b)
-            run_peer("save", b, 4, args.layers, scratch)
+            run_peer("save", b, 4, args.layers, scratch, python=newest)
+        if not os.path.exists(os.path.join(b26, ".metadata")):
+            rm(b26)
+            run_peer("save", b26, 4, args.layers, scratch)
     try:
         for rnd in range(args.rounds):
             loadavg.append(os.getloadavg()[0])
             print(f"round {rnd + 1}/{args.rounds} (load average {loadavg[-1]:.1f}) ...", file=sys.stderr)
             if only_crc:
-                zip_crc_round(tool, b, args.layers, rnd, res, raw, scratch)
+                zip_crc_round(tool, b26, args.layers, rnd, res, raw, scratch)
                 continue
             # 1. ceilings
             benchlib.drop_caches()
@@ -446,12 +502,14 @@ def main():
 
             # 2-3. saves (fresh folders, caches dropped)
             if not only_load:
-                for ck in (a, b):
+                for ck in (a, b, b26):
                     rm(ck)
                 benchlib.drop_caches()
                 job("sp_save", lambda: run_shardpoint(tool, "save", a, 4, args.layers))
                 benchlib.drop_caches()
-                job("pt_save", lambda: run_peer("save", b, 4, args.layers, scratch))
+                job("pt_save", lambda: run_peer("save", b, 4, args.layers, scratch, python=newest))
+                benchlib.drop_caches()
+                job("pt26_save", lambda: run_peer("save", b26, 4, args.layers, scratch))
             # 4. shardpoint loads
             benchlib.drop_caches()
             job("sp_l2c", lambda: run_shardpoint(tool, "load", a, 2, args.layers))
@@ -461,18 +519,21 @@ def main():
             job("sp_l3c", lambda: run_shardpoint(tool, "load", a, 3, args.layers))
             # 5. PyTorch loads
             benchlib.drop_caches()
-            job("pt_l2c", lambda: run_peer("load", b, 2, args.layers, scratch))
-            job("pt_l2w", lambda: run_peer("load", b, 2, args.layers, scratch))
-            job("pt_l2s", lambda: run_peer("load", b, 2, args.layers, scratch))
+            job("pt_l2c", lambda: run_peer("load", b, 2, args.layers, scratch, python=newest))
+            job("pt_l2w", lambda: run_peer("load", b, 2, args.layers, scratch, python=newest))
+            job("pt_l2s", lambda: run_peer("load", b, 2, args.layers, scratch, python=newest))
             benchlib.drop_caches()
-            job("pt_l3c", lambda: run_peer("load", b, 3, args.layers, scratch))
-            # 6. shardpoint reads PyTorch's checkpoint, zip CRC-32 check on and off
-            zip_crc_round(tool, b, args.layers, rnd, res, raw, scratch, peer=False)
+            job("pt_l3c", lambda: run_peer("load", b, 3, args.layers, scratch, python=newest))
+            benchlib.drop_caches()
+            job("pt26_l2c", lambda: run_peer("load", b26, 2, args.layers, scratch))
+            job("pt26_l2w", lambda: run_peer("load", b26, 2, args.layers, scratch))
+            # 6. shardpoint reads PyTorch 2.6's checkpoint, zip CRC-32 check on and off
+            zip_crc_round(tool, b26, args.layers, rnd, res, raw, scratch, peer=False)
             if not only_load:
-                for ck in (a, b):
+                for ck in (a, b, b26):
                     rm(ck)
     finally:
-        for ck in ((fio_dir,) if only_load else (a, b, fio_dir)):
+        for ck in ((fio_dir,) if only_load else (a, b, b26, fio_dir)):
             rm(ck)
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -499,27 +560,40 @@ def main():
     print(f"\npayload {payload / 1e9:.3f} GB ({args.layers} layers), {args.rounds} rounds; drop_caches "
           f"{'on' if can_drop else 'NOT available: cold figures are warm'}; load average at round start "
           f"{', '.join(f'{x:.1f}' for x in loadavg)} on {os.cpu_count()} CPUs")
+    def version(name):
+        return next((x["torch"] for x in res[name] if x.get("torch")), "?")
+
+    def vs26(name):
+        return (f"{benchlib.triple(g['pt26_' + name])} ({benchlib.ratio(m['sp_' + name], m['pt26_' + name])})"
+                if g["pt26_" + name] else "-")
+
+    newest_v = version("pt_save") if res["pt_save"] else version("pt_l2c")
     benchlib.print_table(
-        "DCP checkpoint: shardpoint vs PyTorch 2.6 DCP (GB/s min/median/max)",
-        ["job", "shardpoint", "PyTorch 2.6", "ratio (median)", "ceiling (fio, median)", "fraction of ceiling", "target"],
+        f"DCP checkpoint: shardpoint vs PyTorch {newest_v} DCP at its best (saves: FileSystemWriter thread_count 4 "
+        f"+ plan caching, the second save timed), PyTorch {version('pt26_l2c')} beside it (GB/s min/median/max; "
+        "ratios of medians)",
+        ["job", "shardpoint", f"PyTorch {newest_v}", "ratio (median)", f"PyTorch {version('pt26_l2c')} (ratio)",
+         "ceiling (fio, median)", "fraction of ceiling", "target"],
         [
             ["save, 4 ranks", benchlib.triple(g["sp_save"]), benchlib.triple(g["pt_save"]),
-             benchlib.ratio(m["sp_save"], m["pt_save"]), f"O_DIRECT write 4 jobs {benchlib.triple(ceil['odirect4'])}",
+             benchlib.ratio(m["sp_save"], m["pt_save"]), vs26("save"),
+             f"O_DIRECT write 4 jobs {benchlib.triple(ceil['odirect4'])}",
              benchlib.fraction(m["sp_save"], c["odirect4"]), ">= 2x, >= 0.80"],
-            ["(save vs buffered+fsync)", "", "", "", f"buffered+fsync 4 jobs {benchlib.triple(ceil['buf4'])}",
+            ["(save vs buffered+fsync)", "", "", "", "", f"buffered+fsync 4 jobs {benchlib.triple(ceil['buf4'])}",
              benchlib.fraction(m["sp_save"], c["buf4"]), ""],
             ["load 4->2, cold", benchlib.triple(g["sp_l2c"]), benchlib.triple(g["pt_l2c"]),
-             benchlib.ratio(m["sp_l2c"], m["pt_l2c"]),
+             benchlib.ratio(m["sp_l2c"], m["pt_l2c"]), vs26("l2c"),
              f"cold read best of 1/4 jobs {benchlib.triple(ceil['read1'])} / {benchlib.triple(ceil['read4'])}",
              benchlib.fraction(m["sp_l2c"], cold_ceiling), ">= 0.90"],
             ["load 4->2, warm (first re-read)", benchlib.triple(g["sp_l2w"]), benchlib.triple(g["pt_l2w"]),
-             benchlib.ratio(m["sp_l2w"], m["pt_l2w"]), "-", "-", ">= 2.5x"],
+             benchlib.ratio(m["sp_l2w"], m["pt_l2w"]), vs26("l2w"), "-", "-", ">= 2.5x"],
             ["load 4->2, warm (second re-read)", benchlib.triple(g["sp_l2s"]), benchlib.triple(g["pt_l2s"]),
-             benchlib.ratio(m["sp_l2s"], m["pt_l2s"]), "-", "-", ">= 2.5x"],
+             benchlib.ratio(m["sp_l2s"], m["pt_l2s"]), "-", "-", "-", ">= 2.5x"],
             ["load 4->3, cold", benchlib.triple(g["sp_l3c"]), benchlib.triple(g["pt_l3c"]),
-             benchlib.ratio(m["sp_l3c"], m["pt_l3c"]), "as 4->2 cold", benchlib.fraction(m["sp_l3c"], cold_ceiling), ">= 0.90"],
-            ["shardpoint loads PyTorch's checkpoint 4->2, cold", benchlib.triple(g["sp_l2c_pt"]), "-", "-", "-",
-             benchlib.fraction(m["sp_l2c_pt"], cold_ceiling), "-"],
+             benchlib.ratio(m["sp_l3c"], m["pt_l3c"]), "-", "as 4->2 cold",
+             benchlib.fraction(m["sp_l3c"], cold_ceiling), ">= 0.90"],
+            ["shardpoint loads PyTorch 2.6's checkpoint 4->2, cold", benchlib.triple(g["sp_l2c_pt"]), "-", "-", "-",
+             "-", benchlib.fraction(m["sp_l2c_pt"], cold_ceiling), "-"],
         ])
 
     print_zip_crc_table(res, g, m)
@@ -541,7 +615,7 @@ def main():
 
     benchlib.print_table(
         "CPU seconds per call (largest rank; user + system, all threads; min/median/max)",
-        ["job", "shardpoint", "PyTorch 2.6"],
+        ["job", "shardpoint", f"PyTorch {newest_v}"],
         [[n, cpu(f"sp_{k}"), cpu(f"pt_{k}")]
          for n, k in [("save, 4 ranks", "save"), ("load 4->2, cold", "l2c"), ("load 4->2, warm", "l2w"),
                       ("load 4->2, warm (second)", "l2s"), ("load 4->3, cold", "l3c")]])

@@ -240,6 +240,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self._checkpoint: Optional[_native.Checkpoint] = None
         self._folder = self.path  # where this save writes (set by write_data)
         self._folder_checkpoint: Optional[_native.Checkpoint] = None
+        self._layout: Optional[_ItemLayout] = None  # write_data's, kept for the same plan
 
     # -- DCP protocol ----------------------------------------------------------------------
 
@@ -335,46 +336,20 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         return self._folder_checkpoint
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> "Future[List[WriteResult]]":
-        """(all ranks) Writes this rank's items; the future is already complete."""
-        prefix = plan.storage_data.prefix
+        """(all ranks) Writes this rank's items; the future is already complete. What the
+        plan alone decides (files, names, chunk boxes: the native item array) is built once
+        per plan and kept: with plan caching DCP hands the same plan object to every later
+        save, whose only per-save work here is resolving each item's data."""
         checkpoint = self._writing_to(self._destination())
-        if self.single_file_per_rank:
-            files = _split_into_files(plan.items, checkpoint.files_per_rank(self.thread_count))
-        else:
-            files = [[item] for item in plan.items]
+        file_count = checkpoint.files_per_rank(self.thread_count) if self.single_file_per_rank else 0
+        layout = self._layout
+        if layout is None or layout.plan is not plan or layout.file_count != file_count:
+            layout = self._layout = _item_layout(plan, file_count)
         keep_alive: List[Any] = []  # tensors and buffers the native call reads
-        by_position: List[WriteItem] = []
-        fields: List[Tuple[Any, ...]] = []
-        ints: List[int] = []  # every tensor item's chunk offsets and sizes, one array
-        for n, bucket in enumerate(files):
-            name = f"{prefix}{n}{_DATA_SUFFIX}".encode()
-            for item in bucket:
-                fields.append(self._resolve_item(name, item, planner, keep_alive, ints))
-                by_position.append(item)
-        # One ctypes array of items filled in place, pointing into one int64 array: a few
-        # objects per rank rather than several per item (objects a save keeps alive bring
-        # CPython's next full garbage collection closer, and those walk the whole process).
-        int_array = _native.int64_array(ints)
-        base = ctypes.addressof(int_array)
-        native_items = (_native.Item * max(len(fields), 1))()
-        dtypes: Dict[torch.dtype, bytes] = {}
-        for slot, (file, fqn, dtype, ndim, start, data, nbytes) in zip(native_items, fields):
-            slot.file = file
-            slot.fqn = fqn
-            slot.data = data
-            slot.nbytes = nbytes
-            if dtype is None:
-                slot.kind = _native.ITEM_BYTES
-                continue
-            encoded = dtypes.get(dtype)
-            if encoded is None:
-                encoded = dtypes[dtype] = _dtype_name(dtype).encode()
-            slot.kind = _native.ITEM_TENSOR
-            slot.dtype = encoded
-            slot.ndim = ndim
-            slot.offsets = base + 8 * start
-            slot.sizes = base + 8 * (start + ndim)
-        written_json = checkpoint.write_items(native_items, len(fields), self._options)
+        for slot, item in zip(layout.native_items, layout.items):
+            slot.data, slot.nbytes = self._resolve_item(item, planner, keep_alive)
+        by_position = layout.items
+        written_json = checkpoint.write_items(layout.native_items, len(by_position), self._options)
         results: List[WriteResult] = []
         for n, (item, record) in enumerate(zip(by_position, json.loads(written_json))):
             info = _StorageInfo(record["file"], record["offset"], record["length"])
@@ -414,12 +389,9 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _resolve_item(self, file: bytes, item: WriteItem, planner: SavePlanner, keep_alive: List[Any],
-                      ints: List[int]) -> Tuple[Any, ...]:
-        """What the native item for item holds: (file, fqn, dtype or None for a bytes item,
-        ndim, where its offsets start in ints, data address, byte count); appends the chunk's
-        offsets then sizes to ints and what the native call reads to keep_alive."""
-        fqn = item.index.fqn.encode()
+    def _resolve_item(self, item: WriteItem, planner: SavePlanner, keep_alive: List[Any]) -> Tuple[Optional[int], int]:
+        """The address and byte count of item's data (planner.resolve_data); appends what the
+        native call reads to keep_alive."""
         data = planner.resolve_data(item)
         if item.type == WriteItemType.BYTE_IO:
             # The blob is written verbatim from the BytesIO's own buffer (no copy).
@@ -427,7 +399,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             n = view.nbytes
             buf = (ctypes.c_char * n).from_buffer(view) if n else None
             keep_alive.extend([view, buf])
-            return file, fqn, None, 0, 0, ctypes.addressof(buf) if buf is not None else None, n
+            return (ctypes.addressof(buf) if buf is not None else None), n
         assert isinstance(data, torch.Tensor) and item.tensor_data is not None  # a tensor item
         tensor = data.detach()
         if tensor.device.type != "cpu":
@@ -435,17 +407,74 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()  # the only copy: the engine writes row-major bytes
         keep_alive.append(tensor)
-        chunk = item.tensor_data.chunk
-        if tuple(tensor.shape) != tuple(chunk.sizes):
+        td = item.tensor_data
+        if tensor.shape != td.chunk.sizes and tuple(tensor.shape) != tuple(td.chunk.sizes):
             raise errors.UsageError(
-                f'save: item "{item.index.fqn}": planned chunk sizes {list(chunk.sizes)}, '
+                f'save: item "{item.index.fqn}": planned chunk sizes {list(td.chunk.sizes)}, '
                 f"resolved tensor has shape {list(tensor.shape)}"
             )
-        start = len(ints)
-        ints.extend(chunk.offsets)
-        ints.extend(chunk.sizes)
+        if tensor.dtype != td.properties.dtype:
+            raise errors.UsageError(
+                f'save: item "{item.index.fqn}": planned dtype {_dtype_name(td.properties.dtype)}, '
+                f"resolved tensor has {_dtype_name(tensor.dtype)}"
+            )
         nbytes = tensor.numel() * tensor.element_size()
-        return file, fqn, tensor.dtype, len(chunk.sizes), start, tensor.data_ptr() if nbytes else None, nbytes
+        return (tensor.data_ptr() if nbytes else None), nbytes
+
+
+@dataclasses.dataclass
+class _ItemLayout:
+    """The native item array a plan makes, without the data addresses (set per save)."""
+
+    plan: SavePlan  # the plan it was built from, by identity
+    file_count: int  # files per rank it was split into (0: one file per item)
+    items: List[WriteItem]  # in the order of native_items
+    native_items: Any  # ctypes array of _native.Item; its offsets/sizes point into ints
+    ints: Any  # every tensor item's chunk offsets then sizes, one int64 array
+
+
+def _item_layout(plan: SavePlan, file_count: int) -> _ItemLayout:
+    """The native items of plan's items: files (split into file_count files, or one per item),
+    fqn, kind, dtype and chunk box. One ctypes array filled in place, pointing into one int64
+    array: a few objects per rank rather than several per item (objects a save keeps alive
+    bring CPython's next full garbage collection closer, and those walk the whole process)."""
+    prefix = plan.storage_data.prefix
+    files = _split_into_files(plan.items, file_count) if file_count else [[item] for item in plan.items]
+    items: List[WriteItem] = []
+    names: List[bytes] = []
+    ints: List[int] = []
+    starts: List[int] = []
+    for n, bucket in enumerate(files):
+        name = f"{prefix}{n}{_DATA_SUFFIX}".encode()
+        for item in bucket:
+            items.append(item)
+            names.append(name)
+            starts.append(len(ints))
+            if item.tensor_data is not None:
+                ints.extend(item.tensor_data.chunk.offsets)
+                ints.extend(item.tensor_data.chunk.sizes)
+    int_array = _native.int64_array(ints)
+    base = ctypes.addressof(int_array)
+    native_items = (_native.Item * max(len(items), 1))()
+    dtypes: Dict[torch.dtype, bytes] = {}
+    for slot, item, name, start in zip(native_items, items, names, starts):
+        slot.file = name
+        slot.fqn = item.index.fqn.encode()
+        td = item.tensor_data
+        if item.type == WriteItemType.BYTE_IO or td is None:
+            slot.kind = _native.ITEM_BYTES
+            continue
+        dtype = td.properties.dtype
+        encoded = dtypes.get(dtype)
+        if encoded is None:
+            encoded = dtypes[dtype] = _dtype_name(dtype).encode()
+        ndim = len(td.chunk.sizes)
+        slot.kind = _native.ITEM_TENSOR
+        slot.dtype = encoded
+        slot.ndim = ndim
+        slot.offsets = base + 8 * start
+        slot.sizes = base + 8 * (start + ndim)
+    return _ItemLayout(plan, file_count, items, native_items, int_array)
 
 
 class StorageReader(_DcpStorageReader):
