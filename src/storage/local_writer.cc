@@ -6,15 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::storage::local {
 namespace {
@@ -47,7 +46,7 @@ class BackgroundWrites {
   // the one under way, and returns every buffer to the pool.
   ~BackgroundWrites() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
       queue_.clear();
     }
@@ -61,8 +60,8 @@ class BackgroundWrites {
   // Queues the write of lease[0, size) at offset; waits while max_in_flight are pending.
   // Rethrows the failure of an earlier write (and then drops this one).
   void submit(BufferPool::Lease lease, std::size_t size, std::uint64_t offset) {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return error_ || pending_locked() < max_in_flight_; });
+    MutexLock lock(mu_);
+    changed_.wait(mu_, [&]() SP_REQUIRES(mu_) { return error_ || pending_locked() < max_in_flight_; });
     if (error_) std::rethrow_exception(error_);
     queue_.push_back(Job{std::move(lease), size, offset});
     lock.unlock();
@@ -71,8 +70,8 @@ class BackgroundWrites {
 
   // Waits until every queued write is done; rethrows the first failure.
   void drain() {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return error_ || pending_locked() == 0; });
+    MutexLock lock(mu_);
+    changed_.wait(mu_, [&]() SP_REQUIRES(mu_) { return error_ || pending_locked() == 0; });
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -83,12 +82,12 @@ class BackgroundWrites {
     std::uint64_t offset = 0;
   };
 
-  std::size_t pending_locked() const { return queue_.size() + (busy_ ? 1 : 0); }
+  std::size_t pending_locked() const SP_REQUIRES(mu_) { return queue_.size() + (busy_ ? 1 : 0); }
 
   void run() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (true) {
-      changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      changed_.wait(mu_, [&]() SP_REQUIRES(mu_) { return stop_ || !queue_.empty(); });
       if (stop_) return;
       Job job = std::move(queue_.front());
       queue_.pop_front();
@@ -111,13 +110,13 @@ class BackgroundWrites {
 
   const WriteFn write_;
   const std::size_t max_in_flight_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<Job> queue_;     // GUARDED_BY(mu_)
-  bool busy_ = false;         // GUARDED_BY(mu_): the thread is writing a job
-  bool stop_ = false;         // GUARDED_BY(mu_)
-  std::exception_ptr error_;  // GUARDED_BY(mu_): the first failed write
-  std::thread thread_;        // last: starts after the members it uses
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<Job> queue_ SP_GUARDED_BY(mu_);
+  bool busy_ SP_GUARDED_BY(mu_) = false;  // the thread is writing a job
+  bool stop_ SP_GUARDED_BY(mu_) = false;
+  std::exception_ptr error_ SP_GUARDED_BY(mu_);  // the first failed write
+  std::thread thread_;                           // last: starts after the members it uses
 };
 
 class LocalWriter final : public StorageWriter {
@@ -273,7 +272,10 @@ class LocalWriter final : public StorageWriter {
     //    naming a file whose blocks never reached the disk. One fsync covers both
     //    descriptors: they share the inode.
     if (durable_) fd_.fsync();
-    buffered_fd_.close();
+    {
+      MutexLock lock(mu_);
+      buffered_fd_.close();
+    }
     fd_.close();  // reports a delayed write error
     // 2. rename atomically replaces any previous object under the key (with if_absent only
     //    when there is none).
@@ -309,7 +311,7 @@ class LocalWriter final : public StorageWriter {
   void write_block(const std::byte* data, std::size_t size, std::uint64_t offset) {
     int err = pwrite_raw(fd_.get(), data, size, offset);
     if (err == EINVAL && direct_.load()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (direct_.load()) {
         int flags = ::fcntl(fd_.get(), F_GETFL);
         if (flags < 0 || ::fcntl(fd_.get(), F_SETFL, flags & ~O_DIRECT) != 0) {
@@ -334,7 +336,7 @@ class LocalWriter final : public StorageWriter {
   }
 
   int buffered_fd() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!buffered_fd_.valid()) buffered_fd_ = open_or_throw(tmp_path_, O_WRONLY, description_);
     return buffered_fd_.get();
   }
@@ -348,9 +350,9 @@ class LocalWriter final : public StorageWriter {
   const bool durable_;
   const bool if_absent_;  // WriteOptions::if_absent
 
-  std::mutex mu_;  // guards opening buffered_fd_ and the O_DIRECT -> buffered switch
+  Mutex mu_;  // guards opening buffered_fd_ and the O_DIRECT -> buffered switch
   UniqueFd fd_;
-  UniqueFd buffered_fd_;  // GUARDED_BY(mu_) while opening; write_at() edges only
+  UniqueFd buffered_fd_ SP_GUARDED_BY(mu_);  // opened by the first write_at() edge
   std::atomic<bool> direct_{false};
   std::atomic<int> mode_{kModeNone};
   bool committed_ = false;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <mutex>
 
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/storage.h"
 #include "storage/location.h"
 
@@ -13,8 +13,8 @@ namespace shardpoint::storage {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::map<std::string, OpenStorageFn, std::less<>> schemes;
+  Mutex mu;
+  std::map<std::string, OpenStorageFn, std::less<>> schemes SP_GUARDED_BY(mu);
 };
 
 // Function-local static: usable from other translation units' static initializers.
@@ -27,7 +27,7 @@ Registry& registry() {
 
 void register_storage_scheme(std::string_view scheme, OpenStorageFn fn) {
   Registry& r = registry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(r.mu);
   auto it = r.schemes.find(scheme);
   if (it != r.schemes.end()) {
     if (it->second == fn) return;
@@ -38,7 +38,7 @@ void register_storage_scheme(std::string_view scheme, OpenStorageFn fn) {
 
 std::vector<std::string> registered_storage_schemes() {
   Registry& r = registry();
-  std::lock_guard lock(r.mu);
+  MutexLock lock(r.mu);
   std::vector<std::string> out;
   for (const auto& [scheme, fn] : r.schemes) out.push_back(scheme);
   return out;
@@ -51,7 +51,7 @@ std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions
   OpenStorageFn fn = nullptr;
   {
     Registry& r = registry();
-    std::lock_guard lock(r.mu);
+    MutexLock lock(r.mu);
     auto it = r.schemes.find(scheme);
     if (it != r.schemes.end()) fn = it->second;
   }

@@ -6,11 +6,11 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 #include "storage/http/retry_stats.h"
 
 namespace shardpoint::storage::http {
@@ -251,7 +251,7 @@ HttpClient::~HttpClient() = default;
 
 std::unique_ptr<HttpClient::Handle> HttpClient::take_handle() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!idle_.empty()) {
       auto h = std::move(idle_.back());
       idle_.pop_back();
@@ -262,7 +262,7 @@ std::unique_ptr<HttpClient::Handle> HttpClient::take_handle() {
 }
 
 void HttpClient::give_back(std::unique_ptr<Handle> handle) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(handle));
 }
 

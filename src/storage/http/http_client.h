@@ -40,13 +40,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/byte_io.h"
+#include "shardpoint/mutex.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::storage::http {
@@ -139,8 +139,8 @@ class HttpClient {
   void give_back(std::unique_ptr<Handle> handle);
 
   RetryPolicy policy_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<Handle>> idle_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<std::unique_ptr<Handle>> idle_ SP_GUARDED_BY(mu_);
 };
 
 // True for statuses the client retries (5xx, 408, 429).

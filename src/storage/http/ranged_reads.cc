@@ -117,12 +117,12 @@ void ReadAheadBudget::note_used(std::uint64_t used) {
 void ReadAheadBudget::release(std::uint64_t bytes) { used_.fetch_sub(bytes); }
 
 void ReadAheadBudget::add_source(const WindowedSource* source) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sources_.push_back(source);
 }
 
 void ReadAheadBudget::remove_source(const WindowedSource* source) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::erase(sources_, source);
 }
 
@@ -130,7 +130,7 @@ void ReadAheadBudget::reclaim(const WindowedSource* asking, std::uint64_t bytes,
   // mu_ keeps every source in sources_ alive while it sheds (their destructors wait in
   // remove_source()). shed() only tries the source's lock: a source holding its own lock
   // while it waits here for mu_ is skipped, not waited for.
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const WindowedSource* source : sources_) {
     const std::uint64_t now = used_.load();
     if (now + bytes <= capacity_) return;
@@ -159,7 +159,7 @@ WindowedSource::~WindowedSource() {
   if (budget_) budget_->remove_source(this);
   std::vector<std::jthread> threads;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closing_ = true;  // the fetches still running queue no more
     jobs_.clear();    // not started: their blocks' futures break, and no reader waits on them
     threads.swap(threads_);
@@ -177,7 +177,7 @@ void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::s
     const std::uint64_t pos = offset + done;
     const std::size_t left = out.size() - done;
     if (left >= window_bytes_) {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       if (find_block(pos) == cache_.end()) {
         // Straight into the caller's buffer, up to the next block that holds (or is fetching)
         // some of it.
@@ -203,7 +203,7 @@ void WindowedSource::read(std::uint64_t offset, std::span<std::byte> out, std::s
 void WindowedSource::will_need(std::uint64_t offset, std::uint64_t length) const {
   if (length == 0 || offset >= size_) return;
   const std::uint64_t end = offset + std::min(length, size_ - offset);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // Bytes a block holds already are that block's to be read (unless a reader took them
   // before they were announced); the rest are announced for later blocks.
   Ranges held;
@@ -237,7 +237,7 @@ void WindowedSource::Block::take(std::uint64_t offset, std::uint64_t n) {
 }
 
 std::uint64_t WindowedSource::cached_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return cached_bytes_;
 }
 
@@ -293,7 +293,7 @@ std::pair<std::uint64_t, std::uint64_t> WindowedSource::block_range(std::uint64_
 bool WindowedSource::make_room(std::uint64_t length, bool for_miss) const {
   const std::uint64_t own_budget = cache_bytes(window_bytes_, windows_);
   const auto fits_shared = [&] { return !budget_ || budget_->used() + length <= budget_->capacity(); };
-  const auto fits = [&] {
+  const auto fits = [&]() SP_REQUIRES(mu_) {
     return cached_bytes_ + length <= own_budget && cache_.size() + 1 <= kMaxBlocks && fits_shared();
   };
   if (!for_miss) {
@@ -310,7 +310,7 @@ bool WindowedSource::make_room(std::uint64_t length, bool for_miss) const {
     if (bytes + length > own_budget || blocks + 1 > kMaxBlocks) return false;
   }
   // Blocks read through, least recently used first: this source's, then the other sources'.
-  drop_read_through([&] { return fits(); });
+  drop_read_through([&]() SP_REQUIRES(mu_) { return fits(); });
   if (!fits_shared()) budget_->reclaim(this, length, /*unread_too=*/false);
   if (for_miss) {
     // A miss then drops blocks still to be read, furthest first: readers move forward, so
@@ -347,10 +347,10 @@ bool WindowedSource::drop_furthest() const {
 }
 
 void WindowedSource::shed(std::uint64_t bytes, bool unread_too) const noexcept {
-  std::unique_lock lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
+  if (!mu_.try_lock()) return;
+  MutexLock lock(mu_, std::adopt_lock);
   const std::uint64_t target = cached_bytes_ - std::min(cached_bytes_, bytes);
-  drop_read_through([&] { return cached_bytes_ <= target; });
+  drop_read_through([&]() SP_REQUIRES(mu_) { return cached_bytes_ <= target; });
   while (unread_too && cached_bytes_ > target && drop_furthest()) {
   }
 }
@@ -416,10 +416,10 @@ void WindowedSource::fetch_ahead() const noexcept {
 }
 
 void WindowedSource::run_jobs(const std::stop_token& stop) const {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
     ++idle_threads_;
-    job_queued_.wait(lock, stop, [&] { return !jobs_.empty(); });
+    job_queued_.wait(mu_, stop, [&]() SP_REQUIRES(mu_) { return !jobs_.empty(); });
     --idle_threads_;
     if (stop.stop_requested()) return;
     Job job = std::move(jobs_.front());
@@ -437,7 +437,7 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
     std::shared_ptr<std::byte[]> bytes = std::make_unique_for_overwrite<std::byte[]>(length);
     fetch_(start, std::span(bytes.get(), length));
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (Block& b : cache_) {
         if (b.id == id) b.fetching = false;
       }
@@ -452,7 +452,7 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
   } catch (...) {
     {
       // Out of the cache before a waiting reader sees the error, so its retry fetches again.
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       const auto failed = std::find_if(cache_.begin(), cache_.end(), [&](const Block& b) { return b.id == id; });
       if (failed != cache_.end()) drop(failed);
       for (const auto& [begin, end] : announced) announce(begin, end);
@@ -471,7 +471,7 @@ void WindowedSource::fill(std::uint64_t id, std::uint64_t start, std::uint64_t l
 WindowedSource::Piece WindowedSource::block_for(std::uint64_t offset, std::uint64_t length) const {
   bool retried = false;
   for (;;) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     auto it = find_block(offset);
     if (it != cache_.end()) {
       cache_.splice(cache_.begin(), cache_, it);

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -21,7 +20,6 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <stop_token>
 #include <string>
@@ -30,6 +28,7 @@
 #include <vector>
 
 #include "core/byte_stream.h"
+#include "shardpoint/mutex.h"
 
 namespace shardpoint::storage::http {
 
@@ -107,8 +106,8 @@ class ReadAheadBudget {
   const std::uint64_t capacity_;
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> peak_{0};
-  std::mutex mu_;                               // held while reclaim() calls into sources
-  std::vector<const WindowedSource*> sources_;  // GUARDED_BY(mu_)
+  Mutex mu_;  // held while reclaim() calls into sources
+  std::vector<const WindowedSource*> sources_ SP_GUARDED_BY(mu_);
 };
 
 // A large object read lazily, for parsers and the engine's streaming reads, through a small
@@ -227,34 +226,34 @@ class WindowedSource final : public ByteSource {
   // Never throws.
   void fill(std::uint64_t id, std::uint64_t start, std::uint64_t length, bool fetched_ahead, const Ranges& announced,
             std::promise<Bytes>& promise) const;
-  // REQUIRES: mu_ held. The cached block holding offset, or cache_.end().
-  std::list<Block>::iterator find_block(std::uint64_t offset) const;
-  // REQUIRES: mu_ held, no cached block holds offset. The range a miss fetches.
-  std::pair<std::uint64_t, std::uint64_t> block_range(std::uint64_t offset, std::uint64_t length) const;
-  // REQUIRES: mu_ held. Drops [begin, end) from the announced ranges (being fetched now: a
-  // later block does not stretch over them again); returns what it dropped.
-  Ranges forget_hints(std::uint64_t begin, std::uint64_t end) const;
-  // REQUIRES: mu_ held. Merges [begin, end) into the announced ranges.
-  void announce(std::uint64_t begin, std::uint64_t end) const;
-  // REQUIRES: mu_ held. Drops blocks until one of `length` more bytes fits the budget (see
-  // Memory at the top: for_miss chooses the miss's rules over the fetch ahead's); a fetch
-  // ahead drops nothing when it cannot fit. Returns whether it fits.
-  bool make_room(std::uint64_t length, bool for_miss) const;
-  // REQUIRES: mu_ held. Takes a block out of the cache, releasing its bytes: one fetched,
-  // or one whose fetch failed (a block a fetch will still fill must stay).
-  std::list<Block>::iterator drop(std::list<Block>::iterator it) const;
-  // REQUIRES: mu_ held. Drops blocks read through, least recently used first, until done()
-  // or none is left.
+  // The cached block holding offset, or cache_.end().
+  std::list<Block>::iterator find_block(std::uint64_t offset) const SP_REQUIRES(mu_);
+  // REQUIRES: no cached block holds offset. The range a miss fetches.
+  std::pair<std::uint64_t, std::uint64_t> block_range(std::uint64_t offset, std::uint64_t length) const
+      SP_REQUIRES(mu_);
+  // Drops [begin, end) from the announced ranges (being fetched now: a later block does not
+  // stretch over them again); returns what it dropped.
+  Ranges forget_hints(std::uint64_t begin, std::uint64_t end) const SP_REQUIRES(mu_);
+  // Merges [begin, end) into the announced ranges.
+  void announce(std::uint64_t begin, std::uint64_t end) const SP_REQUIRES(mu_);
+  // Drops blocks until one of `length` more bytes fits the budget (see Memory at the top:
+  // for_miss chooses the miss's rules over the fetch ahead's); a fetch ahead drops nothing
+  // when it cannot fit. Returns whether it fits.
+  bool make_room(std::uint64_t length, bool for_miss) const SP_REQUIRES(mu_);
+  // Takes a block out of the cache, releasing its bytes: one fetched, or one whose fetch
+  // failed (a block a fetch will still fill must stay).
+  std::list<Block>::iterator drop(std::list<Block>::iterator it) const SP_REQUIRES(mu_);
+  // Drops blocks read through, least recently used first, until done() or none is left.
   template <typename Done>
-  void drop_read_through(const Done& done) const;
-  // REQUIRES: mu_ held. Drops the cached block furthest into the object (not one being
-  // fetched); false when there is none.
-  bool drop_furthest() const;
+  void drop_read_through(const Done& done) const SP_REQUIRES(mu_);
+  // Drops the cached block furthest into the object (not one being fetched); false when
+  // there is none.
+  bool drop_furthest() const SP_REQUIRES(mu_);
   // For ReadAheadBudget::reclaim(): unless another thread holds mu_, drops blocks read
   // through (then with unread_too, the furthest not read yet) until `bytes` are dropped.
   void shed(std::uint64_t bytes, bool unread_too) const noexcept;
-  // REQUIRES: mu_ held. Queues fetches ahead (see the top).
-  void fetch_ahead() const noexcept;
+  // Queues fetches ahead (see the top).
+  void fetch_ahead() const noexcept SP_REQUIRES(mu_);
   // A fetch-ahead thread: runs queued jobs until stopped.
   void run_jobs(const std::stop_token& stop) const;
 
@@ -265,19 +264,21 @@ class WindowedSource final : public ByteSource {
   int ahead_;
   RangeFetch fetch_;
   std::shared_ptr<ReadAheadBudget> budget_;  // nullptr: none shared
-  mutable std::mutex mu_;
-  mutable std::list<Block> cache_;                        // GUARDED_BY(mu_), most recently used first
-  mutable std::uint64_t next_id_ = 0;                     // GUARDED_BY(mu_)
-  mutable std::uint64_t cached_bytes_ = 0;                // GUARDED_BY(mu_): lengths of cache_'s blocks
-  mutable std::map<std::uint64_t, std::uint64_t> hints_;  // GUARDED_BY(mu_): announced [start, end), disjoint
-  mutable std::deque<Job> jobs_;                          // GUARDED_BY(mu_): fetches ahead not started
-  mutable int ahead_jobs_ = 0;                            // GUARDED_BY(mu_): fetches ahead queued or running
-  mutable bool ahead_paused_ = false;                     // GUARDED_BY(mu_): a fetch ahead failed, and since then
-  mutable std::uint64_t ahead_paused_until_ = 0;          // GUARDED_BY(mu_): no miss from this id on succeeded
-  mutable int idle_threads_ = 0;                          // GUARDED_BY(mu_): threads waiting for a job
-  mutable bool closing_ = false;                          // GUARDED_BY(mu_): set by the destructor
-  mutable std::condition_variable_any job_queued_;
-  mutable std::vector<std::jthread> threads_;  // GUARDED_BY(mu_); joined by the destructor
+  mutable Mutex mu_;
+  mutable std::list<Block> cache_ SP_GUARDED_BY(mu_);  // most recently used first
+  mutable std::uint64_t next_id_ SP_GUARDED_BY(mu_) = 0;
+  mutable std::uint64_t cached_bytes_ SP_GUARDED_BY(mu_) = 0;  // lengths of cache_'s blocks
+  // Announced [start, end), disjoint.
+  mutable std::map<std::uint64_t, std::uint64_t> hints_ SP_GUARDED_BY(mu_);
+  mutable std::deque<Job> jobs_ SP_GUARDED_BY(mu_);  // fetches ahead not started
+  mutable int ahead_jobs_ SP_GUARDED_BY(mu_) = 0;    // fetches ahead queued or running
+  // A fetch ahead failed, and since then no miss from ahead_paused_until_ on succeeded.
+  mutable bool ahead_paused_ SP_GUARDED_BY(mu_) = false;
+  mutable std::uint64_t ahead_paused_until_ SP_GUARDED_BY(mu_) = 0;
+  mutable int idle_threads_ SP_GUARDED_BY(mu_) = 0;  // threads waiting for a job
+  mutable bool closing_ SP_GUARDED_BY(mu_) = false;  // set by the destructor
+  mutable CondVar job_queued_;
+  mutable std::vector<std::jthread> threads_ SP_GUARDED_BY(mu_);  // joined by the destructor
 };
 
 }  // namespace shardpoint::storage::http

@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 
 #include "core/buffer_pool.h"
 #include "core/checksum.h"
 #include "shardpoint/error.h"
+#include "shardpoint/mutex.h"
 #include "storage/http/body_checksum.h"
 #include "storage/http/http_client.h"
 #include "storage/http/object_store.h"
@@ -410,12 +410,12 @@ class S3Upload final : public http::PartUpload {
   void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
     const int part = static_cast<int>(index) + 1;
     S3Core::UploadedPart uploaded = core_->upload_part(key_, upload_id_, part, data, io);
-    std::lock_guard lock(parts_mu_);
+    MutexLock lock(parts_mu_);
     parts_[part] = std::move(uploaded);
   }
 
   void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
-    std::lock_guard lock(parts_mu_);
+    MutexLock lock(parts_mu_);
     core_->complete_multipart(key_, upload_id_, parts_, if_absent_, io);
   }
 
@@ -428,8 +428,8 @@ class S3Upload final : public http::PartUpload {
   std::string key_;
   bool if_absent_ = false;
   std::string upload_id_;
-  std::mutex parts_mu_;
-  std::map<int, S3Core::UploadedPart> parts_;  // GUARDED_BY(parts_mu_)
+  Mutex parts_mu_;
+  std::map<int, S3Core::UploadedPart> parts_ SP_GUARDED_BY(parts_mu_);
 };
 
 std::unique_ptr<StorageWriter> S3Core::open_writer(const std::string& key, const WriteOptions& options) {
