@@ -36,7 +36,7 @@ void check_folder_exists(const Location& where) {
     location = locate_checkpoint(where);
   } catch (const StorageError& e) {
     if (!where.is_remote() || e.kind() == StorageError::Kind::kNotFound) {
-      throw PlanError("The provided checkpoint folder does not exist: " +
+      throw PlanError(std::string("The provided checkpoint folder does not exist: ") +
                       (where.is_remote() ? "there are no objects under " : "") + where.to_string());
     }
     throw;
