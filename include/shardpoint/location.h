@@ -79,6 +79,9 @@ class Location {
   // "./a"; trailing '/' do not count). Object-store drivers refuse such URLs. Not part of
   // the value.
   bool dropped_segments() const { return dropped_segments_; }
+  // True when the path as parse() was given it ends with '/' ("s3://b/p/", "ckpt/"): the
+  // writer meant a folder or prefix, not an object. Not part of the value.
+  bool trailing_slash() const { return trailing_slash_; }
 
   // The last path segment ("x.pt" of "s3://b/p/x.pt", "ckpt" of "/data/ckpt"); "" when
   // there is none (an authority's root, "/", ".").
@@ -94,8 +97,8 @@ class Location {
   // lexically (std::filesystem::lexically_normal); a URL is returned unchanged.
   Location absolute() const;
 
-  // The same location as if parsed from to_string(): text() gives to_string() and
-  // dropped_segments() is false (for callers that normalise on purpose).
+  // The same location as if parsed from to_string(): text() gives to_string(),
+  // dropped_segments() and trailing_slash() are false (for callers that normalise on purpose).
   Location canonical() const;
 
   // The canonical text: the local path, or "<scheme>://<authority>[/<path>][<query>]".
@@ -115,6 +118,7 @@ class Location {
   std::string canonical_ = ".";
   std::string text_;
   bool dropped_segments_ = false;
+  bool trailing_slash_ = false;
 };
 
 }  // namespace shardpoint

@@ -59,7 +59,7 @@ CheckpointLocation locate_checkpoint(const Location& where) {
   // A torch.save object: the URL's last segment is its key (a URL written with a trailing
   // '/' names a prefix, not an object).
   const std::optional<Location> parent = where.parent();
-  if (parent && !name.substr(0, name.find('?')).ends_with('/')) {
+  if (parent && !where.trailing_slash()) {
     std::shared_ptr<storage::Storage> holder = storage::open_storage(*parent);
     std::optional<std::uint64_t> size;
     try {

@@ -90,6 +90,7 @@ bool has_droppable_segment(std::string_view path) {
 void Location::finish() {
   text_.clear();
   dropped_segments_ = false;
+  trailing_slash_ = false;
   canonical_ = is_remote() ? scheme_name_ + "://" + authority_ + (path_.empty() ? "" : "/" + path_) + query_ : path_;
 }
 
@@ -118,6 +119,7 @@ Location Location::parse(std::string_view text) {
     loc.path_ = normalize_local(text);
     loc.finish();
     loc.text_ = std::string(text);
+    loc.trailing_slash_ = text.ends_with('/');
     return loc;
   }
   std::string scheme = lowercase(text.substr(0, end));
@@ -134,6 +136,7 @@ Location Location::parse(std::string_view text) {
     loc.path_ = normalize_local(rest);
     loc.finish();
     loc.text_ = std::string(text);
+    loc.trailing_slash_ = rest.ends_with('/');
     return loc;
   }
   loc.scheme_ = scheme_of(scheme);
@@ -149,6 +152,7 @@ Location Location::parse(std::string_view text) {
   loc.finish();
   loc.text_ = std::string(text);
   loc.dropped_segments_ = has_droppable_segment(path);
+  loc.trailing_slash_ = rest.ends_with('/');
   return loc;
 }
 

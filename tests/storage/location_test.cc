@@ -116,6 +116,13 @@ TEST(LocationTest, TextIsWhatWasParsedAndNotPartOfTheValue) {
   EXPECT_TRUE(Location::parse("s3://b/./x").dropped_segments());
   EXPECT_EQ(loc.parent()->text(), "s3://b/p");
   EXPECT_FALSE(loc.child("k").dropped_segments());
+  EXPECT_TRUE(loc.trailing_slash());
+  EXPECT_TRUE(Location::parse("s3://b/?q=1").trailing_slash());
+  EXPECT_FALSE(Location::parse("s3://b?q=/").trailing_slash());
+  EXPECT_TRUE(Location::parse("ckpt/").trailing_slash());
+  EXPECT_FALSE(loc.parent()->trailing_slash());
+  EXPECT_FALSE(loc.canonical().trailing_slash());
+  EXPECT_EQ(loc.canonical().text(), "s3://b/p/q");
 }
 
 TEST(LocationTest, ParentAndName) {
