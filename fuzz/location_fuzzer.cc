@@ -1,7 +1,8 @@
-// Fuzzes storage::Location::parse. Invariants: any input parses or throws UsageError (a
-// file URL open_storage() would refuse); the result is a fixed point of
-// parse(to_string(x)); a location with a parent is that parent's child of its name; a
-// child keeps scheme, bucket and query.
+// Fuzzes Location::parse (shardpoint/location.h), the one URL parser. Invariants: any input
+// parses or throws UsageError (a file URL open_storage() would refuse); the result is a
+// fixed point of parse(to_string(x)), part by part (scheme, authority, path, query); a
+// location with a parent is that parent's child of its name; a child keeps scheme,
+// authority and query; query_options() returns or throws UsageError.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -10,10 +11,10 @@
 #include <string_view>
 
 #include "shardpoint/error.h"
-#include "storage/location.h"
+#include "shardpoint/location.h"
 
+using shardpoint::Location;
 using shardpoint::UsageError;
-using shardpoint::storage::Location;
 
 namespace {
 
@@ -21,6 +22,11 @@ void check(bool ok, const char* what, const Location& loc) {
   if (ok) return;
   std::fprintf(stderr, "%s: \"%s\"\n", what, loc.to_string().c_str());
   std::abort();
+}
+
+bool same_parts(const Location& a, const Location& b) {
+  return a.scheme() == b.scheme() && a.scheme_name() == b.scheme_name() && a.authority() == b.authority() &&
+         a.path() == b.path() && a.query() == b.query();
 }
 
 }  // namespace
@@ -33,7 +39,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const UsageError&) {
     return 0;
   }
-  check(Location::parse(loc.to_string()) == loc, "parse(to_string(x)) != x", loc);
+  const Location again = Location::parse(loc.to_string());
+  check(again == loc && same_parts(again, loc), "parse(to_string(x)) != x", loc);
+  check(!again.dropped_segments(), "a canonical text has dropped segments", loc);
+  if (loc.scheme() != shardpoint::Scheme::kOther) {
+    check(loc.scheme() == shardpoint::Scheme::kFile ? !loc.is_remote() : loc.is_remote(), "scheme vs is_remote", loc);
+  }
+  try {
+    (void)loc.query_options();
+  } catch (const UsageError&) {
+    // A query that is not KEY=VALUE pairs: drivers refuse it when opened.
+  }
   check(loc.is_remote() || !loc.path().empty(), "local path is empty", loc);
   if (std::optional<Location> up = loc.parent()) {
     check(up->child(loc.name()) == loc, "parent().child(name()) != x", loc);
@@ -42,8 +58,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(loc.name().empty(), "a location without parent has a name", loc);
   }
   const Location down = loc.child("k");
-  check(down.scheme() == loc.scheme() && down.bucket() == loc.bucket() && down.query() == loc.query(),
-        "child() changed scheme, bucket or query", loc);
+  check(down.scheme() == loc.scheme() && down.scheme_name() == loc.scheme_name() &&
+            down.authority() == loc.authority() && down.query() == loc.query(),
+        "child() changed scheme, authority or query", loc);
   check(Location::parse(down.to_string()) == down, "child does not round-trip", loc);
   return 0;
 }

@@ -56,6 +56,7 @@
 #include <string>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/zip_crc_counts.h"
 
@@ -101,6 +102,8 @@ struct ReshardReport {
 // StorageError / PlanError from reading the source (naming file and fqn), or when a
 // torch.save source's root is not a mapping; StorageError from writing. On failure nothing
 // is committed (no `.metadata`) and the files written are removed (best effort).
+ReshardReport reshard(const Location& source, storage::Storage& destination, const ReshardOptions& options);
+// Location::parse(source), then the above.
 ReshardReport reshard(const std::string& source, storage::Storage& destination, const ReshardOptions& options);
 
 }  // namespace shardpoint::engine

@@ -1,5 +1,6 @@
-// Opening a Storage by URL. Drivers register a URL scheme with a namespace-scope
-// StorageRegistration at the end of their .cc file:
+// Opening a Storage by location (location.h). Drivers register a URL scheme with a
+// namespace-scope StorageRegistration at the end of their .cc file, and get the parsed
+// Location (scheme, authority, path, query), never the text to split again:
 //
 //   namespace {
 //   const StorageRegistration kFileRegistration{"file", &open_local_storage};
@@ -21,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "shardpoint/location.h"
 
 namespace shardpoint {
 class BufferPool;  // the bounded pool of aligned staging buffers (internal to the library)
@@ -47,12 +50,16 @@ struct StorageOptions {
   std::size_t max_mmaps = 1000;
 };
 
-using OpenStorageFn = std::unique_ptr<Storage> (*)(std::string_view url, const StorageOptions& options);
+// A driver's entry: the storage rooted at `location`, whose scheme_name() is the scheme it
+// registered. Throws UsageError naming location.text() for a location it does not take.
+using OpenStorageFn = std::unique_ptr<Storage> (*)(const Location& location, const StorageOptions& options);
 
-// Opens the storage a URL names, by its scheme ("scheme://..."; no "://" means a local
-// path). Throws UsageError naming the URL and the accepted schemes when the scheme is not
-// registered, and whatever the driver throws for a bad URL. Does no I/O for "file" and
-// "memory" (a missing directory is created by the first write).
+// Opens the storage a location names, by its scheme_name() ("file" for a local path).
+// Throws UsageError naming the location and the accepted schemes when the scheme is not
+// registered, and whatever the driver throws for a location it does not take. Does no I/O
+// for "file" and "memory" (a missing directory is created by the first write).
+std::unique_ptr<Storage> open_storage(const Location& location, const StorageOptions& options = {});
+// Location::parse(url), then the above; also a UsageError for "" (empty text names nothing).
 std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions& options = {});
 
 // Registers fn for scheme. Registering the same fn again is a no-op; a different fn for a

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
@@ -126,6 +127,8 @@ struct VerifyReport {
 // Verifies the checkpoint at a local path (a DCP folder or a torch.save file; "file://"
 // accepted) or a storage URL (told apart as reshard.h describes for sources). Blocks until
 // done. Throws as described at the top; every problem inside the checkpoint is in the report.
+VerifyReport verify(const Location& where, const VerifyOptions& options = {});
+// Location::parse(path_or_url), then the above.
 VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options = {});
 
 // Verifies the checkpoint folder in `storage` (DCP, or Hugging Face safetensors: no

@@ -28,13 +28,13 @@
 #include "shardpoint/communicator_from_env.h"
 #include "shardpoint/consolidate.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/reshard.h"
 #include "shardpoint/state_dict.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
 #include "shardpoint/verify.h"
 #include "storage/local_replace.h"
-#include "storage/location.h"
 
 struct sp_checkpoint {
   std::unique_ptr<shardpoint::storage::Storage> storage;
@@ -103,6 +103,14 @@ void require(bool ok, const char* what) {
 std::string str(const char* s, const char* what) {
   require(s != nullptr, what);
   return s;
+}
+
+// A path or URL argument, parsed where it enters the library (shardpoint/location.h).
+// UsageError for NULL (naming `what`) and for "" (open_storage's words).
+Location location_arg(const char* s, const char* what) {
+  require(s != nullptr, what);
+  if (*s == '\0') throw UsageError("storage URL is empty (expected a directory path or scheme://...)");
+  return Location::parse(s);
 }
 
 DType dtype_of(const char* name, const std::string& fqn) {
@@ -193,8 +201,8 @@ sp_status sp_location_parse(const char* path_or_url, int* remote, char** canonic
                             char** error) {
   return guarded(error, [&] {
     require(remote != nullptr && canonical != nullptr && parent != nullptr && name != nullptr, "NULL argument");
-    const storage::Location location = storage::Location::parse(str(path_or_url, "path_or_url is NULL"));
-    const std::optional<storage::Location> up = location.parent();
+    const Location location = Location::parse(str(path_or_url, "path_or_url is NULL"));
+    const std::optional<Location> up = location.parent();
     std::unique_ptr<char, decltype(&std::free)> text(copy_string(location.to_string()), &std::free);
     std::unique_ptr<char, decltype(&std::free)> folder(copy_string(up ? up->to_string() : ""), &std::free);
     std::unique_ptr<char, decltype(&std::free)> last(copy_string(location.name()), &std::free);
@@ -210,7 +218,7 @@ sp_status sp_checkpoint_open(const char* path_or_url, sp_checkpoint** out, char*
   return guarded(error, [&] {
     require(out != nullptr, "out is NULL");
     auto handle = std::make_unique<sp_checkpoint>();
-    handle->storage = storage::open_storage(str(path_or_url, "path_or_url is NULL"));
+    handle->storage = storage::open_storage(location_arg(path_or_url, "path_or_url is NULL"));
     *out = handle.release();
   });
 }
@@ -262,14 +270,14 @@ sp_status sp_remove_object(sp_checkpoint* checkpoint, const char* key, char** er
 
 sp_status sp_replace_folder(const char* staged, const char* target, int durable, char** error) {
   return guarded(error, [&] {
-    const std::string from = str(staged, "staged is NULL");
-    const std::string to = str(target, "target is NULL");
-    for (const std::string* p : {&from, &to}) {
-      if (p->find("://") != std::string::npos) {
-        throw UsageError("replace folder: \"" + *p + "\" is a URL; only local folders can be exchanged");
+    const Location from = Location::parse(str(staged, "staged is NULL"));
+    const Location to = Location::parse(str(target, "target is NULL"));
+    for (const Location* p : {&from, &to}) {
+      if (p->is_remote()) {
+        throw UsageError("replace folder: \"" + p->text() + "\" is a URL; only local folders can be exchanged");
       }
     }
-    storage::replace_local_folder(from, to, durable != 0);
+    storage::replace_local_folder(from.path(), to.path(), durable != 0);
   });
 }
 
@@ -584,7 +592,7 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
 sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
   return guarded(error, [&] {
     require(json_out != nullptr, "json is NULL");
-    auto st = storage::open_storage(str(path_or_url, "path_or_url is NULL"));
+    auto st = storage::open_storage(location_arg(path_or_url, "path_or_url is NULL"));
     engine::CheckpointReader reader(*st);  // reads the sidecar, to name its algorithm
     const format::Metadata& m = reader.metadata();
     json tensors = json::object();

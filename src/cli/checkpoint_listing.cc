@@ -10,24 +10,17 @@
 #include "engine/checkpoint_location.h"
 #include "pickle/repr.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/reshard.h"
-#include "storage/location.h"
 
 namespace shardpoint::cli {
 
-std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool check_zip_crc) {
-  const storage::Location where = storage::Location::parse(path);
-  if (!where.is_remote()) {
-    const std::string& local = where.path();
-    struct stat st;
-    if (::stat(local.c_str(), &st) != 0) throw_os_error("open", local, errno);
-    if (S_ISDIR(st.st_mode)) return open_dcp_listing(path, check_zip_crc);
-    return open_torch_listing(local, check_zip_crc);
-  }
-  engine::CheckpointLocation location = engine::locate_checkpoint(path);
-  if (location.is_folder()) return open_dcp_listing(path, check_zip_crc);
+std::unique_ptr<CheckpointListing> open_listing(const Location& where, bool check_zip_crc) {
+  engine::CheckpointLocation location = engine::locate_checkpoint(where);
+  if (location.is_folder()) return open_dcp_listing(location, check_zip_crc);
+  if (!location.local_file.empty()) return open_torch_listing(location.local_file, check_zip_crc);
   return open_torch_listing(
-      path, [&] { return engine::open_torch_source(location); }, check_zip_crc);
+      location.name, [&] { return engine::open_torch_source(location); }, check_zip_crc);
 }
 
 const char* storage_url_help() {

@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/byte_io.h"
+#include "engine/checkpoint_location.h"
 #include "shardpoint/dtype.h"
+#include "shardpoint/location.h"
 #include "shardpoint/zip_crc_counts.h"
 #include "torchfile/torch_file.h"
 
@@ -54,7 +56,7 @@ class CheckpointListing {
 // stream_tensor reads them (engine/torch_file_crc.h). A mismatch throws FormatError naming
 // file, record and byte range (stream_tensor: and the key). Throws FormatError /
 // StorageError naming the path or URL.
-std::unique_ptr<CheckpointListing> open_listing(const std::string& path, bool check_zip_crc = true);
+std::unique_ptr<CheckpointListing> open_listing(const Location& where, bool check_zip_crc = true);
 
 // Implementations, one per format.
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path, bool check_zip_crc = true);
@@ -63,7 +65,9 @@ std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& path, b
 std::unique_ptr<CheckpointListing> open_torch_listing(const std::string& name,
                                                       const std::function<std::unique_ptr<ByteSource>()>& open_source,
                                                       bool check_zip_crc = true);
-std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path, bool check_zip_crc = true);
+// REQUIRES location.is_folder() (a DCP or Hugging Face folder).
+std::unique_ptr<CheckpointListing> open_dcp_listing(const engine::CheckpointLocation& location,
+                                                    bool check_zip_crc = true);
 
 // The Python-like repr of `object`, a node of file's tree, with each tensor it holds shown
 // as tensor(float32, [2]) (Parameter(...) for a parameter; requires_grad and a device

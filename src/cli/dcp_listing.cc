@@ -34,11 +34,11 @@ std::string box_text(const format::Shape& offsets, const format::Shape& sizes) {
 
 class DcpListing final : public CheckpointListing {
  public:
-  DcpListing(const std::string& path, bool check_zip_crc)
-      : path_(path),
-        storage_(storage::open_storage(path)),
+  DcpListing(const engine::CheckpointLocation& location, bool check_zip_crc)
+      : path_(location.name),
+        storage_(location.storage),
         reader_(*storage_, engine::CheckpointReaderOptions{.check_zip_crc = check_zip_crc}),
-        kind_(engine::folder_kind(*storage_)) {
+        kind_(location.kind) {
     for (const auto& [fqn, entry] : reader_.metadata().state_dict_metadata) {
       ListingEntry e;
       e.key = fqn;
@@ -127,7 +127,7 @@ class DcpListing final : public CheckpointListing {
   static std::string human_bytes_short(std::uint64_t n) { return fmt::format("{} B", n); }
 
   std::string path_;
-  std::unique_ptr<storage::Storage> storage_;
+  std::shared_ptr<storage::Storage> storage_;
   mutable engine::CheckpointReader reader_;
   engine::CheckpointKind kind_;
   std::vector<ListingEntry> entries_;
@@ -135,8 +135,8 @@ class DcpListing final : public CheckpointListing {
 
 }  // namespace
 
-std::unique_ptr<CheckpointListing> open_dcp_listing(const std::string& path, bool check_zip_crc) {
-  return std::make_unique<DcpListing>(path, check_zip_crc);
+std::unique_ptr<CheckpointListing> open_dcp_listing(const engine::CheckpointLocation& location, bool check_zip_crc) {
+  return std::make_unique<DcpListing>(location, check_zip_crc);
 }
 
 }  // namespace shardpoint::cli

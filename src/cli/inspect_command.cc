@@ -39,7 +39,7 @@ class InspectCommand : public Command {
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    auto listing = open_listing(path_, !no_zip_crc_);
+    auto listing = open_listing(Location::parse(path_), !no_zip_crc_);
     if (json_) {
       print_out(listing_to_json(*listing, hash_).dump(2) + "\n");
     } else {

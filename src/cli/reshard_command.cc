@@ -14,9 +14,9 @@
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/reshard.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/location.h"
 
 namespace shardpoint::cli {
 
@@ -98,7 +98,9 @@ class ReshardCommand : public Command {
     if (options.memory_budget_bytes < (std::uint64_t{1} << 20))
       throw UsageError("--memory-budget must be at least 1MiB");
     options.parallel_files = parallel_;
-    const bool remote_dst = storage::Location::parse(dst_).is_remote();
+    const Location src = Location::parse(src_);
+    const Location dst = Location::parse(dst_);
+    const bool remote_dst = dst.is_remote();
     bool created_dst = false;  // a failed reshard removes the DST folder it created
     if (!remote_dst) {
       std::error_code ec;
@@ -108,12 +110,12 @@ class ReshardCommand : public Command {
           throw Error("reshard: DST " + dst_ + " exists and is not a folder");
         if (!std::filesystem::is_empty(dst_, ec)) throw Error("reshard: DST " + dst_ + " exists and is not empty");
       }
-      if (!storage::Location::parse(src_).is_remote() && std::filesystem::equivalent(src_, dst_, ec)) {
+      if (!src.is_remote() && std::filesystem::equivalent(src_, dst_, ec)) {
         throw Error("reshard: SRC and DST are the same path");
       }
     }
     if (src_ == dst_) throw Error("reshard: SRC and DST are the same location");
-    auto destination = storage::open_storage(dst_);
+    auto destination = storage::open_storage(dst);
     if (remote_dst && !destination->list("").empty()) {
       throw Error("reshard: DST " + dst_ + " is not empty (objects under the prefix)");
     }
@@ -126,7 +128,7 @@ class ReshardCommand : public Command {
     options.save.compression_level = compress_level_;
     engine::ReshardReport report;
     try {
-      report = engine::reshard(src_, *destination, options);
+      report = engine::reshard(src, *destination, options);
     } catch (...) {
       // reshard() removed its files; the folder goes too when it is empty (a file it could
       // not remove, after a lost permission, keeps it). Best effort: its error is the one.

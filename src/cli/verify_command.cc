@@ -10,9 +10,9 @@
 #include "cli/checkpoint_listing.h"
 #include "cli/commands.h"
 #include "engine/block_checksum.h"
+#include "shardpoint/location.h"
 #include "shardpoint/reshard.h"
 #include "shardpoint/verify.h"
-#include "storage/location.h"
 
 namespace shardpoint::cli {
 namespace {
@@ -81,10 +81,11 @@ class VerifyCommand : public Command {
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    const bool remote = storage::Location::parse(path_).is_remote();
+    const Location where = Location::parse(path_);
+    const bool remote = where.is_remote();
     engine::VerifyOptions options;
     options.quick = quick_;
-    engine::VerifyReport report = engine::verify(path_, options);
+    engine::VerifyReport report = engine::verify(where, options);
     // Problems inside a remote checkpoint name its URL ("s3://b/ckpt: __1_0.distcp: ...").
     for (auto& p : report.problems) {
       if (remote && p.message.find(path_) == std::string::npos) p.message = path_ + ": " + p.message;

@@ -10,8 +10,8 @@
 #include "engine/safetensors_metadata.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/location.h"
 
 namespace shardpoint::engine {
 
@@ -33,23 +33,23 @@ CheckpointKind folder_kind(storage::Storage& folder) {
   return CheckpointKind::kDcp;
 }
 
-CheckpointLocation locate_checkpoint(const std::string& name) {
+CheckpointLocation locate_checkpoint(const Location& where) {
   CheckpointLocation location;
+  const std::string& name = where.text();
   location.name = name;
-  const storage::Location where = storage::Location::parse(name);
   if (!where.is_remote()) {
     const std::string& path = where.path();
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw_os_error("open", path, errno);
     if (S_ISDIR(st.st_mode)) {
-      location.storage = storage::open_storage(path);
+      location.storage = storage::open_storage(where);
       location.kind = folder_kind(*location.storage);
     } else {
       location.local_file = path;
     }
     return location;
   }
-  std::shared_ptr<storage::Storage> folder = storage::open_storage(name);
+  std::shared_ptr<storage::Storage> folder = storage::open_storage(where);
   const bool dcp = has_checkpoint_metadata(*folder);
   if (dcp || folder->try_stat(kHfIndexKey)) {
     location.kind = dcp ? CheckpointKind::kDcp : CheckpointKind::kHfSafetensors;
@@ -58,9 +58,9 @@ CheckpointLocation locate_checkpoint(const std::string& name) {
   }
   // A torch.save object: the URL's last segment is its key (a URL written with a trailing
   // '/' names a prefix, not an object).
-  const std::optional<storage::Location> parent = where.parent();
-  if (parent && !name.substr(0, name.find('?')).ends_with('/')) {
-    std::shared_ptr<storage::Storage> holder = storage::open_storage(parent->to_string());
+  const std::optional<Location> parent = where.parent();
+  if (parent && !where.trailing_slash()) {
+    std::shared_ptr<storage::Storage> holder = storage::open_storage(*parent);
     std::optional<std::uint64_t> size;
     try {
       size = holder->try_stat(where.name());

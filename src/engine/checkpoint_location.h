@@ -1,5 +1,7 @@
-// Where a checkpoint named by a local path or a storage URL lives, and opening a torch.save
-// file found there. inspect, verify and reshard all decide what a name refers to here.
+// What a location (a local path or a storage URL, parsed once into a Location) holds: a DCP
+// folder, a Hugging Face folder or a torch.save file, and opening a torch.save file found
+// there. This is the one place that decides it: inspect, verify, reshard and consolidate's
+// input checks ask locate_checkpoint(); readers of a folder already opened ask folder_kind().
 // Thread-safe (no shared state).
 #pragma once
 
@@ -7,6 +9,7 @@
 #include <string>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 #include "torchfile/torch_file.h"
 
@@ -17,7 +20,7 @@ namespace shardpoint::engine {
 // then say "no .metadata"). One stat, plus one list when there is no `.metadata`.
 CheckpointKind folder_kind(storage::Storage& folder);
 
-// What `name`, a local path or a storage URL, names. Local paths: a folder is a DCP or
+// What `where` names. Local paths: a folder is a DCP or
 // Hugging Face checkpoint (folder_kind), a file a torch.save file (an absent path throws
 // StorageError kNotFound naming it). URLs: `.metadata` or model.safetensors.index.json under
 // the URL makes a folder; otherwise an object at the URL's last segment is a torch.save
@@ -27,12 +30,12 @@ CheckpointKind folder_kind(storage::Storage& folder);
 struct CheckpointLocation {
   CheckpointKind kind = CheckpointKind::kTorchSave;
   bool is_folder() const { return kind != CheckpointKind::kTorchSave; }
-  std::string name;                           // the path or URL as given
+  std::string name;                           // the path or URL as given (Location::text())
   std::shared_ptr<storage::Storage> storage;  // a folder: the checkpoint; torch.save: its parent
   std::string key;                            // torch.save behind a URL: the object's key
   std::string local_file;                     // torch.save on the local filesystem
 };
-CheckpointLocation locate_checkpoint(const std::string& name);
+CheckpointLocation locate_checkpoint(const Location& where);
 
 // Opens the torch.save file of a location (REQUIRES !is_folder()) for pread / ranged reads
 // (never mapped). Throws StorageError / FormatError naming it.

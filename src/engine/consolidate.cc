@@ -25,10 +25,10 @@
 #include "format/safetensors_writer.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/mutex.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/local_storage.h"
-#include "storage/location.h"
 #include "storage/temp_folder.h"
 #include "storage/windowed_storage.h"
 #include "torchfile/torch_file.h"
@@ -77,10 +77,10 @@ class Consolidator {
   ConsolidateReport run() {
     auto t0 = std::chrono::steady_clock::now();
     output_ = validate_consolidate(options_);
-    const storage::Location folder = storage::Location::parse(options_.checkpoint_folder);
+    const Location folder = Location::parse(options_.checkpoint_folder);
     folder_ = folder.to_string();
     remote_in_ = folder.is_remote();
-    remote_out_ = storage::Location::parse(output_).is_remote();
+    remote_out_ = Location::parse(output_).is_remote();
     if (!remote_out_) check_output_parent();
 
     std::shared_ptr<storage::Storage> target;

@@ -5,11 +5,12 @@
 #include <map>
 #include <optional>
 
+#include "engine/checkpoint_location.h"
 #include "format/checkpoint_path.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/location.h"
 
 namespace shardpoint::engine {
 namespace {
@@ -17,24 +18,41 @@ namespace {
 constexpr const char* kMetaPt = "meta.pt";
 
 // "<location>.consolidated" (Lightning's default output), the suffix on the URL's path.
-storage::Location default_output_for(const storage::Location& folder) {
-  if (!folder.is_remote()) return storage::Location::parse(folder.to_string() + ".consolidated");
-  std::optional<storage::Location> parent = folder.parent();
+Location default_output_for(const Location& folder) {
+  if (!folder.is_remote()) return Location::parse(folder.to_string() + ".consolidated");
+  std::optional<Location> parent = folder.parent();
   if (!parent) {
     throw UsageError("the checkpoint \"" + folder.to_string() + "\" is a bucket root: give --output_file");
   }
   return parent->child(folder.name() + ".consolidated");
 }
 
-void validate_local_folder(const ConsolidateOptions& options, const std::string& folder) {
-  struct stat st {};
-  if (::stat(folder.c_str(), &st) != 0) throw PlanError("The provided checkpoint folder does not exist: " + folder);
-  if (!S_ISDIR(st.st_mode)) {
-    throw PlanError("The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder);
+// What the folder holds, as locate_checkpoint() decides: a torch.save file at its place is
+// Lightning's "must be a folder"; nothing there (locate's StorageError: a local path that
+// cannot be stat'ed, a URL with nothing under it or at it) is "does not exist".
+void check_folder_exists(const Location& where) {
+  CheckpointLocation location;
+  try {
+    location = locate_checkpoint(where);
+  } catch (const StorageError& e) {
+    if (!where.is_remote() || e.kind() == StorageError::Kind::kNotFound) {
+      throw PlanError(std::string("The provided checkpoint folder does not exist: ") +
+                      (where.is_remote() ? "there are no objects under " : "") + where.to_string());
+    }
+    throw;
   }
+  if (!location.is_folder()) {
+    throw PlanError("The provided checkpoint path must be a folder, containing the checkpoint shards: " +
+                    where.to_string() + (where.is_remote() ? " is an object, not a prefix with objects under it" : ""));
+  }
+}
+
+void validate_local_folder(const ConsolidateOptions& options, const Location& where) {
+  const std::string& folder = where.to_string();
+  check_folder_exists(where);
   if (options.layout != ConsolidateLayout::kDcp) {
     struct stat meta {};
-    const std::string meta_path = storage::Location::parse(folder).child(kMetaPt).to_string();
+    const std::string meta_path = where.child(kMetaPt).to_string();
     if (::stat(meta_path.c_str(), &meta) != 0 || !S_ISREG(meta.st_mode)) {
       throw PlanError(
           "Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation. The provided folder "
@@ -59,19 +77,11 @@ void validate_remote_output(const std::string& output) {
 }
 
 // Lightning's checks worded for a URL prefix: objects under it, meta.pt among them.
-void validate_remote_folder(const ConsolidateOptions& options, const std::string& folder) {
-  auto input = storage::open_storage(folder);
+void validate_remote_folder(const ConsolidateOptions& options, const Location& where) {
+  const std::string& folder = where.to_string();
+  auto input = storage::open_storage(where);
   bool has_objects = input->try_stat(".metadata").has_value() || !input->list("").empty();
-  if (!has_objects) {
-    const storage::Location location = storage::Location::parse(folder);
-    if (std::optional<storage::Location> parent = location.parent()) {
-      if (storage::open_storage(parent->to_string())->try_stat(location.name())) {
-        throw PlanError("The provided checkpoint path must be a folder, containing the checkpoint shards: " + folder +
-                        " is an object, not a prefix with objects under it");
-      }
-    }
-    throw PlanError("The provided checkpoint folder does not exist: there are no objects under " + folder);
-  }
+  if (!has_objects) check_folder_exists(where);
   if (options.layout != ConsolidateLayout::kDcp && !input->try_stat(kMetaPt)) {
     throw PlanError(
         "Only FSDP-sharded checkpoints saved with Lightning are supported for consolidation. The provided folder "
@@ -83,8 +93,8 @@ void validate_remote_folder(const ConsolidateOptions& options, const std::string
 }  // namespace
 
 OutputPlace place_of_output(const std::string& output) {
-  const storage::Location location = storage::Location::parse(output);
-  std::optional<storage::Location> parent = location.parent();
+  const Location location = Location::parse(output);
+  std::optional<Location> parent = location.parent();
   if (!parent) {
     if (location.is_remote()) {
       throw UsageError("output \"" + output + "\" names a bucket or container, not an object under it");
@@ -95,15 +105,15 @@ OutputPlace place_of_output(const std::string& output) {
 }
 
 std::string validate_consolidate(const ConsolidateOptions& options) {
-  const storage::Location folder_location = storage::Location::parse(options.checkpoint_folder);
-  const std::string folder = folder_location.to_string();
+  // Consolidate normalises what it was given (its messages and output name the canonical text).
+  const Location folder_location = Location::parse(options.checkpoint_folder).canonical();
   if (folder_location.is_remote()) {
-    validate_remote_folder(options, folder);
+    validate_remote_folder(options, folder_location);
   } else {
-    validate_local_folder(options, folder);
+    validate_local_folder(options, folder_location);
   }
-  const storage::Location output_location =
-      options.output_file.empty() ? default_output_for(folder_location) : storage::Location::parse(options.output_file);
+  const Location output_location =
+      options.output_file.empty() ? default_output_for(folder_location) : Location::parse(options.output_file);
   const std::string output = output_location.to_string();
   if (output_location.is_remote()) {
     validate_remote_output(output);

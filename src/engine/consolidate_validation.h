@@ -21,7 +21,7 @@ namespace shardpoint::engine {
 // Lightning's exact message (for URLs, worded for a prefix; these checks list / HEAD the
 // object store, so they can also throw StorageError). UsageError for a bucket-root output
 // URL or a bucket-root checkpoint without an explicit output. Returns the output path or
-// URL, normalised (storage::Location). No side effects.
+// URL, normalised (Location). No side effects.
 std::string validate_consolidate(const ConsolidateOptions& options);
 
 // Where a single output file or object goes: the local folder or URL prefix holding it

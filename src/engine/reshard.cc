@@ -25,8 +25,8 @@
 #include "pickle/tree_edit.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/location.h"
 #include "torchfile/tree_storages.h"
 
 namespace shardpoint::engine {
@@ -298,9 +298,9 @@ auto naming_source(const std::string& name, Fn&& fn) {
   }
 }
 
-std::unique_ptr<ReshardSource> open_source(const std::string& name, const ReshardOptions& options) {
-  return naming_source(name, [&]() -> std::unique_ptr<ReshardSource> {
-    CheckpointLocation location = locate_checkpoint(name);
+std::unique_ptr<ReshardSource> open_source(const Location& where, const ReshardOptions& options) {
+  return naming_source(where.text(), [&]() -> std::unique_ptr<ReshardSource> {
+    CheckpointLocation location = locate_checkpoint(where);
     if (location.is_folder()) return std::make_unique<DcpSource>(location.storage, location.kind, options);
     return std::make_unique<TorchSource>(location, options.verify_checksums && options.check_zip_crc);
   });
@@ -367,7 +367,12 @@ std::vector<FileTask> file_tasks(const GlobalSavePlan& global) {
 
 }  // namespace
 
-ReshardReport reshard(const std::string& source_name, storage::Storage& destination, const ReshardOptions& options) {
+ReshardReport reshard(const std::string& source, storage::Storage& destination, const ReshardOptions& options) {
+  return reshard(Location::parse(source), destination, options);
+}
+
+ReshardReport reshard(const Location& source_location, storage::Storage& destination, const ReshardOptions& options) {
+  const std::string& source_name = source_location.text();
   auto start = std::chrono::steady_clock::now();
   if (options.ranks < 1) throw UsageError("reshard: --ranks must be at least 1, got " + std::to_string(options.ranks));
   if (options.memory_budget_bytes == 0) throw UsageError("reshard: the memory budget must be more than 0 bytes");
@@ -380,7 +385,7 @@ ReshardReport reshard(const std::string& source_name, storage::Storage& destinat
   }
 
   // 1. Open the source and list its leaves.
-  std::unique_ptr<ReshardSource> source = open_source(source_name, options);
+  std::unique_ptr<ReshardSource> source = open_source(source_location, options);
   const std::vector<SourceLeaf>& leaves = source->leaves();
   ReshardReport report;
   report.source_format = source->format();

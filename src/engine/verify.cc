@@ -17,8 +17,8 @@
 #include "format/stream_transform.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/reshard.h"
-#include "storage/location.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/zip_format.h"
 #include "torchfile/zip_record_check.h"
@@ -473,16 +473,21 @@ VerifyReport verify_dcp(const std::shared_ptr<storage::Storage>& st, const std::
 }
 
 VerifyReport verify(const std::string& path_or_url, const VerifyOptions& options) {
+  return verify(Location::parse(path_or_url), options);
+}
+
+VerifyReport verify(const Location& where, const VerifyOptions& options) {
   if (options.slab_bytes == 0) throw UsageError("verify: slab_bytes must be > 0");
+  const std::string& path_or_url = where.text();
   std::optional<std::string> local;  // the path on the local filesystem, file:// stripped
-  if (const storage::Location where = storage::Location::parse(path_or_url); !where.is_remote()) {
+  if (!where.is_remote()) {
     local = where.path();
     struct stat st {};
     if (::stat(local->c_str(), &st) != 0) {
       throw StorageError(StorageError::Kind::kNotFound, "\"" + path_or_url + "\": no such file or folder");
     }
   }
-  CheckpointLocation location = locate_checkpoint(path_or_url);
+  CheckpointLocation location = locate_checkpoint(where);
   if (location.is_folder()) return verify_dcp(location.storage, local, path_or_url, options);
   VerifyReport report;
   report.name = path_or_url;

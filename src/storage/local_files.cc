@@ -8,7 +8,7 @@
 #include <cerrno>
 
 #include "shardpoint/error.h"
-#include "storage/location.h"
+#include "shardpoint/location.h"
 
 namespace shardpoint::storage::local {
 

@@ -14,9 +14,9 @@
 #include "core/mapped_region.h"
 #include "core/unique_fd.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "storage/local_files.h"
 #include "storage/local_writer.h"
-#include "storage/location.h"
 
 namespace shardpoint::storage {
 namespace {
@@ -309,13 +309,11 @@ std::unique_ptr<Storage> open_local_storage_at(const std::string& root, const St
   return std::make_unique<LocalStorage>(std::move(shared));
 }
 
-std::unique_ptr<Storage> open_local_storage(std::string_view url, const StorageOptions& options) {
-  // Location's rules for "file://" URLs and their UsageErrors.
-  if (!url.empty()) {
-    const Location location = Location::parse(url);
-    if (!location.is_remote()) return open_local_storage_at(location.path(), options);
+std::unique_ptr<Storage> open_local_storage(const Location& location, const StorageOptions& options) {
+  if (location.is_remote()) {
+    throw UsageError("storage URL \"" + location.text() + "\": not a local path or file:// URL");
   }
-  return open_local_storage_at(std::string(url), options);
+  return open_local_storage_at(location.path(), options);
 }
 
 namespace {

@@ -42,7 +42,8 @@ namespace shardpoint::storage {
 std::unique_ptr<Storage> open_local_storage_at(const std::string& root, const StorageOptions& options = {});
 
 // Registry entry for "file://..." and plain paths. Throws UsageError for a file URL with a
-// host other than "localhost", a query or a fragment.
-std::unique_ptr<Storage> open_local_storage(std::string_view url, const StorageOptions& options);
+// host other than "localhost", a query or a fragment (Location::parse does), and for a remote
+// location.
+std::unique_ptr<Storage> open_local_storage(const Location& location, const StorageOptions& options);
 
 }  // namespace shardpoint::storage

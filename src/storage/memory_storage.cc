@@ -219,13 +219,14 @@ std::unique_ptr<StorageWriter> MemoryStorage::open_writer(std::string_view key, 
 
 }  // namespace
 
-std::unique_ptr<Storage> open_memory_storage(std::string_view url, const StorageOptions& options) {
-  if (!url.starts_with(kScheme)) {
-    throw UsageError("storage URL \"" + std::string(url) + "\": expected memory://name");
+std::unique_ptr<Storage> open_memory_storage(const Location& location, const StorageOptions& options) {
+  if (location.scheme() != Scheme::kMemory) {
+    throw UsageError("storage URL \"" + location.text() + "\": expected memory://name");
   }
-  std::string_view name = url.substr(kScheme.size());
-  if (name.find_first_of("?#") != std::string_view::npos) {
-    throw UsageError("storage URL \"" + std::string(url) + "\": memory URLs take no query or fragment");
+  // The namespace is the authority and path: "memory://n/k" is namespace "n/k".
+  const std::string name = location.to_string().substr(kScheme.size());
+  if (!location.query().empty() || name.find('#') != std::string::npos) {
+    throw UsageError("storage URL \"" + location.text() + "\": memory URLs take no query or fragment");
   }
   if (name.empty()) return std::make_unique<MemoryStorage>("", std::make_shared<Namespace>());
   NamedNamespaces& n = named();

@@ -23,8 +23,9 @@
 
 namespace shardpoint::storage {
 
-// Registry entry for "memory://name".
-std::unique_ptr<Storage> open_memory_storage(std::string_view url, const StorageOptions& options);
+// Registry entry for "memory://name". Throws UsageError for another scheme, a query or a
+// fragment.
+std::unique_ptr<Storage> open_memory_storage(const Location& location, const StorageOptions& options);
 
 // Forgets the named namespace; storages already open keep using it. Idempotent.
 void drop_memory_storage(std::string_view name);

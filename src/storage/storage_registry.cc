@@ -7,7 +7,6 @@
 #include "shardpoint/error.h"
 #include "shardpoint/mutex.h"
 #include "shardpoint/storage.h"
-#include "storage/location.h"
 
 namespace shardpoint::storage {
 namespace {
@@ -46,8 +45,11 @@ std::vector<std::string> registered_storage_schemes() {
 
 std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions& options) {
   if (url.empty()) throw UsageError("storage URL is empty (expected a directory path or scheme://...)");
-  const Location location = Location::parse(url);
-  const std::string scheme = location.is_remote() ? location.scheme() : "file";
+  return open_storage(Location::parse(url), options);
+}
+
+std::unique_ptr<Storage> open_storage(const Location& location, const StorageOptions& options) {
+  const std::string& scheme = location.scheme_name();
   OpenStorageFn fn = nullptr;
   {
     Registry& r = registry();
@@ -58,10 +60,10 @@ std::unique_ptr<Storage> open_storage(std::string_view url, const StorageOptions
   if (fn == nullptr) {
     std::string accepted;
     for (const std::string& s : registered_storage_schemes()) accepted += (accepted.empty() ? "" : ", ") + s + "://";
-    throw UsageError("storage URL \"" + std::string(url) + "\": unknown scheme \"" + scheme +
+    throw UsageError("storage URL \"" + location.text() + "\": unknown scheme \"" + scheme +
                      "\" (accepted: a local path, " + accepted + ")");
   }
-  return fn(url, options);
+  return fn(location, options);
 }
 
 }  // namespace shardpoint::storage

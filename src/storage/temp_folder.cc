@@ -11,7 +11,7 @@
 
 #include "core/unique_fd.h"
 #include "shardpoint/error.h"
-#include "storage/location.h"
+#include "shardpoint/location.h"
 
 namespace shardpoint::storage {
 

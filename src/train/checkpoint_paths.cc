@@ -14,9 +14,9 @@
 
 #include "engine/torch_file_crc.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/location.h"
 #include "torchfile/torch_file.h"
 
 namespace shardpoint::train {
@@ -24,11 +24,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_remote(const std::string& path) { return storage::Location::parse(path).is_remote(); }
+bool is_remote(const std::string& path) { return Location::parse(path).is_remote(); }
 
 // Checkpoint names are appended to the root's path, so a URL may not carry "?options".
 void check_no_query(const std::string& url) {
-  if (!storage::Location::parse(url).query().empty()) {
+  if (!Location::parse(url).query().empty()) {
     throw UsageError(fmt::format("{}: options after '?' are not supported in trainer paths; give the endpoint and "
                                  "credentials through the environment (shardpoint verify --help lists them)",
                                  url));
@@ -46,12 +46,12 @@ bool is_version_dir_name(const std::string& n) {
 
 std::string normalize_checkpoint_path(const std::string& path) {
   check_no_query(path);
-  return storage::Location::parse(path).absolute().to_string();
+  return Location::parse(path).absolute().to_string();
 }
 
 std::pair<std::string, std::string> parent_and_name(const std::string& path) {
-  const storage::Location location = storage::Location::parse(path);
-  const std::optional<storage::Location> parent = location.parent();
+  const Location location = Location::parse(path);
+  const std::optional<Location> parent = location.parent();
   if (!parent) throw UsageError(fmt::format("{}: not a checkpoint path", path));
   return {parent->to_string(), location.name()};
 }
@@ -108,9 +108,7 @@ std::string next_checkpoints_dir(const std::string& root) {
     const std::string n = o.key.substr(15, o.key.find('/', 15) - 15);
     if (is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
   }
-  return storage::Location::parse(root)
-      .child(fmt::format("lightning_logs/version_{}/checkpoints", version))
-      .to_string();
+  return Location::parse(root).child(fmt::format("lightning_logs/version_{}/checkpoints", version)).to_string();
 }
 
 namespace {
@@ -148,7 +146,7 @@ LastCheckpoint resolve_last_checkpoint(const std::string& root) {
   static const std::regex kName(R"(lightning_logs/version_(\d+)/checkpoints/([^./][^/]*\.ckpt)(/.*)?)");
   static const std::regex kLast(R"(last(?:-v(\d+))?.*\.ckpt)");
   static const std::regex kVersioned(R"(.*-v(\d+)\.ckpt)");
-  const storage::Location base = storage::Location::parse(root);
+  const Location base = Location::parse(root);
   std::map<std::string, Candidate> found;  // by path
   for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
     std::smatch m;

@@ -1,5 +1,5 @@
 // Where the trainer's checkpoints live and how it finds them: a checkpoint path is a local
-// path or an object-store URL (storage::Location); a sharded checkpoint is a folder (or
+// path or an object-store URL (Location); a sharded checkpoint is a folder (or
 // URL prefix) holding meta.pt, a full one a file (or object). These are the filesystem and
 // object-store questions Lightning's Trainer asks about checkpoint paths, answered through
 // std::filesystem for local paths and storage/ for URLs.
@@ -22,7 +22,7 @@
 namespace shardpoint::train {
 
 // An absolute, normal local path ("..", "." and trailing '/' resolved lexically), or a
-// normalised URL (storage::Location). Throws UsageError for a URL with "?options":
+// normalised URL (Location). Throws UsageError for a URL with "?options":
 // checkpoint names are appended to the root's path, so options have to come from the
 // environment.
 std::string normalize_checkpoint_path(const std::string& path);

@@ -23,11 +23,11 @@
 #include "shardpoint/async_save.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/pickle_value.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
 #include "storage/local_replace.h"
-#include "storage/location.h"
 #include "torch/tensor_adapter.h"
 #include "torchfile/torch_file.h"
 #include "torchfile/torch_save_writer.h"
@@ -392,7 +392,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.epoch_processed = in_epoch_end_;
   const auto [parent, name] = parent_and_name(path);
   finish_pending(result);  // a new save starts after the previous one is committed
-  const bool local = !storage::Location::parse(path).is_remote();
+  const bool local = !Location::parse(path).is_remote();
   if (local) on_rank0(comm, [&] { remove_leftovers(parent); });
   if (strategy_.state_dict_type() == StateDictType::kSharded) {
     // Local: written in a hidden sibling, swapped in once committed (publish()), so the
@@ -465,12 +465,12 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       for (std::size_t i = 0; i < gathered.size(); ++i) full_state[names[i]][key] = gathered[i];
     }
     on_rank0(comm, [&] {
-      if (!storage::Location::parse(path).is_remote() && fs::is_directory(path)) {
+      if (!Location::parse(path).is_remote() && fs::is_directory(path)) {
         if (!fs::is_regular_file(fs::path(path) / "meta.pt")) {
           throw UsageError(fmt::format("The checkpoint path exists and is a directory: {}", path));
         }
         fs::remove_all(path);
-      } else if (storage::Location::parse(path).is_remote() && storage::open_storage(path)->try_stat("meta.pt")) {
+      } else if (Location::parse(path).is_remote() && storage::open_storage(path)->try_stat("meta.pt")) {
         storage::open_storage(parent)->remove_prefix(name + "/");
       }
       TorchFileBuilder files;

@@ -33,7 +33,7 @@ using testing::RankState;
 
 comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(20)}; }
 
-std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage("memory://", {}); }
+std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage(Location::parse("memory://"), {}); }
 
 std::vector<RankState> filled_states(int world) {
   std::vector<RankState> states;

@@ -37,7 +37,7 @@ using testing::RankState;
 
 comm::CommOptions fast() { return comm::CommOptions{std::chrono::seconds(20)}; }
 
-std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage("memory://", {}); }
+std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage(Location::parse("memory://"), {}); }
 
 std::vector<SaveReport> save_on(int world, storage::Storage& st, SaveOptions options = {}) {
   std::vector<RankState> states;

@@ -175,7 +175,7 @@ TEST(CommitOrderTest, EveryReaderRefusesAPrefixWithoutMetadata) {
 
   expect_not_a_checkpoint([&] { read_metadata(*st); }, url, "read_metadata");
   expect_not_a_checkpoint([&] { CheckpointReader reader(*st); }, url, "CheckpointReader");
-  expect_not_a_checkpoint([&] { locate_checkpoint(url); }, url, "locate_checkpoint");
+  expect_not_a_checkpoint([&] { locate_checkpoint(Location::parse(url)); }, url, "locate_checkpoint");
   expect_not_a_checkpoint(
       [&] {
         auto out = storage::open_storage(unique_url("out"));

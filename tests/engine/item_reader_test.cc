@@ -24,7 +24,7 @@ using testing::box_bytes;
 using testing::tensor_specs;
 
 std::shared_ptr<storage::Storage> saved(std::uint64_t block_bytes = 16) {
-  auto st = storage::open_memory_storage("memory://", {});
+  auto st = storage::open_memory_storage(Location::parse("memory://"), {});
   testing::RankState state = testing::make_rank_state(0, 1, true);
   SaveOptions options;
   options.checksum_block_bytes = block_bytes;

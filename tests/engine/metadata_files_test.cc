@@ -44,7 +44,7 @@ Metadata rank_metadata(int r) {
 }
 
 std::unique_ptr<storage::Storage> per_rank_folder(int ranks) {
-  auto st = storage::open_memory_storage("memory://", {});
+  auto st = storage::open_memory_storage(Location::parse("memory://"), {});
   for (int r = 0; r < ranks; ++r) {
     st->write_atomic("__" + std::to_string(r) + ".metadata", as_bytes(format::encode_metadata(rank_metadata(r))));
     st->write_atomic("__" + std::to_string(r) + "_0.distcp", as_bytes(std::string(1400, 'x')));
@@ -92,7 +92,7 @@ TEST(MetadataFilesTest, MissingRankFileIsOneErrorNamingIt) {
   st->write_atomic("__2_0.distcp", as_bytes(std::string("x")));
   EXPECT_THROW((void)read_checkpoint_metadata(*st), FormatError);
   // Nothing at all.
-  auto empty = storage::open_memory_storage("memory://", {});
+  auto empty = storage::open_memory_storage(Location::parse("memory://"), {});
   EXPECT_FALSE(has_checkpoint_metadata(*empty));
   EXPECT_EQ(try_read_checkpoint_metadata(*empty), std::nullopt);
   try {

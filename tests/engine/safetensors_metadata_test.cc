@@ -50,7 +50,7 @@ void put_file(storage::Storage& st, const std::string& key, std::vector<format::
 
 // Rows 0:4 of "w" and all of "b" in rank 1's file, rows 4:6 in rank 2's.
 std::shared_ptr<storage::Storage> sharded_folder() {
-  auto st = storage::open_memory_storage("memory://", {});
+  auto st = storage::open_memory_storage(Location::parse("memory://"), {});
   put_file(*st, "shard-00001-model-00001-of-00001.safetensors",
            {{"w", DType::kFloat32, {4, 4}}, {"b", DType::kInt16, {3}}}, w_rows(0, 4) + b_values(),
            R"({"w": {"saved_offsets": [0, 0]}, "b": {"saved_offsets": [0]}})");
@@ -160,7 +160,7 @@ TEST(SafetensorsMetadataTest, DisagreeingFilesAreRefused) {
 }
 
 TEST(SafetensorsMetadataTest, EmptyFolderIsNotACheckpoint) {
-  auto st = storage::open_memory_storage("memory://", {});
+  auto st = storage::open_memory_storage(Location::parse("memory://"), {});
   EXPECT_EQ(folder_kind(*st), CheckpointKind::kDcp);
   EXPECT_NE(message_of([&] { read_folder_metadata(*st); }).find("not a committed checkpoint (no .metadata)"),
             std::string::npos);
@@ -169,7 +169,7 @@ TEST(SafetensorsMetadataTest, EmptyFolderIsNotACheckpoint) {
 TEST(SafetensorsMetadataTest, ResolvesDcpSafetensorsItemsAndRefusesMixedOnes) {
   // One rank file as FileSystemWriter(serialization_format=SAFETENSORS) writes it: the
   // safetensors blob after 10 bytes of other items, every tensor item's offset at the blob.
-  auto st = storage::open_memory_storage("memory://", {});
+  auto st = storage::open_memory_storage(Location::parse("memory://"), {});
   StringSink sink;
   format::SafetensorsWriter writer(sink, {{"w", DType::kFloat32, {6, 4}}, {"b", DType::kInt16, {3}}});
   writer.write(as_bytes(w_rows(0, 6) + b_values()));

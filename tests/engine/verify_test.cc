@@ -28,7 +28,7 @@ namespace {
 
 using shardpoint::testing::TempDir;
 
-std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage("memory://", {}); }
+std::shared_ptr<storage::Storage> memory() { return storage::open_memory_storage(Location::parse("memory://"), {}); }
 
 void save_on(int world, storage::Storage& st, SaveOptions options = {}) {
   std::vector<testing::RankState> states;

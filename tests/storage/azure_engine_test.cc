@@ -157,7 +157,7 @@ TEST(AzureEngineTest, ServerKilledMidSaveCommitsNothingAndTheRetriedSaveSucceeds
   ASSERT_TRUE(server.start()) << server.error();
   azure::AzureConfig config = azurite_config(server.endpoint());
   const std::string url = fresh_container(config) + "/ckpt";
-  std::shared_ptr<Storage> st = azure::open_azure_storage_with(url, config);
+  std::shared_ptr<Storage> st = azure::open_azure_storage_with(Location::parse(url), config);
   auto killing = std::make_shared<KillingStorage>(st, &server, 3);
   try {
     save_on(4, *killing);
@@ -168,7 +168,7 @@ TEST(AzureEngineTest, ServerKilledMidSaveCommitsNothingAndTheRetriedSaveSucceeds
     ADD_FAILURE() << "expected the storage error, got " << e.what();
   }
   ASSERT_TRUE(server.start()) << server.error();
-  azure::create_azure_container(url.substr(0, url.find('/', 5)), config);
+  azure::create_azure_container(Location::parse(url.substr(0, url.find('/', 5))), config);
   EXPECT_FALSE(st->try_stat(".metadata"));  // not committed
   save_on(4, *st);                          // the retried save
   ASSERT_TRUE(st->try_stat(".metadata"));

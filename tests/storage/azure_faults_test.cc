@@ -61,13 +61,13 @@ StorageOptions one_mib_blocks() {
 
 TEST_F(AzureFaultsTest, RangedReadsSurviveEveryFaultKind) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/faults";
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4));
+  auto st = azure::open_azure_storage_with(Location::parse(url), faults_config(proxy_->endpoint(), 4));
   read_through_every_fault(*st, *proxy_, "obj");
 }
 
 TEST_F(AzureFaultsTest, ExhaustedRetriesFailInOneLineNamingTheBlob) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/exhausted";
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 3));
+  auto st = azure::open_azure_storage_with(Location::parse(url), faults_config(proxy_->endpoint(), 3));
   expect_exhausted_read_names_object(*st, *proxy_, "reset.bin", "reset", "2 retries");
   expect_exhausted_read_names_object(*st, *proxy_, "garbage.bin", "garbage", "malformed response");
   expect_exhausted_read_names_object(*st, *proxy_, "busy.bin", "503", "HTTP 503");
@@ -75,8 +75,9 @@ TEST_F(AzureFaultsTest, ExhaustedRetriesFailInOneLineNamingTheBlob) {
 
 TEST_F(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/upload";
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), one_mib_blocks());
-  auto direct = azure::open_azure_storage_with(url, faults_config(endpoint_, 4));
+  auto st =
+      azure::open_azure_storage_with(Location::parse(url), faults_config(proxy_->endpoint(), 4), one_mib_blocks());
+  auto direct = azure::open_azure_storage_with(Location::parse(url), faults_config(endpoint_, 4));
   const std::string data = pattern_bytes((std::size_t{3} << 20) + 9, 9);  // 4 blocks + the block list
   // PUT 1-4 are Put Block (in parallel: any order), PUT 5 is Put Block List. A reset answer
   // to a stored block is retried (Put Block with the same id is idempotent).
@@ -103,8 +104,9 @@ TEST_F(AzureFaultsTest, BlockUploadThroughFaultsCommitsExactlyTheBytesWritten) {
 // Damaged on every attempt, the write fails in one line naming the blob and leaves no blob.
 TEST_F(AzureFaultsTest, DamagedBodiesAreRefusedByTheirMd5AndSentAgain) {
   const std::string url = fresh_container(azurite_config(endpoint_)) + "/damaged";
-  auto st = azure::open_azure_storage_with(url, faults_config(proxy_->endpoint(), 4), one_mib_blocks());
-  auto direct = azure::open_azure_storage_with(url, faults_config(endpoint_, 4));
+  auto st =
+      azure::open_azure_storage_with(Location::parse(url), faults_config(proxy_->endpoint(), 4), one_mib_blocks());
+  auto direct = azure::open_azure_storage_with(Location::parse(url), faults_config(endpoint_, 4));
   const std::string data = pattern_bytes((std::size_t{3} << 20) + 9, 15);  // 4 blocks + the block list
   const std::string small = pattern_bytes(100000, 16);
 

@@ -30,7 +30,7 @@ StorageUnderTest make_azure(bool sas) {
   auto endpoint = shared_azurite(&why);
   if (!endpoint) {
     skip_without_azurite(why);
-    return {open_memory_storage("memory://", {}), nullptr};
+    return {open_memory_storage(Location::parse("memory://"), {}), nullptr};
   }
   azure::AzureConfig config = azurite_config(*endpoint);
   std::string url = fresh_container(config) + "/ckpt/run1";
@@ -44,7 +44,7 @@ StorageUnderTest make_azure(bool sas) {
   pool.buffer_bytes = std::size_t{1} << 20;
   pool.capacity_bytes = std::size_t{8} << 20;
   options.buffer_pool = std::make_shared<BufferPool>(pool);
-  return {azure::open_azure_storage_with(url, config, options), nullptr};
+  return {azure::open_azure_storage_with(Location::parse(url), config, options), nullptr};
 }
 
 StorageUnderTest make_shared_key() { return make_azure(false); }
@@ -58,30 +58,32 @@ INSTANTIATE_TEST_SUITE_P(Azure, StorageConformanceTest,
 // --- no server needed ---
 
 TEST(AzureUrlTest, ParsesAndRoundTrips) {
-  azure::AzureLocation a = azure::parse_azure_url("az://my-container/checkpoint/step=3/");
+  azure::AzureLocation a = azure::to_azure_location(Location::parse("az://my-container/checkpoint/step=3/"));
   EXPECT_EQ(a.container, "my-container");
   EXPECT_EQ(a.prefix, "checkpoint/step=3");
   EXPECT_EQ(a.account, "");
   EXPECT_EQ(a.url(), "az://my-container/checkpoint/step=3");
-  EXPECT_EQ(azure::parse_azure_url(a.url()).url(), a.url());
-  azure::AzureLocation b = azure::parse_azure_url("abfs://my-container@account1.dfs.core.windows.net/checkpoint");
+  EXPECT_EQ(azure::to_azure_location(Location::parse(a.url())).url(), a.url());
+  azure::AzureLocation b =
+      azure::to_azure_location(Location::parse("abfs://my-container@account1.dfs.core.windows.net/checkpoint"));
   EXPECT_EQ(b.account, "account1");
   EXPECT_EQ(b.container, "my-container");
   EXPECT_EQ(b.prefix, "checkpoint");
   EXPECT_EQ(b.url(), "abfs://my-container@account1.dfs.core.windows.net/checkpoint");
-  EXPECT_EQ(azure::parse_azure_url("abfss://ckpt@acct123.dfs.core.windows.net").prefix, "");
-  EXPECT_EQ(azure::parse_azure_url("abfss://ckpt@acct123.dfs.core.chinacloudapi.cn/x").url(),
+  EXPECT_EQ(azure::to_azure_location(Location::parse("abfss://ckpt@acct123.dfs.core.windows.net")).prefix, "");
+  EXPECT_EQ(azure::to_azure_location(Location::parse("abfss://ckpt@acct123.dfs.core.chinacloudapi.cn/x")).url(),
             "abfss://ckpt@acct123.dfs.core.chinacloudapi.cn/x");
-  EXPECT_EQ(azure::parse_azure_url("abfss://ckpt@acct123.blob.core.windows.net/x").endpoint_suffix, "core.windows.net");
-  EXPECT_EQ(azure::parse_azure_url("az://abc").url(), "az://abc");
+  EXPECT_EQ(azure::to_azure_location(Location::parse("abfss://ckpt@acct123.blob.core.windows.net/x")).endpoint_suffix,
+            "core.windows.net");
+  EXPECT_EQ(azure::to_azure_location(Location::parse("az://abc")).url(), "az://abc");
   for (const char* bad : {"az://", "az://My-Container/x", "az://ab/x", "az://a--b/x", "az://-ab/x", "az://abc/x?sv=1",
                           "az://abc/x#f", "az://abc//x", "az://abc/a/../b", "az://abc/./b", "az://user@abc/x",
                           "abfs://abc/x", "abfs://abc@acct.example.com/x", "abfs://abc@A.dfs.core.windows.net",
                           "abfs://abc@acct.dfs.", "s3://abc/x", "az://abc/x.sp-tmp.1"}) {
-    EXPECT_THROW(azure::parse_azure_url(bad), UsageError) << bad;
+    EXPECT_THROW(azure::to_azure_location(Location::parse(bad)), UsageError) << bad;
   }
   try {
-    azure::parse_azure_url("az://abc/x?sig=SECRET");
+    azure::to_azure_location(Location::parse("az://abc/x?sig=SECRET"));
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("query"), std::string::npos) << e.what();
   }
@@ -228,7 +230,7 @@ TEST(AzureRetryTest, RetriesServerErrorsAndThrottlingThenSucceedsOrReportsTheLas
                            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"});
     azure::AzureConfig config = azurite_config(server.endpoint());
     config.max_attempts = 4;
-    auto s = azure::open_azure_storage_with("az://ckpt/p", config);
+    auto s = azure::open_azure_storage_with(Location::parse("az://ckpt/p"), config);
     EXPECT_EQ(s->stat("k"), 5u);  // HEAD: the body is not sent
     EXPECT_EQ(server.served(), 4);
   }
@@ -237,7 +239,7 @@ TEST(AzureRetryTest, RetriesServerErrorsAndThrottlingThenSucceedsOrReportsTheLas
     azure::AzureConfig config = azurite_config(server.endpoint());
     config.max_attempts = 3;
     try {
-      azure::open_azure_storage_with("az://ckpt/p", config)->stat("k");
+      azure::open_azure_storage_with(Location::parse("az://ckpt/p"), config)->stat("k");
       FAIL();
     } catch (const StorageError& e) {
       std::string m = e.what();
@@ -251,7 +253,7 @@ TEST(AzureRetryTest, RetriesServerErrorsAndThrottlingThenSucceedsOrReportsTheLas
   {
     ScriptedServer server({http_status(409)});  // not retryable: one request
     try {
-      azure::open_azure_storage_with("az://ckpt/p", azurite_config(server.endpoint()))->stat("k");
+      azure::open_azure_storage_with(Location::parse("az://ckpt/p"), azurite_config(server.endpoint()))->stat("k");
       FAIL();
     } catch (const StorageError& e) {
       EXPECT_EQ(e.kind(), StorageError::Kind::kOther) << e.what();
@@ -270,7 +272,7 @@ TEST(AzureStorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
   azure::AzureConfig bad = good;
   const std::string wrong_key = azure::base64_encode(std::string(64, 'k'));
   bad.account_key = wrong_key;
-  auto s = azure::open_azure_storage_with(url + "/ckpt", bad);
+  auto s = azure::open_azure_storage_with(Location::parse(url + "/ckpt"), bad);
   for (int op = 0; op < 3; ++op) {
     try {
       if (op == 0) s->write_atomic(".metadata", as_bytes(std::string_view("x")));
@@ -293,19 +295,19 @@ TEST(AzureStorageTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
   bad_sas.account_key.clear();
   bad_sas.sas_token = "sv=2020-12-06&ss=b&srt=sco&sp=rwdl&se=2099-01-01T00%3A00%3A00Z&sig=SECRETSIGNATURE";
   try {
-    azure::open_azure_storage_with(url + "/ckpt", bad_sas)->stat("k");
+    azure::open_azure_storage_with(Location::parse(url + "/ckpt"), bad_sas)->stat("k");
     FAIL();
   } catch (const StorageError& e) {
     EXPECT_EQ(e.kind(), StorageError::Kind::kPermission) << e.what();
     EXPECT_EQ(std::string(e.what()).find("SECRETSIGNATURE"), std::string::npos) << e.what();
   }
   // A read-only SAS can read but not write.
-  auto writable = azure::open_azure_storage_with(url + "/ckpt", good);
+  auto writable = azure::open_azure_storage_with(Location::parse(url + "/ckpt"), good);
   writable->write_atomic("k", as_bytes(std::string_view("v")));
   azure::AzureConfig ro = good;
   ro.sas_token = azure::make_container_sas(good, url.substr(5), "rl", "2099-01-01T00:00:00Z");
   ro.account_key.clear();
-  auto reader = azure::open_azure_storage_with(url + "/ckpt", ro);
+  auto reader = azure::open_azure_storage_with(Location::parse(url + "/ckpt"), ro);
   EXPECT_EQ(read_all(*reader, "k"), "v");
   EXPECT_EQ(reader->list("").size(), 1u);
   try {
@@ -321,8 +323,8 @@ TEST(AzureStorageTest, ListPagesThroughNextMarker) {
   azure::AzureConfig config = azurite_config(endpoint);
   std::string url = fresh_container(config);
   config.list_page_size = 3;
-  auto s = azure::open_azure_storage_with(url + "/p", config);
-  auto outside = azure::open_azure_storage_with(url + "/p2", config);
+  auto s = azure::open_azure_storage_with(Location::parse(url + "/p"), config);
+  auto outside = azure::open_azure_storage_with(Location::parse(url + "/p2"), config);
   outside->write_atomic("x", as_bytes(std::string_view("not under p/")));
   std::vector<std::string> want;
   for (int i = 0; i < 11; ++i) {
@@ -350,7 +352,7 @@ TEST(AzureStorageTest, LargeObjectsUseBoundedParallelBlocksAndParallelRangedRead
   pool_options.capacity_bytes = std::size_t{3} << 20;  // fewer buffers than blocks in flight allow
   auto pool = std::make_shared<BufferPool>(pool_options);
   options.buffer_pool = pool;
-  auto s = azure::open_azure_storage_with(url + "/big", config, options);
+  auto s = azure::open_azure_storage_with(Location::parse(url + "/big"), config, options);
   const std::string data = pattern((std::size_t{23} << 20) + 12345, 9);
   auto w = s->open_writer("__0_0.distcp");
   for (std::size_t pos = 0; pos < data.size(); pos += 777777) {
@@ -367,7 +369,7 @@ TEST(AzureStorageTest, LargeObjectsUseBoundedParallelBlocksAndParallelRangedRead
   EXPECT_EQ(part, data.substr(3333333, part.size()));
   // A large source reads ranges pinned to its ETag; a replaced blob is an error, not new bytes.
   config.whole_source_bytes = 1 << 20;
-  auto pinned = azure::open_azure_storage_with(url + "/big", config, options);
+  auto pinned = azure::open_azure_storage_with(Location::parse(url + "/big"), config, options);
   auto source = pinned->open_source("__0_0.distcp");
   EXPECT_EQ(source->read_string(10 << 20, 100, "t"), data.substr(10 << 20, 100));
   s->write_atomic("__0_0.distcp", as_bytes(std::string_view("replaced")));
@@ -382,7 +384,7 @@ std::unique_ptr<Storage> small_block_storage(const std::string& url, const azure
   pool_options.buffer_bytes = std::size_t{1} << 20;
   pool_options.capacity_bytes = std::size_t{4} << 20;
   options.buffer_pool = std::make_shared<BufferPool>(pool_options);
-  return azure::open_azure_storage_with(url, config, options);
+  return azure::open_azure_storage_with(Location::parse(url), config, options);
 }
 
 TEST(AzureStorageTest, AbandonedMultiBlockWriterCommitsNothing) {
@@ -455,7 +457,7 @@ TEST(AzureStorageTest, ServerKilledMidUploadFailsAndCommitsNothingThenRecovers) 
     }
   }
   ASSERT_TRUE(server.start()) << server.error();
-  azure::create_azure_container(url, config);  // Azurite may lose unsaved metadata on SIGKILL
+  azure::create_azure_container(Location::parse(url), config);  // Azurite may lose unsaved metadata on SIGKILL
   EXPECT_FALSE(s->try_stat("obj"));
   EXPECT_TRUE(s->list("").empty());
   auto w = s->open_writer("obj");

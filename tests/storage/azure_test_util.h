@@ -208,7 +208,7 @@ inline std::string fresh_container(const azure::AzureConfig& config) {
     name = buf;
   }
   std::string url = "az://" + name;
-  azure::create_azure_container(url, config);
+  azure::create_azure_container(Location::parse(url), config);
   return url;
 }
 

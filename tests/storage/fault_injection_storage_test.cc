@@ -8,7 +8,7 @@
 namespace shardpoint::storage {
 namespace {
 
-std::shared_ptr<Storage> fresh() { return open_memory_storage("memory://", {}); }
+std::shared_ptr<Storage> fresh() { return open_memory_storage(Location::parse("memory://"), {}); }
 
 TEST(FaultInjectionStorageTest, FailsTheNthCommitOnly) {
   auto base = fresh();

@@ -99,7 +99,7 @@ StorageUnderTest make_fake_gcs() {
   const std::string endpoint = endpoint_of(kFakeGcs);
   if (endpoint.empty()) {
     skip_without_fake_gcs();
-    return {open_memory_storage("memory://", {}), nullptr};
+    return {open_memory_storage(Location::parse("memory://"), {}), nullptr};
   }
   return {open_json("conformance", endpoint), nullptr};
 }

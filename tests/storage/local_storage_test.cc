@@ -403,12 +403,12 @@ TEST(LocalStorageTest, FailedBackgroundWriteFailsTheWriterNamingTheFile) {
 }
 
 TEST(LocalStorageTest, RejectsBadFileUrls) {
-  EXPECT_THROW(open_local_storage("file://otherhost/x", {}), UsageError);
-  EXPECT_THROW(open_local_storage("file:///x?query=1", {}), UsageError);
-  EXPECT_THROW(open_local_storage("file:///x#frag", {}), UsageError);
+  EXPECT_THROW(open_local_storage(Location::parse("file://otherhost/x"), {}), UsageError);
+  EXPECT_THROW(open_local_storage(Location::parse("file:///x?query=1"), {}), UsageError);
+  EXPECT_THROW(open_local_storage(Location::parse("file:///x#frag"), {}), UsageError);
   EXPECT_THROW(open_local_storage_at("", {}), UsageError);
-  EXPECT_EQ(open_local_storage("file://localhost/tmp/x", {})->url(), "file:///tmp/x");
-  EXPECT_EQ(open_local_storage("file:///tmp/x/../y/", {})->url(), "file:///tmp/y");
+  EXPECT_EQ(open_local_storage(Location::parse("file://localhost/tmp/x"), {})->url(), "file:///tmp/x");
+  EXPECT_EQ(open_local_storage(Location::parse("file:///tmp/x/../y/"), {})->url(), "file:///tmp/y");
 }
 
 TEST(LocalStorageTest, NonDurableWritesStillPublish) {

@@ -1,5 +1,5 @@
 // Location: local paths and storage URLs parsed, normalised, split and joined.
-#include "storage/location.h"
+#include "shardpoint/location.h"
 
 #include <gtest/gtest.h>
 
@@ -30,8 +30,9 @@ TEST(LocationTest, LocalPathsArePathlibNormalised) {
   EXPECT_EQ(norm("../x"), "../x");
   const Location local = Location::parse("/data/ckpt");
   EXPECT_FALSE(local.is_remote());
-  EXPECT_EQ(local.scheme(), "");
-  EXPECT_EQ(local.bucket(), "");
+  EXPECT_EQ(local.scheme(), Scheme::kFile);
+  EXPECT_EQ(local.scheme_name(), "file");
+  EXPECT_EQ(local.authority(), "");
   EXPECT_EQ(local.path(), "/data/ckpt");
   EXPECT_EQ(local.query(), "");
   EXPECT_EQ(Location(), Location::parse("."));
@@ -50,8 +51,9 @@ TEST(LocationTest, FileUrlsAreLocalPaths) {
 TEST(LocationTest, UrlsSplitIntoSchemeBucketPathQuery) {
   const Location s3 = Location::parse("S3://bucket//ckpt/./step-1/?region=x/y");
   EXPECT_TRUE(s3.is_remote());
-  EXPECT_EQ(s3.scheme(), "s3");
-  EXPECT_EQ(s3.bucket(), "bucket");
+  EXPECT_EQ(s3.scheme(), Scheme::kS3);
+  EXPECT_EQ(s3.scheme_name(), "s3");
+  EXPECT_EQ(s3.authority(), "bucket");
   EXPECT_EQ(s3.path(), "ckpt/step-1");
   EXPECT_EQ(s3.query(), "?region=x/y");
   EXPECT_EQ(s3.to_string(), "s3://bucket/ckpt/step-1?region=x/y");
@@ -60,8 +62,9 @@ TEST(LocationTest, UrlsSplitIntoSchemeBucketPathQuery) {
   EXPECT_EQ(norm("gs://b/"), "gs://b");
   EXPECT_EQ(norm("az://container/a/b"), "az://container/a/b");
   const Location abfs = Location::parse("abfss://c@acct.dfs.core.windows.net/p/q");
-  EXPECT_EQ(abfs.scheme(), "abfss");
-  EXPECT_EQ(abfs.bucket(), "c@acct.dfs.core.windows.net");
+  EXPECT_EQ(abfs.scheme(), Scheme::kAbfss);
+  EXPECT_EQ(abfs.scheme_name(), "abfss");
+  EXPECT_EQ(abfs.authority(), "c@acct.dfs.core.windows.net");
   EXPECT_EQ(abfs.path(), "p/q");
   EXPECT_EQ(Location::parse("memory://name").path(), "");
   EXPECT_EQ(norm("s3://b/a/../c"), "s3://b/a/../c");
@@ -78,6 +81,48 @@ TEST(LocationTest, WhatIsRemote) {
   EXPECT_FALSE(Location::parse("a b://x").is_remote());
   EXPECT_FALSE(Location::parse("1x://x").is_remote());
   EXPECT_TRUE(Location::parse("test-scheme+v1.2://x").is_remote());
+  EXPECT_EQ(Location::parse("test-scheme+v1.2://x").scheme(), Scheme::kOther);
+  EXPECT_EQ(Location::parse("test-scheme+v1.2://x").scheme_name(), "test-scheme+v1.2");
+  EXPECT_EQ(Location::parse("GS://b").scheme(), Scheme::kGcs);
+  EXPECT_EQ(Location::parse("az://c").scheme(), Scheme::kAzure);
+  EXPECT_EQ(Location::parse("abfs://c@a.dfs.core.windows.net").scheme(), Scheme::kAbfs);
+  EXPECT_EQ(Location::parse("memory://n").scheme(), Scheme::kMemory);
+}
+
+TEST(LocationTest, QueryOptionsSplitKeyValuePairs) {
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(Location::parse("s3://b/p?region=x&endpoint=http://h:1/").query_options(),
+            (Pairs{{"region", "x"}, {"endpoint", "http://h:1/"}}));
+  EXPECT_EQ(Location::parse("s3://b/p").query_options(), Pairs{});
+  EXPECT_EQ(Location::parse("s3://b?k=").query_options(), (Pairs{{"k", ""}}));
+  for (const char* bad : {"s3://b?region", "s3://b?=x", "s3://b?a=1&&b=2", "s3://b?a=1&"}) {
+    try {
+      Location::parse(bad).query_options();
+      ADD_FAILURE() << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(LocationTest, TextIsWhatWasParsedAndNotPartOfTheValue) {
+  const Location loc = Location::parse("s3://b//p/./q/");
+  EXPECT_EQ(loc.text(), "s3://b//p/./q/");
+  EXPECT_EQ(loc, Location::parse("s3://b/p/q"));
+  EXPECT_TRUE(loc.dropped_segments());
+  EXPECT_FALSE(Location::parse("s3://b/p/q/").dropped_segments());
+  EXPECT_FALSE(Location::parse("s3://b/").dropped_segments());
+  EXPECT_TRUE(Location::parse("s3://b//").dropped_segments() == false);
+  EXPECT_TRUE(Location::parse("s3://b/./x").dropped_segments());
+  EXPECT_EQ(loc.parent()->text(), "s3://b/p");
+  EXPECT_FALSE(loc.child("k").dropped_segments());
+  EXPECT_TRUE(loc.trailing_slash());
+  EXPECT_TRUE(Location::parse("s3://b/?q=1").trailing_slash());
+  EXPECT_FALSE(Location::parse("s3://b?q=/").trailing_slash());
+  EXPECT_TRUE(Location::parse("ckpt/").trailing_slash());
+  EXPECT_FALSE(loc.parent()->trailing_slash());
+  EXPECT_FALSE(loc.canonical().trailing_slash());
+  EXPECT_EQ(loc.canonical().text(), "s3://b/p/q");
 }
 
 TEST(LocationTest, ParentAndName) {

@@ -13,7 +13,7 @@ namespace {
 
 StorageUnderTest make_memory() {
   // A fresh private namespace per test.
-  return {open_memory_storage("memory://", {}), nullptr};
+  return {open_memory_storage(Location::parse("memory://"), {}), nullptr};
 }
 
 INSTANTIATE_TEST_SUITE_P(Memory, StorageConformanceTest, ::testing::Values(StorageFactory{"memory", &make_memory}),
@@ -26,9 +26,9 @@ namespace shardpoint::storage {
 namespace {
 
 TEST(MemoryStorageTest, SameNameSharesObjects) {
-  auto a = open_memory_storage("memory://shared-test", {});
-  auto b = open_memory_storage("memory://shared-test", {});
-  auto other = open_memory_storage("memory://other-test", {});
+  auto a = open_memory_storage(Location::parse("memory://shared-test"), {});
+  auto b = open_memory_storage(Location::parse("memory://shared-test"), {});
+  auto other = open_memory_storage(Location::parse("memory://other-test"), {});
   a->write_atomic("x/.metadata", as_bytes(std::string_view("meta")));
   EXPECT_EQ(b->stat("x/.metadata"), 4u);
   EXPECT_FALSE(other->try_stat("x/.metadata"));
@@ -36,13 +36,14 @@ TEST(MemoryStorageTest, SameNameSharesObjects) {
   EXPECT_EQ(a->describe_key("x/.metadata"), "memory object \"memory://shared-test/x/.metadata\"");
   a.reset();
   b.reset();
-  EXPECT_EQ(open_memory_storage("memory://shared-test", {})->stat("x/.metadata"), 4u);  // outlives its storages
+  EXPECT_EQ(open_memory_storage(Location::parse("memory://shared-test"), {})->stat("x/.metadata"),
+            4u);  // outlives its storages
   drop_memory_storage("shared-test");
-  EXPECT_TRUE(open_memory_storage("memory://shared-test", {})->list("").empty());
+  EXPECT_TRUE(open_memory_storage(Location::parse("memory://shared-test"), {})->list("").empty());
 }
 
 TEST(MemoryStorageTest, FeaturesAndUrlErrors) {
-  auto s = open_memory_storage("memory://", {});
+  auto s = open_memory_storage(Location::parse("memory://"), {});
   StorageFeatures f = s->features();
   EXPECT_TRUE(f.range_reads);
   EXPECT_TRUE(f.atomic_publish);
@@ -50,12 +51,12 @@ TEST(MemoryStorageTest, FeaturesAndUrlErrors) {
   EXPECT_FALSE(f.direct_io);
   EXPECT_FALSE(f.local_path);
   EXPECT_FALSE(s->local_path("k"));
-  EXPECT_THROW(open_memory_storage("memory://x?y=1", {}), UsageError);
-  EXPECT_THROW(open_memory_storage("file:///x", {}), UsageError);
+  EXPECT_THROW(open_memory_storage(Location::parse("memory://x?y=1"), {}), UsageError);
+  EXPECT_THROW(open_memory_storage(Location::parse("file:///x"), {}), UsageError);
 }
 
 TEST(MemoryStorageTest, SourceIsZeroCopy) {
-  auto s = open_memory_storage("memory://", {});
+  auto s = open_memory_storage(Location::parse("memory://"), {});
   s->write_atomic("k", as_bytes(std::string_view("abcdef")));
   auto source = s->open_source("k");
   auto view = source->view(1, 3, "x");

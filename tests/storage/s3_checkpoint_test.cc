@@ -263,7 +263,7 @@ TEST_P(S3CheckpointTest, ReplicatedSmallTensorsAreReadWithOneGetPerFile) {
   // Through the proxy, which counts the requests; 256 KiB read windows, so the 128 KiB
   // weights between the steps of the old layout (gaps above window / 8) kept each step a GET
   // of its own.
-  s3::S3Config config = s3::parse_s3_url(unique_url("small"));
+  s3::S3Config config = s3::s3_config(Location::parse(unique_url("small")));
   config.endpoint = proxy->endpoint();
   config.path_style = true;
   config.source_window_bytes = 256 << 10;

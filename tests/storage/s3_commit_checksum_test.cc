@@ -49,7 +49,7 @@ http::Response signed_request(const S3TestServer& moto, const std::string& metho
 
 std::unique_ptr<Storage> s3_storage(const std::string& prefix,
                                     s3::S3Config::PayloadSigning signing = s3::S3Config::PayloadSigning::kAuto) {
-  s3::S3Config config = s3::parse_s3_url("s3://sp-test/" + prefix);
+  s3::S3Config config = s3::s3_config(Location::parse("s3://sp-test/" + prefix));
   config.part_bytes = std::size_t{5} << 20;
   config.payload_signing = signing;
   return s3::make_s3_storage(config);

@@ -50,7 +50,7 @@ http::RetryPolicy test_policy(int attempts) {
 std::unique_ptr<Storage> s3_at(const std::string& endpoint, const std::string& prefix, int attempts = 4,
                                bool content_md5 = false,
                                s3::S3Config::PayloadSigning signing = s3::S3Config::PayloadSigning::kAuto) {
-  s3::S3Config config = s3::parse_s3_url("s3://sp-test/" + prefix);
+  s3::S3Config config = s3::s3_config(Location::parse("s3://sp-test/" + prefix));
   config.endpoint = endpoint;
   config.path_style = true;
   config.retry = test_policy(attempts);

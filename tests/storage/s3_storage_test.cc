@@ -40,7 +40,7 @@ StorageUnderTest make_remote(const std::string& scheme, const std::string& bucke
   std::string why;
   if (shared_s3_server(server, &why) == nullptr) {
     skip_without_server(why);
-    return {open_memory_storage("memory://", {}), nullptr};
+    return {open_memory_storage(Location::parse("memory://"), {}), nullptr};
   }
   return {open_storage(fresh_root(scheme, bucket)), nullptr};
 }
@@ -69,7 +69,7 @@ TEST_P(S3ServerTest, MultipartParallelUploadAndParallelRangedReads) {
   po.buffer_bytes = std::size_t{5} << 20;
   po.capacity_bytes = std::size_t{20} << 20;
   options.buffer_pool = std::make_shared<BufferPool>(po);
-  s3::S3Config config = s3::parse_s3_url(st->url());
+  s3::S3Config config = s3::s3_config(Location::parse(st->url()));
   config.read_chunk_bytes = std::size_t{1} << 20;
   config.parallel_read_bytes = std::size_t{2} << 20;
   auto s3 = s3::make_s3_storage(config, options);
@@ -116,7 +116,7 @@ TEST_P(S3ServerTest, UncommittedMultipartWriterAbortsItsUpload) {
 TEST_P(S3ServerTest, WrongKeyIsAPermissionErrorNamingTheUrlNotTheSecret) {
   SP_REQUIRE_S3(server, GetParam());
   const std::string url = fresh_root("s3", "sp-test");
-  s3::S3Config config = s3::parse_s3_url(url);
+  s3::S3Config config = s3::s3_config(Location::parse(url));
   config.credentials.secret_access_key = "wrong-secret-0123456789";
   auto st = s3::make_s3_storage(config);
   for (int op = 0; op < 3; ++op) {
@@ -227,7 +227,7 @@ TEST(S3UrlTest, ParsesAndRejectsStrictly) {
   env.set("AWS_REGION", "eu-west-1");
   env.set("AWS_ENDPOINT_URL", nullptr);
   env.set("AWS_ENDPOINT_URL_S3", nullptr);
-  s3::S3Config c = s3::parse_s3_url("s3://my-bucket/ckpt/run1/");
+  s3::S3Config c = s3::s3_config(Location::parse("s3://my-bucket/ckpt/run1/"));
   EXPECT_EQ(c.bucket, "my-bucket");
   EXPECT_EQ(c.prefix, "ckpt/run1");
   EXPECT_EQ(c.region, "eu-west-1");
@@ -237,28 +237,28 @@ TEST(S3UrlTest, ParsesAndRejectsStrictly) {
   EXPECT_EQ(st->url(), "s3://my-bucket/ckpt/run1");
   EXPECT_EQ(st->describe_key("__0_0.distcp"), "S3 object \"s3://my-bucket/ckpt/run1/__0_0.distcp\"");
 
-  c = s3::parse_s3_url("s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual");
+  c = s3::s3_config(Location::parse("s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual"));
   EXPECT_EQ(c.prefix, "");
   EXPECT_EQ(c.region, "us-west-2");
   EXPECT_EQ(c.endpoint, "http://127.0.0.1:9000");
   EXPECT_FALSE(c.path_style);
   EXPECT_EQ(s3::make_s3_storage(c)->url(),
             "s3://b-1.x?region=us-west-2&endpoint=http://127.0.0.1:9000/&addressing=virtual");
-  EXPECT_TRUE(s3::parse_s3_url("s3://bkt?endpoint=http://localhost:1").path_style);
+  EXPECT_TRUE(s3::s3_config(Location::parse("s3://bkt?endpoint=http://localhost:1")).path_style);
 
   for (std::string bad :
        {"s3://", "s3://b", "s3://Bucket/x", "s3://bu_cket", "s3://-bkt", "s3://bkt/a//b", "s3://bkt/a/../b",
         "s3://bkt/./a", "s3://bkt/x#frag", "s3://bkt?colour=red", "s3://bkt?region", "s3://bkt?addressing=sideways",
         "s3://bkt?endpoint=ftp://h", "s3://bkt/x.sp-tmp.1"}) {
     try {
-      s3::parse_s3_url(bad);
+      s3::s3_config(Location::parse(bad));
       ADD_FAILURE() << bad;
     } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
   try {
-    s3::parse_s3_url("s3://bkt?colour=red");
+    s3::s3_config(Location::parse("s3://bkt?colour=red"));
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("accepted: region, endpoint, addressing, profile"), std::string::npos);
   }
@@ -282,14 +282,14 @@ TEST(S3UrlTest, PayloadGoesUnsignedOnlyWhereACrc32cCoversItOverTls) {
 
   EnvGuard env;
   env.set("SHARDPOINT_S3_PAYLOAD", "unsigned");
-  EXPECT_EQ(s3::parse_s3_url("s3://bkt?endpoint=http://127.0.0.1:1").payload_signing, Signing::kUnsigned);
+  EXPECT_EQ(s3::s3_config(Location::parse("s3://bkt?endpoint=http://127.0.0.1:1")).payload_signing, Signing::kUnsigned);
   env.set("SHARDPOINT_S3_PAYLOAD", "signed");
-  EXPECT_EQ(s3::parse_s3_url("s3://bkt").payload_signing, Signing::kSigned);
+  EXPECT_EQ(s3::s3_config(Location::parse("s3://bkt")).payload_signing, Signing::kSigned);
   env.set("SHARDPOINT_S3_PAYLOAD", "auto");
-  EXPECT_EQ(s3::parse_s3_url("s3://bkt").payload_signing, Signing::kAuto);
+  EXPECT_EQ(s3::s3_config(Location::parse("s3://bkt")).payload_signing, Signing::kAuto);
   env.set("SHARDPOINT_S3_PAYLOAD", "sometimes");
   try {
-    s3::parse_s3_url("s3://bkt");
+    s3::s3_config(Location::parse("s3://bkt"));
     ADD_FAILURE() << "SHARDPOINT_S3_PAYLOAD=sometimes was taken";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("SHARDPOINT_S3_PAYLOAD=\"sometimes\""), std::string::npos) << e.what();
@@ -309,10 +309,10 @@ TEST(S3UrlTest, PartsInFlightComeFromTheEnvironmentWithinBounds) {
 }
 
 TEST(S3UrlTest, GcsUrlsFollowGcsBucketRules) {
-  EXPECT_NO_THROW(gcs::open_gcs_storage("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1", {}));
-  EXPECT_THROW(gcs::open_gcs_storage("gs://my_bucket?region=x", {}), UsageError);
-  EXPECT_THROW(gcs::open_gcs_storage("gs://UPPER", {}), UsageError);
-  auto st = gcs::open_gcs_storage("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1", {});
+  EXPECT_NO_THROW(gcs::open_gcs_storage(Location::parse("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1"), {}));
+  EXPECT_THROW(gcs::open_gcs_storage(Location::parse("gs://my_bucket?region=x"), {}), UsageError);
+  EXPECT_THROW(gcs::open_gcs_storage(Location::parse("gs://UPPER"), {}), UsageError);
+  auto st = gcs::open_gcs_storage(Location::parse("gs://my_bucket/ckpt?endpoint=http://127.0.0.1:1"), {});
   EXPECT_EQ(st->describe_key("k"), "GCS object \"gs://my_bucket/ckpt/k\"");
 }
 
@@ -357,7 +357,7 @@ TEST(AwsCredentialsTest, EnvironmentThenProfiles) {
   EXPECT_EQ(s3::load_aws_credentials().access_key_id, "AKENV");
   EXPECT_EQ(s3::load_aws_credentials().source, "environment (AWS_ACCESS_KEY_ID)");
   EXPECT_EQ(s3::load_aws_credentials("other").access_key_id, "AKOTHER");  // an explicit profile wins
-  s3::S3Config c = s3::parse_s3_url("s3://bkt?profile=cfg");
+  s3::S3Config c = s3::s3_config(Location::parse("s3://bkt?profile=cfg"));
   EXPECT_EQ(c.credentials.access_key_id, "AKCFG");
   EXPECT_EQ(c.region, "ap-south-1");
   EXPECT_EQ(c.endpoint, "http://h:1");

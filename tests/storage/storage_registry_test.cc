@@ -57,14 +57,33 @@ TEST(StorageRegistryTest, UnknownSchemeNamesUrlAndAcceptedSchemes) {
   EXPECT_THROW(open_storage(""), UsageError);
 }
 
-std::unique_ptr<Storage> open_nothing(std::string_view, const StorageOptions&) { return nullptr; }
-std::unique_ptr<Storage> open_nothing_else(std::string_view, const StorageOptions&) { return nullptr; }
+Location g_opened;  // what open_nothing was given last
+
+std::unique_ptr<Storage> open_nothing(const Location& location, const StorageOptions&) {
+  g_opened = location;
+  return nullptr;
+}
+std::unique_ptr<Storage> open_nothing_else(const Location&, const StorageOptions&) { return nullptr; }
 
 TEST(StorageRegistryTest, RegistrationIsIdempotentAndConflictsAreErrors) {
   register_storage_scheme("test-scheme", &open_nothing);
   register_storage_scheme("test-scheme", &open_nothing);
   EXPECT_THROW(register_storage_scheme("test-scheme", &open_nothing_else), UsageError);
   EXPECT_EQ(open_storage("test-scheme://x"), nullptr);
+}
+
+TEST(StorageRegistryTest, DriversGetTheParsedLocation) {
+  register_storage_scheme("test-scheme", &open_nothing);
+  EXPECT_EQ(open_storage("Test-Scheme://bucket//p/q/?k=v"), nullptr);
+  EXPECT_EQ(g_opened.scheme(), Scheme::kOther);
+  EXPECT_EQ(g_opened.scheme_name(), "test-scheme");
+  EXPECT_EQ(g_opened.authority(), "bucket");
+  EXPECT_EQ(g_opened.path(), "p/q");
+  EXPECT_EQ(g_opened.query_options(), (std::vector<std::pair<std::string, std::string>>{{"k", "v"}}));
+  EXPECT_EQ(g_opened.text(), "Test-Scheme://bucket//p/q/?k=v");
+  EXPECT_TRUE(g_opened.dropped_segments());
+  EXPECT_EQ(open_storage(Location::parse("test-scheme://b2")), nullptr);
+  EXPECT_EQ(g_opened.authority(), "b2");
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ TEST(WindowedStorageTest, LocalFiles) {
 }
 
 TEST(WindowedStorageTest, MemoryObjects) {
-  expect_reads_match(open_memory_storage("memory://windowed-storage-test", {}));
+  expect_reads_match(open_memory_storage(Location::parse("memory://windowed-storage-test"), {}));
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ TEST(TensorAdapterTest, StateRejectsWrongLocalShape) {
 }
 
 TEST(TensorAdapterTest, SavesOnThreeRanksLoadsOnTwo) {
-  auto st = storage::open_memory_storage("memory://", {});
+  auto st = storage::open_memory_storage(Location::parse("memory://"), {});
   const at::Tensor w = at::arange(70, at::kFloat).reshape({7, 10});
   const at::Tensor b = at::arange(7, at::kDouble);
   const at::Tensor step = at::scalar_tensor(3.0, at::kFloat);

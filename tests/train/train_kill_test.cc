@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "launch_ranks.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
 #include "shardpoint/verify.h"
-#include "storage/location.h"
 #include "storage/s3_servers.h"
 #include "test_util.h"
 #include "torchfile/torch_file.h"
@@ -271,7 +271,7 @@ TEST(TrainKillObjectStoreTest, KillDuringLastRewriteResumesFromTheNewestCommitte
     std::map<std::string, std::int64_t> committed;  // url -> global_step
     for (const auto& [key, names] : files) {
       if (!names.count(".metadata") || !names.count("meta.pt")) continue;
-      const std::string url = storage::Location::parse(root).child(key).to_string();
+      const std::string url = Location::parse(root).child(key).to_string();
       const engine::VerifyReport report = engine::verify(url);
       EXPECT_TRUE(report.ok()) << url << ": " << (report.ok() ? "" : report.problems.front().message);
       committed[url] =

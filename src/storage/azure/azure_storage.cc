@@ -432,8 +432,9 @@ std::unique_ptr<StorageWriter> AzureClient::open_writer(const std::string& key, 
       pool_, limits);
 }
 
-std::shared_ptr<AzureClient> make_client(std::string_view url, AzureConfig config, const StorageOptions& options) {
-  AzureLocation location = parse_azure_url(url);
+std::shared_ptr<AzureClient> make_client(const Location& where, AzureConfig config, const StorageOptions& options) {
+  AzureLocation location = to_azure_location(where);
+  const std::string& url = where.text();
   if (!location.account.empty()) {
     if (!config.account.empty() && config.account != location.account) {
       throw UsageError("storage URL \"" + std::string(url) + "\": account \"" + location.account +
@@ -468,30 +469,28 @@ std::string AzureLocation::url() const {
   return out;
 }
 
-AzureLocation parse_azure_url(std::string_view url) {
+AzureLocation to_azure_location(const Location& where) {
+  const std::string& url = where.text();
   AzureLocation loc;
-  std::size_t sep = url.find("://");
-  if (sep == std::string_view::npos) bad_url(url, "missing scheme");
-  std::string scheme(url.substr(0, sep));
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
-                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
-  if (scheme != "az" && scheme != "abfs" && scheme != "abfss") bad_url(url, "unknown scheme \"" + scheme + "\"");
-  loc.scheme = scheme;
-  std::string_view rest = url.substr(sep + 3);
-  if (rest.find_first_of("?#") != std::string_view::npos) bad_url(url, "a query or fragment is not allowed");
-  std::size_t slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  if (scheme == "az") {
-    if (authority.find('@') != std::string_view::npos) bad_url(url, "az:// URLs take no user or account part");
-    loc.container = std::string(authority);
+  if (where.scheme() != Scheme::kAzure && where.scheme() != Scheme::kAbfs && where.scheme() != Scheme::kAbfss) {
+    bad_url(url, "unknown scheme \"" + where.scheme_name() + "\"");
+  }
+  loc.scheme = where.scheme_name();
+  const std::string& authority = where.authority();
+  if (!where.query().empty() || authority.find('#') != std::string::npos ||
+      where.path().find('#') != std::string::npos) {
+    bad_url(url, "a query or fragment is not allowed");
+  }
+  if (where.scheme() == Scheme::kAzure) {
+    if (authority.find('@') != std::string::npos) bad_url(url, "az:// URLs take no user or account part");
+    loc.container = authority;
   } else {
-    std::size_t at = authority.find('@');
-    if (at == std::string_view::npos) bad_url(url, "abfs URLs need <container>@<account>.dfs.core.windows.net");
-    loc.container = std::string(authority.substr(0, at));
-    std::string_view host = authority.substr(at + 1);
-    std::size_t dot = host.find('.');
-    std::string_view suffix = dot == std::string_view::npos ? std::string_view() : host.substr(dot + 1);
+    const std::size_t at = authority.find('@');
+    if (at == std::string::npos) bad_url(url, "abfs URLs need <container>@<account>.dfs.core.windows.net");
+    loc.container = authority.substr(0, at);
+    const std::string_view host = std::string_view(authority).substr(at + 1);
+    const std::size_t dot = host.find('.');
+    const std::string_view suffix = dot == std::string_view::npos ? std::string_view() : host.substr(dot + 1);
     if (dot == std::string_view::npos || !(suffix.starts_with("dfs.") || suffix.starts_with("blob."))) {
       bad_url(url, "host \"" + std::string(host) + "\" is not <account>.dfs.core.windows.net");
     }
@@ -504,28 +503,30 @@ AzureLocation parse_azure_url(std::string_view url) {
     bad_url(url,
             "invalid container name \"" + loc.container + "\" (3-63 lower-case letters, digits and single hyphens)");
   }
-  while (path.ends_with("/")) path.remove_suffix(1);
-  if (!path.empty()) {
+  const std::string& path = where.path();
+  bool bad_prefix = where.dropped_segments();
+  if (!path.empty() && !bad_prefix) {
     try {
       validate_key(path);
     } catch (const UsageError&) {
-      bad_url(url, "invalid prefix \"" + std::string(path) + "\" (empty, \".\" or \"..\" segments)");
+      bad_prefix = true;
     }
   }
-  loc.prefix = std::string(path);
+  if (bad_prefix) bad_url(url, "invalid prefix (empty, \".\" or \"..\" segments)");
+  loc.prefix = path;
   return loc;
 }
 
-std::unique_ptr<Storage> open_azure_storage_with(std::string_view url, const AzureConfig& config,
+std::unique_ptr<Storage> open_azure_storage_with(const Location& url, const AzureConfig& config,
                                                  const StorageOptions& options) {
   return http::make_object_store_storage(make_client(url, config, options), "");
 }
 
-std::unique_ptr<Storage> open_azure_storage(std::string_view url, const StorageOptions& options) {
+std::unique_ptr<Storage> open_azure_storage(const Location& url, const StorageOptions& options) {
   return open_azure_storage_with(url, azure_config_from_env(), options);
 }
 
-void create_azure_container(std::string_view url, const AzureConfig& config) {
+void create_azure_container(const Location& url, const AzureConfig& config) {
   StorageOptions options;
   options.default_pool_bytes = std::size_t{8} << 20;
   make_client(url, config, options)->create_container({});

@@ -70,23 +70,25 @@ struct AzureLocation {
   std::string endpoint_suffix;  // abfs: "core.windows.net" from <account>.dfs.<suffix>
   std::string container;
   std::string prefix;       // "" or "a/b" (no leading or trailing '/')
-  std::string url() const;  // normalized, round-trips through parse_azure_url
+  std::string url() const;  // normalized: to_azure_location(Location::parse(url())) gives it back
 };
 
-// Throws UsageError naming the URL and what is wrong.
-AzureLocation parse_azure_url(std::string_view url);
+// The Azure parts of an az://, abfs:// or abfss:// location: the container (and account) from
+// its authority, the prefix from its path. Throws UsageError naming the URL and what is
+// wrong (a query, an invalid container or account name, an empty, "." or ".." segment).
+AzureLocation to_azure_location(const Location& location);
 
 // Opens with an explicit configuration (tests, tools). Does no I/O. Throws UsageError for a
 // bad URL, a missing account, or an abfs account that differs from the credentials'.
-std::unique_ptr<Storage> open_azure_storage_with(std::string_view url, const AzureConfig& config,
+std::unique_ptr<Storage> open_azure_storage_with(const Location& url, const AzureConfig& config,
                                                  const StorageOptions& options = {});
 
 // Registry entry: the configuration from azure_config_from_env().
-std::unique_ptr<Storage> open_azure_storage(std::string_view url, const StorageOptions& options);
+std::unique_ptr<Storage> open_azure_storage(const Location& url, const StorageOptions& options);
 
 // Creates the URL's container (Create Container); an existing one is fine. Throws
 // StorageError as the driver does.
-void create_azure_container(std::string_view url, const AzureConfig& config);
+void create_azure_container(const Location& url, const AzureConfig& config);
 
 }  // namespace shardpoint::storage::azure
 

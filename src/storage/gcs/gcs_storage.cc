@@ -16,9 +16,10 @@ std::string env(const char* name) {
 
 }  // namespace
 
-std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOptions& options) {
+std::unique_ptr<Storage> open_gcs_storage(const Location& location, const StorageOptions& options) {
   s3::S3Config config;
-  auto pairs = s3::split_bucket_url(url, "gs", config, /*gcs_rules=*/true);
+  auto pairs = s3::use_bucket_location(location, Scheme::kGcs, config, /*gcs_rules=*/true);
+  const std::string& url = location.text();
   std::string endpoint;
   for (const auto& [k, v] : pairs) {
     if (k == "endpoint") {

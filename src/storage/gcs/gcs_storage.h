@@ -24,6 +24,6 @@
 namespace shardpoint::storage::gcs {
 
 // Registry entry for "gs://...". Throws UsageError for a bad URL.
-std::unique_ptr<Storage> open_gcs_storage(std::string_view url, const StorageOptions& options);
+std::unique_ptr<Storage> open_gcs_storage(const Location& location, const StorageOptions& options);
 
 }  // namespace shardpoint::storage::gcs

@@ -473,58 +473,40 @@ void validate_bucket_name(std::string_view bucket, std::string_view url, bool gc
   }
 }
 
-std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_view url, std::string_view scheme,
-                                                                  S3Config& config, bool gcs_rules) {
-  const std::string head = std::string(scheme) + "://";
-  if (!url.starts_with(head)) {
-    throw UsageError("storage URL \"" + std::string(url) + "\": expected " + head + "BUCKET[/PREFIX]");
+std::vector<std::pair<std::string, std::string>> use_bucket_location(const Location& location, Scheme scheme,
+                                                                     S3Config& config, bool gcs_rules) {
+  const std::string& url = location.text();
+  if (location.scheme() != scheme) {
+    throw UsageError("storage URL \"" + url + "\": expected " + (scheme == Scheme::kGcs ? "gs" : "s3") +
+                     "://BUCKET[/PREFIX]");
   }
-  if (url.find('#') != std::string_view::npos) {
-    throw UsageError("storage URL \"" + std::string(url) + "\": a fragment ('#') is not allowed");
-  }
-  std::string_view rest = url.substr(head.size());
-  std::string_view query;
-  if (std::size_t q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
-  std::size_t slash = rest.find('/');
-  std::string_view bucket = rest.substr(0, slash);
-  std::string_view prefix = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-  while (prefix.ends_with('/')) prefix.remove_suffix(1);
-  validate_bucket_name(bucket, url, gcs_rules);
-  if (!prefix.empty()) {
-    std::size_t start = 0;
-    while (true) {
-      std::size_t end = prefix.find('/', start);
-      std::string_view seg = prefix.substr(start, end == std::string_view::npos ? end : end - start);
-      if (!valid_prefix_segment(seg) || seg.find(kTempMarker) != std::string_view::npos) {
-        throw UsageError("storage URL \"" + std::string(url) + "\": invalid path segment \"" + std::string(seg) +
-                         "\" in the prefix (empty, \".\" and \"..\" are not allowed)");
-      }
-      if (end == std::string_view::npos) break;
-      start = end + 1;
+  for (const std::string* part : {&location.authority(), &location.path(), &location.query()}) {
+    if (part->find('#') != std::string::npos) {
+      throw UsageError("storage URL \"" + url + "\": a fragment ('#') is not allowed");
     }
   }
-  config.scheme = std::string(scheme);
-  config.bucket = std::string(bucket);
-  config.prefix = std::string(prefix);
-  config.query = std::string(query);
-  std::vector<std::pair<std::string, std::string>> pairs;
+  validate_bucket_name(location.authority(), url, gcs_rules);
+  if (location.dropped_segments()) {
+    throw UsageError("storage URL \"" + url +
+                     "\": invalid path segment in the prefix (empty, \".\" and \"..\" are not allowed)");
+  }
+  const std::string_view prefix = location.path();
   std::size_t start = 0;
-  while (!query.empty() && start <= query.size()) {
-    std::size_t end = query.find('&', start);
-    std::string_view kv = query.substr(start, end == std::string_view::npos ? end : end - start);
-    std::size_t eq = kv.find('=');
-    if (kv.empty() || eq == std::string_view::npos || eq == 0) {
-      throw UsageError("storage URL \"" + std::string(url) + "\": query part \"" + std::string(kv) +
-                       "\" is not KEY=VALUE");
+  while (!prefix.empty()) {
+    const std::size_t end = prefix.find('/', start);
+    const std::string_view seg = prefix.substr(start, end == std::string_view::npos ? end : end - start);
+    if (!valid_prefix_segment(seg) || seg.find(kTempMarker) != std::string_view::npos) {
+      throw UsageError("storage URL \"" + url + "\": invalid path segment \"" + std::string(seg) +
+                       "\" in the prefix (empty, \".\" and \"..\" are not allowed)");
     }
-    pairs.emplace_back(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
     if (end == std::string_view::npos) break;
     start = end + 1;
   }
-  return pairs;
+  config.scheme = location.scheme_name();
+  config.bucket = location.authority();
+  config.prefix = location.path();
+  config.query = location.query().empty() ? std::string() : location.query().substr(1);
+  return location.query_options();
 }
 
 bool sends_unsigned_payload(const S3Config& config) {
@@ -555,9 +537,10 @@ void apply_tuning_environment(S3Config& config) {
   }
 }
 
-S3Config parse_s3_url(std::string_view url) {
+S3Config s3_config(const Location& location) {
   S3Config config;
-  auto pairs = split_bucket_url(url, "s3", config, /*gcs_rules=*/false);
+  auto pairs = use_bucket_location(location, Scheme::kS3, config, /*gcs_rules=*/false);
+  const std::string& url = location.text();
   std::string region, endpoint, addressing, profile;
   for (const auto& [k, v] : pairs) {
     if (k == "region") region = v;
@@ -602,8 +585,8 @@ std::unique_ptr<Storage> make_s3_storage(S3Config config, const StorageOptions& 
   return http::make_object_store_storage(std::make_shared<S3Core>(std::move(config), options), std::move(query));
 }
 
-std::unique_ptr<Storage> open_s3_storage(std::string_view url, const StorageOptions& options) {
-  return make_s3_storage(parse_s3_url(url), options);
+std::unique_ptr<Storage> open_s3_storage(const Location& location, const StorageOptions& options) {
+  return make_s3_storage(s3_config(location), options);
 }
 
 namespace {

@@ -142,9 +142,10 @@ struct S3Config {
   int source_cache_windows = 8;
 };
 
-// Parses an s3:// URL (see the top of this file) and resolves credentials, region and
-// endpoint from the environment. Throws UsageError for a bad URL.
-S3Config parse_s3_url(std::string_view url);
+// The configuration of an s3:// location (see the top of this file: its bucket, prefix and
+// query keys checked), with credentials, region and endpoint resolved from the environment.
+// Throws UsageError naming the URL for what the driver does not take.
+S3Config s3_config(const Location& location);
 
 // True when config's PutObject and UploadPart bodies go with x-amz-content-sha256:
 // UNSIGNED-PAYLOAD (S3Config::payload_signing, checksum_crc32c and the endpoint's scheme).
@@ -158,15 +159,16 @@ void apply_tuning_environment(S3Config& config);
 std::unique_ptr<Storage> make_s3_storage(S3Config config, const StorageOptions& options = {});
 
 // Registry entry for "s3://...".
-std::unique_ptr<Storage> open_s3_storage(std::string_view url, const StorageOptions& options);
+std::unique_ptr<Storage> open_s3_storage(const Location& location, const StorageOptions& options);
 
 // Checks an S3 bucket name (3-63 of a-z 0-9 . -, starting and ending alphanumeric; GCS also
 // allows '_' and up to 222 characters with dots when gcs_rules). Throws UsageError naming url.
 void validate_bucket_name(std::string_view bucket, std::string_view url, bool gcs_rules);
 
-// Splits "bucket/pre/fix?query" (the part after "scheme://") into config.bucket, prefix and
-// the query's key/value pairs; checks prefix segments. Throws UsageError naming url.
-std::vector<std::pair<std::string, std::string>> split_bucket_url(std::string_view url, std::string_view scheme,
-                                                                  S3Config& config, bool gcs_rules);
+// Sets config's scheme, bucket, prefix and query from a location of `scheme` (s3 or gs) and
+// returns its query options; checks the bucket name and prefix segments (none empty, ".",
+// ".." or a temporary name). Throws UsageError naming the URL.
+std::vector<std::pair<std::string, std::string>> use_bucket_location(const Location& location, Scheme scheme,
+                                                                     S3Config& config, bool gcs_rules);
 
 }  // namespace shardpoint::storage::s3
