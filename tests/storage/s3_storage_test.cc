@@ -299,13 +299,13 @@ TEST(S3UrlTest, PayloadGoesUnsignedOnlyWhereACrc32cCoversItOverTls) {
 TEST(S3UrlTest, PartsInFlightComeFromTheEnvironmentWithinBounds) {
   EnvGuard env;
   env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", nullptr);
-  EXPECT_EQ(s3::parse_s3_url("s3://bkt").max_parallel_parts, s3::S3Config().max_parallel_parts);
+  EXPECT_EQ(s3::s3_config(Location::parse("s3://bkt")).max_parallel_parts, s3::S3Config().max_parallel_parts);
   env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", "10");  // boto3's max_concurrency
-  EXPECT_EQ(s3::parse_s3_url("s3://bkt").max_parallel_parts, 10);
+  EXPECT_EQ(s3::s3_config(Location::parse("s3://bkt")).max_parallel_parts, 10);
   env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", "1000");
-  EXPECT_EQ(s3::parse_s3_url("s3://bkt").max_parallel_parts, 64);
+  EXPECT_EQ(s3::s3_config(Location::parse("s3://bkt")).max_parallel_parts, 64);
   env.set("SHARDPOINT_S3_PARTS_IN_FLIGHT", "many");
-  EXPECT_THROW(s3::parse_s3_url("s3://bkt"), UsageError);
+  EXPECT_THROW(s3::s3_config(Location::parse("s3://bkt")), UsageError);
 }
 
 TEST(S3UrlTest, GcsUrlsFollowGcsBucketRules) {
