@@ -119,6 +119,9 @@ typedef struct sp_save_options {
   int direct_io;                 /* O_DIRECT for data files where supported; default 1 */
   int compression;               /* sp_compression; default SP_COMPRESSION_NONE */
   int compression_level;         /* zstd level 1..19; default 3 (PyTorch's) */
+  /* Threads compressing a rank's zstd items at once (SaveOptions::compression_threads);
+   * 0 (default): one per hardware thread; 1: none beyond the file threads. */
+  int compression_threads;
 } sp_save_options;
 SP_EXPORT void sp_save_options_init(sp_save_options* options);
 
@@ -300,7 +303,7 @@ SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* op
  * DCP folder saved by `ranks`
  * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
  * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none", "compression": "none"|"zstd",
- * "compression_level": int}.
+ * "compression_level": int, "compression_threads": int}.
  * *report_json: {"source_format" ("dcp"|"hf-safetensors"|"torch"), "tensors", "objects",
  * "payload_bytes", "bytes_written", "zip_crc", "meta_pt_bytes", "seconds"}, "zip_crc" as in
  * sp_consolidate's report; "meta_pt_bytes": the size of Lightning's meta.pt carried over (0:

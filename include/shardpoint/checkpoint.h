@@ -94,8 +94,11 @@ struct SaveOptions {
   Compression compression = Compression::kNone;
   // zstd level (1..19). 3 is what PyTorch's extension uses; higher is smaller and slower.
   int compression_level = 3;
-  // Extra threads per item being compressed (libzstd's workers; items of several MiB).
-  // 0: compress on the writing thread, one item per file thread.
+  // Threads compressing a rank's items at once (kZstd only): items up to 64 MiB are
+  // compressed into memory ahead of the file threads (at most 256 MiB of them per file) and
+  // appended in order, the bytes those threads would write; larger items stream to the file
+  // with libzstd's workers (this many). 0: one per hardware thread. 1: each file thread
+  // compresses its own items, no extra threads or memory. Lower it when ranks share cores.
   int compression_threads = 0;
 
   // --- performance ---

@@ -15,7 +15,9 @@
 //             KeyError 'model'. Neither key, or a gap in the optimizer indices, is a
 //             PlanError (Lightning raises KeyError there).
 //   kFabric   the same merge, keys as saved (lightning.fabric's consolidator).
-//   kDcp      a DCP folder without meta.pt: what torch's dcp_to_torch_save writes.
+//   kDcp      any DCP folder: what torch's dcp_to_torch_save writes; where the folder holds
+//             meta.pt (a Lightning checkpoint) it is merged on top as for kFabric (what
+//             Lightning's _load_distributed_checkpoint returns), so the trainer state stays.
 // Every tensor is written as a contiguous CPU tensor (requires_grad false for DCP tensors;
 // meta.pt tensors keep requires_grad and Parameter-ness). Objects from meta.pt and DCP bytes
 // items are carried through as their pickle values. Dict key order inside the DCP part

@@ -73,7 +73,8 @@ def consolidate(
         checkpoint_folder: the DCP folder (Lightning's ``epoch=E-step=S.ckpt/``) or URL.
         output_file: where to write; default ``<folder>.consolidated``.
         layout: ``"trainer"`` (Lightning's Trainer checkpoint), ``"fabric"`` or ``"dcp"``
-            (the raw state-dict tree).
+            (the raw state-dict tree, as ``dcp_to_torch_save``; a folder's ``meta.pt``, when
+            it has one, merged on top, as Lightning's ``_load_distributed_checkpoint``).
         format: ``"torch"`` (a ``torch.load``-able file), ``"safetensors"`` or
             ``"hf-safetensors"`` (always Hugging Face's folder: model-0000i-of-0000N.safetensors
             + model.safetensors.index.json, as PyTorch's HuggingFaceStorageWriter consolidates).

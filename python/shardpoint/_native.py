@@ -28,6 +28,7 @@ class SaveOptions(ctypes.Structure):
         ("direct_io", ctypes.c_int),
         ("compression", ctypes.c_int),
         ("compression_level", ctypes.c_int),
+        ("compression_threads", ctypes.c_int),
     ]
 
 
@@ -234,7 +235,7 @@ COMPRESSIONS = {None: 0, "zstd": 1}
 
 
 def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, durable: bool, direct_io: bool,
-                 compression: Optional[str] = None) -> SaveOptions:
+                 compression: Optional[str] = None, compression_threads: int = 0) -> SaveOptions:
     if checksum not in CHECKSUMS:
         raise errors.UsageError(f"checksum must be one of {sorted(CHECKSUMS, key=str)}, found {checksum!r}")
     if compression not in COMPRESSIONS:
@@ -247,6 +248,9 @@ def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, du
     o.durable = int(bool(durable))
     o.direct_io = int(bool(direct_io))
     o.compression = COMPRESSIONS[compression]
+    if compression_threads < 0:
+        raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
+    o.compression_threads = int(compression_threads)
     return o
 
 

@@ -185,6 +185,10 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             ``ZStandard`` extension records it (``transform_descriptors == ["stream.zstd/1"]``),
             so PyTorch >= 2.7's ``FileSystemReader`` (with ``zstandard`` installed) and
             shardpoint read it back. ``None`` (default): items stored as is.
+        compression_threads: with ``compression="zstd"``, the threads that compress a
+            rank's items at once (ahead of the file threads, in memory: up to 256 MiB per
+            file); 0 (default): one per CPU; 1: each file thread compresses its own items.
+            Lower it when several ranks share a machine's cores.
         overwrite: allow saving into a folder that holds a committed checkpoint. A local one
             is replaced atomically: the new checkpoint is written into a hidden folder beside
             it and exchanged with it once committed, so a failed save leaves the previous
@@ -215,6 +219,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         compression: Optional[str] = None,
         *args: Any,
         async_staging: bool = False,
+        compression_threads: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -234,7 +239,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self.thread_count = thread_count
         self.overwrite = overwrite
         self._options = _native.save_options(thread_count, checksum, checksum_block_bytes, sync_files, direct_io,
-                                             compression)
+                                             compression, compression_threads)
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self._checkpoint: Optional[_native.Checkpoint] = None

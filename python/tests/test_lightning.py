@@ -193,6 +193,25 @@ def test_consolidate_cli_equals_lightning_cli(stock_checkpoints, tmp_path):
         assert_same(want, torch.load(path, weights_only=False), name)
 
 
+@pytest.mark.parametrize("layout", ["trainer", "fabric", "dcp"])
+def test_every_layout_keeps_the_trainer_state(stock_checkpoints, tmp_path, layout):
+    """Each layout of a Lightning folder holds meta.pt's trainer state as Lightning gives it:
+    trainer = consolidate_checkpoint's file; fabric and dcp = _load_distributed_checkpoint's
+    dict (the DCP state with meta.pt merged on top, keys as saved)."""
+    from lightning.fabric.utilities.load import _load_distributed_checkpoint
+
+    folder = stock_checkpoints[("mlp", 2)]
+    ours = tmp_path / f"{layout}.ckpt"
+    shardpoint.consolidate(folder, ours, layout=layout)
+    want = lightning_consolidated(folder) if layout == "trainer" else _load_distributed_checkpoint(folder)
+    got = torch.load(ours, weights_only=False)
+    assert list(got) == list(want), (list(got), list(want))
+    assert_same(want, got)
+    meta = torch.load(folder / "meta.pt", weights_only=False)
+    assert {"global_step", "loops", "callbacks"} <= set(meta) <= set(got)
+    assert got["global_step"] == 2
+
+
 # -- 3. async saves, "last", full state dicts -----------------------------------------------------
 
 

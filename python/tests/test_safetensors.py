@@ -3,7 +3,9 @@ gloo ranks (safetensors_worker.py save): a Hugging Face folder from HuggingFaceS
 (consolidated model-*.safetensors + model.safetensors.index.json, and its per-rank sharded/
 folder) and a DCP folder with SerializationFormat.SAFETENSORS. shardpoint reads each with
 the values that were saved (inspect hashes, the Python StorageReader, the engine's sp_load on
-3 ranks), verifies, consolidates and reshards them; PyTorch reads what shardpoint writes."""
+3 ranks), verifies, consolidates and reshards them; PyTorch reads what shardpoint writes. The
+Hugging Face folder also from an S3 server on 127.0.0.1 (s3s-fs, servers.py), uploaded with
+boto3: read there, and exported there with consolidate --to hf-safetensors."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
+import servers
 import shardpoint
 from conftest import REPO, run_ranks
 
@@ -179,3 +183,63 @@ def test_python_inspect_names_the_kind_and_chunks(saved, folder):
     assert len(chunks) == (1 if whole else 2)
     # Each chunk's storage is its raw bytes: 37 x 16 float32 rows split 19 / 18 on 2 ranks.
     assert sorted(c["length"] for c in chunks) == ([37 * 64] if whole else [18 * 64, 19 * 64])
+
+
+# -- on an object store ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """s3s-fs (servers.py) with the bucket "hf-ckpt"; yields a boto3 client and its variables."""
+    boto3 = pytest.importorskip("boto3")
+    with servers.s3s_fs(tmp_path_factory.mktemp("s3s"), "hf-ckpt") as env:
+        client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                              aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+        yield client, env
+
+
+def test_hf_folder_on_s3_reads_and_exports_there(saved, s3, monkeypatch, tmp_path):
+    """PyTorch's Hugging Face folder (consolidated files + index, and sharded/) uploaded to
+    s3://: verified, consolidated and loaded on 3 ranks from there with the saved values;
+    consolidate --to hf-safetensors writes its export into s3:// too, the same files as a
+    local export, which PyTorch's HuggingFaceStorageReader loads."""
+    client, env = s3
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    prefix = f"run-{uuid.uuid4().hex[:8]}"
+    for f in sorted((saved / "hf").rglob("*")):
+        if f.is_file():
+            client.upload_file(str(f), "hf-ckpt", f"{prefix}/hf/{f.relative_to(saved / 'hf').as_posix()}")
+    spec = worker.spec_of("hf")
+    for folder in ("hf", "hf/sharded"):
+        url = f"s3://hf-ckpt/{prefix}/{folder}"
+        assert shardpoint.inspect(url)["format"] == "hf-safetensors"
+        report = shardpoint.verify(url)
+        assert report["ok"], report["problems"]
+        assert report["tensors"] == len(spec)
+        out = tmp_path / f"{folder.replace('/', '-')}.safetensors"
+        shardpoint.consolidate(url, out, layout="dcp", format="safetensors")
+        got = safetensors_tensors(out)
+        for name, (shape, dtype, _) in spec.items():
+            assert torch.equal(got[name], worker.full(name, shape, dtype)), (folder, name)
+    run_ranks(NEWEST, 3, [WORKER, "load-ours", f"s3://hf-ckpt/{prefix}/hf/sharded"])
+    run_ranks(NEWEST, 3, [WORKER, "load-capi", f"s3://hf-ckpt/{prefix}/hf"])
+
+    export = f"s3://hf-ckpt/{prefix}/export"
+    shardpoint.consolidate(f"s3://hf-ckpt/{prefix}/hf/sharded", export, layout="dcp", format="hf-safetensors",
+                           max_shard_bytes=1000)
+    local = tmp_path / "local-export"
+    shardpoint.consolidate(saved / "hf" / "sharded", local, layout="dcp", format="hf-safetensors",
+                           max_shard_bytes=1000)
+    keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket="hf-ckpt", Prefix=f"{prefix}/export/")["Contents"])
+    assert [k.rsplit("/", 1)[1] for k in keys] == sorted(p.name for p in local.iterdir())
+    fetched = tmp_path / "fetched"
+    fetched.mkdir()
+    for key in keys:
+        name = key.rsplit("/", 1)[1]
+        client.download_file("hf-ckpt", key, str(fetched / name))
+        assert (fetched / name).read_bytes() == (local / name).read_bytes(), name
+    run_ranks(NEWEST, 2, [WORKER, "load-hf", str(fetched)])

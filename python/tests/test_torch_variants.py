@@ -147,16 +147,20 @@ def test_pytorch_reads_shardpoint_zstd(tmp_path):
     assert shardpoint.verify(path)["ok"]
 
 
-def test_missing_rank_metadata_is_one_error_naming_it(saved, tmp_path):
+@pytest.mark.parametrize("gone", ["__1.metadata", "__0.metadata"])
+def test_missing_rank_metadata_is_one_error_naming_it(saved, tmp_path, gone):
+    """A rank's metadata lost, its data file left (rank 0's too): every tool names the file."""
     path = tmp_path / "per_rank"
     shutil.copytree(saved["per_rank"], path)
-    (path / "__1.metadata").unlink()
+    (path / gone).unlink()
     with pytest.raises(shardpoint.FormatError) as e:
         shardpoint.inspect(path)
     message = str(e.value)
-    assert "__1.metadata" in message and "missing" in message and "\n" not in message
+    assert gone in message and "missing" in message and "\n" not in message
     report = shardpoint.verify(path)
-    assert not report["ok"] and len(report["problems"]) == 1 and "__1.metadata" in report["problems"][0]["message"]
+    assert not report["ok"] and len(report["problems"]) == 1 and gone in report["problems"][0]["message"]
+    with pytest.raises(shardpoint.FormatError, match=gone.replace(".", r"\.")):
+        shardpoint.consolidate(path, tmp_path / "out.pt", layout="dcp")
 
 
 # -- damaged zstd items -------------------------------------------------------------------

@@ -149,6 +149,8 @@ engine::SaveOptions save_options_of(const sp_save_options* in) {
   }
   require(o.compression_level >= 1 && o.compression_level <= 19, "save options: compression_level must be 1..19");
   out.compression_level = o.compression_level;
+  require(o.compression_threads >= 0, "save options: compression_threads must be >= 0");
+  out.compression_threads = o.compression_threads;
   return out;
 }
 
@@ -292,6 +294,7 @@ void sp_save_options_init(sp_save_options* options) {
   options->direct_io = 1;
   options->compression = SP_COMPRESSION_NONE;
   options->compression_level = 3;
+  options->compression_threads = 0;
 }
 
 sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count, const sp_save_options* options,
@@ -575,6 +578,7 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
     }
     options.save.compression = compression == "zstd" ? engine::Compression::kZstd : engine::Compression::kNone;
     options.save.compression_level = option<int>(o, "compression_level", options.save.compression_level);
+    options.save.compression_threads = option<int>(o, "compression_threads", options.save.compression_threads);
     auto dst = storage::open_storage(str(destination, "destination is NULL"));
     const engine::ReshardReport r = engine::reshard(str(source, "source is NULL"), *dst, options);
     const json out{{"source_format", r.source_format},

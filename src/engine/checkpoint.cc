@@ -39,6 +39,7 @@
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
+#include "engine/compress_ahead.h"
 #include "engine/flatten.h"
 #include "engine/item_writer.h"
 #include "engine/parallel_for.h"
@@ -214,24 +215,37 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
   item_options.block_size = options.checksum_block_bytes;
   item_options.compression = options.compression;
   item_options.zstd_level = options.compression_level;
-  item_options.zstd_workers = options.compression_threads;
   storage::WriteOptions write_options;
   write_options.durable = options.durable;
   write_options.direct_io = options.direct_io;
 
   const int threads = files_per_rank(std::max(options.thread_count, 1), st.features());
+  // zstd: the items are compressed by a pool shared by the files (compress_ahead.h).
+  std::optional<CompressionPool> pool;
+  if (options.compression == Compression::kZstd && compression_thread_count(options) > 1) {
+    pool.emplace(compression_thread_count(options));
+  }
   parallel_for(files.size(), static_cast<std::size_t>(threads), [&](std::size_t i) {
     const std::string& file = files[i].name;
     std::unique_ptr<storage::StorageWriter> writer = st.open_writer(file, write_options);
-    for (const ItemToWrite& entry : files[i].items) {
-      try {
-        results[i].push_back(entry.value != nullptr ? write_item(*writer, file, *entry.item, *entry.value, item_options)
-                                                    : write_serialized_item(*writer, file, entry.item->index,
-                                                                            entry.serialized, item_options));
-      } catch (const StorageError&) {
-        rethrow_with_context("save: " + file + ": item \"" + entry.item->index.fqn + "\"");
-      }
+    const ItemWriteFn write_one = [&](const ItemToWrite& entry, ByteSink& sink, const ItemWriteOptions& opts) {
+      return entry.value != nullptr ? write_item(sink, file, *entry.item, *entry.value, opts)
+                                    : write_serialized_item(sink, file, entry.item->index, entry.serialized, opts);
+    };
+    const auto appended = [&] {
       if (i == 0 && results[i].size() == 1) kill_point(KillPoint::kDataWrite);  // once per save and rank
+    };
+    if (pool) {
+      write_compressed_ahead(*writer, files[i], item_options, *pool, write_one, results[i], appended);
+    } else {
+      for (const ItemToWrite& entry : files[i].items) {
+        try {
+          results[i].push_back(write_one(entry, *writer, item_options));
+        } catch (const StorageError&) {
+          rethrow_with_context("save: " + file + ": item \"" + entry.item->index.fqn + "\"");
+        }
+        appended();
+      }
     }
     writer->commit();
     committed.add(file);

@@ -50,8 +50,10 @@ CheckpointLocation locate_checkpoint(const Location& where) {
     return location;
   }
   std::shared_ptr<storage::Storage> folder = storage::open_storage(where);
+  // A prefix holding a checkpoint wins over an object of its name, and is looked for first:
+  // some servers fail a stat of a key that is only a prefix (s3s-fs: HTTP 500, retried).
   const bool dcp = has_checkpoint_metadata(*folder);
-  if (dcp || folder->try_stat(kHfIndexKey)) {
+  if (dcp || folder_kind(*folder) == CheckpointKind::kHfSafetensors) {
     location.kind = dcp ? CheckpointKind::kDcp : CheckpointKind::kHfSafetensors;
     location.storage = std::move(folder);
     return location;
@@ -72,11 +74,6 @@ CheckpointLocation locate_checkpoint(const Location& where) {
       location.key = where.name();
       return location;
     }
-  }
-  if (folder_kind(*folder) == CheckpointKind::kHfSafetensors) {
-    location.kind = CheckpointKind::kHfSafetensors;
-    location.storage = std::move(folder);
-    return location;
   }
   throw StorageError(StorageError::Kind::kNotFound,
                      folder->describe_key(kMetadataKey) + ": not a committed checkpoint (no .metadata)");

@@ -22,10 +22,10 @@ CheckpointKind folder_kind(storage::Storage& folder);
 
 // What `where` names. Local paths: a folder is a DCP or
 // Hugging Face checkpoint (folder_kind), a file a torch.save file (an absent path throws
-// StorageError kNotFound naming it). URLs: `.metadata` or model.safetensors.index.json under
-// the URL makes a folder; otherwise an object at the URL's last segment is a torch.save
-// file; otherwise *.safetensors under the URL makes a Hugging Face folder; otherwise
-// StorageError kNotFound "<url>/.metadata: not a committed checkpoint (no .metadata)".
+// StorageError kNotFound naming it). URLs: DCP metadata, model.safetensors.index.json or
+// *.safetensors under the URL makes a folder (folder_kind); otherwise an object at the URL's
+// last segment is a torch.save file; otherwise StorageError kNotFound "<url>/.metadata: not
+// a committed checkpoint (no .metadata)".
 // Authentication and network errors propagate (StorageError naming the URL).
 struct CheckpointLocation {
   CheckpointKind kind = CheckpointKind::kTorchSave;

@@ -243,9 +243,11 @@ class Consolidator {
 
   void write_torch_save() {
     ConsolidatedTree tree =
-        build_consolidated_tree(*reader_, fqns_, options_.layout, [&]() -> const torchfile::TorchFile& {
+        build_consolidated_tree(*reader_, fqns_, options_.layout, [&]() -> const torchfile::TorchFile* {
+          // kDcp: a Lightning folder's trainer state is kept (validation made the others check).
+          if (options_.layout == ConsolidateLayout::kDcp && !input_->try_stat(kMetaPt)) return nullptr;
           open_meta();
-          return *meta_;
+          return meta_.get();
         });
     report_.objects = tree.objects;
     sources_ = std::move(tree.tensors);

@@ -167,12 +167,12 @@ format::ObjectPath object_path_of(const format::Metadata& md, const std::string&
 
 ConsolidatedTree build_consolidated_tree(CheckpointReader& reader, const std::vector<std::string>& fqns,
                                          ConsolidateLayout layout,
-                                         const std::function<const torchfile::TorchFile&()>& open_meta) {
+                                         const std::function<const torchfile::TorchFile*()>& open_meta) {
   TreeBuilder builder;
   ConsolidatedTree out;
   out.root = builder.build_dcp_tree(reader, fqns, out.objects);
-  if (layout != ConsolidateLayout::kDcp) {
-    ValuePtr meta_root = builder.meta_tree(open_meta());
+  if (const torchfile::TorchFile* meta = open_meta()) {
+    ValuePtr meta_root = builder.meta_tree(*meta);
     auto& entries = out.root->mutable_entries();
     merge_dict_update(entries, *meta_root);
     // The model key is told from the DCP part as saved (.metadata), not from meta.pt's keys.

@@ -4,8 +4,10 @@
 //     object items read whole; an object that holds tensors keeps its tree, and each
 //     storage it references becomes a storage of the output, copied from the item's
 //     archive (as dcp_to_torch_save's torch.load + torch.save: views and sharing kept);
-//   - kTrainer / kFabric: meta.pt merged on top and Lightning's layout applied
-//     (engine/lightning_layout.h);
+//   - meta.pt merged on top (dict.update, as Lightning's _load_distributed_checkpoint), and
+//     for kTrainer / kFabric Lightning's layout applied (engine/lightning_layout.h); kDcp
+//     merges it only where the folder has one (a Lightning checkpoint keeps its trainer
+//     state; a plain DCP folder gives what dcp_to_torch_save gives);
 //   - every DCP and meta.pt tensor a contiguous CPU tensor node; every storage (of those
 //     tensors and of the objects' tensors) gets the key "k", k counting in the order the
 //     pickle writer meets them; tensors[k] says where its bytes are.
@@ -67,12 +69,13 @@ std::vector<std::string> ordered_fqns(const format::Metadata& md, const std::vec
 format::ObjectPath object_path_of(const format::Metadata& md, const std::string& fqn);
 
 // Builds the tree (see the top of this file). fqns: every fqn of reader.metadata(), in
-// output order. open_meta: returns meta.pt (which must outlive the call); called once,
-// after the DCP part is built, and only for kTrainer / kFabric. Throws FormatError (an
+// output order. open_meta: returns meta.pt (which must outlive the call), or null where
+// the folder has none (kDcp only: the other layouts require it); called once, after the
+// DCP part is built. Throws FormatError (an
 // object item's bad persistent ids; meta.pt's root not a dict), PlanError (Lightning's
 // KeyErrors, apply_trainer_layout()), and what reading an object item or open_meta throws.
 ConsolidatedTree build_consolidated_tree(CheckpointReader& reader, const std::vector<std::string>& fqns,
                                          ConsolidateLayout layout,
-                                         const std::function<const torchfile::TorchFile&()>& open_meta);
+                                         const std::function<const torchfile::TorchFile*()>& open_meta);
 
 }  // namespace shardpoint::engine

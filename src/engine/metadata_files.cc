@@ -150,7 +150,12 @@ std::string read_checkpoint_metadata(storage::Storage& st) {
 }
 
 bool has_checkpoint_metadata(storage::Storage& st) {
-  return st.try_stat(kMetadataKey).has_value() || st.try_stat(rank_metadata_key(0)).has_value();
+  if (st.try_stat(kMetadataKey).has_value() || st.try_stat(rank_metadata_key(0)).has_value()) return true;
+  // Rank 0's file lost: still a per-rank checkpoint, so that reading it names what is missing.
+  for (const storage::ObjectInfo& object : st.list("__")) {
+    if (rank_of_metadata_file(object.key)) return true;
+  }
+  return false;
 }
 
 }  // namespace shardpoint::engine

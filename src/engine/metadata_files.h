@@ -33,7 +33,8 @@ std::optional<std::string> try_read_checkpoint_metadata(storage::Storage& st);
 // "<.metadata>: not a committed checkpoint (no .metadata)".
 std::string read_checkpoint_metadata(storage::Storage& st);
 
-// True when the folder holds `.metadata` or `__0.metadata` (one or two stats).
+// True when the folder holds `.metadata` or any `__<rank>.metadata` (one or two stats, and
+// a listing of "__" when both fail).
 bool has_checkpoint_metadata(storage::Storage& st);
 
 // The union of per-rank metadata (index = rank), as described above. `names` name the

@@ -428,7 +428,8 @@ ReshardReport reshard(const Location& source_location, storage::Storage& destina
   item_options.block_size = options.save.checksum_block_bytes;
   item_options.compression = options.save.compression;
   item_options.zstd_level = options.save.compression_level;
-  item_options.zstd_workers = options.save.compression_threads;
+  // Files are written in parallel already; libzstd's workers only when asked for.
+  item_options.zstd_workers = options.save.compression_threads > 1 ? options.save.compression_threads : 0;
   storage::WriteOptions write_options;
   write_options.durable = options.save.durable;
   write_options.direct_io = options.save.direct_io;

@@ -6,7 +6,7 @@
         writes a Lightning-shaped meta.pt (ModelCheckpoint state holding tensors).
     lightning_oracle.py check DIR OUT [--layout trainer|fabric|dcp] [--summary FILE]
         expected = what Lightning 2.6 computes: _load_state_dict(..., _EmptyStateDictLoadPlanner(),
-        no_dist=True), meta.pt merged on top (not for dcp), _format_checkpoint's renaming
+        no_dist=True), meta.pt merged on top (dcp: where the folder has one), _format_checkpoint's renaming
         (trainer). OUT must load with torch.load(weights_only=True) and equal it exactly
         (top-level key order, nested keys, tensor dtype/shape/values/device, objects).
         --summary writes {path: description} for the 1.13 check.
@@ -104,9 +104,10 @@ def expected_state(directory, layout):
     checkpoint = {}
     _load_state_dict(checkpoint, storage_reader=FileSystemReader(directory),
                      planner=_EmptyStateDictLoadPlanner(), no_dist=True)
-    if layout == "dcp":
+    meta = os.path.join(directory, "meta.pt")
+    if layout == "dcp" and not os.path.isfile(meta):
         return checkpoint
-    checkpoint.update(torch.load(os.path.join(directory, "meta.pt"), map_location="cpu"))
+    checkpoint.update(torch.load(meta, map_location="cpu"))
     if layout == "trainer":  # lightning.pytorch.utilities.consolidate_checkpoint._format_checkpoint
         checkpoint["state_dict"] = checkpoint.pop("model")
         keys = [k for k in checkpoint if re.match("optimizer_[0-9]+", k)]

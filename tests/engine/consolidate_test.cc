@@ -268,6 +268,29 @@ TEST(ConsolidateTest, FabricLayoutKeepsKeys) {
                                       "pytorch-lightning_version", "loops", "callbacks", "lr_schedulers"}));
 }
 
+// A Lightning folder consolidated as plain DCP keeps meta.pt's trainer state, merged on
+// top with the keys as saved (Lightning's _load_distributed_checkpoint): the fabric file.
+TEST(ConsolidateTest, DcpLayoutOfALightningFolderKeepsMetaPt) {
+  TempDir dir;
+  const std::string folder = dir.file("ckpt");
+  save_state(folder, 2);
+  write_meta_pt(folder);
+  auto o = options_for(folder, dir.file("out.pt"));
+  o.layout = ConsolidateLayout::kDcp;
+  consolidate(o);
+  auto f = torchfile::TorchFile::open(dir.file("out.pt"));
+  const Value& root = *f->root();
+  EXPECT_EQ(keys_of(root),
+            (std::vector<std::string>{"epoch", "model", "optimizer_0", "tag", "global_step",
+                                      "pytorch-lightning_version", "loops", "callbacks", "lr_schedulers"}));
+  EXPECT_EQ(root.get("epoch")->as_int(), 1);  // meta.pt's, in the DCP key's place
+  EXPECT_EQ(root.get("global_step")->as_int(), 3);
+  EXPECT_EQ(tensor_bytes(*f, *root.get("model")->get("c")), expected_bytes("model.c"));
+  const ValuePtr callbacks = root.get("callbacks");
+  ASSERT_TRUE(callbacks && callbacks->is(Kind::kDict) && callbacks->entries().size() == 1);
+  EXPECT_NE(f->tensor_of(*callbacks->entries()[0].second->get("kth_value")), nullptr);
+}
+
 TEST(ConsolidateTest, DcpLayoutWritesNestedState) {
   TempDir dir;
   const std::string folder = dir.file("ckpt");

@@ -2,11 +2,14 @@
 // union of __0.metadata and __1.metadata (sharded chunks merged, a replicated tensor and an
 // object taken once, from the lowest rank, the saver's key order kept); `.metadata` wins
 // when present; a missing rank's file, named by a data file or a higher rank's metadata, is
-// one error naming it; ranks that disagree on a tensor are refused; an empty folder is not a
-// checkpoint.
+// one error naming it (a whole rank lost too, rank 0 included); ranks that disagree on a tensor are refused; an empty
+// folder is not a checkpoint.
 #include "engine/metadata_files.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "format/metadata_codec.h"
 #include "shardpoint/checkpoint.h"
@@ -100,6 +103,37 @@ TEST(MetadataFilesTest, MissingRankFileIsOneErrorNamingIt) {
     ADD_FAILURE();
   } catch (const StorageError& e) {
     EXPECT_EQ(e.kind(), StorageError::Kind::kNotFound);
+  }
+}
+
+// The last rank lost (only its data file left), or a whole rank in the middle lost (its
+// metadata and data file gone: a gap in the numbers), or rank 0's file lost: one line
+// naming the missing file, and the folder is still seen as a checkpoint.
+TEST(MetadataFilesTest, WholeRankLostIsOneErrorNamingIt) {
+  struct Case {
+    int ranks;
+    std::vector<std::string> removed;
+    std::string named;
+    std::string shows;
+  };
+  const std::vector<Case> cases = {
+      {2, {"__1.metadata"}, "__1.metadata", "__1_0.distcp shows at least 2 ranks"},
+      {3, {"__1.metadata", "__1_0.distcp"}, "__1.metadata", "at least 3 ranks"},
+      {3, {"__0.metadata", "__0_0.distcp"}, "__0.metadata", "at least 3 ranks"},
+  };
+  for (const Case& c : cases) {
+    auto st = per_rank_folder(c.ranks);
+    for (const std::string& key : c.removed) st->remove(key);
+    EXPECT_TRUE(has_checkpoint_metadata(*st)) << c.named;
+    try {
+      (void)read_checkpoint_metadata(*st);
+      ADD_FAILURE() << c.named;
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(c.named + "\": missing"), std::string::npos) << what;
+      EXPECT_NE(what.find(c.shows), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
   }
 }
 
