@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -87,28 +86,10 @@ def _is_local(location: str) -> bool:
     return not _native.parse_location(location).remote
 
 
-_STAGING_MARK = ".sp-replace-"
-
-
-def _staging_folder(target: str, tag: str = "save") -> str:
-    """The hidden sibling a save into a committed local checkpoint writes to first. The
-    StorageWriter's ranks each name it alone, from the target and the default tag: nothing
-    of it travels in the plan, which DCP may cache and replay."""
-    parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}{_STAGING_MARK}{tag[:16]}")
-
-
-def _remove_stale_staging(target: str) -> None:
-    """Removes staging folders that saves into ``target`` left when they failed."""
-    parent, name = os.path.split(os.path.abspath(target))
-    prefix = f".{name}{_STAGING_MARK}"
-    try:
-        entries = os.listdir(parent)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.startswith(prefix):
-            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+# The tag of the staging folder a StorageWriter's save into a committed local checkpoint
+# writes first: every rank names it alone, from the target and this tag, so nothing of it
+# travels in the plan, which DCP may cache and replay.
+_STAGING_TAG = "save"
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -143,22 +124,6 @@ def _chunk_nbytes(item: WriteItem) -> int:
     return numel * td.properties.dtype.itemsize
 
 
-def _split_into_files(items: Sequence[WriteItem], count: int) -> List[List[WriteItem]]:
-    """Items into ``count`` files of about equal size: bytes items round-robin, then tensors
-    largest first onto the lightest file (as FileSystemWriter spreads them over threads)."""
-    buckets: List[List[WriteItem]] = [[] for _ in range(count)]
-    sizes = [0] * count
-    bytes_items = [i for i in items if i.type == WriteItemType.BYTE_IO]
-    tensor_items = [(_chunk_nbytes(i), n, i) for n, i in enumerate(items) if i.type != WriteItemType.BYTE_IO]
-    for n, item in enumerate(bytes_items):
-        buckets[n % count].append(item)
-    for nbytes, _, item in sorted(tensor_items, key=lambda t: (-t[0], t[1])):
-        i = min(range(count), key=lambda k: sizes[k])
-        buckets[i].append(item)
-        sizes[i] += nbytes
-    return [b for b in buckets if b]
-
-
 class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
     """DCP StorageWriter writing through shardpoint's engine.
 
@@ -171,7 +136,8 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             off only for benchmarks: after a crash a checkpoint may look complete when not.
         thread_count: files each rank writes in parallel. Raised to 4 on ``gs://`` with the
             JSON API (an OAuth token), where an object uploads as one sequential session, so
-            that a rank has 4 upload streams, as the C++ engine's save does.
+            that a rank has 4 upload streams; items are split into the files by the engine's
+            rule (``sp_split_into_files``), as the C++ engine's save splits them.
         checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
         checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
             partial reads verify with less widening.
@@ -309,7 +275,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         files change. DCP calls this before any rank writes, cached plans or not."""
         checkpoint = self._opened()
         if _is_local(self.path):
-            _remove_stale_staging(self.path)
+            _native.remove_stale_staging(self.path)
         if checkpoint.read_object(".metadata") is not None:
             if not self.overwrite:
                 raise errors.UsageError(f"{self.path}: holds a committed checkpoint and overwrite=False")
@@ -321,7 +287,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """Where this rank writes: the checkpoint's folder, or the staging folder beside a
         committed local checkpoint (which the coordinator keeps until ``finish``)."""
         if _is_local(self.path) and os.path.exists(os.path.join(self.path, ".metadata")):
-            return _staging_folder(self.path)
+            return _native.staging_folder(self.path, _STAGING_TAG)
         return self.path
 
     def _writing_to(self, folder: str) -> _native.Checkpoint:
@@ -338,19 +304,22 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """(all ranks) Writes this rank's items; the future is already complete."""
         prefix = plan.storage_data.prefix
         checkpoint = self._writing_to(self._destination())
-        if self.single_file_per_rank:
-            files = _split_into_files(plan.items, checkpoint.files_per_rank(self.thread_count))
-        else:
-            files = [[item] for item in plan.items]
+        items = plan.items
+        file_of_item, order, file_count = checkpoint.split_into_files(
+            [_native.ITEM_BYTES if i.type == WriteItemType.BYTE_IO else _native.ITEM_TENSOR for i in items],
+            [_chunk_nbytes(i) for i in items],
+            self.thread_count,
+            self.single_file_per_rank,
+        )
+        names = [f"{prefix}{n}{_DATA_SUFFIX}".encode() for n in range(file_count)]
         keep_alive: List[Any] = []  # tensors and buffers the native call reads
         by_position: List[WriteItem] = []
         fields: List[Tuple[Any, ...]] = []
         ints: List[int] = []  # every tensor item's chunk offsets and sizes, one array
-        for n, bucket in enumerate(files):
-            name = f"{prefix}{n}{_DATA_SUFFIX}".encode()
-            for item in bucket:
-                fields.append(self._resolve_item(name, item, planner, keep_alive, ints))
-                by_position.append(item)
+        for position in order:  # file by file, each in the engine's write order
+            item = items[position]
+            fields.append(self._resolve_item(names[file_of_item[position]], item, planner, keep_alive, ints))
+            by_position.append(item)
         # One ctypes array of items filled in place, pointing into one int64 array: a few
         # objects per rank rather than several per item (objects a save keeps alive bring
         # CPython's next full garbage collection closer, and those walk the whole process).

@@ -86,11 +86,11 @@ def test_engine_load_on_3_ranks(saved, folder):
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_verify_is_clean(saved, folder):
     report = shardpoint.verify(saved / folder)
-    assert report["ok"], report["problems"]
-    assert report["coverage"][0]["format"] == ("dcp" if folder == "dcp-st" else "hf-safetensors")
-    assert report["verified_bytes"] == 0  # safetensors carries no checksum
-    assert report["tensors"] == len(worker.spec_of(folder))
-    assert report["bytes"] == sum(worker.full(n, s, d).numel() * d.itemsize for n, (s, d, _) in
+    assert report.ok, report.problems
+    assert report.coverage[0].format == ("dcp" if folder == "dcp-st" else "hf-safetensors")
+    assert report.verified_bytes == 0  # safetensors carries no checksum
+    assert report.tensors == len(worker.spec_of(folder))
+    assert report.bytes == sum(worker.full(n, s, d).numel() * d.itemsize for n, (s, d, _) in
                                   worker.spec_of(folder).items())
 
 
