@@ -305,8 +305,8 @@ SP_EXPORT const char* sp_name_of_value(sp_name_kind kind, int value);
 /* Tools (what the CLI does)                                                             */
 /*                                                                                       */
 /* Options structs begin with struct_size, as the save options (call the *_init first).  */
-/* Result structs begin with struct_size too: the caller sets it to sizeof its struct     */
-/* (`sp_verify_result r = {sizeof r};`) and the library writes only that many bytes, so a */
+/* Result structs begin with struct_size too: their *_init zeroes the struct and sets it  */
+/* to sizeof the caller's struct, and the library writes only that many bytes, so a       */
 /* caller built against an older, smaller struct keeps working. A result that holds       */
 /* strings or arrays is released with its *_free function (also on failure: then it holds */
 /* nothing).                                                                             */
@@ -365,6 +365,7 @@ typedef struct sp_consolidate_result {
   sp_zip_crc_counts zip_crc;
   double seconds;
 } sp_consolidate_result;
+SP_EXPORT void sp_consolidate_result_init(sp_consolidate_result* result);
 /* Frees what the result holds and sets its pointers to NULL; the struct stays the caller's. */
 SP_EXPORT void sp_consolidate_result_free(sp_consolidate_result* result);
 
@@ -399,6 +400,7 @@ typedef struct sp_reshard_result {
   uint64_t meta_pt_bytes; /* Lightning's meta.pt carried over; 0: the source has none */
   double seconds;
 } sp_reshard_result;
+SP_EXPORT void sp_reshard_result_init(sp_reshard_result* result);
 
 /* Rewrites any checkpoint (DCP or Hugging Face safetensors folder, or torch.save file) as a
  * DCP folder saved by `ranks` ranks, into the empty `destination`. `options` may be NULL.
@@ -446,6 +448,7 @@ typedef struct sp_verify_result {
   size_t coverage_count;
   const sp_verify_coverage* coverage; /* the checkpoint, then its meta.pt when present */
 } sp_verify_result;
+SP_EXPORT void sp_verify_result_init(sp_verify_result* result);
 /* Frees what the result holds (its owner) and sets its pointers to NULL. */
 SP_EXPORT void sp_verify_result_free(sp_verify_result* result);
 

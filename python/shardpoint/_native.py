@@ -261,18 +261,21 @@ def _load() -> ctypes.CDLL:
         "sp_value_of_name": (status, [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), err]),
         "sp_name_of_value": (ctypes.c_char_p, [ctypes.c_int, ctypes.c_int]),
         "sp_consolidate_options_init": (None, [ctypes.POINTER(ConsolidateOptions)]),
+        "sp_consolidate_result_init": (None, [ctypes.POINTER(ConsolidateResultStruct)]),
         "sp_consolidate_result_free": (None, [ctypes.POINTER(ConsolidateResultStruct)]),
         "sp_consolidate": (
             status,
             [ctypes.c_char_p, ctypes.POINTER(ConsolidateOptions), ctypes.POINTER(ConsolidateResultStruct), err],
         ),
         "sp_reshard_options_init": (None, [ctypes.POINTER(ReshardOptions)]),
+        "sp_reshard_result_init": (None, [ctypes.POINTER(ReshardResultStruct)]),
         "sp_reshard": (
             status,
             [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ReshardOptions),
              ctypes.POINTER(ReshardResultStruct), err],
         ),
         "sp_verify_options_init": (None, [ctypes.POINTER(VerifyOptions)]),
+        "sp_verify_result_init": (None, [ctypes.POINTER(VerifyResultStruct)]),
         "sp_verify_result_free": (None, [ctypes.POINTER(VerifyResultStruct)]),
         "sp_verify": (
             status, [ctypes.c_char_p, ctypes.POINTER(VerifyOptions), ctypes.POINTER(VerifyResultStruct), err]
@@ -611,7 +614,7 @@ def consolidate(folder: str, output_file: Optional[str], layout: str, format: st
     o.check_zip_crc = int(bool(check_zip_crc))
     o.durable = int(bool(durable))
     r = ConsolidateResultStruct()
-    r.struct_size = ctypes.sizeof(r)
+    lib().sp_consolidate_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
     try:
         _check(lib().sp_consolidate(os.fsencode(folder), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
@@ -636,7 +639,7 @@ def reshard(source: str, destination: str, ranks: int, verify_checksums: bool, c
     o.checksum = value_of_name(NAME_CHECKSUM, checksum)
     o.compression = _compression_value(compression)
     r = ReshardResultStruct()
-    r.struct_size = ctypes.sizeof(r)
+    lib().sp_reshard_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
     _check(lib().sp_reshard(os.fsencode(source), os.fsencode(destination), int(ranks), ctypes.byref(o),
                             ctypes.byref(r), ctypes.byref(error)), error)
@@ -661,7 +664,7 @@ def verify(path: str, quick: bool) -> results.VerifyResult:
     lib().sp_verify_options_init(ctypes.byref(o))
     o.quick = int(bool(quick))
     r = VerifyResultStruct()
-    r.struct_size = ctypes.sizeof(r)
+    lib().sp_verify_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
     try:
         _check(lib().sp_verify(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)

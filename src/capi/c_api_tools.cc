@@ -13,6 +13,7 @@
 #include "capi/c_api_util.h"
 #include "engine/block_checksum.h"
 #include "engine/checkpoint_location.h"
+#include "engine/checksum_sidecar.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/consolidate.h"
@@ -174,6 +175,12 @@ void sp_consolidate_options_init(sp_consolidate_options* options) {
   options->durable = d.durable ? 1 : 0;
 }
 
+void sp_consolidate_result_init(sp_consolidate_result* result) {
+  if (result == nullptr) return;
+  *result = sp_consolidate_result{};
+  result->struct_size = sizeof(sp_consolidate_result);
+}
+
 void sp_consolidate_result_free(sp_consolidate_result* result) {
   if (result == nullptr || result->struct_size < offsetof(sp_consolidate_result, output) + sizeof(char*)) return;
   std::free(result->output);
@@ -225,6 +232,12 @@ void sp_reshard_options_init(sp_reshard_options* options) {
   options->compression_level = d.save.compression_level;
 }
 
+void sp_reshard_result_init(sp_reshard_result* result) {
+  if (result == nullptr) return;
+  *result = sp_reshard_result{};
+  result->struct_size = sizeof(sp_reshard_result);
+}
+
 sp_status sp_reshard(const char* source, const char* destination, int ranks, const sp_reshard_options* options,
                      sp_reshard_result* result, char** error) {
   return guarded(error, [&] {
@@ -271,6 +284,12 @@ void sp_verify_options_init(sp_verify_options* options) {
   *options = sp_verify_options{};
   options->struct_size = sizeof(sp_verify_options);
   options->quick = engine::VerifyOptions{}.quick ? 1 : 0;
+}
+
+void sp_verify_result_init(sp_verify_result* result) {
+  if (result == nullptr) return;
+  *result = sp_verify_result{};
+  result->struct_size = sizeof(sp_verify_result);
 }
 
 void sp_verify_result_free(sp_verify_result* result) {

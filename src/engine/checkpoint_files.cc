@@ -118,13 +118,10 @@ void remove_checkpoint(const std::string& path_or_url) {
   }
   const std::optional<storage::Location> parent = location.parent();
   if (!parent || location.name().empty()) throw UsageError(path_or_url + ": not a checkpoint path");
-  const std::unique_ptr<storage::Storage> folder = storage::open_storage(parent->to_string());
-  const std::string prefix = location.name() + "/";
-  for (auto marker = kCommitMarkers.rbegin(); marker != kCommitMarkers.rend(); ++marker) {
-    folder->remove(prefix + std::string(*marker));
-  }
-  folder->remove_prefix(prefix);
-  folder->remove(location.name());
+  const std::unique_ptr<storage::Storage> folder = storage::open_storage(location.to_string());
+  for (auto marker = kCommitMarkers.rbegin(); marker != kCommitMarkers.rend(); ++marker) folder->remove(*marker);
+  folder->remove_all();
+  storage::open_storage(parent->to_string())->remove(location.name());  // a single-file checkpoint
 }
 
 }  // namespace shardpoint::engine

@@ -116,14 +116,16 @@ static void test_save_load_reshard(const char* dir) {
         "inspect: %s", json ? json : msg(error));
   sp_free(json);
   json = NULL;
-  sp_verify_result verified = {sizeof verified};
+  sp_verify_result verified;
+  sp_verify_result_init(&verified);
   CHECK(sp_verify(path, NULL, &verified, &error) == SP_OK && verified.ok && verified.problem_count == 0 &&
             verified.coverage_count >= 1 && verified.coverage[0].sidecar == SP_CHECKSUM_CRC32C,
         "verify: %s", msg(error));
   sp_verify_result_free(&verified);
   char dst[4096];
   snprintf(dst, sizeof dst, "%s/three", dir);
-  sp_reshard_result resharded = {sizeof resharded};
+  sp_reshard_result resharded;
+  sp_reshard_result_init(&resharded);
   CHECK(sp_reshard(path, dst, 3, NULL, &resharded, &error) == SP_OK && resharded.tensors == 2 &&
             resharded.source_format == SP_CHECKPOINT_DCP && resharded.zip_crc.records_checked == 0,
         "reshard: %s", msg(error)); /* the sidecar covers every blob */
@@ -133,7 +135,8 @@ static void test_save_load_reshard(const char* dir) {
   sp_consolidate_options_init(&options);
   options.output_file = out;
   options.layout = SP_LAYOUT_DCP;
-  sp_consolidate_result consolidated = {sizeof consolidated};
+  sp_consolidate_result consolidated;
+  sp_consolidate_result_init(&consolidated);
   CHECK(sp_consolidate(dst, &options, &consolidated, &error) == SP_OK && strstr(consolidated.output, "model.pt") &&
             consolidated.zip_crc.records_partial == 0,
         "consolidate: %s", msg(error));
@@ -172,7 +175,8 @@ static void test_zstd(const char* dir) {
   sp_reshard_options reshard_options;
   sp_reshard_options_init(&reshard_options);
   reshard_options.compression = SP_COMPRESSION_ZSTD;
-  sp_reshard_result resharded = {sizeof resharded};
+  sp_reshard_result resharded;
+  sp_reshard_result_init(&resharded);
   CHECK(sp_reshard(path, dst, 2, &reshard_options, &resharded, &error) == SP_OK, "reshard: %s", msg(error));
   CHECK(sp_inspect(dst, &json, &error) == SP_OK && strstr(json, "\"stream.zstd/1\""), "resharded: %s",
         json ? json : msg(error));

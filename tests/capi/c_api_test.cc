@@ -40,6 +40,15 @@ class TempDir {
   fs::path path_;
 };
 
+// A result struct as its *_init leaves it (zeroed, today's struct_size).
+template <typename Result>
+Result sized(void (*init)(Result*)) {
+  Result r;
+  std::memset(&r, 0xee, sizeof r);
+  init(&r);
+  return r;
+}
+
 // The message of a failed call (freed), or "" when there is none.
 std::string take(char* error) {
   std::string s = error != nullptr ? error : "";
@@ -107,7 +116,7 @@ TEST(CApiTools, VerifyReshardConsolidateFillTheirResults) {
   save_two_tensors(source);
   char* error = nullptr;
 
-  sp_verify_result verified = {sizeof verified};
+  auto verified = sized(&sp_verify_result_init);
   ASSERT_EQ(sp_verify(source.c_str(), nullptr, &verified, &error), SP_OK) << take(error);
   EXPECT_EQ(verified.ok, 1);
   EXPECT_EQ(verified.tensors, 2u);
@@ -137,7 +146,7 @@ TEST(CApiTools, VerifyReshardConsolidateFillTheirResults) {
   EXPECT_EQ(reshard_options.memory_budget_bytes, uint64_t{256} << 20);
   EXPECT_EQ(reshard_options.checksum, SP_CHECKSUM_CRC32C);
   reshard_options.checksum = SP_CHECKSUM_XXH3;
-  sp_reshard_result r = {sizeof r};
+  auto r = sized(&sp_reshard_result_init);
   ASSERT_EQ(sp_reshard(source.c_str(), resharded.c_str(), 3, &reshard_options, &r, &error), SP_OK) << take(error);
   EXPECT_EQ(r.source_format, SP_CHECKPOINT_DCP);
   EXPECT_EQ(r.tensors, 2u);
@@ -157,7 +166,7 @@ TEST(CApiTools, VerifyReshardConsolidateFillTheirResults) {
   consolidate_options.output_file = out.c_str();
   consolidate_options.layout = SP_LAYOUT_DCP;
   consolidate_options.format = SP_FORMAT_SAFETENSORS;
-  sp_consolidate_result c = {sizeof c};
+  auto c = sized(&sp_consolidate_result_init);
   ASSERT_EQ(sp_consolidate(resharded.c_str(), &consolidate_options, &c, &error), SP_OK) << take(error);
   ASSERT_NE(c.output, nullptr);
   EXPECT_EQ(std::string(c.output), out);
@@ -178,7 +187,7 @@ TEST(CApiTools, DamagedCheckpointIsAResultNotAnError) {
   f.put('\x5a');
   f.close();
   char* error = nullptr;
-  sp_verify_result verified = {sizeof verified};
+  auto verified = sized(&sp_verify_result_init);
   ASSERT_EQ(sp_verify(source.c_str(), nullptr, &verified, &error), SP_OK) << take(error);
   EXPECT_EQ(verified.ok, 0);
   ASSERT_GE(verified.problem_count, 1u);
@@ -199,19 +208,20 @@ TEST(CApiTools, OptionsOutOfRangeAreUsageErrors) {
   sp_consolidate_options o;
   sp_consolidate_options_init(&o);
   o.layout = 7;
-  sp_consolidate_result c = {sizeof c};
+  auto c = sized(&sp_consolidate_result_init);
   EXPECT_EQ(sp_consolidate(source.c_str(), &o, &c, &error), SP_ERROR_USAGE);
   EXPECT_NE(take(error).find("layout"), std::string::npos);
   EXPECT_EQ(c.output, nullptr);
   sp_reshard_options ro;
   sp_reshard_options_init(&ro);
   ro.compression = 9;
-  sp_reshard_result r = {sizeof r};
+  auto r = sized(&sp_reshard_result_init);
   EXPECT_EQ(sp_reshard(source.c_str(), (dir.path() / "x").c_str(), 2, &ro, &r, &error), SP_ERROR_USAGE);
   EXPECT_NE(take(error).find("compression"), std::string::npos);
   EXPECT_EQ(sp_verify(source.c_str(), nullptr, nullptr, &error), SP_ERROR_USAGE);
   take(error);
-  sp_verify_result tiny = {sizeof(size_t)};  // too small to hold what the library allocates
+  auto tiny = sized(&sp_verify_result_init);
+  tiny.struct_size = sizeof(size_t);  // too small to hold what the library allocates
   EXPECT_EQ(sp_verify(source.c_str(), nullptr, &tiny, &error), SP_ERROR_USAGE);
   take(error);
 }
@@ -237,7 +247,7 @@ TEST(CApiVersioning, OlderSmallerStructsStillWork) {
   old_consolidate.options.layout = SP_LAYOUT_DCP;
   old_consolidate.options.format = SP_FORMAT_TORCH;
   old_consolidate.options.max_shard_bytes = 0;
-  sp_consolidate_result c = {sizeof c};
+  auto c = sized(&sp_consolidate_result_init);
   ASSERT_EQ(sp_consolidate(source.c_str(), &old_consolidate.options, &c, &error), SP_OK) << take(error);
   EXPECT_EQ(std::string(c.output), out);
   sp_consolidate_result_free(&c);
