@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast, get_args
 
 from . import errors, results
 
@@ -594,9 +594,9 @@ def _zip_crc(c: ZipCrcCountsStruct) -> results.ZipCrcCounts:
 
 def _checkpoint_format(value: int) -> results.CheckpointFormat:
     name = name_of_value(NAME_CHECKPOINT_FORMAT, value)
-    if name == "dcp" or name == "hf-safetensors" or name == "torch":
-        return name
-    raise errors.InternalError(f"unknown checkpoint format {name!r}")
+    if name not in get_args(results.CheckpointFormat):
+        raise errors.InternalError(f"the library named a checkpoint format {name!r} this package does not know")
+    return cast(results.CheckpointFormat, name)
 
 
 def consolidate(folder: str, output_file: Optional[str], layout: str, format: str, max_shard_bytes: int,
@@ -652,11 +652,9 @@ def _text(p: Optional[bytes]) -> str:
     return p.decode("utf-8", "replace") if p is not None else ""
 
 
-def _sidecar(value: int) -> Optional[Literal["crc32c", "xxh3"]]:
+def _sidecar(value: int) -> Optional[results.SidecarChecksum]:
     name = name_of_value(NAME_CHECKSUM, value)
-    if name == "crc32c" or name == "xxh3":
-        return name
-    return None
+    return cast(results.SidecarChecksum, name) if name in get_args(results.SidecarChecksum) else None
 
 
 def verify(path: str, quick: bool) -> results.VerifyResult:

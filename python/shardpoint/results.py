@@ -9,6 +9,7 @@ from typing import Literal, Optional, Tuple
 __all__ = [
     "CheckpointFormat",
     "ChecksumName",
+    "SidecarChecksum",
     "ZipCrcCounts",
     "ConsolidateResult",
     "ReshardResult",
@@ -19,6 +20,7 @@ __all__ = [
 
 CheckpointFormat = Literal["dcp", "hf-safetensors", "torch"]
 ChecksumName = Literal["crc32c", "xxh3", "none"]
+SidecarChecksum = Literal["crc32c", "xxh3"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +85,7 @@ class VerifyCoverage:
     zip_record_bytes: int
     zip_crc32_bytes: int
     no_checksum_bytes: int
-    sidecar: Optional[Literal["crc32c", "xxh3"]]  # None: no checksum sidecar (or quick)
+    sidecar: Optional[SidecarChecksum]  # None: no checksum sidecar (or quick)
     sidecar_bytes: int
 
 

@@ -37,7 +37,7 @@ import logging
 import os
 import pickle
 import uuid
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.distributed.checkpoint import (
@@ -173,12 +173,12 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         single_file_per_rank: bool = True,
         sync_files: bool = True,
         thread_count: int = 1,
-        checksum: str = "crc32c",
+        checksum: Literal["crc32c", "xxh3", "none"] = "crc32c",
         checksum_block_bytes: int = 1 << 20,
         direct_io: bool = True,
         overwrite: bool = True,
         cache_staged_state_dict: bool = True,
-        compression: Optional[str] = None,
+        compression: Optional[Literal["zstd"]] = None,
         *args: Any,
         async_staging: bool = False,
         **kwargs: Any,
