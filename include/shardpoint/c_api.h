@@ -305,11 +305,11 @@ SP_EXPORT const char* sp_name_of_value(sp_name_kind kind, int value);
 /* Tools (what the CLI does)                                                             */
 /*                                                                                       */
 /* Options structs begin with struct_size, as the save options (call the *_init first).  */
-/* Result structs begin with struct_size too: their *_init zeroes the struct and sets it  */
-/* to sizeof the caller's struct, and the library writes only that many bytes, so a       */
-/* caller built against an older, smaller struct keeps working. A result that holds       */
-/* strings or arrays is released with its *_free function (also on failure: then it holds */
-/* nothing).                                                                             */
+/* Result structs begin with struct_size too: their *_init zeroes the struct and sets     */
+/* struct_size to its size in the header the caller was built with; the library writes   */
+/* only that many bytes, so a caller built against an older, smaller struct keeps        */
+/* working. A result that holds strings or arrays is released with its *_free (also after */
+/* a failure: then it holds nothing). The enums' existing values never change.           */
 
 /* How consolidate arranges the output (Lightning's layouts) and what it writes. */
 typedef enum sp_consolidate_layout {

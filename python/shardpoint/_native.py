@@ -233,7 +233,6 @@ def _load() -> ctypes.CDLL:
         "sp_read_object": (status, [P, ctypes.c_char_p, out_buf, size_p, ctypes.POINTER(ctypes.c_int), err]),
         "sp_write_object": (status, [P, ctypes.c_char_p, P, ctypes.c_size_t, ctypes.c_int, err]),
         "sp_remove_object": (status, [P, ctypes.c_char_p, err]),
-        "sp_checkpoint_files_per_rank": (ctypes.c_int, [P, ctypes.c_int]),
         "sp_save_options_init": (None, [ctypes.POINTER(SaveOptions)]),
         "sp_write_items": (
             status,
