@@ -138,12 +138,12 @@ def main() -> None:
 
     print("== 3. shardpoint.consolidate the step-8 checkpoint")
     report = shardpoint.consolidate(step8, workdir / "model.ckpt")
-    print(f"   {report['tensors']} tensors, {report['tensor_bytes'] / 1e6:.2f} MB in {report['seconds']:.3f} s"
-          f" -> {report['output']}")
-    print(f"   verify: {'clean' if shardpoint.verify(step8)['ok'] else 'DAMAGED'}")
+    print(f"   {report.tensors} tensors, {report.tensor_bytes / 1e6:.2f} MB in {report.seconds:.3f} s"
+          f" -> {report.output}")
+    print(f"   verify: {'clean' if shardpoint.verify(step8).ok else 'DAMAGED'}")
 
     print("== 4. torch.load the consolidated file")
-    ckpt = torch.load(report["output"], weights_only=False)
+    ckpt = torch.load(report.output, weights_only=False)
     params = ckpt["state_dict"]
     print(f"   keys: {list(ckpt)}")
     print(f"   state_dict: {len(params)} tensors, {sum(t.numel() for t in params.values()):,} parameters;"

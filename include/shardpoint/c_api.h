@@ -9,9 +9,11 @@
  *  - Buffers the library returns (`void** data`, `char** json`) are malloc'd; the caller
  *    frees them with sp_free(). Buffers the caller passes are borrowed for the call only.
  *  - No exception, signal or abort crosses this boundary for a failure of the request.
- *  - Strings are UTF-8. JSON results are objects documented per function.
+ *  - Strings are UTF-8. Results are structs (sp_inspect's tree and sp_write_items' records,
+ *    handed back to sp_commit, are JSON).
  *  - Options structs begin with `struct_size`; call the matching *_init() first, then set
  *    fields, so a program built against an older header keeps working with a newer library.
+ *    Result structs begin with `struct_size` too (see "Tools" below).
  *
  * Thread-safety: functions on different handles may run concurrently. One sp_checkpoint
  * or sp_reader may be used from several threads at once. Blocking calls block only the
@@ -96,8 +98,8 @@ SP_EXPORT sp_status sp_remove_object(sp_checkpoint* checkpoint, const char* key,
 /* The data files a rank's save should write, in parallel, when asked for `thread_count`
  * (>= 1): `thread_count` itself, raised to 4 where the location's storage uploads an object
  * as one sequence of requests (gs:// on the JSON API), where one object per rank would be
- * one upload stream per rank. sp_save decides so by itself; callers that plan the files
- * (PyTorch DCP through sp_write_items) ask here. No I/O; thread-safe. */
+ * one upload stream per rank. sp_save decides so by itself, and sp_split_into_files for
+ * callers that plan the files (PyTorch DCP through sp_write_items). No I/O; thread-safe. */
 SP_EXPORT int sp_checkpoint_files_per_rank(const sp_checkpoint* checkpoint, int thread_count);
 
 /* ------------------------------------------------------------------------------------ */
@@ -284,52 +286,237 @@ SP_EXPORT sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uin
                                         const char* fqn, void** data, size_t* size, char** error);
 
 /* ------------------------------------------------------------------------------------ */
-/* Tools (what the CLI does), options and results as JSON objects                         */
+/* Names of the option and result enums                                                  */
 
-/* Lightning's consolidate_checkpoint, streaming. options_json (may be NULL):
- *   {"output_file": str, "layout": "trainer"|"fabric"|"dcp",
- *    "format": "torch"|"safetensors"|"hf-safetensors" (hf-safetensors: Hugging Face's folder,
- *    model-0000i-of-0000N.safetensors + model.safetensors.index.json), "max_shard_bytes": int,
- *    "memory_budget": int, "verify_checksums": bool, "check_zip_crc": bool,
- *    "durable": bool}
- * *report_json: {"output", "tensors", "objects", "tensor_bytes", "bytes_read", "peak_rss_bytes",
- * "zip_crc", "seconds"}, where "zip_crc" counts the zip CRC-32 checks of the blobs no sidecar
- * covers and of meta.pt: {"records_checked", "bytes_checked", "records_no_checksum",
- * "records_partial"} (no_checksum and partial: records not checked). */
-SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json, char** report_json,
-                                   char** error);
+/* The enums whose values have names (the CLI's flag values, the names Python passes). */
+typedef enum sp_name_kind {
+  SP_NAME_CHECKSUM = 0,         /* sp_checksum: "none", "crc32c", "xxh3" */
+  SP_NAME_COMPRESSION = 1,      /* sp_compression: "none", "zstd" */
+  SP_NAME_LAYOUT = 2,           /* sp_consolidate_layout: "trainer", "fabric", "dcp" */
+  SP_NAME_OUTPUT_FORMAT = 3,    /* sp_consolidate_format: "torch", "safetensors", "hf-safetensors" */
+  SP_NAME_CHECKPOINT_FORMAT = 4 /* sp_checkpoint_format: "dcp", "hf-safetensors", "torch" */
+} sp_name_kind;
+
+/* *value: the enum value named `name` (the engine's one mapping, the CLI's too). Errors:
+ * SP_ERROR_USAGE naming the accepted names. */
+SP_EXPORT sp_status sp_value_of_name(sp_name_kind kind, const char* name, int* value, char** error);
+
+/* The name of `value` (static storage), or NULL for a value the kind does not have. */
+SP_EXPORT const char* sp_name_of_value(sp_name_kind kind, int value);
+
+/* ------------------------------------------------------------------------------------ */
+/* Tools (what the CLI does)                                                             */
+/*                                                                                       */
+/* Options structs begin with struct_size, as the save options (call the *_init first).  */
+/* Result structs begin with struct_size too: their *_init zeroes the struct and sets     */
+/* struct_size to its size in the header the caller was built with; the library writes   */
+/* only that many bytes, so a caller built against an older, smaller struct keeps        */
+/* working. A result that holds strings or arrays is released with its *_free (also after */
+/* a failure: then it holds nothing). The enums' existing values never change.           */
+
+/* How consolidate arranges the output (Lightning's layouts) and what it writes. */
+typedef enum sp_consolidate_layout {
+  SP_LAYOUT_TRAINER = 0,
+  SP_LAYOUT_FABRIC = 1,
+  SP_LAYOUT_DCP = 2
+} sp_consolidate_layout;
+/* SP_FORMAT_HF_SAFETENSORS: always Hugging Face's folder (model-0000i-of-0000N.safetensors +
+ * model.safetensors.index.json); SP_FORMAT_SAFETENSORS: one file unless max_shard_bytes. */
+typedef enum sp_consolidate_format {
+  SP_FORMAT_TORCH = 0,
+  SP_FORMAT_SAFETENSORS = 1,
+  SP_FORMAT_HF_SAFETENSORS = 2
+} sp_consolidate_format;
+
+/* What a checkpoint is (results). Existing values never change. */
+typedef enum sp_checkpoint_format {
+  SP_CHECKPOINT_DCP = 0,
+  SP_CHECKPOINT_HF_SAFETENSORS = 1,
+  SP_CHECKPOINT_TORCH = 2
+} sp_checkpoint_format;
+
+/* The zip CRC-32 checks of blobs no sidecar covers, and of meta.pt: records and bytes
+ * checked; records not checked: written without a CRC-32, or read only in part. */
+typedef struct sp_zip_crc_counts {
+  uint64_t records_checked;
+  uint64_t bytes_checked;
+  uint64_t records_no_checksum;
+  uint64_t records_partial;
+} sp_zip_crc_counts;
+
+typedef struct sp_consolidate_options {
+  size_t struct_size;
+  const char* output_file;      /* path or URL; NULL or "": "<folder>.consolidated" */
+  int layout;                   /* sp_consolidate_layout; default SP_LAYOUT_TRAINER */
+  int format;                   /* sp_consolidate_format; default SP_FORMAT_TORCH */
+  uint64_t max_shard_bytes;     /* safetensors: files of at most this many bytes; 0 (default): one */
+  uint64_t memory_budget_bytes; /* memory the copy may use; default 256 MiB */
+  int verify_checksums;         /* verify the sidecar on every byte read; default 1 */
+  int check_zip_crc;            /* zip CRC-32s where no sidecar covers, and meta.pt's; default 1 */
+  int durable;                  /* fsync the output before publishing it; default 1 */
+} sp_consolidate_options;
+SP_EXPORT void sp_consolidate_options_init(sp_consolidate_options* options);
+
+typedef struct sp_consolidate_result {
+  size_t struct_size;
+  char* output; /* the path written (malloc'd; sp_consolidate_result_free) */
+  uint64_t tensors;
+  uint64_t objects;
+  uint64_t tensor_bytes;
+  uint64_t bytes_read;
+  uint64_t peak_rss_bytes;
+  sp_zip_crc_counts zip_crc;
+  double seconds;
+} sp_consolidate_result;
+SP_EXPORT void sp_consolidate_result_init(sp_consolidate_result* result);
+/* Frees what the result holds and sets its pointers to NULL; the struct stays the caller's. */
+SP_EXPORT void sp_consolidate_result_free(sp_consolidate_result* result);
+
+/* Lightning's consolidate_checkpoint, streaming within options->memory_budget_bytes.
+ * `options` may be NULL (defaults). Errors: SP_ERROR_PLAN for Lightning's validation (not a
+ * folder, no .metadata / meta.pt), SP_ERROR_FORMAT / SP_ERROR_STORAGE for damaged input or
+ * I/O, SP_ERROR_USAGE for options out of range. Blocks. */
+SP_EXPORT sp_status sp_consolidate(const char* checkpoint_folder, const sp_consolidate_options* options,
+                                   sp_consolidate_result* result, char** error);
+
+typedef struct sp_reshard_options {
+  size_t struct_size;
+  int verify_checksums;         /* default 1 */
+  int check_zip_crc;            /* default 1 */
+  uint64_t memory_budget_bytes; /* tensor bytes held at once; default 256 MiB */
+  int thread_count;             /* files per rank; default 1 */
+  int durable;                  /* default 1 */
+  int checksum;                 /* sp_checksum; default SP_CHECKSUM_CRC32C */
+  int compression;              /* sp_compression; default SP_COMPRESSION_NONE */
+  int compression_level;        /* zstd level 1..19; default 3 */
+  int compression_threads;      /* zstd compression threads; 0: one per CPU (default) */
+} sp_reshard_options;
+SP_EXPORT void sp_reshard_options_init(sp_reshard_options* options);
+
+typedef struct sp_reshard_result {
+  size_t struct_size;
+  int source_format; /* sp_checkpoint_format */
+  uint64_t tensors;
+  uint64_t objects;
+  uint64_t payload_bytes;
+  uint64_t bytes_written;
+  sp_zip_crc_counts zip_crc;
+  uint64_t meta_pt_bytes; /* Lightning's meta.pt carried over; 0: the source has none */
+  double seconds;
+} sp_reshard_result;
+SP_EXPORT void sp_reshard_result_init(sp_reshard_result* result);
 
 /* Rewrites any checkpoint (DCP or Hugging Face safetensors folder, or torch.save file) as a
- * DCP folder saved by `ranks`
- * ranks. options_json (may be NULL): {"verify_checksums": bool, "check_zip_crc": bool, "memory_budget": int,
- * "thread_count": int, "durable": bool, "checksum": "crc32c"|"xxh3"|"none", "compression": "none"|"zstd",
- * "compression_level": int, "compression_threads": int}.
- * *report_json: {"source_format" ("dcp"|"hf-safetensors"|"torch"), "tensors", "objects",
- * "payload_bytes", "bytes_written", "zip_crc", "meta_pt_bytes", "seconds"}, "zip_crc" as in
- * sp_consolidate's report; "meta_pt_bytes": the size of Lightning's meta.pt carried over (0:
- * the source has none). */
-SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int ranks, const char* options_json,
-                               char** report_json, char** error);
+ * DCP folder saved by `ranks` ranks, into the empty `destination`. `options` may be NULL.
+ * Nothing is committed on failure. Blocks. */
+SP_EXPORT sp_status sp_reshard(const char* source, const char* destination, int ranks,
+                               const sp_reshard_options* options, sp_reshard_result* result, char** error);
 
-/* The structure of a checkpoint folder (DCP or Hugging Face safetensors) without reading
- * tensor data: {"format": "dcp"|"hf-safetensors", "tensors": {fqn: {"dtype", "shape", "chunks": [{"offsets", "sizes",
- *   "file", "offset", "length", "transform_descriptors"?}]}}, "objects": {fqn: {"file",
- *   "offset", "length", "transform_descriptors"?}},
- *  "files": [str], "checksums": "crc32c"|"xxh3"|null}. */
-SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);
+typedef struct sp_verify_options {
+  size_t struct_size;
+  int quick; /* structure only: no tensor data read, no checksum checked; default 0 */
+} sp_verify_options;
+SP_EXPORT void sp_verify_options_init(sp_verify_options* options);
+
+/* One problem: the file it is in and the item ("" when none), and the whole message. */
+typedef struct sp_verify_problem {
+  const char* file;
+  const char* item;
+  const char* message;
+} sp_verify_problem;
+
+/* Which checks covered the bytes of one checkpoint, or of its meta.pt. */
+typedef struct sp_verify_coverage {
+  const char* name;
+  int format; /* sp_checkpoint_format */
+  int quick;
+  uint64_t structure_bytes;
+  uint64_t zip_records;
+  uint64_t zip_record_bytes;
+  uint64_t zip_crc32_bytes;
+  uint64_t no_checksum_bytes;
+  int sidecar; /* sp_checksum of the sidecar; SP_CHECKSUM_NONE: none */
+  uint64_t sidecar_bytes;
+} sp_verify_coverage;
+
+typedef struct sp_verify_result {
+  size_t struct_size;
+  void* owner; /* the library's; what the pointers below point into (sp_verify_result_free) */
+  int ok;      /* no problems */
+  uint64_t tensors;
+  uint64_t objects;
+  uint64_t bytes;          /* data read */
+  uint64_t verified_bytes; /* of those, covered by a checksum that matched */
+  size_t problem_count;
+  const sp_verify_problem* problems; /* in the order found */
+  size_t coverage_count;
+  const sp_verify_coverage* coverage; /* the checkpoint, then its meta.pt when present */
+} sp_verify_result;
+SP_EXPORT void sp_verify_result_init(sp_verify_result* result);
+/* Frees what the result holds (its owner) and sets its pointers to NULL. */
+SP_EXPORT void sp_verify_result_free(sp_verify_result* result);
 
 /* Checks a checkpoint (a DCP folder or URL, or a torch.save file): files present, chunks
- * tile each tensor, every blob parses, the sidecar's CRC-32C blocks and every zip record's
- * CRC-32 match. options_json (may be NULL): {"quick": bool} (structure only: no tensor data
- * read, no checksum checked). *report_json:
- *   {"ok": bool, "problems": [{"file", "item", "message"}], "tensors", "objects",
- *    "bytes" (data read), "verified_bytes" (of those, covered by a checksum that matched),
- *    "coverage": [{"name", "format": "dcp"|"torch", "quick", "structure_bytes",
- *      "zip_records", "zip_record_bytes", "zip_crc32_bytes", "no_checksum_bytes",
- *      "sidecar": "crc32c"|"xxh3"|null, "sidecar_bytes"}]}
- * A damaged checkpoint returns SP_OK with "ok": false; errors are for checkpoints that
- * cannot be found or opened at all (SP_ERROR_NOT_FOUND, SP_ERROR_STORAGE). */
-SP_EXPORT sp_status sp_verify(const char* path_or_url, const char* options_json, char** report_json, char** error);
+ * tile each tensor, every blob parses, the sidecar's blocks and every zip record's CRC-32
+ * match. A damaged checkpoint returns SP_OK with ok = 0 and the problems; errors are for
+ * checkpoints that cannot be found or opened at all (SP_ERROR_NOT_FOUND, SP_ERROR_STORAGE).
+ * `options` may be NULL. Blocks. */
+SP_EXPORT sp_status sp_verify(const char* path_or_url, const sp_verify_options* options, sp_verify_result* result,
+                              char** error);
+
+/* The structure of a checkpoint folder (DCP or Hugging Face safetensors) without reading
+ * tensor data, as the JSON of `shardpoint inspect --json` (a tree, the one result that stays
+ * JSON): {"format": "dcp"|"hf-safetensors", "tensors": {fqn: {"dtype", "shape", "chunks":
+ * [{"offsets", "sizes", "file", "offset", "length", "transform_descriptors"?}]}}, "objects":
+ * {fqn: {"file", "offset", "length", "transform_descriptors"?}}, "files": [str],
+ * "checksums": "crc32c"|"xxh3"|null}. */
+SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);
+
+/* ------------------------------------------------------------------------------------ */
+/* Lightning's checkpoint folders: the engine's rules (engine/checkpoint_files.h), for   */
+/* bindings that adapt them to a framework's interface                                    */
+
+/* A list of strings the library returns; free with sp_string_list_free. */
+typedef struct sp_string_list {
+  size_t count;
+  char** items;
+} sp_string_list;
+/* Frees the strings and the array and sets count = 0, items = NULL. */
+SP_EXPORT void sp_string_list_free(sp_string_list* list);
+
+/* *committed = 1 when `path_or_url` holds both commit markers, `.metadata` (the DCP data is
+ * committed) and Lightning's `meta.pt` (written after it); 0 otherwise, nothing there
+ * included. */
+SP_EXPORT sp_status sp_checkpoint_committed(const char* path_or_url, int* committed, char** error);
+
+/* The committed checkpoints directly in the local `folder`, oldest first (by the `step=N`
+ * in their names, then meta.pt's modification time). A missing folder holds none.
+ * Errors: SP_ERROR_USAGE for a URL. */
+SP_EXPORT sp_status sp_list_committed_checkpoints(const char* folder, sp_string_list* paths, char** error);
+
+/* Deletes a checkpoint folder (or URL prefix) uncommitting it first (meta.pt, .metadata,
+ * then the rest), or a single checkpoint file. Nothing there is not an error. */
+SP_EXPORT sp_status sp_remove_checkpoint(const char* path_or_url, char** error);
+
+/* *path: the hidden folder beside the local `target` a save that replaces it writes first
+ * (<parent>/.<name>.sp-replace-<tag>, tag cut to 16 characters; malloc'd). sp_replace_folder
+ * swaps it in. Errors: SP_ERROR_USAGE for a URL. */
+SP_EXPORT sp_status sp_staging_folder(const char* target, const char* tag, char** path, char** error);
+
+/* Removes the staging folders failed saves into the local `target` left (none for a URL).
+ * REQUIRES no save into `target` is in flight. *removed (may be NULL): how many went. */
+SP_EXPORT sp_status sp_remove_stale_staging(const char* target, size_t* removed, char** error);
+
+/* How one rank's items are split into data files (the rule sp_save applies), for a plan made
+ * elsewhere (PyTorch DCP's, written with sp_write_items): files_per_rank(thread_count)
+ * files where `single_file_per_rank` (sp_checkpoint_files_per_rank), else one per item.
+ * kinds[i] (sp_item_kind) and nbytes[i] (a tensor chunk's bytes; ignored for bytes items)
+ * describe item i. Out: file_of_item[i], the file (0 .. *file_count - 1, files with items
+ * only) item i goes to; order[0..count): the items' positions file by file, each file in
+ * the order its items are written. No I/O. */
+SP_EXPORT sp_status sp_split_into_files(const sp_checkpoint* checkpoint, int thread_count, int single_file_per_rank,
+                                        const int* kinds, const uint64_t* nbytes, size_t count, int* file_of_item,
+                                        size_t* order, int* file_count, char** error);
 
 #ifdef __cplusplus
 } /* extern "C" */

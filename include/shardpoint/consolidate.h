@@ -47,7 +47,7 @@
 // Blob headers are read through shared windows (storage/windowed_storage.h); local shard
 // files are read with pread, never mapped, so their pages do not count in our RSS.
 // Memory: what the process holds when the copy starts, a reserve, the writer's staging and
-// the slab, split from memory_budget by engine/copy_memory_plan.h; independent of the
+// the slab, split from memory_budget_bytes by engine/copy_memory_plan.h; independent of the
 // checkpoint's size.
 //
 // Atomic output: locally, a temporary file (or folder) next to the output, fsynced and
@@ -63,6 +63,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardpoint/zip_crc_counts.h"
@@ -74,6 +75,14 @@ enum class ConsolidateLayout { kTrainer, kFabric, kDcp };
 // index when one file holds everything), what HuggingFaceStorageWriter's consolidation
 // writes; kSafetensors: one file unless max_shard_bytes splits it.
 enum class ConsolidateFormat { kTorchSave, kSafetensors, kHfSafetensors };
+
+// The names the CLI (--layout, --to) and the C API's callers use: "trainer", "fabric",
+// "dcp"; "torch", "safetensors", "hf-safetensors". The *_from_name functions throw
+// UsageError naming `what` (the option) and the accepted names for any other name.
+std::string_view consolidate_layout_name(ConsolidateLayout layout);
+ConsolidateLayout consolidate_layout_from_name(std::string_view name, std::string_view what);
+std::string_view consolidate_format_name(ConsolidateFormat format);
+ConsolidateFormat consolidate_format_from_name(std::string_view name, std::string_view what);
 
 struct ConsolidateOptions {
   // The checkpoint folder: a local path or an object-store URL prefix.
@@ -90,7 +99,7 @@ struct ConsolidateOptions {
   // Upper bound for the memory the copy uses (slab buffer + writer staging), and the
   // target for the process's peak RSS. Lower it on small machines; below ~8 MiB the fixed
   // cost of the process dominates.
-  std::size_t memory_budget = std::size_t{256} << 20;
+  std::uint64_t memory_budget_bytes = std::uint64_t{256} << 20;
   // Verify the checksum sidecar (when the checkpoint has one) on every byte read.
   bool verify_checksums = true;
   // Where no sidecar covers a blob (PyTorch's checkpoints), check the zip CRC-32 of every

@@ -1,5 +1,6 @@
 """Lightning checkpoint files through the engine: where a checkpoint is (locations parsed by
-the engine), whether it is committed, how it is removed, and ``CheckpointIO``, the plugin for
+the engine), whether it is committed, which are committed, how one is removed (the engine's
+rules, engine/checkpoint_files.h, through the C API), and ``CheckpointIO``, the plugin for
 full (single-file) checkpoints: atomic, durable, checked on load, ``weights_only`` by default,
 remote URLs. ``shardpoint.lightning``'s strategies build on these; users import them from
 there.
@@ -10,10 +11,7 @@ from __future__ import annotations
 import inspect
 import io
 import os
-import re
-import shutil
 import zipfile
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -23,8 +21,6 @@ from . import _native, _trust, errors
 
 _META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
 _DCP_METADATA = ".metadata"
-_SIDECARS = (".shardpoint-checksums.json", ".shardpoint-index")
-_STEP = re.compile(r"step=(\d+)")
 
 PathOrUrl = Union[str, "os.PathLike[str]"]
 
@@ -59,30 +55,16 @@ def _split(path: PathOrUrl) -> Tuple[str, str]:
 
 def is_committed(path: PathOrUrl) -> bool:
     """Whether ``path`` (folder or URL) holds a complete sharded checkpoint: both
-    ``.metadata`` (the DCP data is committed) and ``meta.pt`` (written after it)."""
-    if not _is_url(path):
-        local = Path(_local(path))
-        return (local / _DCP_METADATA).is_file() and (local / _META).is_file()
-    try:
-        checkpoint = _native.Checkpoint(_text(path))
-        return checkpoint.read_object(_DCP_METADATA) is not None and checkpoint.read_object(_META) is not None
-    except errors.NotFoundError:
-        return False
+    ``.metadata`` (the DCP data is committed) and ``meta.pt`` (written after it). The
+    engine's rule (``sp_checkpoint_committed``), the C++ trainer's too."""
+    return _native.checkpoint_committed(_text(path))
 
 
 def find_committed_checkpoints(folder: PathOrUrl) -> List[str]:
     """The committed sharded checkpoints directly in a local ``folder``, oldest first (by the
-    ``step=N`` in their names, then by modification time). Object stores cannot be listed
-    through the engine: a URL raises ``UsageError``."""
-    if _is_url(folder):
-        raise errors.UsageError(f"{_text(folder)}: listing checkpoints needs a local folder")
-    root = Path(_local(folder))
-    found = []
-    for entry in root.iterdir() if root.is_dir() else []:
-        if entry.is_dir() and is_committed(entry):
-            step = _STEP.search(entry.name)
-            found.append(((int(step.group(1)) if step else -1, (entry / _META).stat().st_mtime), str(entry)))
-    return [p for _, p in sorted(found)]
+    ``step=N`` in their names, then by ``meta.pt``'s modification time): the engine's
+    listing (``sp_list_committed_checkpoints``). A URL raises ``UsageError``."""
+    return _native.list_committed_checkpoints(_text(folder))
 
 
 def _save_planner() -> Any:
@@ -96,38 +78,11 @@ def _save_planner() -> Any:
     return DefaultSavePlanner()
 
 
-def _checkpoint_files(checkpoint: _native.Checkpoint, location: str) -> List[str]:
-    """The data files a committed checkpoint's ``.metadata`` names (none when uncommitted)."""
-    blob = checkpoint.read_object(_DCP_METADATA)
-    if blob is None:
-        return []
-    source = f"{location}/{_DCP_METADATA}"
-    metadata = _trust.metadata_from_engine(_native.metadata_rebuild(blob, source), source)
-    return sorted({info.relative_path for info in (metadata.storage_data or {}).values()})
-
-
 def _remove(path: PathOrUrl) -> None:
-    """Deletes a sharded checkpoint folder or a checkpoint file, uncommitting first: ``meta.pt``
-    and ``.metadata`` go before the data files, so a crash mid-way leaves no folder that
-    looks complete. Object stores: the files ``.metadata`` names, the sidecars, ``meta.pt``."""
-    if not _is_url(path):
-        local = Path(_local(path))
-        if local.is_dir():
-            for marker in (_META, _DCP_METADATA):
-                (local / marker).unlink(missing_ok=True)
-            shutil.rmtree(local)
-        elif local.exists():
-            local.unlink()
-        return
-    location = _text(path).rstrip("/")
-    checkpoint = _native.Checkpoint(location)
-    files = _checkpoint_files(checkpoint, location)
-    if files or checkpoint.read_object(_META) is not None:
-        for key in [_META, _DCP_METADATA, *files, *_SIDECARS]:
-            checkpoint.remove_object(key)
-        return
-    parent, name = _split(location)  # a single-file checkpoint
-    _native.Checkpoint(parent).remove_object(name)
+    """Deletes a sharded checkpoint folder or a checkpoint file, uncommitting first (the
+    engine's ``sp_remove_checkpoint``): ``meta.pt`` and ``.metadata`` go before the data
+    files, so a crash mid-way leaves no folder that looks complete."""
+    _native.remove_checkpoint(_text(path))
 
 
 # -- single-file checkpoints ----------------------------------------------------------------

@@ -12,10 +12,9 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast, get_args
 
-from . import errors
-
+from . import errors, results
 
 
 class SaveOptions(ctypes.Structure):
@@ -74,9 +73,123 @@ class TensorRead(ctypes.Structure):
     ]
 
 
+class ZipCrcCountsStruct(ctypes.Structure):
+    _fields_ = [
+        ("records_checked", ctypes.c_uint64),
+        ("bytes_checked", ctypes.c_uint64),
+        ("records_no_checksum", ctypes.c_uint64),
+        ("records_partial", ctypes.c_uint64),
+    ]
+
+
+class ConsolidateOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("output_file", ctypes.c_char_p),
+        ("layout", ctypes.c_int),
+        ("format", ctypes.c_int),
+        ("max_shard_bytes", ctypes.c_uint64),
+        ("memory_budget_bytes", ctypes.c_uint64),
+        ("verify_checksums", ctypes.c_int),
+        ("check_zip_crc", ctypes.c_int),
+        ("durable", ctypes.c_int),
+    ]
+
+
+class ConsolidateResultStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("output", ctypes.c_void_p),  # char*, freed by sp_consolidate_result_free
+        ("tensors", ctypes.c_uint64),
+        ("objects", ctypes.c_uint64),
+        ("tensor_bytes", ctypes.c_uint64),
+        ("bytes_read", ctypes.c_uint64),
+        ("peak_rss_bytes", ctypes.c_uint64),
+        ("zip_crc", ZipCrcCountsStruct),
+        ("seconds", ctypes.c_double),
+    ]
+
+
+class ReshardOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("verify_checksums", ctypes.c_int),
+        ("check_zip_crc", ctypes.c_int),
+        ("memory_budget_bytes", ctypes.c_uint64),
+        ("thread_count", ctypes.c_int),
+        ("durable", ctypes.c_int),
+        ("checksum", ctypes.c_int),
+        ("compression", ctypes.c_int),
+        ("compression_level", ctypes.c_int),
+    ]
+
+
+class ReshardResultStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("source_format", ctypes.c_int),
+        ("tensors", ctypes.c_uint64),
+        ("objects", ctypes.c_uint64),
+        ("payload_bytes", ctypes.c_uint64),
+        ("bytes_written", ctypes.c_uint64),
+        ("zip_crc", ZipCrcCountsStruct),
+        ("meta_pt_bytes", ctypes.c_uint64),
+        ("seconds", ctypes.c_double),
+    ]
+
+
+class VerifyOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("quick", ctypes.c_int)]
+
+
+class VerifyProblemStruct(ctypes.Structure):
+    _fields_ = [("file", ctypes.c_char_p), ("item", ctypes.c_char_p), ("message", ctypes.c_char_p)]
+
+
+class VerifyCoverageStruct(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("format", ctypes.c_int),
+        ("quick", ctypes.c_int),
+        ("structure_bytes", ctypes.c_uint64),
+        ("zip_records", ctypes.c_uint64),
+        ("zip_record_bytes", ctypes.c_uint64),
+        ("zip_crc32_bytes", ctypes.c_uint64),
+        ("no_checksum_bytes", ctypes.c_uint64),
+        ("sidecar", ctypes.c_int),
+        ("sidecar_bytes", ctypes.c_uint64),
+    ]
+
+
+class VerifyResultStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("owner", ctypes.c_void_p),
+        ("ok", ctypes.c_int),
+        ("tensors", ctypes.c_uint64),
+        ("objects", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("verified_bytes", ctypes.c_uint64),
+        ("problem_count", ctypes.c_size_t),
+        ("problems", ctypes.POINTER(VerifyProblemStruct)),
+        ("coverage_count", ctypes.c_size_t),
+        ("coverage", ctypes.POINTER(VerifyCoverageStruct)),
+    ]
+
+
+class StringList(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_size_t), ("items", ctypes.POINTER(ctypes.c_char_p))]
+
+
 ITEM_TENSOR = 0
 ITEM_BYTES = 1
-CHECKSUMS = {"none": 0, "crc32c": 1, "xxh3": 2}
+
+# sp_name_kind (c_api.h): the enums whose names the engine maps.
+NAME_CHECKSUM = 0
+NAME_COMPRESSION = 1
+NAME_LAYOUT = 2
+NAME_OUTPUT_FORMAT = 3
+NAME_CHECKPOINT_FORMAT = 4
 
 _STATUS_ERRORS = {
     1: errors.FormatError,
@@ -121,7 +234,6 @@ def _load() -> ctypes.CDLL:
         "sp_read_object": (status, [P, ctypes.c_char_p, out_buf, size_p, ctypes.POINTER(ctypes.c_int), err]),
         "sp_write_object": (status, [P, ctypes.c_char_p, P, ctypes.c_size_t, ctypes.c_int, err]),
         "sp_remove_object": (status, [P, ctypes.c_char_p, err]),
-        "sp_checkpoint_files_per_rank": (ctypes.c_int, [P, ctypes.c_int]),
         "sp_save_options_init": (None, [ctypes.POINTER(SaveOptions)]),
         "sp_write_items": (
             status,
@@ -146,10 +258,40 @@ def _load() -> ctypes.CDLL:
             status,
             [P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p, out_buf, size_p, err],
         ),
-        "sp_consolidate": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P), err]),
-        "sp_reshard": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_value_of_name": (status, [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), err]),
+        "sp_name_of_value": (ctypes.c_char_p, [ctypes.c_int, ctypes.c_int]),
+        "sp_consolidate_options_init": (None, [ctypes.POINTER(ConsolidateOptions)]),
+        "sp_consolidate_result_init": (None, [ctypes.POINTER(ConsolidateResultStruct)]),
+        "sp_consolidate_result_free": (None, [ctypes.POINTER(ConsolidateResultStruct)]),
+        "sp_consolidate": (
+            status,
+            [ctypes.c_char_p, ctypes.POINTER(ConsolidateOptions), ctypes.POINTER(ConsolidateResultStruct), err],
+        ),
+        "sp_reshard_options_init": (None, [ctypes.POINTER(ReshardOptions)]),
+        "sp_reshard_result_init": (None, [ctypes.POINTER(ReshardResultStruct)]),
+        "sp_reshard": (
+            status,
+            [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ReshardOptions),
+             ctypes.POINTER(ReshardResultStruct), err],
+        ),
+        "sp_verify_options_init": (None, [ctypes.POINTER(VerifyOptions)]),
+        "sp_verify_result_init": (None, [ctypes.POINTER(VerifyResultStruct)]),
+        "sp_verify_result_free": (None, [ctypes.POINTER(VerifyResultStruct)]),
+        "sp_verify": (
+            status, [ctypes.c_char_p, ctypes.POINTER(VerifyOptions), ctypes.POINTER(VerifyResultStruct), err]
+        ),
         "sp_inspect": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
-        "sp_verify": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_string_list_free": (None, [ctypes.POINTER(StringList)]),
+        "sp_checkpoint_committed": (status, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), err]),
+        "sp_list_committed_checkpoints": (status, [ctypes.c_char_p, ctypes.POINTER(StringList), err]),
+        "sp_remove_checkpoint": (status, [ctypes.c_char_p, err]),
+        "sp_staging_folder": (status, [ctypes.c_char_p, ctypes.c_char_p, out_str, err]),
+        "sp_remove_stale_staging": (status, [ctypes.c_char_p, size_p, err]),
+        "sp_split_into_files": (
+            status,
+            [P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
+             ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), size_p, ctypes.POINTER(ctypes.c_int), err],
+        ),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -230,24 +372,39 @@ def int64_array(values: Sequence[int]) -> Any:
     return (ctypes.c_int64 * max(len(values), 1))(*values)
 
 
-# sp_compression (c_api.h).
-COMPRESSIONS = {None: 0, "zstd": 1}
+def value_of_name(kind: int, name: str) -> int:
+    """The C enum value the engine's mapping gives ``name`` (sp_value_of_name); UsageError
+    naming the accepted names for any other."""
+    if not isinstance(name, str):
+        raise errors.UsageError(f"expected a name (str), found {name!r}")
+    value = ctypes.c_int()
+    error = ctypes.c_char_p()
+    _check(lib().sp_value_of_name(kind, name.encode(), ctypes.byref(value), ctypes.byref(error)), error)
+    return value.value
+
+
+def name_of_value(kind: int, value: int) -> str:
+    """The engine's name of a C enum value (sp_name_of_value)."""
+    name = lib().sp_name_of_value(kind, value)
+    if name is None:
+        raise errors.InternalError(f"the library returned enum value {value} without a name (kind {kind})")
+    return name.decode()
+
+
+def _compression_value(compression: Optional[str]) -> int:
+    return value_of_name(NAME_COMPRESSION, "none" if compression is None else compression)
 
 
 def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, durable: bool, direct_io: bool,
                  compression: Optional[str] = None, compression_threads: int = 0) -> SaveOptions:
-    if checksum not in CHECKSUMS:
-        raise errors.UsageError(f"checksum must be one of {sorted(CHECKSUMS, key=str)}, found {checksum!r}")
-    if compression not in COMPRESSIONS:
-        raise errors.UsageError(f"compression must be None or 'zstd', found {compression!r}")
     o = SaveOptions()
     lib().sp_save_options_init(ctypes.byref(o))
     o.thread_count = int(thread_count)
-    o.checksum = CHECKSUMS[checksum]
+    o.checksum = value_of_name(NAME_CHECKSUM, checksum)
     o.checksum_block_bytes = int(checksum_block_bytes)
     o.durable = int(bool(durable))
     o.direct_io = int(bool(direct_io))
-    o.compression = COMPRESSIONS[compression]
+    o.compression = _compression_value(compression)
     if compression_threads < 0:
         raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
     o.compression_threads = int(compression_threads)
@@ -301,10 +458,23 @@ class Checkpoint:
         error = ctypes.c_char_p()
         _check(lib().sp_remove_object(self.handle, key.encode(), ctypes.byref(error)), error)
 
-    def files_per_rank(self, thread_count: int) -> int:
-        """The data files a rank should write in parallel for thread_count: thread_count, or
-        more where one object uploads as one sequential stream (gs://, sp_checkpoint_files_per_rank)."""
-        return int(lib().sp_checkpoint_files_per_rank(self.handle, int(thread_count)))
+    def split_into_files(self, kinds: Sequence[int], nbytes: Sequence[int], thread_count: int,
+                         single_file_per_rank: bool) -> Tuple[List[int], List[int], int]:
+        """The engine's split of a rank's items into data files (sp_split_into_files): item i
+        is of kind kinds[i] (ITEM_TENSOR, ITEM_BYTES) and nbytes[i] bytes. Returns (the file
+        of each item, the items' positions file by file in write order, the file count)."""
+        count = len(kinds)
+        file_of_item = (ctypes.c_int * max(count, 1))()
+        order = (ctypes.c_size_t * max(count, 1))()
+        files = ctypes.c_int()
+        error = ctypes.c_char_p()
+        _check(
+            lib().sp_split_into_files(self.handle, int(thread_count), int(bool(single_file_per_rank)),
+                                      (ctypes.c_int * max(count, 1))(*kinds), (ctypes.c_uint64 * max(count, 1))(*nbytes),
+                                      count, file_of_item, order, ctypes.byref(files), ctypes.byref(error)),
+            error,
+        )
+        return list(file_of_item[:count]), list(order[:count]), files.value
 
     def write_items(self, items: Any, count: int, options: SaveOptions) -> str:
         """Writes the first count items of a ctypes array of Item; returns the engine's JSON
@@ -420,24 +590,152 @@ def replace_folder(staged: str, target: str, durable: bool) -> None:
     _check(lib().sp_replace_folder(os.fsencode(staged), os.fsencode(target), int(durable), ctypes.byref(error)), error)
 
 
-def _json_call(fn_name: str, *args: Any) -> dict:
+def _zip_crc(c: ZipCrcCountsStruct) -> results.ZipCrcCounts:
+    return results.ZipCrcCounts(records_checked=c.records_checked, bytes_checked=c.bytes_checked,
+                                records_no_checksum=c.records_no_checksum, records_partial=c.records_partial)
+
+
+def _checkpoint_format(value: int) -> results.CheckpointFormat:
+    name = name_of_value(NAME_CHECKPOINT_FORMAT, value)
+    if name not in get_args(results.CheckpointFormat):
+        raise errors.InternalError(f"the library named a checkpoint format {name!r} this package does not know")
+    return cast(results.CheckpointFormat, name)
+
+
+def consolidate(folder: str, output_file: Optional[str], layout: str, format: str, max_shard_bytes: int,
+                memory_budget_bytes: int, verify_checksums: bool, check_zip_crc: bool,
+                durable: bool) -> results.ConsolidateResult:
+    o = ConsolidateOptions()
+    lib().sp_consolidate_options_init(ctypes.byref(o))
+    output = os.fsencode(output_file) if output_file is not None else None
+    o.output_file = output
+    o.layout = value_of_name(NAME_LAYOUT, layout)
+    o.format = value_of_name(NAME_OUTPUT_FORMAT, format)
+    o.max_shard_bytes = int(max_shard_bytes)
+    o.memory_budget_bytes = int(memory_budget_bytes)
+    o.verify_checksums = int(bool(verify_checksums))
+    o.check_zip_crc = int(bool(check_zip_crc))
+    o.durable = int(bool(durable))
+    r = ConsolidateResultStruct()
+    lib().sp_consolidate_result_init(ctypes.byref(r))
+    error = ctypes.c_char_p()
+    try:
+        _check(lib().sp_consolidate(os.fsencode(folder), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
+        written = ctypes.string_at(_address(ctypes.c_void_p(r.output))).decode("utf-8")
+    finally:
+        lib().sp_consolidate_result_free(ctypes.byref(r))
+    return results.ConsolidateResult(output=written, tensors=r.tensors, objects=r.objects, tensor_bytes=r.tensor_bytes,
+                                     bytes_read=r.bytes_read, peak_rss_bytes=r.peak_rss_bytes,
+                                     zip_crc=_zip_crc(r.zip_crc), seconds=r.seconds)
+
+
+def reshard(source: str, destination: str, ranks: int, verify_checksums: bool, check_zip_crc: bool,
+            memory_budget_bytes: int, thread_count: int, checksum: str, durable: bool,
+            compression: Optional[str]) -> results.ReshardResult:
+    o = ReshardOptions()
+    lib().sp_reshard_options_init(ctypes.byref(o))
+    o.verify_checksums = int(bool(verify_checksums))
+    o.check_zip_crc = int(bool(check_zip_crc))
+    o.memory_budget_bytes = int(memory_budget_bytes)
+    o.thread_count = int(thread_count)
+    o.durable = int(bool(durable))
+    o.checksum = value_of_name(NAME_CHECKSUM, checksum)
+    o.compression = _compression_value(compression)
+    r = ReshardResultStruct()
+    lib().sp_reshard_result_init(ctypes.byref(r))
+    error = ctypes.c_char_p()
+    _check(lib().sp_reshard(os.fsencode(source), os.fsencode(destination), int(ranks), ctypes.byref(o),
+                            ctypes.byref(r), ctypes.byref(error)), error)
+    return results.ReshardResult(source_format=_checkpoint_format(r.source_format), tensors=r.tensors,
+                                 objects=r.objects, payload_bytes=r.payload_bytes, bytes_written=r.bytes_written,
+                                 zip_crc=_zip_crc(r.zip_crc), meta_pt_bytes=r.meta_pt_bytes, seconds=r.seconds)
+
+
+def _text(p: Optional[bytes]) -> str:
+    return p.decode("utf-8", "replace") if p is not None else ""
+
+
+def _sidecar(value: int) -> Optional[results.SidecarChecksum]:
+    name = name_of_value(NAME_CHECKSUM, value)
+    return cast(results.SidecarChecksum, name) if name in get_args(results.SidecarChecksum) else None
+
+
+def verify(path: str, quick: bool) -> results.VerifyResult:
+    o = VerifyOptions()
+    lib().sp_verify_options_init(ctypes.byref(o))
+    o.quick = int(bool(quick))
+    r = VerifyResultStruct()
+    lib().sp_verify_result_init(ctypes.byref(r))
+    error = ctypes.c_char_p()
+    try:
+        _check(lib().sp_verify(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
+        problems = tuple(
+            results.VerifyProblem(file=_text(p.file), item=_text(p.item), message=_text(p.message))
+            for p in r.problems[: r.problem_count]
+        )
+        coverage = tuple(
+            results.VerifyCoverage(name=_text(c.name), format=_checkpoint_format(c.format), quick=bool(c.quick),
+                                   structure_bytes=c.structure_bytes, zip_records=c.zip_records,
+                                   zip_record_bytes=c.zip_record_bytes, zip_crc32_bytes=c.zip_crc32_bytes,
+                                   no_checksum_bytes=c.no_checksum_bytes, sidecar=_sidecar(c.sidecar),
+                                   sidecar_bytes=c.sidecar_bytes)
+            for c in r.coverage[: r.coverage_count]
+        )
+    finally:
+        lib().sp_verify_result_free(ctypes.byref(r))
+    return results.VerifyResult(ok=bool(r.ok), problems=problems, tensors=r.tensors, objects=r.objects, bytes=r.bytes,
+                                verified_bytes=r.verified_bytes, coverage=coverage)
+
+
+def inspect(path: str) -> Dict[str, Any]:
+    """The engine's JSON tree of a checkpoint's structure (sp_inspect)."""
     out = ctypes.c_void_p()
     error = ctypes.c_char_p()
-    _check(getattr(lib(), fn_name)(*args, ctypes.byref(out), ctypes.byref(error)), error)
-    return json.loads(_take_string(out))
+    _check(lib().sp_inspect(os.fsencode(path), ctypes.byref(out), ctypes.byref(error)), error)
+    tree: Dict[str, Any] = json.loads(_take_string(out))
+    return tree
 
 
-def consolidate(folder: str, options: dict) -> dict:
-    return _json_call("sp_consolidate", os.fsencode(folder), json.dumps(options).encode())
+# -- Lightning's checkpoint folders (the engine's rules, engine/checkpoint_files.h) ---------
 
 
-def reshard(source: str, destination: str, ranks: int, options: dict) -> dict:
-    return _json_call("sp_reshard", os.fsencode(source), os.fsencode(destination), int(ranks), json.dumps(options).encode())
+def checkpoint_committed(path_or_url: str) -> bool:
+    """Whether the folder or URL holds both commit markers, ``.metadata`` and ``meta.pt``."""
+    committed = ctypes.c_int()
+    error = ctypes.c_char_p()
+    _check(lib().sp_checkpoint_committed(os.fsencode(path_or_url), ctypes.byref(committed), ctypes.byref(error)),
+           error)
+    return bool(committed.value)
 
 
-def inspect(path: str) -> dict:
-    return _json_call("sp_inspect", os.fsencode(path))
+def list_committed_checkpoints(folder: str) -> List[str]:
+    """The committed checkpoints directly in a local folder, oldest first."""
+    found = StringList()
+    error = ctypes.c_char_p()
+    _check(lib().sp_list_committed_checkpoints(os.fsencode(folder), ctypes.byref(found), ctypes.byref(error)), error)
+    try:
+        return [os.fsdecode(found.items[i]) for i in range(found.count)]
+    finally:
+        lib().sp_string_list_free(ctypes.byref(found))
 
 
-def verify(path: str, options: dict) -> dict:
-    return _json_call("sp_verify", os.fsencode(path), json.dumps(options).encode())
+def remove_checkpoint(path_or_url: str) -> None:
+    """Deletes a checkpoint folder (uncommitting it first) or file; nothing there is no error."""
+    error = ctypes.c_char_p()
+    _check(lib().sp_remove_checkpoint(os.fsencode(path_or_url), ctypes.byref(error)), error)
+
+
+def staging_folder(target: str, tag: str) -> str:
+    """The hidden folder beside the local ``target`` a save that replaces it writes first."""
+    path = ctypes.c_void_p()
+    error = ctypes.c_char_p()
+    _check(lib().sp_staging_folder(os.fsencode(target), tag.encode(), ctypes.byref(path), ctypes.byref(error)), error)
+    return _take_string(path)
+
+
+def remove_stale_staging(target: str) -> int:
+    """Removes the staging folders failed saves into the local ``target`` left; how many."""
+    removed = ctypes.c_size_t()
+    error = ctypes.c_char_p()
+    _check(lib().sp_remove_stale_staging(os.fsencode(target), ctypes.byref(removed), ctypes.byref(error)), error)
+    return removed.value

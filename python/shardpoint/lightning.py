@@ -106,7 +106,7 @@ from ._lightning_files import (
     is_committed,
 )
 from ._staging import HostStaging
-from .torch import StorageReader, StorageWriter, _remove_stale_staging, _staging_folder
+from .torch import StorageReader, StorageWriter
 
 __all__ = ["FSDPStrategy", "ModelParallelStrategy", "CheckpointIO", "is_committed", "find_committed_checkpoints"]
 
@@ -225,8 +225,8 @@ class _EngineCheckpoints(_MixinBase):
             target = str(Path(_local(location)))
             staging = ""
             if self.is_global_zero:
-                _remove_stale_staging(target)
-                staging = _staging_folder(target, uuid.uuid4().hex)
+                _native.remove_stale_staging(target)
+                staging = _native.staging_folder(target, uuid.uuid4().hex)
             location = _text(self.broadcast(staging))
             Path(location).mkdir(parents=True, exist_ok=True)
         elif self.is_global_zero:

@@ -36,9 +36,8 @@ import json
 import logging
 import os
 import pickle
-import shutil
 import uuid
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.distributed.checkpoint import (
@@ -87,28 +86,10 @@ def _is_local(location: str) -> bool:
     return not _native.parse_location(location).remote
 
 
-_STAGING_MARK = ".sp-replace-"
-
-
-def _staging_folder(target: str, tag: str = "save") -> str:
-    """The hidden sibling a save into a committed local checkpoint writes to first. The
-    StorageWriter's ranks each name it alone, from the target and the default tag: nothing
-    of it travels in the plan, which DCP may cache and replay."""
-    parent, name = os.path.split(os.path.abspath(target))
-    return os.path.join(parent, f".{name}{_STAGING_MARK}{tag[:16]}")
-
-
-def _remove_stale_staging(target: str) -> None:
-    """Removes staging folders that saves into ``target`` left when they failed."""
-    parent, name = os.path.split(os.path.abspath(target))
-    prefix = f".{name}{_STAGING_MARK}"
-    try:
-        entries = os.listdir(parent)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.startswith(prefix):
-            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+# The tag of the staging folder a StorageWriter's save into a committed local checkpoint
+# writes first: every rank names it alone, from the target and this tag, so nothing of it
+# travels in the plan, which DCP may cache and replay.
+_STAGING_TAG = "save"
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -143,22 +124,6 @@ def _chunk_nbytes(item: WriteItem) -> int:
     return numel * td.properties.dtype.itemsize
 
 
-def _split_into_files(items: Sequence[WriteItem], count: int) -> List[List[WriteItem]]:
-    """Items into ``count`` files of about equal size: bytes items round-robin, then tensors
-    largest first onto the lightest file (as FileSystemWriter spreads them over threads)."""
-    buckets: List[List[WriteItem]] = [[] for _ in range(count)]
-    sizes = [0] * count
-    bytes_items = [i for i in items if i.type == WriteItemType.BYTE_IO]
-    tensor_items = [(_chunk_nbytes(i), n, i) for n, i in enumerate(items) if i.type != WriteItemType.BYTE_IO]
-    for n, item in enumerate(bytes_items):
-        buckets[n % count].append(item)
-    for nbytes, _, item in sorted(tensor_items, key=lambda t: (-t[0], t[1])):
-        i = min(range(count), key=lambda k: sizes[k])
-        buckets[i].append(item)
-        sizes[i] += nbytes
-    return [b for b in buckets if b]
-
-
 class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
     """DCP StorageWriter writing through shardpoint's engine.
 
@@ -171,7 +136,8 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             off only for benchmarks: after a crash a checkpoint may look complete when not.
         thread_count: files each rank writes in parallel. Raised to 4 on ``gs://`` with the
             JSON API (an OAuth token), where an object uploads as one sequential session, so
-            that a rank has 4 upload streams, as the C++ engine's save does.
+            that a rank has 4 upload streams; items are split into the files by the engine's
+            rule (``sp_split_into_files``), as the C++ engine's save splits them.
         checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
         checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
             partial reads verify with less widening.
@@ -211,12 +177,12 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         single_file_per_rank: bool = True,
         sync_files: bool = True,
         thread_count: int = 1,
-        checksum: str = "crc32c",
+        checksum: Literal["crc32c", "xxh3", "none"] = "crc32c",
         checksum_block_bytes: int = 1 << 20,
         direct_io: bool = True,
         overwrite: bool = True,
         cache_staged_state_dict: bool = True,
-        compression: Optional[str] = None,
+        compression: Optional[Literal["zstd"]] = None,
         *args: Any,
         async_staging: bool = False,
         compression_threads: int = 0,
@@ -315,7 +281,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         files change. DCP calls this before any rank writes, cached plans or not."""
         checkpoint = self._opened()
         if _is_local(self.path):
-            _remove_stale_staging(self.path)
+            _native.remove_stale_staging(self.path)
         if checkpoint.read_object(".metadata") is not None:
             if not self.overwrite:
                 raise errors.UsageError(f"{self.path}: holds a committed checkpoint and overwrite=False")
@@ -327,7 +293,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """Where this rank writes: the checkpoint's folder, or the staging folder beside a
         committed local checkpoint (which the coordinator keeps until ``finish``)."""
         if _is_local(self.path) and os.path.exists(os.path.join(self.path, ".metadata")):
-            return _staging_folder(self.path)
+            return _native.staging_folder(self.path, _STAGING_TAG)
         return self.path
 
     def _writing_to(self, folder: str) -> _native.Checkpoint:
@@ -346,10 +312,10 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         per plan and kept: with plan caching DCP hands the same plan object to every later
         save, whose only per-save work here is resolving each item's data."""
         checkpoint = self._writing_to(self._destination())
-        file_count = checkpoint.files_per_rank(self.thread_count) if self.single_file_per_rank else 0
+        split = (self.thread_count, self.single_file_per_rank)
         layout = self._layout
-        if layout is None or layout.plan is not plan or layout.file_count != file_count:
-            layout = self._layout = _item_layout(plan, file_count)
+        if layout is None or layout.plan is not plan or layout.split != split:
+            layout = self._layout = _item_layout(plan, checkpoint, *split)
         keep_alive: List[Any] = []  # tensors and buffers the native call reads
         for slot, item in zip(layout.native_items, layout.items):
             slot.data, slot.nbytes = self._resolve_item(item, planner, keep_alive)
@@ -432,32 +398,40 @@ class _ItemLayout:
     """The native item array a plan makes, without the data addresses (set per save)."""
 
     plan: SavePlan  # the plan it was built from, by identity
-    file_count: int  # files per rank it was split into (0: one file per item)
+    split: Tuple[int, bool]  # (thread_count, single_file_per_rank) it was split into files with
     items: List[WriteItem]  # in the order of native_items
     native_items: Any  # ctypes array of _native.Item; its offsets/sizes point into ints
     ints: Any  # every tensor item's chunk offsets then sizes, one int64 array
 
 
-def _item_layout(plan: SavePlan, file_count: int) -> _ItemLayout:
-    """The native items of plan's items: files (split into file_count files, or one per item),
-    fqn, kind, dtype and chunk box. One ctypes array filled in place, pointing into one int64
-    array: a few objects per rank rather than several per item (objects a save keeps alive
-    bring CPython's next full garbage collection closer, and those walk the whole process)."""
+def _item_layout(plan: SavePlan, checkpoint: "_native.Checkpoint", thread_count: int,
+                 single_file_per_rank: bool) -> _ItemLayout:
+    """The native items of plan's items: files (split by the engine's rule,
+    ``sp_split_into_files``, each file in the engine's write order), fqn, kind, dtype and chunk
+    box. One ctypes array filled in place, pointing into one int64 array: a few objects per
+    rank rather than several per item (objects a save keeps alive bring CPython's next full
+    garbage collection closer, and those walk the whole process)."""
     prefix = plan.storage_data.prefix
-    files = _split_into_files(plan.items, file_count) if file_count else [[item] for item in plan.items]
+    all_items = plan.items
+    file_of_item, order, file_count = checkpoint.split_into_files(
+        [_native.ITEM_BYTES if i.type == WriteItemType.BYTE_IO else _native.ITEM_TENSOR for i in all_items],
+        [_chunk_nbytes(i) for i in all_items],
+        thread_count,
+        single_file_per_rank,
+    )
+    file_names = [f"{prefix}{n}{_DATA_SUFFIX}".encode() for n in range(file_count)]
     items: List[WriteItem] = []
     names: List[bytes] = []
     ints: List[int] = []
     starts: List[int] = []
-    for n, bucket in enumerate(files):
-        name = f"{prefix}{n}{_DATA_SUFFIX}".encode()
-        for item in bucket:
-            items.append(item)
-            names.append(name)
-            starts.append(len(ints))
-            if item.tensor_data is not None:
-                ints.extend(item.tensor_data.chunk.offsets)
-                ints.extend(item.tensor_data.chunk.sizes)
+    for position in order:
+        item = all_items[position]
+        items.append(item)
+        names.append(file_names[file_of_item[position]])
+        starts.append(len(ints))
+        if item.tensor_data is not None:
+            ints.extend(item.tensor_data.chunk.offsets)
+            ints.extend(item.tensor_data.chunk.sizes)
     int_array = _native.int64_array(ints)
     base = ctypes.addressof(int_array)
     native_items = (_native.Item * max(len(items), 1))()
@@ -479,7 +453,7 @@ def _item_layout(plan: SavePlan, file_count: int) -> _ItemLayout:
         slot.ndim = ndim
         slot.offsets = base + 8 * start
         slot.sizes = base + 8 * (start + ndim)
-    return _ItemLayout(plan, file_count, items, native_items, int_array)
+    return _ItemLayout(plan, (thread_count, single_file_per_rank), items, native_items, int_array)
 
 
 class StorageReader(_DcpStorageReader):

@@ -144,7 +144,7 @@ def test_stock_checkpoint_resumes_in_shardpoint_on_another_world_size(stock_chec
     assert any("momentum_buffer" in n for n in want)
     # shardpoint's files are there (and Lightning's reader read them above)
     assert (resaved / ".shardpoint-checksums.json").is_file() and (resaved / "meta.pt").is_file()
-    assert shardpoint.verify(resaved)["ok"]
+    assert shardpoint.verify(resaved).ok
     # the loss goes on from where it was, not from the untrained model's
     assert report["losses"]["3"] < report["loaded"]["probe_loss"] + 1.0
 
@@ -221,7 +221,7 @@ def test_async_saves_and_uncommitted_last_falls_back(data_dir, tmp_path):
     ckpts = tmp_path / "checkpoints"
     for step in (1, 2, 3):
         assert splightning.is_committed(ckpts / f"epoch=0-step={step}.ckpt")
-        assert shardpoint.verify(ckpts / f"epoch=0-step={step}.ckpt")["ok"]
+        assert shardpoint.verify(ckpts / f"epoch=0-step={step}.ckpt").ok
     last = ckpts / "last.ckpt"
     assert splightning.is_committed(last)
     # a run that died while writing last.ckpt: data there, meta.pt not yet
@@ -365,7 +365,7 @@ def test_remote_sharded_save_resume_remove(data_dir, tmp_path, gcs):
     # plain SGD: an optimizer without state (DCP drops its empty "state" dict)
     first = train(2, tmp_path / "a", "ours", data_dir, 2, "--save-to", url, "--plain-sgd")
     assert first["global_step"] == 2
-    assert splightning.is_committed(url) and shardpoint.verify(url)["ok"]
+    assert splightning.is_committed(url) and shardpoint.verify(url).ok
     written = gcs()
     assert written >= 5  # .metadata, 2 data files, meta.pt, checksums (+ index)
     resumed = train(3, tmp_path / "b", "ours", data_dir, 3, "--ckpt-path", url, "--remove", url, "--plain-sgd")

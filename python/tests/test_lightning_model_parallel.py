@@ -158,7 +158,7 @@ def test_model_parallel_strategy_saves_what_lightning_saves(stock_mp, data_dir, 
     ckpts = tmp_path / "checkpoints"
     ours = ckpts / "epoch=0-step=2.ckpt"
     for folder in (ckpts / "epoch=0-step=1.ckpt", ours, ckpts / "last.ckpt"):
-        assert splightning.is_committed(folder) and shardpoint.verify(folder)["ok"], folder
+        assert splightning.is_committed(folder) and shardpoint.verify(folder).ok, folder
         assert (folder / ".shardpoint-checksums.json").is_file()
     got, want = lightning_reads(ours), lightning_reads(stock_mp)
     assert set(got) == set(want)
@@ -211,7 +211,7 @@ def test_model_parallel_strategy_on_object_store(data_dir, tmp_path, gcs):
     url = "gs://bucket/run/epoch=0-step=2.ckpt"
     first = train_mp(2, tmp_path / "a", "ours", data_dir, 2, "--save-to", url)
     assert first["global_step"] == 2
-    assert splightning.is_committed(url) and shardpoint.verify(url)["ok"]
+    assert splightning.is_committed(url) and shardpoint.verify(url).ok
     resumed = train_mp(3, tmp_path / "b", "ours", data_dir, 3, "--ckpt-path", url)
     assert resumed["loaded"]["global_step"] == 2 and resumed["global_step"] == 3
     assert resumed["resumed_probe"] == pytest.approx(resumed["loaded"]["probe_loss"], rel=1e-5, abs=1e-6)
@@ -223,7 +223,7 @@ def test_model_parallel_strategy_on_object_store(data_dir, tmp_path, gcs):
 def test_reshard_model_parallel_checkpoint_resumes_in_lightning(stock_mp, data_dir, tmp_path):
     out = tmp_path / "resharded.ckpt"
     report = shardpoint.reshard(stock_mp, out, 3)
-    assert report["meta_pt_bytes"] == (stock_mp / "meta.pt").stat().st_size
+    assert report.meta_pt_bytes == (stock_mp / "meta.pt").stat().st_size
     assert (out / "meta.pt").read_bytes() == (stock_mp / "meta.pt").read_bytes()
     assert sorted(p.name for p in out.glob("__*_0.distcp")) == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]
     want, got = lightning_reads(stock_mp), lightning_reads(out)

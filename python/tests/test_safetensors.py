@@ -90,11 +90,11 @@ def test_engine_load_on_3_ranks(saved, folder):
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_verify_is_clean(saved, folder):
     report = shardpoint.verify(saved / folder)
-    assert report["ok"], report["problems"]
-    assert report["coverage"][0]["format"] == ("dcp" if folder == "dcp-st" else "hf-safetensors")
-    assert report["verified_bytes"] == 0  # safetensors carries no checksum
-    assert report["tensors"] == len(worker.spec_of(folder))
-    assert report["bytes"] == sum(worker.full(n, s, d).numel() * d.itemsize for n, (s, d, _) in
+    assert report.ok, report.problems
+    assert report.coverage[0].format == ("dcp" if folder == "dcp-st" else "hf-safetensors")
+    assert report.verified_bytes == 0  # safetensors carries no checksum
+    assert report.tensors == len(worker.spec_of(folder))
+    assert report.bytes == sum(worker.full(n, s, d).numel() * d.itemsize for n, (s, d, _) in
                                   worker.spec_of(folder).items())
 
 
@@ -218,8 +218,8 @@ def test_hf_folder_on_s3_reads_and_exports_there(saved, s3, monkeypatch, tmp_pat
         url = f"s3://hf-ckpt/{prefix}/{folder}"
         assert shardpoint.inspect(url)["format"] == "hf-safetensors"
         report = shardpoint.verify(url)
-        assert report["ok"], report["problems"]
-        assert report["tensors"] == len(spec)
+        assert report.ok, report.problems
+        assert report.tensors == len(spec)
         out = tmp_path / f"{folder.replace('/', '-')}.safetensors"
         shardpoint.consolidate(url, out, layout="dcp", format="safetensors")
         got = safetensors_tensors(out)

@@ -34,17 +34,17 @@ def test_inspect(ckpt):
 
 def test_verify_clean_and_damaged(ckpt):
     report = shardpoint.verify(ckpt)
-    assert report["ok"] and report["problems"] == [] and report["tensors"] == 2
-    assert report["verified_bytes"] == report["bytes"] > 0
-    assert report["coverage"][0]["sidecar"] == "crc32c"
+    assert report.ok and report.problems == () and report.tensors == 2
+    assert report.verified_bytes == report.bytes > 0
+    assert report.coverage[0].sidecar == "crc32c"
     f = next(ckpt.glob("__0_*.distcp"))
     data = bytearray(f.read_bytes())
     data[len(data) // 2] ^= 1
     f.write_bytes(bytes(data))
     report = shardpoint.verify(ckpt)
-    assert not report["ok"] and report["problems"]
-    assert report["problems"][0]["file"] == f.name and f.name in report["problems"][0]["message"]
-    assert shardpoint.verify(ckpt, quick=True)["coverage"][0]["quick"]
+    assert not report.ok and report.problems
+    assert report.problems[0].file == f.name and f.name in report.problems[0].message
+    assert shardpoint.verify(ckpt, quick=True).coverage[0].quick
 
 
 def test_verify_missing_checkpoint_raises(tmp_path):
@@ -55,7 +55,7 @@ def test_verify_missing_checkpoint_raises(tmp_path):
 def test_consolidate_dcp_layout_loads_with_torch(ckpt, tmp_path):
     out = tmp_path / "model.pt"
     report = shardpoint.consolidate(ckpt, out, layout="dcp")
-    assert report["output"] == str(out) and report["tensors"] == 2
+    assert report.output == str(out) and report.tensors == 2
     sd = torch.load(out, weights_only=False)
     want = state()
     assert torch.equal(sd["model"]["w"], want["model"]["w"]) and sd["epoch"] == 2
@@ -64,7 +64,7 @@ def test_consolidate_dcp_layout_loads_with_torch(ckpt, tmp_path):
 def test_reshard_then_load(ckpt, tmp_path):
     dst = tmp_path / "three"
     report = shardpoint.reshard(ckpt, dst, 3)
-    assert report["source_format"] == "dcp" and report["tensors"] == 2
+    assert report.source_format == "dcp" and report.tensors == 2
     assert sorted(p.name for p in dst.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp"]
     target = {"model": {"w": torch.zeros(33, 8), "b": torch.zeros(8)}, "epoch": 0}
     dcp.load(target, storage_reader=StorageReader(dst))
@@ -86,16 +86,16 @@ def test_engine_reads_what_this_pytorch_wrote(tmp_path):
     info = shardpoint.inspect(path)
     assert info["tensors"]["model.w"]["shape"] == [33, 8] and info["checksums"] is None
     report = shardpoint.verify(path)
-    assert report["ok"] and report["coverage"][0]["sidecar"] is None
-    assert report["coverage"][0]["zip_crc32_bytes"] > 0  # PyTorch's own CRC-32s were checked
+    assert report.ok and report.coverage[0].sidecar is None
+    assert report.coverage[0].zip_crc32_bytes > 0  # PyTorch's own CRC-32s were checked
     out = tmp_path / "theirs.pt"
     report = shardpoint.consolidate(path, out, layout="dcp")
     assert torch.equal(torch.load(out, weights_only=False)["model"]["w"], state()["model"]["w"])
     # Every tensor record was read whole, so each one's CRC-32 was checked.
-    assert report["zip_crc"]["records_checked"] >= 2 and report["zip_crc"]["records_partial"] == 0
-    assert report["zip_crc"]["bytes_checked"] >= (33 * 8 + 8) * 4
+    assert report.zip_crc.records_checked >= 2 and report.zip_crc.records_partial == 0
+    assert report.zip_crc.bytes_checked >= (33 * 8 + 8) * 4
     unchecked = shardpoint.consolidate(path, tmp_path / "unchecked.pt", layout="dcp", check_zip_crc=False)
-    assert unchecked["zip_crc"]["records_checked"] == 0
+    assert unchecked.zip_crc.records_checked == 0
 
 
 def test_reshard_reports_the_zip_crc_checks(tmp_path):
@@ -104,12 +104,65 @@ def test_reshard_reports_the_zip_crc_checks(tmp_path):
     path = tmp_path / "theirs"
     dcp.save(state(), storage_writer=dcp.FileSystemWriter(path))
     report = shardpoint.reshard(path, tmp_path / "two", 2)
-    assert report["zip_crc"]["records_checked"] >= 2
-    assert report["zip_crc"]["bytes_checked"] >= (33 * 8 + 8) * 4
+    assert report.zip_crc.records_checked >= 2
+    assert report.zip_crc.bytes_checked >= (33 * 8 + 8) * 4
     off = shardpoint.reshard(path, tmp_path / "two-unchecked", 2, check_zip_crc=False)
-    assert off["zip_crc"] == {"records_checked": 0, "bytes_checked": 0, "records_no_checksum": 0,
-                              "records_partial": 0}
+    assert off.zip_crc == shardpoint.ZipCrcCounts(records_checked=0, bytes_checked=0, records_no_checksum=0,
+                                                  records_partial=0)
 
 
 def test_our_save_has_a_load_index(ckpt):
     assert (ckpt / ".shardpoint-index").exists()
+
+
+def test_results_are_frozen_typed_dataclasses(ckpt, tmp_path):
+    import dataclasses
+
+    report = shardpoint.verify(ckpt)
+    assert isinstance(report, shardpoint.VerifyResult) and dataclasses.is_dataclass(report)
+    assert isinstance(report.coverage[0], shardpoint.VerifyCoverage) and report.coverage[0].format == "dcp"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.ok = False  # type: ignore[misc]
+    resharded = shardpoint.reshard(ckpt, tmp_path / "r", 2, checksum="xxh3", memory_budget_bytes=1 << 20)
+    assert isinstance(resharded, shardpoint.ReshardResult) and isinstance(resharded.zip_crc, shardpoint.ZipCrcCounts)
+    assert shardpoint.verify(tmp_path / "r").coverage[0].sidecar == "xxh3"
+    out = shardpoint.consolidate(ckpt, tmp_path / "m.pt", layout="dcp", memory_budget_bytes=1 << 20)
+    assert isinstance(out, shardpoint.ConsolidateResult) and isinstance(out.seconds, float)
+
+
+def test_unknown_option_names_are_usage_errors_naming_the_accepted_ones(ckpt, tmp_path):
+    with pytest.raises(shardpoint.UsageError, match="trainer, fabric, dcp"):
+        shardpoint.consolidate(ckpt, tmp_path / "x.pt", layout="nope")  # type: ignore[arg-type]
+    with pytest.raises(shardpoint.UsageError, match="torch, safetensors, hf-safetensors"):
+        shardpoint.consolidate(ckpt, tmp_path / "x.pt", format="onnx")  # type: ignore[arg-type]
+    with pytest.raises(shardpoint.UsageError, match="crc32c"):
+        shardpoint.reshard(ckpt, tmp_path / "y", 2, checksum="md5")  # type: ignore[arg-type]
+    with pytest.raises(shardpoint.UsageError, match="zstd"):
+        shardpoint.reshard(ckpt, tmp_path / "y", 2, compression="lz4")  # type: ignore[arg-type]
+    with pytest.raises(shardpoint.UsageError, match="crc32c"):
+        StorageWriter(tmp_path / "z", checksum="md5")
+
+
+def test_writer_splits_items_by_the_engines_rule(tmp_path):
+    """thread_count files per rank, items split as the engine's own save splits them
+    (sp_split_into_files): bytes items round-robin, tensors largest first onto the lightest
+    file; no empty file is written."""
+    g = torch.Generator().manual_seed(5)
+    sd = {f"t{i}": torch.randn(64 * (i + 1), generator=g) for i in range(5)}
+    sd["epoch"] = 3
+    path = tmp_path / "split"
+    dcp.save(sd, storage_writer=StorageWriter(path, thread_count=3))
+    files = sorted(p.name for p in path.glob("*.distcp"))
+    assert files == ["__0_0.distcp", "__0_1.distcp", "__0_2.distcp"]
+    md = StorageReader(path).read_metadata()
+    where = {index.fqn: info.relative_path for index, info in md.storage_data.items()}
+    # t4 (largest) -> 0, t3 -> 1, t2 -> 2, t1 -> 2 (lightest), t0 -> 1; epoch (bytes) -> 0.
+    assert where == {"t4": "__0_0.distcp", "t3": "__0_1.distcp", "t2": "__0_2.distcp", "t1": "__0_2.distcp",
+                     "t0": "__0_1.distcp", "epoch": "__0_0.distcp"}
+    back = {k: torch.empty_like(v) for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    back["epoch"] = 0
+    dcp.load(back, storage_reader=StorageReader(path))
+    assert all(torch.equal(back[k], sd[k]) for k in back if k != "epoch") and back["epoch"] == 3
+    one = tmp_path / "one"
+    dcp.save({"t": torch.ones(2)}, storage_writer=StorageWriter(one, thread_count=4))
+    assert sorted(p.name for p in one.glob("*.distcp")) == ["__0_0.distcp"]

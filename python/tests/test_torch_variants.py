@@ -71,7 +71,7 @@ def test_shardpoint_reads_pytorch_variants_with_pytorch_values(saved, variant, t
     want = hashes(saved["plain"])
     assert hashes(saved[variant]) == want
     report = shardpoint.verify(saved[variant])
-    assert report["ok"] and report["problems"] == [] and report["tensors"] == len(want["tensors"])
+    assert report.ok and report.problems == () and report.tensors == len(want["tensors"])
     # 2 -> 3 ranks through shardpoint's StorageReader.
     run_ranks(NEWEST, 3, [WORKER, "load", str(saved[variant]), "--reader", "ours"])
     # reshard to 3 ranks: same values, and PyTorch loads the result on 3 ranks.
@@ -144,7 +144,7 @@ def test_pytorch_reads_shardpoint_zstd(tmp_path):
     assert {tuple(info.transform_descriptors) for info in md.storage_data.values()} == {("stream.zstd/1",)}
     run_ranks(NEWEST, 3, [WORKER, "load", str(path), "--reader", "torch"])
     run_ranks(NEWEST, 3, [WORKER, "load", str(path), "--reader", "ours"])
-    assert shardpoint.verify(path)["ok"]
+    assert shardpoint.verify(path).ok
 
 
 @pytest.mark.parametrize("gone", ["__1.metadata", "__0.metadata"])
@@ -158,7 +158,7 @@ def test_missing_rank_metadata_is_one_error_naming_it(saved, tmp_path, gone):
     message = str(e.value)
     assert gone in message and "missing" in message and "\n" not in message
     report = shardpoint.verify(path)
-    assert not report["ok"] and len(report["problems"]) == 1 and gone in report["problems"][0]["message"]
+    assert not report.ok and len(report.problems) == 1 and gone in report.problems[0].message
     with pytest.raises(shardpoint.FormatError, match=gone.replace(".", r"\.")):
         shardpoint.consolidate(path, tmp_path / "out.pt", layout="dcp")
 
@@ -206,11 +206,11 @@ def test_damaged_zstd_items_are_refused_with_one_line(saved, tmp_path, damage, f
     path = tmp_path / "damaged"
     _rewrite_item(saved["zstd"], path, fqn, DAMAGES[damage])
     report = shardpoint.verify(path)
-    assert not report["ok"], report
-    problems = [p for p in report["problems"] if p["item"].startswith(fqn)]
-    assert problems, report["problems"]
+    assert not report.ok, report
+    problems = [p for p in report.problems if p.item.startswith(fqn)]
+    assert problems, report.problems
     for p in problems:
-        assert "\n" not in p["message"] and fqn in p["message"], p
+        assert "\n" not in p.message and fqn in p.message, p
     # A load of the item fails with one line too.
     with pytest.raises(shardpoint.ShardpointError) as e:
         shardpoint.consolidate(path, tmp_path / "out.pt", layout="dcp")

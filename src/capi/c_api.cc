@@ -1,6 +1,7 @@
-// The C API (include/shardpoint/c_api.h) over the engine: converts C arguments into engine
-// values, runs the call, and turns every exception into an sp_status and a message, so
-// nothing is thrown across the boundary.
+// The C API (include/shardpoint/c_api.h) over the engine: locations, objects, saves, loads
+// and the planned I/O of PyTorch DCP's plans. Converts C arguments into engine values, runs
+// the call, and turns every exception into an sp_status and a message (c_api_util.h). The
+// tools are in c_api_tools.cc, the checkpoint-folder rules in c_api_files.cc.
 #include "shardpoint/c_api.h"
 
 #include <algorithm>
@@ -9,15 +10,12 @@
 #include <map>
 #include <memory>
 #include <new>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "capi/c_api_util.h"
 #include "engine/block_checksum.h"
-#include "engine/checkpoint_location.h"
 #include "engine/chunking.h"
 #include "engine/plan_codec.h"
 #include "engine/planned_io.h"
@@ -26,14 +24,11 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/communicator_from_env.h"
-#include "shardpoint/consolidate.h"
 #include "shardpoint/error.h"
 #include "shardpoint/location.h"
-#include "shardpoint/reshard.h"
 #include "shardpoint/state_dict.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
-#include "shardpoint/verify.h"
 #include "storage/local_replace.h"
 
 struct sp_checkpoint {
@@ -47,71 +42,8 @@ struct sp_reader {
 namespace {
 
 using namespace shardpoint;
-using json = nlohmann::json;
+using namespace shardpoint::capi;
 using format::Shape;
-
-// A malloc'd copy of s (NUL-terminated), or nullptr when out of memory.
-char* copy_string(std::string_view s) {
-  char* p = static_cast<char*>(std::malloc(s.size() + 1));
-  if (p == nullptr) return nullptr;
-  std::memcpy(p, s.data(), s.size());
-  p[s.size()] = '\0';
-  return p;
-}
-
-void set_error(char** error, std::string_view message) {
-  if (error != nullptr) *error = copy_string(message);
-}
-
-// Runs fn, mapping the engine's exceptions to statuses (shardpoint/error.h's hierarchy).
-template <typename Fn>
-sp_status guarded(char** error, Fn&& fn) {
-  try {
-    fn();
-    return SP_OK;
-  } catch (const StorageError& e) {
-    set_error(error, e.what());
-    return e.kind() == StorageError::Kind::kNotFound ? SP_ERROR_NOT_FOUND : SP_ERROR_STORAGE;
-  } catch (const FormatError& e) {
-    set_error(error, e.what());
-    return SP_ERROR_FORMAT;
-  } catch (const PlanError& e) {
-    set_error(error, e.what());
-    return SP_ERROR_PLAN;
-  } catch (const UsageError& e) {
-    set_error(error, e.what());
-    return SP_ERROR_USAGE;
-  } catch (const CommError& e) {
-    set_error(error, e.what());
-    return SP_ERROR_COMM;
-  } catch (const std::bad_alloc&) {
-    set_error(error, "out of memory");
-    return SP_ERROR_INTERNAL;
-  } catch (const std::exception& e) {
-    set_error(error, e.what());
-    return SP_ERROR_INTERNAL;
-  } catch (...) {
-    set_error(error, "unknown error");
-    return SP_ERROR_INTERNAL;
-  }
-}
-
-void require(bool ok, const char* what) {
-  if (!ok) throw UsageError(std::string("shardpoint C API: ") + what);
-}
-
-std::string str(const char* s, const char* what) {
-  require(s != nullptr, what);
-  return s;
-}
-
-// A path or URL argument, parsed where it enters the library (shardpoint/location.h).
-// UsageError for NULL (naming `what`) and for "" (open_storage's words).
-Location location_arg(const char* s, const char* what) {
-  require(s != nullptr, what);
-  if (*s == '\0') throw UsageError("storage URL is empty (expected a directory path or scheme://...)");
-  return Location::parse(s);
-}
 
 DType dtype_of(const char* name, const std::string& fqn) {
   require(name != nullptr, "dtype is NULL");
@@ -152,43 +84,6 @@ engine::SaveOptions save_options_of(const sp_save_options* in) {
   require(o.compression_threads >= 0, "save options: compression_threads must be >= 0");
   out.compression_threads = o.compression_threads;
   return out;
-}
-
-json parse_options(const char* options_json) {
-  if (options_json == nullptr || *options_json == '\0') return json::object();
-  json j = json::parse(options_json, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) throw UsageError("options: expected a JSON object, found: " + std::string(options_json));
-  return j;
-}
-
-template <typename T>
-T option(const json& options, const char* name, T fallback) {
-  auto it = options.find(name);
-  if (it == options.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw UsageError(std::string("options: \"") + name + "\" has the wrong type: " + it->dump());
-  }
-}
-
-json chunk_json(const format::ChunkStorageMetadata& chunk, const format::StorageInfo* info) {
-  json c{{"offsets", chunk.offsets}, {"sizes", chunk.sizes}};
-  if (info != nullptr) {
-    c["file"] = info->relative_path;
-    c["offset"] = info->offset;
-    c["length"] = info->length;
-    if (!info->transform_descriptors.empty()) c["transform_descriptors"] = info->transform_descriptors;
-  }
-  return c;
-}
-
-// ZipCrcCounts as the "zip_crc" member of the consolidate and reshard reports.
-json zip_crc_json(const engine::ZipCrcCounts& c) {
-  return json{{"records_checked", c.records_checked},
-              {"bytes_checked", c.bytes_checked},
-              {"records_no_checksum", c.records_no_checksum},
-              {"records_partial", c.records_partial}};
 }
 
 }  // namespace
@@ -508,168 +403,6 @@ sp_status sp_load(sp_checkpoint* checkpoint, const sp_tensor* tensors, size_t co
     engine::StateNode state = state_of(tensors, count);
     std::unique_ptr<comm::Communicator> comm = comm::make_communicator_from_env();
     engine::load(state, *checkpoint->storage, *comm, lo);
-  });
-}
-
-sp_status sp_consolidate(const char* checkpoint_folder, const char* options_json, char** report_json, char** error) {
-  return guarded(error, [&] {
-    require(report_json != nullptr, "report_json is NULL");
-    const json o = parse_options(options_json);
-    engine::ConsolidateOptions options;
-    options.checkpoint_folder = str(checkpoint_folder, "checkpoint_folder is NULL");
-    options.output_file = option<std::string>(o, "output_file", "");
-    const std::string layout = option<std::string>(o, "layout", "trainer");
-    if (layout == "trainer") {
-      options.layout = engine::ConsolidateLayout::kTrainer;
-    } else if (layout == "fabric") {
-      options.layout = engine::ConsolidateLayout::kFabric;
-    } else if (layout == "dcp") {
-      options.layout = engine::ConsolidateLayout::kDcp;
-    } else {
-      throw UsageError("options: \"layout\" must be trainer, fabric or dcp, found \"" + layout + "\"");
-    }
-    const std::string format = option<std::string>(o, "format", "torch");
-    if (format == "torch") {
-      options.format = engine::ConsolidateFormat::kTorchSave;
-    } else if (format == "safetensors") {
-      options.format = engine::ConsolidateFormat::kSafetensors;
-    } else if (format == "hf-safetensors") {
-      options.format = engine::ConsolidateFormat::kHfSafetensors;
-    } else {
-      throw UsageError("options: \"format\" must be torch, safetensors or hf-safetensors, found \"" + format + "\"");
-    }
-    options.max_shard_bytes = option<std::uint64_t>(o, "max_shard_bytes", options.max_shard_bytes);
-    options.memory_budget = option<std::size_t>(o, "memory_budget", options.memory_budget);
-    options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
-    options.check_zip_crc = option<bool>(o, "check_zip_crc", options.check_zip_crc);
-    options.durable = option<bool>(o, "durable", options.durable);
-    const engine::ConsolidateReport r = engine::consolidate(options);
-    const json out{{"output", r.output},
-                   {"tensors", r.tensors},
-                   {"objects", r.objects},
-                   {"tensor_bytes", r.tensor_bytes},
-                   {"bytes_read", r.bytes_read},
-                   {"peak_rss_bytes", r.peak_rss_bytes},
-                   {"zip_crc", zip_crc_json(r.zip_crc)},
-                   {"seconds", r.seconds}};
-    *report_json = copy_string(out.dump());
-  });
-}
-
-sp_status sp_reshard(const char* source, const char* destination, int ranks, const char* options_json,
-                     char** report_json, char** error) {
-  return guarded(error, [&] {
-    require(report_json != nullptr, "report_json is NULL");
-    require(ranks >= 1, "ranks must be >= 1");
-    const json o = parse_options(options_json);
-    engine::ReshardOptions options;
-    options.ranks = ranks;
-    options.verify_checksums = option<bool>(o, "verify_checksums", options.verify_checksums);
-    options.check_zip_crc = option<bool>(o, "check_zip_crc", options.check_zip_crc);
-    options.memory_budget_bytes = option<std::uint64_t>(o, "memory_budget", options.memory_budget_bytes);
-    options.save.thread_count = std::max(option<int>(o, "thread_count", options.save.thread_count), 1);
-    options.save.durable = option<bool>(o, "durable", options.save.durable);
-    options.save.checksum = engine::checksum_algorithm_from_name(
-        option<std::string>(o, "checksum", std::string(engine::checksum_algorithm_name(options.save.checksum))),
-        "options \"checksum\"");
-    const std::string compression = option<std::string>(o, "compression", "none");
-    if (compression != "none" && compression != "zstd") {
-      throw UsageError("options \"compression\": expected \"none\" or \"zstd\", found \"" + compression + "\"");
-    }
-    options.save.compression = compression == "zstd" ? engine::Compression::kZstd : engine::Compression::kNone;
-    options.save.compression_level = option<int>(o, "compression_level", options.save.compression_level);
-    options.save.compression_threads = option<int>(o, "compression_threads", options.save.compression_threads);
-    auto dst = storage::open_storage(str(destination, "destination is NULL"));
-    const engine::ReshardReport r = engine::reshard(str(source, "source is NULL"), *dst, options);
-    const json out{{"source_format", r.source_format},
-                   {"tensors", r.tensors},
-                   {"objects", r.objects},
-                   {"payload_bytes", r.payload_bytes},
-                   {"bytes_written", r.bytes_written},
-                   {"zip_crc", zip_crc_json(r.zip_crc)},
-                   {"meta_pt_bytes", r.meta_pt_bytes},
-                   {"seconds", r.seconds}};
-    *report_json = copy_string(out.dump());
-  });
-}
-
-sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
-  return guarded(error, [&] {
-    require(json_out != nullptr, "json is NULL");
-    auto st = storage::open_storage(location_arg(path_or_url, "path_or_url is NULL"));
-    engine::CheckpointReader reader(*st);  // reads the sidecar, to name its algorithm
-    const format::Metadata& m = reader.metadata();
-    json tensors = json::object();
-    json objects = json::object();
-    std::set<std::string> files;
-    for (const auto& [index, info] : m.storage_data) files.insert(info.relative_path);
-    for (const auto& [fqn, entry] : m.state_dict_metadata) {
-      if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
-        json chunks = json::array();
-        for (const auto& chunk : t->chunks) {
-          auto info = m.storage_data.find(format::MetadataIndex{fqn, chunk.offsets, std::nullopt});
-          chunks.push_back(chunk_json(chunk, info == m.storage_data.end() ? nullptr : &info->second));
-        }
-        tensors[fqn] = json{
-            {"dtype", std::string(dtype_name(t->properties.dtype))}, {"shape", t->size}, {"chunks", std::move(chunks)}};
-      } else {
-        json object = json::object();
-        auto info = m.storage_data.find(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
-        if (info != m.storage_data.end()) {
-          object = json{
-              {"file", info->second.relative_path}, {"offset", info->second.offset}, {"length", info->second.length}};
-          if (!info->second.transform_descriptors.empty()) {
-            object["transform_descriptors"] = info->second.transform_descriptors;
-          }
-        }
-        objects[fqn] = std::move(object);
-      }
-    }
-    json out{{"format", std::string(engine::checkpoint_kind_name(engine::folder_kind(*st)))},
-             {"tensors", std::move(tensors)},
-             {"objects", std::move(objects)},
-             {"files", std::vector<std::string>(files.begin(), files.end())},
-             {"checksums", nullptr}};
-    if (reader.sidecar())
-      out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
-    *json_out = copy_string(out.dump());
-  });
-}
-
-sp_status sp_verify(const char* path_or_url, const char* options_json, char** report_json, char** error) {
-  return guarded(error, [&] {
-    require(report_json != nullptr, "report_json is NULL");
-    const json o = parse_options(options_json);
-    engine::VerifyOptions options;
-    options.quick = option<bool>(o, "quick", options.quick);
-    const engine::VerifyReport r = engine::verify(str(path_or_url, "path_or_url is NULL"), options);
-    json problems = json::array();
-    for (const engine::VerifyProblem& p : r.problems) {
-      problems.push_back(json{{"file", p.file}, {"item", p.item}, {"message", p.message}});
-    }
-    json coverage = json::array();
-    for (const engine::VerifyCoverage& c : r.coverage) {
-      coverage.push_back(json{{"name", c.name},
-                              {"format", std::string(engine::checkpoint_kind_name(c.kind))},
-                              {"quick", c.quick},
-                              {"structure_bytes", c.bytes},
-                              {"zip_records", c.records},
-                              {"zip_record_bytes", c.record_bytes},
-                              {"zip_crc32_bytes", c.zip_crc32_bytes},
-                              {"no_checksum_bytes", c.no_checksum_bytes},
-                              {"sidecar", c.sidecar == engine::ChecksumAlgorithm::kNone
-                                              ? json(nullptr)
-                                              : json(std::string(engine::checksum_algorithm_name(c.sidecar)))},
-                              {"sidecar_bytes", c.sidecar_bytes}});
-    }
-    const json out{{"ok", r.ok()},
-                   {"problems", std::move(problems)},
-                   {"tensors", r.tensors},
-                   {"objects", r.objects},
-                   {"bytes", r.bytes},
-                   {"verified_bytes", r.verified_bytes},
-                   {"coverage", std::move(coverage)}};
-    *report_json = copy_string(out.dump());
   });
 }
 

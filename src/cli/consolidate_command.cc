@@ -72,9 +72,9 @@ class ConsolidateCommand : public Command {
         ->required();
     sub_->add_option("--output_file,--output-file,--output", output_,
                      "path or URL of the output file (default: <folder>.consolidated)");
-    sub_->add_option("--layout", layout_, "trainer | fabric | dcp")->check(CLI::IsMember({"trainer", "fabric", "dcp"}));
-    sub_->add_option("--to", to_, "torch | safetensors | hf-safetensors")
-        ->check(CLI::IsMember({"torch", "safetensors", "hf-safetensors"}));
+    // The names are checked by run(), through the engine's one mapping (shardpoint/consolidate.h).
+    sub_->add_option("--layout", layout_, "trainer | fabric | dcp");
+    sub_->add_option("--to", to_, "torch | safetensors | hf-safetensors");
     sub_->add_option("--max-shard-size", max_shard_, "safetensors: split into files of at most SIZE (e.g. 5GB)");
     sub_->add_option("--memory-budget", budget_, "memory for the copy (default 256MiB)");
     sub_->add_flag("--quiet,-q", quiet_, "no progress bar");
@@ -90,12 +90,8 @@ class ConsolidateCommand : public Command {
     engine::ConsolidateOptions options;
     options.checkpoint_folder = folder_;
     options.output_file = output_;
-    options.layout = layout_ == "fabric" ? engine::ConsolidateLayout::kFabric
-                     : layout_ == "dcp"  ? engine::ConsolidateLayout::kDcp
-                                         : engine::ConsolidateLayout::kTrainer;
-    options.format = to_ == "safetensors"      ? engine::ConsolidateFormat::kSafetensors
-                     : to_ == "hf-safetensors" ? engine::ConsolidateFormat::kHfSafetensors
-                                               : engine::ConsolidateFormat::kTorchSave;
+    options.layout = engine::consolidate_layout_from_name(layout_, "--layout");
+    options.format = engine::consolidate_format_from_name(to_, "--to");
     if (!max_shard_.empty()) {
       if (options.format == engine::ConsolidateFormat::kTorchSave) {
         throw UsageError("--max-shard-size applies to --to safetensors and hf-safetensors only");
@@ -103,8 +99,9 @@ class ConsolidateCommand : public Command {
       options.max_shard_bytes = parse_size(max_shard_);
       if (options.max_shard_bytes == 0) throw UsageError("--max-shard-size must be > 0");
     }
-    options.memory_budget = static_cast<std::size_t>(parse_size(budget_));
-    if (options.memory_budget < (std::size_t{1} << 20)) throw UsageError("--memory-budget must be at least 1MiB");
+    options.memory_budget_bytes = parse_size(budget_);
+    if (options.memory_budget_bytes < (std::uint64_t{1} << 20))
+      throw UsageError("--memory-budget must be at least 1MiB");
     options.verify_checksums = !no_verify_;
     options.check_zip_crc = !no_zip_crc_;
     options.cancel = &g_signal;

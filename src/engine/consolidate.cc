@@ -124,7 +124,7 @@ class Consolidator {
   void plan_memory() {
     report_.base_rss_bytes = process_rss_bytes();
     CopyMemoryInputs in;
-    in.budget = options_.memory_budget;
+    in.budget = options_.memory_budget_bytes;
     in.base_rss = report_.base_rss_bytes;
     in.header_cache = storage::kWindowCacheBytes;
     in.remote_input = remote_in_;
@@ -407,7 +407,7 @@ class Consolidator {
 
 ConsolidateReport consolidate(const ConsolidateOptions& options,
                               const std::function<void(const ConsolidateProgress&)>& progress) {
-  if (options.memory_budget == 0) throw UsageError("consolidate: memory budget must be > 0");
+  if (options.memory_budget_bytes == 0) throw UsageError("consolidate: memory budget must be > 0");
   Consolidator c(options, progress);
   return c.run();
 }

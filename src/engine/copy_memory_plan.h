@@ -12,7 +12,7 @@
 namespace shardpoint::engine {
 
 struct CopyMemoryInputs {
-  std::uint64_t budget = 0;        // the whole budget (ConsolidateOptions::memory_budget)
+  std::uint64_t budget = 0;        // the whole budget (ConsolidateOptions::memory_budget_bytes)
   std::uint64_t base_rss = 0;      // what the process holds when the copy starts
   std::uint64_t header_cache = 0;  // the input's shared header windows
   bool remote_input = false;       // read from an object store (HTTP client buffers)

@@ -244,57 +244,21 @@ std::string file_name(int rank, std::size_t n) {
   return "__" + std::to_string(rank) + "_" + std::to_string(n) + ".distcp";
 }
 
-// Items of a file in write order: bytes items first (DCP's writer), then tensors smaller
-// than small_item_bytes, then the rest; bucket order within each group. Small items so sit
-// next to each other at the file's start, and a rank that needs another rank's small
-// items (a replicated optimizer `step` dedup left there, a small shard of a reshard) reads
-// them in one ranged GET instead of one per item. DCP's readers find each blob by its
-// offset in `.metadata`, so the order inside a file is ours to choose.
-void order_for_reads(std::vector<WriteItem>& bucket, std::uint64_t small_item_bytes) {
-  auto tensors = std::stable_partition(bucket.begin(), bucket.end(),
-                                       [](const WriteItem& item) { return item.type == WriteItemType::kBytes; });
-  std::stable_partition(tensors, bucket.end(), [&](const WriteItem& item) { return item.nbytes < small_item_bytes; });
-}
-
-// 5. Buckets -> files, each in order_for_reads order.
+// 5. Buckets -> files (split_into_files), each item told its file and position.
 void assign_files(SavePlan& plan, const SavePlanOptions& options) {
-  std::vector<std::vector<WriteItem>> buckets;
-  if (!options.single_file_per_rank) {
-    for (WriteItem& item : plan.items) buckets.push_back({std::move(item)});
-  } else if (options.thread_count == 1) {
-    buckets.push_back(std::move(plan.items));
-  } else {
-    // DCP's _split_by_size_and_type: bytes round-robin (not counted in the sizes), then
-    // tensors by size descending (stable) into the bucket with the fewest bytes so far.
-    buckets.resize(static_cast<std::size_t>(options.thread_count));
-    std::vector<std::uint64_t> bucket_bytes(buckets.size(), 0);
-    std::vector<WriteItem> tensors;
-    std::size_t next_bytes_bucket = 0;
-    for (WriteItem& item : plan.items) {
-      if (item.type == WriteItemType::kBytes) {
-        buckets[next_bytes_bucket++ % buckets.size()].push_back(std::move(item));
-      } else {
-        tensors.push_back(std::move(item));
-      }
-    }
-    std::stable_sort(tensors.begin(), tensors.end(),
-                     [](const WriteItem& a, const WriteItem& b) { return a.nbytes > b.nbytes; });
-    for (WriteItem& item : tensors) {
-      auto smallest = std::min_element(bucket_bytes.begin(), bucket_bytes.end()) - bucket_bytes.begin();
-      bucket_bytes[smallest] += item.nbytes;
-      buckets[smallest].push_back(std::move(item));
-    }
-  }
+  std::vector<ItemWeight> weights;
+  weights.reserve(plan.items.size());
+  for (const WriteItem& item : plan.items) weights.push_back({item.type, item.nbytes});
+  std::vector<WriteItem> items = std::move(plan.items);
   plan.items.clear();
   plan.files.clear();
-  for (std::size_t n = 0; n < buckets.size(); ++n) {
-    std::vector<WriteItem>& bucket = buckets[n];
-    order_for_reads(bucket, options.small_item_bytes);
-    plan.files.push_back(file_name(plan.rank, n));
-    for (std::size_t i = 0; i < bucket.size(); ++i) {
-      bucket[i].file = plan.files.back();
-      bucket[i].index_in_file = static_cast<std::int64_t>(i);
-      plan.items.push_back(std::move(bucket[i]));
+  for (const std::vector<std::size_t>& file : split_into_files(weights, options)) {
+    plan.files.push_back(file_name(plan.rank, plan.files.size()));
+    for (std::size_t i = 0; i < file.size(); ++i) {
+      WriteItem& item = items[file[i]];
+      item.file = plan.files.back();
+      item.index_in_file = static_cast<std::int64_t>(i);
+      plan.items.push_back(std::move(item));
     }
   }
 }
@@ -348,6 +312,53 @@ SavePlan make_local_save_plan(const FlatStateDict& flat, int rank) {
     }
   }
   return plan;
+}
+
+std::vector<std::vector<std::size_t>> split_into_files(std::span<const ItemWeight> items,
+                                                       const SavePlanOptions& options) {
+  if (options.thread_count < 1) throw UsageError("save plan: thread_count must be >= 1");
+  std::vector<std::vector<std::size_t>> files;
+  if (!options.single_file_per_rank) {
+    for (std::size_t i = 0; i < items.size(); ++i) files.push_back({i});
+    return files;
+  }
+  files.resize(static_cast<std::size_t>(options.thread_count));
+  if (files.size() == 1) {
+    files[0].resize(items.size());
+    std::iota(files[0].begin(), files[0].end(), std::size_t{0});
+  }
+  // DCP's _split_by_size_and_type: bytes round-robin (not counted in the sizes), then
+  // tensors by size descending (stable) into the file with the fewest bytes so far.
+  std::vector<std::uint64_t> file_bytes(files.size(), 0);
+  std::vector<std::size_t> tensors;
+  std::size_t next_bytes_file = 0;
+  for (std::size_t i = 0; i < items.size() && files.size() > 1; ++i) {
+    if (items[i].type == WriteItemType::kBytes) {
+      files[next_bytes_file++ % files.size()].push_back(i);
+    } else {
+      tensors.push_back(i);
+    }
+  }
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [&](std::size_t a, std::size_t b) { return items[a].nbytes > items[b].nbytes; });
+  for (std::size_t i : tensors) {
+    const auto smallest = std::min_element(file_bytes.begin(), file_bytes.end()) - file_bytes.begin();
+    file_bytes[smallest] += items[i].nbytes;
+    files[smallest].push_back(i);
+  }
+  // Each file in write order: bytes items first (DCP's writer), then tensors smaller than
+  // small_item_bytes, then the rest; split order within each group. Small items so sit
+  // next to each other at the file's start, and a rank that needs another rank's small
+  // items (a replicated optimizer `step` dedup left there, a small shard of a reshard) reads
+  // them in one ranged GET instead of one per item. DCP's readers find each blob by its
+  // offset in `.metadata`, so the order inside a file is ours to choose.
+  for (std::vector<std::size_t>& file : files) {
+    auto tensors_begin = std::stable_partition(file.begin(), file.end(),
+                                               [&](std::size_t i) { return items[i].type == WriteItemType::kBytes; });
+    std::stable_partition(tensors_begin, file.end(),
+                          [&](std::size_t i) { return items[i].nbytes < options.small_item_bytes; });
+  }
+  return files;
 }
 
 int files_per_rank(int thread_count, const storage::StorageFeatures& features) {

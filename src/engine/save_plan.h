@@ -133,6 +133,23 @@ GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const Sa
 std::map<format::MetadataIndex, format::StorageInfo> storage_layout(const SavePlan& plan,
                                                                     std::span<const std::uint64_t> blob_lengths);
 
+// An item as the split into files sees it.
+struct ItemWeight {
+  WriteItemType type = WriteItemType::kTensor;
+  std::uint64_t nbytes = 0;  // tensors: the chunk's raw bytes; bytes items: not counted
+};
+
+// Step 2's split of one rank's items into data files (the rule make_global_save_plan
+// applies, exposed for plans made elsewhere: PyTorch DCP's through the C API): positions in
+// `items`, per file N (__R_N.distcp), each file in the order its items are written.
+// single_file_per_rank: options.thread_count files (trailing ones empty when there are
+// fewer items; a file with items never follows an empty one); bytes items dealt
+// round-robin, then tensors largest first onto the file with the fewest tensor bytes; in a
+// file bytes items, then tensors under small_item_bytes, then the rest. Otherwise one file
+// per item, in order. Throws UsageError when options.thread_count < 1. Pure.
+std::vector<std::vector<std::size_t>> split_into_files(std::span<const ItemWeight> items,
+                                                       const SavePlanOptions& options);
+
 // Files (and writer threads) per rank when a save asks for thread_count of them
 // (SaveOptions::thread_count): thread_count, raised to kSequentialUploadFiles where the
 // storage uploads one object as a sequence of requests (features.sequential_uploads, gs://

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/checkpoint_files.h"
 #include "engine/torch_file_crc.h"
 #include "shardpoint/error.h"
 #include "shardpoint/location.h"
@@ -34,9 +35,6 @@ void check_no_query(const std::string& url) {
                                  url));
   }
 }
-
-// The mark of a staging folder's name (the Python writer's too: python/shardpoint/torch.py).
-constexpr std::string_view kStagingMarker = ".sp-replace-";
 
 bool is_version_dir_name(const std::string& n) {
   return n.size() > 8 && n.rfind("version_", 0) == 0 && n.find_first_not_of("0123456789", 8) == std::string::npos;
@@ -66,17 +64,6 @@ bool path_exists(const std::string& path) {
   const auto [parent, name] = parent_and_name(path);
   auto st = storage::open_storage(parent);
   return st->try_stat(name).has_value() || !st->list(name + "/").empty();
-}
-
-void remove_path(const std::string& path) {
-  if (!is_remote(path)) {
-    fs::remove_all(path);
-    return;
-  }
-  const auto [parent, name] = parent_and_name(path);
-  auto st = storage::open_storage(parent);
-  st->remove_prefix(name + "/");
-  st->remove(name);
 }
 
 std::optional<StateDictType> checkpoint_kind(const std::string& path) {
@@ -122,7 +109,10 @@ struct Candidate {
   long v = 0;                   // -v<n> + 1, 0 without a -v suffix
   std::set<std::string> files;  // "" for an object/file at the name itself
 
-  bool committed() const { return files.count("") > 0 || (files.count("meta.pt") > 0 && files.count(".metadata") > 0); }
+  bool committed() const {
+    return files.count("") > 0 || std::all_of(engine::kCommitMarkers.begin(), engine::kCommitMarkers.end(),
+                                              [&](std::string_view m) { return files.count(std::string(m)) > 0; });
+  }
   bool sharded() const { return files.count("meta.pt") > 0; }
 };
 
@@ -212,22 +202,7 @@ LastCheckpoint resolve_last_checkpoint(const std::string& root) {
 }
 
 std::string staging_path_for(const std::string& path, std::int64_t step) {
-  const auto [parent, name] = parent_and_name(path);
-  return (fs::path(parent) / fmt::format(".{}{}{}", name, kStagingMarker, step)).string();
-}
-
-std::size_t remove_stale_staging(const std::string& dir) {
-  if (is_remote(dir)) return 0;
-  std::error_code ec;
-  std::size_t removed = 0;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string n = it->path().filename().string();
-    const bool staging = n.size() > 1 && n[0] == '.' && n.find(kStagingMarker) != std::string::npos;
-    if (!staging && n.find(storage::kTempMarker) == std::string::npos) continue;
-    std::error_code ignored;  // best effort: the next save tries again
-    if (fs::remove_all(it->path(), ignored) > 0 && !ignored) ++removed;
-  }
-  return removed;
+  return engine::staging_path(path, std::to_string(step));
 }
 
 std::vector<std::string> local_checkpoints_dirs(const std::string& root) {

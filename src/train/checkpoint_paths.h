@@ -40,10 +40,6 @@ std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, co
 // as a prefix (URL).
 bool path_exists(const std::string& path);
 
-// Removes the file or folder at path (local, recursively), or the object at it and every
-// object under it as a prefix (URL). A missing path is not an error.
-void remove_path(const std::string& path);
-
 // Lightning's rule (docs/lightning-layout.md §1): kSharded when path is a folder (prefix)
 // holding meta.pt, kFull when it is a regular file (object), nullopt when neither.
 std::optional<StateDictType> checkpoint_kind(const std::string& path);
@@ -72,16 +68,12 @@ struct LastCheckpoint {
 LastCheckpoint resolve_last_checkpoint(const std::string& root);
 
 // The hidden sibling a local sharded save into `path` is written in before it is swapped
-// in (storage::replace_local_folder): <parent>/.<name>.sp-replace-<step>. REQUIRES a local
-// path.
+// in (storage::replace_local_folder): engine::staging_path tagged with the step,
+// <parent>/.<name>.sp-replace-<step>. REQUIRES a local path.
 std::string staging_path_for(const std::string& path, std::int64_t step);
 
-// Removes what killed saves left in a local checkpoints folder: staging folders
-// (".<name>.sp-replace-*") and temporary files of unfinished atomic writes ("*.sp-tmp.*").
-// Returns how many entries went. REQUIRES no save into `dir` is in flight. A missing folder
-// or a URL is nothing to clean (0); a failure to remove one entry is skipped (best effort:
-// the next save tries again).
-std::size_t remove_stale_staging(const std::string& dir);
+// Staging leftovers (engine::remove_stale_staging) and removal (engine::remove_checkpoint)
+// are the engine's rules, shared with the C API (engine/checkpoint_files.h).
 
 // The local checkpoints folders <root>/lightning_logs/version_*/checkpoints that exist
 // (none for a URL root).

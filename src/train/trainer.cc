@@ -18,6 +18,7 @@
 
 #include "core/byte_stream.h"
 #include "core/kill_point.h"
+#include "engine/checkpoint_files.h"
 #include "engine/torch_file_crc.h"
 #include "engine/zip_crc_ledger.h"
 #include "shardpoint/async_save.h"
@@ -546,7 +547,7 @@ void Trainer::remove_leftovers(const std::string& dir) {
     cleaned_other_versions_ = true;
   }
   std::size_t removed = 0;
-  for (const std::string& d : dirs) removed += remove_stale_staging(d);
+  for (const std::string& d : dirs) removed += engine::remove_stale_staging(d);
   if (removed > 0 && options_.progress) {
     std::printf("removed %zu leftover(s) of unfinished saves\n", removed);
     std::fflush(stdout);
@@ -556,7 +557,7 @@ void Trainer::remove_leftovers(const std::string& dir) {
 void Trainer::remove_checkpoint(const std::string& path) {
   if (comm_->rank() != 0) return;
   try {
-    remove_path(path);
+    engine::remove_checkpoint(path);  // uncommitted first: a crash midway leaves no checkpoint
     if (options_.progress) std::printf("removed checkpoint %s\n", path.c_str());
   } catch (const std::exception& e) {  // a leftover old checkpoint is no reason to stop training
     std::fprintf(stderr, "warning: could not remove checkpoint %s: %s\n", path.c_str(), e.what());

@@ -297,7 +297,7 @@ TEST(ConsolidateTest, DcpLayoutWritesNestedState) {
   save_state(folder, 3, /*trainer_keys=*/false);
   auto o = options_for(folder);
   o.layout = ConsolidateLayout::kDcp;
-  o.memory_budget = 1 << 20;  // slabs of 256 KiB: many boxes per tensor
+  o.memory_budget_bytes = 1 << 20;  // slabs of 256 KiB: many boxes per tensor
   consolidate(o);
   auto f = torchfile::TorchFile::open(folder + ".consolidated");
   const Value& root = *f->root();
@@ -522,7 +522,7 @@ TEST(ConsolidateTest, PeakMemoryStaysUnderBudget) {
     long code = 0;
     try {
       auto o = options_for(folder);
-      o.memory_budget = budget;
+      o.memory_budget_bytes = budget;
       consolidate(o);
     } catch (...) {
       code = -1;

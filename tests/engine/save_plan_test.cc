@@ -136,6 +136,23 @@ TEST(GlobalSavePlan, ManyReplicatedTensorsSpreadOverRanks) {
   }
 }
 
+TEST(SplitIntoFiles, BytesRoundRobinTensorsLargestFirstSmallOnesFirstInAFile) {
+  using T = WriteItemType;
+  // bytes, 100 KiB, bytes, 1 KiB, 300 KiB, 200 KiB
+  const std::vector<ItemWeight> items = {{T::kBytes, 0},        {T::kTensor, 100 << 10}, {T::kBytes, 0},
+                                         {T::kTensor, 1 << 10}, {T::kTensor, 300 << 10}, {T::kTensor, 200 << 10}};
+  SavePlanOptions options;
+  options.thread_count = 2;
+  EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 3, 4}, {2, 5, 1}}));
+  options.thread_count = 1;  // plan order, bytes first, then the small tensors
+  EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 2, 3, 1, 4, 5}}));
+  options.thread_count = 3;
+  options.single_file_per_rank = false;
+  EXPECT_EQ(split_into_files(items, options).size(), items.size());
+  options.thread_count = 0;
+  EXPECT_THROW(split_into_files(items, options), UsageError);
+}
+
 TEST(GlobalSavePlan, IsDeterministic) {
   std::vector<FlatStateDict> ranks;
   for (int r = 0; r < 3; ++r) {

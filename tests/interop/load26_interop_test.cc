@@ -255,7 +255,7 @@ TEST(Load26InteropTest, CleanLoadsCheckedPartialReadsSaySoAndTheCheckTurnsOff) {
   co.output_file = dir.file("clean.pt");
   co.layout = engine::ConsolidateLayout::kDcp;
   co.durable = false;
-  co.memory_budget = 1 << 20;
+  co.memory_budget_bytes = 1 << 20;
   const engine::ConsolidateReport consolidated = engine::consolidate(co);
   EXPECT_EQ(consolidated.zip_crc.records_checked, clean.zip_crc.records_checked);
   EXPECT_EQ(consolidated.zip_crc.bytes_checked, clean.zip_crc.bytes_checked);

@@ -459,7 +459,7 @@ TEST(RemoteConsolidateTest, TinyBuffersCutBoxesLikeWholeTensors) {
   o.output_file = dir.file("whole/out.pt");  // same names: the archive name comes from it
   engine::consolidate(o);
   const std::string want = testing::read_text(dir.file("whole/out.pt"));
-  o.memory_budget = 1 << 20;
+  o.memory_budget_bytes = 1 << 20;
   o.output_file = dir.file("tiny/out.pt");
   engine::ConsolidateReport report = engine::consolidate(o);
   EXPECT_LE(report.slab_bytes, std::size_t{1} << 20);

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "comm/thread_communicator.h"
+#include "engine/checkpoint_files.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/storage_registry.h"
@@ -632,11 +633,11 @@ TEST(ResolveLastTest, StagingLeftoversAreRemoved) {
   std::ofstream(dir / "epoch=0-step=2.ckpt") << "x";
   EXPECT_EQ(local_checkpoints_dirs(root.string()), std::vector<std::string>{dir.string()});
   EXPECT_EQ(staging_path_for((dir / "last.ckpt").string(), 4), (dir / ".last.ckpt.sp-replace-4").string());
-  EXPECT_EQ(remove_stale_staging(dir.string()), 2u);
+  EXPECT_EQ(engine::remove_stale_staging(dir.string()), 2u);
   std::set<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.insert(e.path().filename().string());
   EXPECT_EQ(left, (std::set<std::string>{"epoch=0-step=2.ckpt", "last.ckpt"}));
-  EXPECT_EQ(remove_stale_staging((root / "missing").string()), 0u);
+  EXPECT_EQ(engine::remove_stale_staging((root / "missing").string()), 0u);
   fs::remove_all(root);
 }
 

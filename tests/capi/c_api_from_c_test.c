@@ -116,24 +116,31 @@ static void test_save_load_reshard(const char* dir) {
         "inspect: %s", json ? json : msg(error));
   sp_free(json);
   json = NULL;
-  CHECK(sp_verify(path, NULL, &json, &error) == SP_OK && strstr(json, "\"ok\":true"), "verify: %s",
-        json ? json : msg(error));
-  sp_free(json);
-  json = NULL;
+  sp_verify_result verified;
+  sp_verify_result_init(&verified);
+  CHECK(sp_verify(path, NULL, &verified, &error) == SP_OK && verified.ok && verified.problem_count == 0 &&
+            verified.coverage_count >= 1 && verified.coverage[0].sidecar == SP_CHECKSUM_CRC32C,
+        "verify: %s", msg(error));
+  sp_verify_result_free(&verified);
   char dst[4096];
   snprintf(dst, sizeof dst, "%s/three", dir);
-  CHECK(sp_reshard(path, dst, 3, NULL, &json, &error) == SP_OK && strstr(json, "\"tensors\":2") &&
-            strstr(json, "\"zip_crc\":{") && strstr(json, "\"records_checked\":0"),
-        "reshard: %s", json ? json : msg(error)); /* the sidecar covers every blob */
-  sp_free(json);
-  json = NULL;
-  char out[4096], options[4200];
+  sp_reshard_result resharded;
+  sp_reshard_result_init(&resharded);
+  CHECK(sp_reshard(path, dst, 3, NULL, &resharded, &error) == SP_OK && resharded.tensors == 2 &&
+            resharded.source_format == SP_CHECKPOINT_DCP && resharded.zip_crc.records_checked == 0,
+        "reshard: %s", msg(error)); /* the sidecar covers every blob */
+  char out[4096];
   snprintf(out, sizeof out, "%s/model.pt", dir);
-  snprintf(options, sizeof options, "{\"output_file\": \"%s\", \"layout\": \"dcp\"}", out);
-  CHECK(sp_consolidate(dst, options, &json, &error) == SP_OK && strstr(json, "model.pt") &&
-            strstr(json, "\"zip_crc\":{") && strstr(json, "\"records_partial\":0"),
-        "consolidate: %s", json ? json : msg(error));
-  sp_free(json);
+  sp_consolidate_options options;
+  sp_consolidate_options_init(&options);
+  options.output_file = out;
+  options.layout = SP_LAYOUT_DCP;
+  sp_consolidate_result consolidated;
+  sp_consolidate_result_init(&consolidated);
+  CHECK(sp_consolidate(dst, &options, &consolidated, &error) == SP_OK && strstr(consolidated.output, "model.pt") &&
+            consolidated.zip_crc.records_partial == 0,
+        "consolidate: %s", msg(error));
+  sp_consolidate_result_free(&consolidated);
 }
 
 /* A zstd save (sp_save_options.compression): .metadata records "stream.zstd/1" for every
@@ -165,9 +172,12 @@ static void test_zstd(const char* dir) {
         json ? json : msg(error));
   sp_free(json);
   json = NULL;
-  CHECK(sp_reshard(path, dst, 2, "{\"compression\": \"zstd\"}", &json, &error) == SP_OK, "reshard: %s", msg(error));
-  sp_free(json);
-  json = NULL;
+  sp_reshard_options reshard_options;
+  sp_reshard_options_init(&reshard_options);
+  reshard_options.compression = SP_COMPRESSION_ZSTD;
+  sp_reshard_result resharded;
+  sp_reshard_result_init(&resharded);
+  CHECK(sp_reshard(path, dst, 2, &reshard_options, &resharded, &error) == SP_OK, "reshard: %s", msg(error));
   CHECK(sp_inspect(dst, &json, &error) == SP_OK && strstr(json, "\"stream.zstd/1\""), "resharded: %s",
         json ? json : msg(error));
   sp_free(json);
