@@ -8,8 +8,8 @@
 #include <tuple>
 
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 #include "shardpoint/storage_registry.h"
-#include "storage/location.h"
 
 namespace shardpoint::engine {
 namespace {
@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The location of a local path or URL, made absolute when local.
-storage::Location locate(const std::string& path_or_url) { return storage::Location::parse(path_or_url).absolute(); }
+Location locate(const std::string& path_or_url) { return Location::parse(path_or_url).absolute(); }
 
 // Removes every entry of the local `dir` whose name `doomed` picks; best effort.
 template <typename Pred>
@@ -40,7 +40,7 @@ bool is_committed(storage::Storage& storage) {
 }
 
 bool is_committed(const std::string& path_or_url) {
-  const storage::Location location = locate(path_or_url);
+  const Location location = locate(path_or_url);
   if (!location.is_remote()) {
     const fs::path folder(location.to_string());
     return std::all_of(kCommitMarkers.begin(), kCommitMarkers.end(),
@@ -50,9 +50,9 @@ bool is_committed(const std::string& path_or_url) {
 }
 
 std::string staging_path(const std::string& target, std::string_view tag) {
-  const storage::Location location = locate(target);
+  const Location location = locate(target);
   if (location.is_remote()) throw UsageError(target + ": only a local checkpoint is staged beside its folder");
-  const std::optional<storage::Location> parent = location.parent();
+  const std::optional<Location> parent = location.parent();
   if (!parent || location.name().empty()) throw UsageError(target + ": not a checkpoint path");
   const std::string name = "." + location.name() + std::string(kStagingMarker) +
                            std::string(tag.substr(0, std::min(tag.size(), kStagingTagChars)));
@@ -64,15 +64,15 @@ bool is_staging_name(std::string_view name) {
 }
 
 std::size_t remove_stale_staging_of(const std::string& target) {
-  const storage::Location location = locate(target);
-  const std::optional<storage::Location> parent = location.parent();
+  const Location location = locate(target);
+  const std::optional<Location> parent = location.parent();
   if (location.is_remote() || !parent || location.name().empty()) return 0;
   const std::string prefix = "." + location.name() + std::string(kStagingMarker);
   return remove_entries(parent->to_string(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
 }
 
 std::size_t remove_stale_staging(const std::string& dir) {
-  const storage::Location location = storage::Location::parse(dir);
+  const Location location = Location::parse(dir);
   if (location.is_remote()) return 0;
   return remove_entries(location.to_string(), [](const std::string& n) {
     return is_staging_name(n) || n.find(storage::kTempMarker) != std::string::npos;
@@ -80,7 +80,7 @@ std::size_t remove_stale_staging(const std::string& dir) {
 }
 
 std::vector<std::string> list_committed_checkpoints(const std::string& folder) {
-  const storage::Location location = locate(folder);
+  const Location location = locate(folder);
   if (location.is_remote()) throw UsageError(folder + ": listing checkpoints needs a local folder");
   static const std::regex kStep(R"(step=(\d+))");
   // (step, meta.pt's modification time, path)
@@ -104,7 +104,7 @@ std::vector<std::string> list_committed_checkpoints(const std::string& folder) {
 }
 
 void remove_checkpoint(const std::string& path_or_url) {
-  const storage::Location location = locate(path_or_url);
+  const Location location = locate(path_or_url);
   if (!location.is_remote()) {
     const fs::path path(location.to_string());
     std::error_code ec;
@@ -116,7 +116,7 @@ void remove_checkpoint(const std::string& path_or_url) {
     if (fs::remove_all(path, ec); ec) throw_os_error("remove", path.string(), ec.value());
     return;
   }
-  const std::optional<storage::Location> parent = location.parent();
+  const std::optional<Location> parent = location.parent();
   if (!parent || location.name().empty()) throw UsageError(path_or_url + ": not a checkpoint path");
   const std::unique_ptr<storage::Storage> folder = storage::open_storage(location.to_string());
   for (auto marker = kCommitMarkers.rbegin(); marker != kCommitMarkers.rend(); ++marker) folder->remove(*marker);
