@@ -73,6 +73,11 @@ enum class Compression {
   kZstd,  // one zstd frame per item, descriptor "stream.zstd/1" (PyTorch's ZStandard extension)
 };
 
+// The names the CLI (--compress) and the C API's callers use: "none", "zstd".
+// compression_from_name throws UsageError naming `what` and the accepted names for any other.
+std::string_view compression_name(Compression compression);
+Compression compression_from_name(std::string_view name, std::string_view what);
+
 struct SaveOptions {
   // --- behaviour ---
   // Per-item checksums kept in the sidecar and verified on load.

@@ -51,10 +51,12 @@ constexpr engine::ChecksumAlgorithm kChecksums[] = {
 constexpr engine::CheckpointKind kCheckpointKinds[] = {
     engine::CheckpointKind::kDcp, engine::CheckpointKind::kHfSafetensors, engine::CheckpointKind::kTorchSave};
 
-// The C enums of layouts and formats are the engine's, value for value.
+// The C enums of layouts, compressions and formats are the engine's, value for value.
 static_assert(static_cast<int>(engine::ConsolidateLayout::kTrainer) == SP_LAYOUT_TRAINER &&
               static_cast<int>(engine::ConsolidateLayout::kFabric) == SP_LAYOUT_FABRIC &&
               static_cast<int>(engine::ConsolidateLayout::kDcp) == SP_LAYOUT_DCP);
+static_assert(static_cast<int>(engine::Compression::kNone) == SP_COMPRESSION_NONE &&
+              static_cast<int>(engine::Compression::kZstd) == SP_COMPRESSION_ZSTD);
 static_assert(static_cast<int>(engine::ConsolidateFormat::kTorchSave) == SP_FORMAT_TORCH &&
               static_cast<int>(engine::ConsolidateFormat::kSafetensors) == SP_FORMAT_SAFETENSORS &&
               static_cast<int>(engine::ConsolidateFormat::kHfSafetensors) == SP_FORMAT_HF_SAFETENSORS);
@@ -65,9 +67,8 @@ std::optional<std::string_view> name_of(sp_name_kind kind, int value) {
   switch (kind) {
     case SP_NAME_CHECKSUM: return engine::checksum_algorithm_name(kChecksums[value]);
     case SP_NAME_COMPRESSION:
-      if (value == SP_COMPRESSION_NONE) return "none";
-      if (value == SP_COMPRESSION_ZSTD) return "zstd";
-      return std::nullopt;
+      if (value > SP_COMPRESSION_ZSTD) return std::nullopt;
+      return engine::compression_name(static_cast<engine::Compression>(value));
     case SP_NAME_LAYOUT: return engine::consolidate_layout_name(static_cast<engine::ConsolidateLayout>(value));
     case SP_NAME_OUTPUT_FORMAT: return engine::consolidate_format_name(static_cast<engine::ConsolidateFormat>(value));
     case SP_NAME_CHECKPOINT_FORMAT: return engine::checkpoint_kind_name(kCheckpointKinds[value]);
@@ -134,12 +135,7 @@ sp_status sp_value_of_name(sp_name_kind kind, const char* name, int* value, char
           }
         }
         throw UsageError("checksum: expected one of none, crc32c, xxh3, found \"" + n + "\"");
-      case SP_NAME_COMPRESSION:
-        if (n != "none" && n != "zstd") {
-          throw UsageError("compression: expected one of none, zstd, found \"" + n + "\"");
-        }
-        *value = n == "zstd" ? SP_COMPRESSION_ZSTD : SP_COMPRESSION_NONE;
-        return;
+      case SP_NAME_COMPRESSION: *value = static_cast<int>(engine::compression_from_name(n, "compression")); return;
       case SP_NAME_LAYOUT: *value = static_cast<int>(engine::consolidate_layout_from_name(n, "layout")); return;
       case SP_NAME_OUTPUT_FORMAT: *value = static_cast<int>(engine::consolidate_format_from_name(n, "format")); return;
       case SP_NAME_CHECKPOINT_FORMAT:

@@ -84,8 +84,8 @@ class ReshardCommand : public Command {
     sub_->add_flag("--no-zip-crc", no_zip_crc_,
                    "do not check the zip CRC-32s of source records no checksum sidecar covers");
     sub_->add_flag("--no-direct-io", no_direct_, "write through the page cache instead of O_DIRECT");
-    sub_->add_option("--compress", compress_, "store every item compressed: zstd (PyTorch's ZStandard extension)")
-        ->check(CLI::IsMember({"none", "zstd"}));
+    sub_->add_option("--compress", compress_,
+                     "store every item compressed: none (default) or zstd (PyTorch's ZStandard extension)");
     sub_->add_option("--compress-level", compress_level_, "zstd level (default 3, as PyTorch)")
         ->check(CLI::Range(1, 19));
     sub_->add_flag("--quiet,-q", quiet_, "print nothing on success");
@@ -124,7 +124,7 @@ class ReshardCommand : public Command {
     options.check_zip_crc = !no_zip_crc_;
     options.save.thread_count = threads_;
     options.save.direct_io = !no_direct_;
-    options.save.compression = compress_ == "zstd" ? engine::Compression::kZstd : engine::Compression::kNone;
+    options.save.compression = engine::compression_from_name(compress_, "--compress");
     options.save.compression_level = compress_level_;
     engine::ReshardReport report;
     try {

@@ -1,9 +1,11 @@
-// The one mapping between consolidate's layout and format enums and their names, shared by
-// the CLI and the C API (shardpoint/consolidate.h).
+// The one mapping between the engine's option enums and their names, shared by the CLI and
+// the C API: consolidate's layout and format (shardpoint/consolidate.h), the item compression
+// (shardpoint/checkpoint.h).
 #include <array>
 #include <string>
 #include <utility>
 
+#include "shardpoint/checkpoint.h"
 #include "shardpoint/consolidate.h"
 #include "shardpoint/error.h"
 
@@ -20,6 +22,11 @@ constexpr std::array<std::pair<ConsolidateFormat, std::string_view>, 3> kFormats
     {ConsolidateFormat::kTorchSave, "torch"},
     {ConsolidateFormat::kSafetensors, "safetensors"},
     {ConsolidateFormat::kHfSafetensors, "hf-safetensors"},
+}};
+
+constexpr std::array<std::pair<Compression, std::string_view>, 2> kCompressions = {{
+    {Compression::kNone, "none"},
+    {Compression::kZstd, "zstd"},
 }};
 
 template <typename Enum, std::size_t N>
@@ -54,6 +61,12 @@ std::string_view consolidate_format_name(ConsolidateFormat format) { return name
 
 ConsolidateFormat consolidate_format_from_name(std::string_view name, std::string_view what) {
   return value_of(kFormats, name, what);
+}
+
+std::string_view compression_name(Compression compression) { return name_of(kCompressions, compression); }
+
+Compression compression_from_name(std::string_view name, std::string_view what) {
+  return value_of(kCompressions, name, what);
 }
 
 }  // namespace shardpoint::engine
