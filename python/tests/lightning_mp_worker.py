@@ -32,6 +32,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos import WikiText2
 from torch.utils.data import DataLoader
 
+import rank_exit
 from lightning_worker import Recorder, TinyMLP, TinyTransformer, mlp_data
 
 
@@ -141,6 +142,7 @@ def main() -> None:
     # threads abort the process ("terminate called without an active exception").
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    rank_exit.leave(0)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ from lightning.pytorch.demos import LightningTransformer, Transformer, WikiText2
 from lightning.pytorch.strategies import FSDPStrategy as LightningFSDPStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
+import rank_exit
+
 
 PLAIN_SGD = False
 
@@ -234,6 +236,7 @@ def run(args: argparse.Namespace, model_name: str, root: str, out: str | None) -
             "seconds": seconds,
         }))
     print(f"rank {trainer.global_rank}: done, global_step {trainer.global_step}", flush=True)
+    rank_exit.leave(0)  # from here, while this frame still holds the trainer and its group
 
 
 if __name__ == "__main__":

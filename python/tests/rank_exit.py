@@ -1,5 +1,6 @@
-"""How a rank worker (dcp_worker.py, variants_worker.py, safetensors_worker.py) ends: with
-os._exit, while its caller's frame still holds the state, without tearing Python down.
+"""How a rank worker (dcp_worker.py, variants_worker.py, safetensors_worker.py, the Lightning
+workers) ends: with os._exit, while its caller's frame still holds the state, without tearing
+Python down.
 
 The state references the gloo group (DTensors, ShardedTensors, the DeviceMesh), and letting
 Python free it at exit goes wrong in PyTorch's gloo teardown:

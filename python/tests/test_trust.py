@@ -73,10 +73,13 @@ def test_hostile_metadata_is_refused_by_every_entry_point(tmp_path: Path, case: 
         dcp.load({"w": torch.zeros(4)}, storage_reader=StorageReader(str(folder)))
     assert message in str(through_dcp.value)
 
-    from shardpoint import _lightning_files, _native
+    # Lightning's listing and commit test are the engine's (sp_list_committed_checkpoints,
+    # sp_checkpoint_committed): they read no pickle.
+    from shardpoint import _lightning_files
 
-    with pytest.raises(errors.FormatError):
-        _lightning_files._checkpoint_files(_native.Checkpoint(str(folder)), str(folder))
+    torch.save({"global_step": 1}, folder / "meta.pt")  # a Lightning checkpoint: both markers
+    assert _lightning_files.is_committed(folder)
+    assert str(folder) in [str(p) for p in _lightning_files.find_committed_checkpoints(folder.parent)]
     assert not marker.exists(), "a shardpoint entry point ran the payload"
 
     # The corpus is live: PyTorch's own reader runs it.
