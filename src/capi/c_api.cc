@@ -271,6 +271,8 @@ void sp_reader_metadata(const sp_reader* reader, const void** data, size_t* size
   *size = reader->reader->metadata_bytes().size();
 }
 
+}  // extern "C"
+
 namespace {
 
 // A malloc'd copy of bytes into *data / *size (1 byte allocated for empty input).
@@ -283,6 +285,8 @@ void give_bytes(std::string_view bytes, void** data, size_t* size) {
 }
 
 }  // namespace
+
+extern "C" {
 
 sp_status sp_reader_metadata_rebuilt(const sp_reader* reader, void** data, size_t* size, char** error) {
   return guarded(error, [&] {
@@ -356,6 +360,8 @@ sp_status sp_reader_read_blob(sp_reader* reader, const char* file, uint64_t offs
   });
 }
 
+}  // extern "C"
+
 namespace {
 
 // The state of sp_save / sp_load: a flat dict fqn -> tensor box over the caller's buffers.
@@ -378,6 +384,8 @@ engine::StateNode state_of(const sp_tensor* tensors, size_t count) {
 }
 
 }  // namespace
+
+extern "C" {
 
 sp_status sp_save(sp_checkpoint* checkpoint, const sp_tensor* tensors, size_t count, const sp_save_options* options,
                   char** error) {

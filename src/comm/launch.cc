@@ -24,8 +24,6 @@
 
 #include "shardpoint/error.h"
 
-extern char** environ;
-
 namespace shardpoint::comm {
 namespace {
 

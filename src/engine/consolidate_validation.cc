@@ -114,7 +114,7 @@ std::string validate_consolidate(const ConsolidateOptions& options) {
   }
   const Location output_location =
       options.output_file.empty() ? default_output_for(folder_location) : Location::parse(options.output_file);
-  const std::string output = output_location.to_string();
+  std::string output = output_location.to_string();
   if (output_location.is_remote()) {
     validate_remote_output(output);
     return output;
