@@ -24,13 +24,22 @@ std::string_view checkpoint_kind_name(CheckpointKind kind) {
   return "torch";
 }
 
+namespace {
+
+// A Hugging Face safetensors folder: its index JSON, or any of its tensor files.
+bool is_hf_folder(storage::Storage& folder) {
+  if (folder.try_stat(kHfIndexKey)) return true;
+  for (const storage::ObjectInfo& o : folder.list("")) {
+    if (is_hf_tensor_file(o.key)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 CheckpointKind folder_kind(storage::Storage& folder) {
   if (has_checkpoint_metadata(folder)) return CheckpointKind::kDcp;
-  if (folder.try_stat(kHfIndexKey)) return CheckpointKind::kHfSafetensors;
-  for (const storage::ObjectInfo& o : folder.list("")) {
-    if (is_hf_tensor_file(o.key)) return CheckpointKind::kHfSafetensors;
-  }
-  return CheckpointKind::kDcp;
+  return is_hf_folder(folder) ? CheckpointKind::kHfSafetensors : CheckpointKind::kDcp;
 }
 
 CheckpointLocation locate_checkpoint(const Location& where) {
@@ -53,7 +62,7 @@ CheckpointLocation locate_checkpoint(const Location& where) {
   // A prefix holding a checkpoint wins over an object of its name, and is looked for first:
   // some servers fail a stat of a key that is only a prefix (s3s-fs: HTTP 500, retried).
   const bool dcp = has_checkpoint_metadata(*folder);
-  if (dcp || folder_kind(*folder) == CheckpointKind::kHfSafetensors) {
+  if (dcp || is_hf_folder(*folder)) {
     location.kind = dcp ? CheckpointKind::kDcp : CheckpointKind::kHfSafetensors;
     location.storage = std::move(folder);
     return location;
