@@ -61,11 +61,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "shardpoint/location.h"
 #include "shardpoint/zip_crc_counts.h"
 
 namespace shardpoint::engine {
@@ -86,11 +88,11 @@ ConsolidateFormat consolidate_format_from_name(std::string_view name, std::strin
 
 struct ConsolidateOptions {
   // The checkpoint folder: a local path or an object-store URL prefix.
-  std::string checkpoint_folder;
-  // Output path or URL; empty: "<checkpoint_folder>.consolidated" (trailing slashes
-  // stripped; a bucket-root URL needs an explicit output). A local output's parent
-  // directory must exist (it is not created, as Lightning).
-  std::string output_file;
+  Location checkpoint_folder;
+  // Output path or URL; none: "<checkpoint_folder>.consolidated" (a bucket-root URL needs an
+  // explicit output). A local output's parent directory must exist (it is not created, as
+  // Lightning).
+  std::optional<Location> output_file;
   ConsolidateLayout layout = ConsolidateLayout::kTrainer;
   ConsolidateFormat format = ConsolidateFormat::kTorchSave;
   // Safetensors only: split the weights into files of at most this many data bytes
@@ -119,7 +121,7 @@ struct ConsolidateProgress {
 };
 
 struct ConsolidateReport {
-  std::string output;                // the path written
+  Location output;                   // where the output was written
   std::uint64_t tensors = 0;         // tensor records written
   std::uint64_t objects = 0;         // DCP bytes items carried through
   std::uint64_t tensor_bytes = 0;    // tensor data bytes copied

@@ -84,13 +84,13 @@ struct ReshardOptions {
 };
 
 struct ReshardReport {
-  std::string source_format;        // "dcp", "hf-safetensors" or "torch"
-  std::uint64_t tensors = 0;        // tensor leaves written
-  std::uint64_t objects = 0;        // object leaves written
-  std::uint64_t payload_bytes = 0;  // tensor bytes (each tensor once)
-  std::uint64_t copied_bytes = 0;   // tensor bytes read from the source (slabs)
-  std::uint64_t slab_bytes = 0;     // largest slab of one file writer
-  std::uint64_t bytes_written = 0;  // all ranks, blobs with headers
+  CheckpointKind source_format = CheckpointKind::kDcp;  // what `source` held
+  std::uint64_t tensors = 0;                            // tensor leaves written
+  std::uint64_t objects = 0;                            // object leaves written
+  std::uint64_t payload_bytes = 0;                      // tensor bytes (each tensor once)
+  std::uint64_t copied_bytes = 0;                       // tensor bytes read from the source (slabs)
+  std::uint64_t slab_bytes = 0;                         // largest slab of one file writer
+  std::uint64_t bytes_written = 0;                      // all ranks, blobs with headers
   ZipCrcCounts zip_crc;             // zip CRC-32 checks of records no sidecar covers (check_zip_crc), meta.pt's too
   std::uint64_t meta_pt_bytes = 0;  // Lightning's meta.pt carried over (0: the source has none)
   double seconds = 0;               // the whole call

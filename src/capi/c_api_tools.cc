@@ -190,8 +190,8 @@ sp_status sp_consolidate(const char* checkpoint_folder, const sp_consolidate_opt
     result->output = nullptr;
     const sp_consolidate_options o = read_options(options, &sp_consolidate_options_init);
     engine::ConsolidateOptions in;
-    in.checkpoint_folder = str(checkpoint_folder, "checkpoint_folder is NULL");
-    in.output_file = o.output_file != nullptr ? o.output_file : "";
+    in.checkpoint_folder = Location::parse(str(checkpoint_folder, "checkpoint_folder is NULL"));
+    if (o.output_file != nullptr && *o.output_file != '\0') in.output_file = Location::parse(o.output_file);
     in.layout = layout_of(o.layout);
     in.format = format_of(o.format);
     in.max_shard_bytes = o.max_shard_bytes;
@@ -201,7 +201,7 @@ sp_status sp_consolidate(const char* checkpoint_folder, const sp_consolidate_opt
     in.durable = o.durable != 0;
     const engine::ConsolidateReport r = engine::consolidate(in);
     sp_consolidate_result full{};
-    full.output = copy_string_or_throw(r.output);
+    full.output = copy_string_or_throw(r.output.to_string());
     full.tensors = r.tensors;
     full.objects = r.objects;
     full.tensor_bytes = r.tensor_bytes;
@@ -262,10 +262,7 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
     auto dst = storage::open_storage(location_arg(destination, "destination is NULL"));
     const engine::ReshardReport r = engine::reshard(location_arg(source, "source is NULL"), *dst, in);
     sp_reshard_result full{};
-    int format = SP_CHECKPOINT_DCP;
-    const int found = sp_value_of_name(SP_NAME_CHECKPOINT_FORMAT, r.source_format.c_str(), &format, nullptr);
-    require(found == SP_OK, "reshard reported an unknown source format");
-    full.source_format = format;
+    full.source_format = checkpoint_format_value(r.source_format);
     full.tensors = r.tensors;
     full.objects = r.objects;
     full.payload_bytes = r.payload_bytes;

@@ -16,6 +16,7 @@
 #include "cli/progress.h"
 #include "shardpoint/consolidate.h"
 #include "shardpoint/error.h"
+#include "shardpoint/location.h"
 
 namespace shardpoint::cli {
 
@@ -88,8 +89,8 @@ class ConsolidateCommand : public Command {
 
   int run() override {
     engine::ConsolidateOptions options;
-    options.checkpoint_folder = folder_;
-    options.output_file = output_;
+    options.checkpoint_folder = Location::parse(folder_);
+    if (!output_.empty()) options.output_file = Location::parse(output_);
     options.layout = engine::consolidate_layout_from_name(layout_, "--layout");
     options.format = engine::consolidate_format_from_name(to_, "--to");
     if (!max_shard_.empty()) {

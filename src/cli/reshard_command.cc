@@ -139,7 +139,7 @@ class ReshardCommand : public Command {
     if (!quiet_) {
       print_out(fmt::format("{}: {} tensors ({}), {} objects from {} checkpoint {} written as {} ranks in {:.2f} s\n",
                             dst_, report.tensors, human_bytes(report.payload_bytes), report.objects,
-                            report.source_format, src_, ranks_, report.seconds));
+                            engine::checkpoint_kind_name(report.source_format), src_, ranks_, report.seconds));
       if (report.meta_pt_bytes > 0) {
         print_out(fmt::format("{}: Lightning's meta.pt carried ({})\n", dst_, human_bytes(report.meta_pt_bytes)));
       }

@@ -77,22 +77,21 @@ class Consolidator {
   ConsolidateReport run() {
     auto t0 = std::chrono::steady_clock::now();
     output_ = validate_consolidate(options_);
-    const Location folder = Location::parse(options_.checkpoint_folder);
-    folder_ = folder.to_string();
+    const Location& folder = options_.checkpoint_folder;
     remote_in_ = folder.is_remote();
-    remote_out_ = Location::parse(output_).is_remote();
+    remote_out_ = output_.is_remote();
     if (!remote_out_) check_output_parent();
 
     std::shared_ptr<storage::Storage> target;
     if (remote_in_) {
       storage::StorageOptions in_options;
       in_options.default_pool_bytes = 4096;  // never writes
-      target = storage::open_storage(folder_, in_options);
+      target = storage::open_storage(folder, in_options);
     } else {
       storage::StorageOptions in_options;
       in_options.max_mmaps = 0;  // pread: mapped shard pages would count in our RSS
       in_options.default_pool_bytes = 4096;
-      target = storage::open_local_storage_at(folder_, in_options);
+      target = storage::open_local_storage_at(folder.to_string(), in_options);
     }
     input_ = storage::make_windowed_storage(target);
     reader_ = std::make_unique<CheckpointReader>(*input_,
@@ -100,8 +99,8 @@ class Consolidator {
                                                                          .check_zip_crc = options_.check_zip_crc});
     fqns_ = ordered_fqns(reader_->metadata(), reader_->metadata().key_order);
     // Before anything is written, so a broken folder fails early with one line.
-    check_item_files(reader_->metadata(), *input_, remote_in_ ? std::string() : folder_);
-    if (!remote_in_) read_ahead_ = std::make_unique<ShardReadAhead>(reader_->metadata(), folder_);
+    check_item_files(reader_->metadata(), *input_, remote_in_ ? std::string() : folder.to_string());
+    if (!remote_in_) read_ahead_ = std::make_unique<ShardReadAhead>(reader_->metadata(), folder.to_string());
     plan_memory();
 
     if (options_.format == ConsolidateFormat::kSafetensors || options_.format == ConsolidateFormat::kHfSafetensors) {
@@ -146,11 +145,11 @@ class Consolidator {
   }
 
   void check_output_parent() const {
-    const std::string parent = place_of_output(output_).parent;
+    const std::string parent = place_of_output(output_).parent.to_string();
     struct stat st {};
     if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       throw StorageError(StorageError::Kind::kNotFound,
-                         "cannot write \"" + output_ + "\": directory \"" + parent + "\" does not exist");
+                         "cannot write \"" + output_.to_string() + "\": directory \"" + parent + "\" does not exist");
     }
   }
 
@@ -158,12 +157,13 @@ class Consolidator {
   // small (the trainer's state) and read whole, and a damaged one must fail before any
   // output is written.
   void open_meta() {
-    const std::string name = remote_in_ ? input_->describe_key(kMetaPt) : folder_ + "/" + kMetaPt;
+    const std::string local_path = options_.checkpoint_folder.child(kMetaPt).to_string();
+    const std::string name = remote_in_ ? input_->describe_key(kMetaPt) : local_path;
     const bool check = options_.verify_checksums && options_.check_zip_crc;
     meta_ = open_torch_file_naming_crc(
         [&]() -> std::unique_ptr<ByteSource> {
           if (remote_in_) return input_->open_source(kMetaPt);
-          return MappedSource::open(folder_ + "/" + kMetaPt);
+          return MappedSource::open(local_path);
         },
         name, check);
     if (check) meta_zip_crc_ = check_records_but(meta_->archive(), "", 0, name);
@@ -171,7 +171,7 @@ class Consolidator {
 
   // The storage the output goes to, rooted at `root` (a local folder or a URL prefix). Its
   // writers stage bytes in one pool sized by plan_memory() (object stores: upload parts).
-  std::shared_ptr<storage::Storage> open_output_storage(const std::string& root) {
+  std::shared_ptr<storage::Storage> open_output_storage(const Location& root) {
     storage::StorageOptions out_options;
     BufferPoolOptions pool;
     pool.buffer_bytes = memory_.part_bytes;
@@ -179,7 +179,7 @@ class Consolidator {
     pool.huge_pages = false;
     out_options.buffer_pool = std::make_shared<BufferPool>(pool);
     if (remote_out_) return storage::open_storage(root, out_options);
-    return storage::open_local_storage_at(root, out_options);
+    return storage::open_local_storage_at(root.to_string(), out_options);
   }
 
   // Announces the DCP tensors among sources_[seq[from..to)] to the kernel (local input).
@@ -349,8 +349,8 @@ class Consolidator {
     // Object store: shard objects first, the index last (a reader that finds the index
     // finds every shard); on failure the shards already committed are removed.
     std::optional<storage::TempFolder> tmp;
-    if (!remote_out_) tmp.emplace(output_);
-    auto out = open_output_storage(remote_out_ ? output_ : tmp->path());
+    if (!remote_out_) tmp.emplace(output_.to_string());
+    auto out = open_output_storage(remote_out_ ? output_ : Location::parse(tmp->path()));
     std::vector<std::string> written;
     try {
       std::map<std::string, std::string> weight_map;
@@ -384,8 +384,7 @@ class Consolidator {
 
   const ConsolidateOptions& options_;
   const std::function<void(const ConsolidateProgress&)>& progress_;
-  std::string folder_;
-  std::string output_;
+  Location output_;
   std::shared_ptr<storage::Storage> input_;
   std::unique_ptr<CheckpointReader> reader_;
   std::unique_ptr<torchfile::TorchFile> meta_;

@@ -64,7 +64,7 @@ void validate_local_folder(const ConsolidateOptions& options, const Location& wh
 
 // The output checks for an object-store URL: no object under the key, none under it as a
 // prefix (a folder of safetensors shards).
-void validate_remote_output(const std::string& output) {
+void validate_remote_output(const Location& output) {
   const OutputPlace place = place_of_output(output);
   bool exists = storage::open_storage(place.parent)->try_stat(place.name).has_value();
   if (!exists) exists = !storage::open_storage(output)->list("").empty();
@@ -72,7 +72,7 @@ void validate_remote_output(const std::string& output) {
     throw PlanError(
         "The path for the converted checkpoint already exists. Choose a different path by providing `--output_file` "
         "or move/delete the object first: " +
-        output);
+        output.to_string());
   }
 }
 
@@ -92,39 +92,36 @@ void validate_remote_folder(const ConsolidateOptions& options, const Location& w
 
 }  // namespace
 
-OutputPlace place_of_output(const std::string& output) {
-  const Location location = Location::parse(output);
-  std::optional<Location> parent = location.parent();
+OutputPlace place_of_output(const Location& output) {
+  std::optional<Location> parent = output.parent();
   if (!parent) {
-    if (location.is_remote()) {
-      throw UsageError("output \"" + output + "\" names a bucket or container, not an object under it");
+    if (output.is_remote()) {
+      throw UsageError("output \"" + output.text() + "\" names a bucket or container, not an object under it");
     }
-    return {location.to_string(), ""};  // "/" or ".": Lightning's "already exists" check comes first
+    return {output, ""};  // "/" or ".": Lightning's "already exists" check comes first
   }
-  return {parent->to_string(), location.name()};
+  return {*parent, output.name()};
 }
 
-std::string validate_consolidate(const ConsolidateOptions& options) {
+Location validate_consolidate(const ConsolidateOptions& options) {
   // Consolidate normalises what it was given (its messages and output name the canonical text).
-  const Location folder_location = Location::parse(options.checkpoint_folder).canonical();
+  const Location folder_location = options.checkpoint_folder.canonical();
   if (folder_location.is_remote()) {
     validate_remote_folder(options, folder_location);
   } else {
     validate_local_folder(options, folder_location);
   }
-  const Location output_location =
-      options.output_file.empty() ? default_output_for(folder_location) : Location::parse(options.output_file);
-  std::string output = output_location.to_string();
-  if (output_location.is_remote()) {
+  Location output = options.output_file ? options.output_file->canonical() : default_output_for(folder_location);
+  if (output.is_remote()) {
     validate_remote_output(output);
     return output;
   }
   struct stat out {};
-  if (::stat(output.c_str(), &out) == 0) {
+  if (::stat(output.to_string().c_str(), &out) == 0) {
     throw PlanError(
         "The path for the converted checkpoint already exists. Choose a different path by providing `--output_file` "
         "or move/delete the file first: " +
-        output);
+        output.to_string());
   }
   return output;
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "shardpoint/consolidate.h"
+#include "shardpoint/location.h"
 #include "shardpoint/metadata.h"
 #include "shardpoint/storage.h"
 
@@ -20,17 +21,17 @@ namespace shardpoint::engine {
 // the output path (options.output_file, or "<folder>.consolidated"). Throws PlanError with
 // Lightning's exact message (for URLs, worded for a prefix; these checks list / HEAD the
 // object store, so they can also throw StorageError). UsageError for a bucket-root output
-// URL or a bucket-root checkpoint without an explicit output. Returns the output path or
-// URL, normalised (Location). No side effects.
-std::string validate_consolidate(const ConsolidateOptions& options);
+// URL or a bucket-root checkpoint without an explicit output. Returns where the output goes.
+// No side effects.
+Location validate_consolidate(const ConsolidateOptions& options);
 
 // Where a single output file or object goes: the local folder or URL prefix holding it
 // (a URL keeps its query) and its name there. Throws UsageError for a bucket-root URL.
 struct OutputPlace {
-  std::string parent;
+  Location parent;
   std::string name;
 };
-OutputPlace place_of_output(const std::string& output);
+OutputPlace place_of_output(const Location& output);
 
 // Every file .metadata refers to is a safe relative path (no escape from the folder; for
 // a local folder, `local_folder` non-empty, no symlink leading out of it either), exists

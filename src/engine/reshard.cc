@@ -64,7 +64,7 @@ std::uint64_t leaf_bytes(const SourceLeaf& leaf) { return element_count(leaf.sha
 class ReshardSource {
  public:
   virtual ~ReshardSource() = default;
-  virtual std::string format() const = 0;
+  virtual CheckpointKind format() const = 0;
   // The zip CRC-32 checks of the reads so far.
   virtual ZipCrcCounts zip_crc_counts() const { return {}; }
   // The source folder's Lightning meta.pt (engine/lightning_meta.h), read and checked
@@ -114,7 +114,7 @@ class DcpSource final : public ReshardSource {
     }
   }
 
-  std::string format() const override { return std::string(checkpoint_kind_name(kind_)); }
+  CheckpointKind format() const override { return kind_; }
   ZipCrcCounts zip_crc_counts() const override { return reader_.zip_crc_counts(); }
   std::optional<LightningMeta> lightning_meta(bool check_crc) override {
     return read_lightning_meta(*storage_, check_crc);
@@ -152,7 +152,7 @@ class TorchSource final : public ReshardSource {
     walk(file_->root(), {}, 0);
   }
 
-  std::string format() const override { return "torch"; }
+  CheckpointKind format() const override { return CheckpointKind::kTorchSave; }
   ZipCrcCounts zip_crc_counts() const override { return crc_ ? crc_->counts() : ZipCrcCounts{}; }
 
   void read_box(std::size_t i, const Shape& offsets, const Shape& sizes, std::span<std::byte> dest) override {

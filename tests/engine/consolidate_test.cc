@@ -116,8 +116,8 @@ std::vector<std::byte> expected_bytes(const std::string& path) {
 
 ConsolidateOptions options_for(const std::string& folder, const std::string& output = "") {
   ConsolidateOptions o;
-  o.checkpoint_folder = folder;
-  o.output_file = output;
+  o.checkpoint_folder = Location::parse(folder);
+  if (!output.empty()) o.output_file = Location::parse(output);
   o.durable = false;
   return o;
 }
@@ -166,7 +166,7 @@ TEST(ConsolidateTest, TrainerLayoutMatchesLightning) {
   save_state(folder, 3);
   write_meta_pt(folder);
   ConsolidateReport report = consolidate(options_for(folder + "/"));
-  EXPECT_EQ(report.output, folder + ".consolidated");
+  EXPECT_EQ(report.output.to_string(), folder + ".consolidated");
   EXPECT_EQ(report.tensors, tensor_specs().size() + 1);
 
   auto f = torchfile::TorchFile::open(folder + ".consolidated");

@@ -71,7 +71,7 @@ TEST(ReshardTest, EveryWorldSizeLoadsBackExactly) {
       ReshardOptions options;
       options.ranks = to;
       const ReshardReport report = reshard(source, *dst, options);
-      EXPECT_EQ(report.source_format, "dcp");
+      EXPECT_EQ(report.source_format, CheckpointKind::kDcp);
       EXPECT_EQ(report.tensors, tensor_specs().size());
       EXPECT_EQ(report.payload_bytes, payload_bytes()) << from << " -> " << to;
       EXPECT_EQ(report.copied_bytes, payload_bytes()) << from << " -> " << to;
@@ -138,7 +138,7 @@ TEST(ReshardTest, TorchSaveSourceConverts) {
     ReshardOptions options;
     options.ranks = ranks;
     const ReshardReport report = reshard(path, *dst, options);
-    EXPECT_EQ(report.source_format, "torch");
+    EXPECT_EQ(report.source_format, CheckpointKind::kTorchSave);
     EXPECT_EQ(report.tensors, tensor_specs().size());
     EXPECT_EQ(report.payload_bytes, payload_bytes());
     // Every tensor reads back whole as saved.

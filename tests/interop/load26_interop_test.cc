@@ -220,13 +220,13 @@ TEST(Load26InteropTest, DamageIsFoundByLoadAndConsolidate) {
     EXPECT_TRUE(names_it(load_error)) << "load: " << load_error;
 
     engine::ConsolidateOptions co;
-    co.checkpoint_folder = copy;
-    co.output_file = copy + ".pt";
+    co.checkpoint_folder = Location::parse(copy);
+    co.output_file = Location::parse(copy + ".pt");
     co.layout = engine::ConsolidateLayout::kDcp;
     co.durable = false;
     const std::string consolidate_error = error_of([&] { engine::consolidate(co); });
     EXPECT_TRUE(names_it(consolidate_error)) << "consolidate: " << consolidate_error;
-    EXPECT_FALSE(fs::exists(co.output_file));
+    EXPECT_FALSE(fs::exists(copy + ".pt"));
   }
 }
 
@@ -251,8 +251,8 @@ TEST(Load26InteropTest, CleanLoadsCheckedPartialReadsSaySoAndTheCheckTurnsOff) {
   // consolidate reads every tensor in slabs (a blob opened once per slab): the same records
   // checked, each once.
   engine::ConsolidateOptions co;
-  co.checkpoint_folder = ckpt;
-  co.output_file = dir.file("clean.pt");
+  co.checkpoint_folder = Location::parse(ckpt);
+  co.output_file = Location::parse(dir.file("clean.pt"));
   co.layout = engine::ConsolidateLayout::kDcp;
   co.durable = false;
   co.memory_budget_bytes = 1 << 20;

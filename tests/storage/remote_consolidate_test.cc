@@ -388,23 +388,23 @@ TEST(RemoteConsolidateTest, EngineMemoryUrlsEqualLocal) {
   copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(mem + "/ckpt"));
 
   engine::ConsolidateOptions o;
-  o.checkpoint_folder = local;
-  o.output_file = dir.file("out.pt");
+  o.checkpoint_folder = Location::parse(local);
+  o.output_file = Location::parse(dir.file("out.pt"));
   engine::consolidate(o);
-  o.checkpoint_folder = mem + "/ckpt";
-  o.output_file = mem + "/out/out.pt";
+  o.checkpoint_folder = Location::parse(mem + "/ckpt");
+  o.output_file = Location::parse(mem + "/out/out.pt");
   engine::ConsolidateReport report = engine::consolidate(o);
-  EXPECT_EQ(report.output, mem + "/out/out.pt");
+  EXPECT_EQ(report.output.to_string(), mem + "/out/out.pt");
   EXPECT_TRUE(read_object(mem + "/out/out.pt") == testing::read_text(dir.file("out.pt")));
   EXPECT_THROW(engine::consolidate(o), PlanError);  // the output object exists now
 
   o.format = engine::ConsolidateFormat::kSafetensors;
   o.max_shard_bytes = 200;
-  o.checkpoint_folder = local;
-  o.output_file = dir.file("hf");
+  o.checkpoint_folder = Location::parse(local);
+  o.output_file = Location::parse(dir.file("hf"));
   engine::consolidate(o);
-  o.checkpoint_folder = mem + "/ckpt";
-  o.output_file = mem + "/hf";
+  o.checkpoint_folder = Location::parse(mem + "/ckpt");
+  o.output_file = Location::parse(mem + "/hf");
   engine::consolidate(o);
   auto hf = storage::open_storage(mem + "/hf");
   std::size_t n = 0;
@@ -453,19 +453,19 @@ TEST(RemoteConsolidateTest, TinyBuffersCutBoxesLikeWholeTensors) {
   copy_objects(*storage::open_local_storage_at(local), *storage::open_storage(mem));
   engine::ConsolidateOptions o;
   o.layout = engine::ConsolidateLayout::kDcp;
-  o.checkpoint_folder = local;
+  o.checkpoint_folder = Location::parse(local);
   fs::create_directories(dir.file("whole"));
   fs::create_directories(dir.file("tiny"));
-  o.output_file = dir.file("whole/out.pt");  // same names: the archive name comes from it
+  o.output_file = Location::parse(dir.file("whole/out.pt"));  // same names: the archive name comes from it
   engine::consolidate(o);
   const std::string want = testing::read_text(dir.file("whole/out.pt"));
   o.memory_budget_bytes = 1 << 20;
-  o.output_file = dir.file("tiny/out.pt");
+  o.output_file = Location::parse(dir.file("tiny/out.pt"));
   engine::ConsolidateReport report = engine::consolidate(o);
   EXPECT_LE(report.slab_bytes, std::size_t{1} << 20);
   EXPECT_TRUE(testing::read_text(dir.file("tiny/out.pt")) == want);
-  o.checkpoint_folder = mem;
-  o.output_file = mem + "-out/out.pt";
+  o.checkpoint_folder = Location::parse(mem);
+  o.output_file = Location::parse(mem + "-out/out.pt");
   engine::consolidate(o);
   EXPECT_TRUE(read_object(mem + "-out/out.pt") == want);
 }
