@@ -26,7 +26,7 @@ void sp_string_list_free(sp_string_list* list) {
 sp_status sp_checkpoint_committed(const char* path_or_url, int* committed, char** error) {
   return guarded(error, [&] {
     require(committed != nullptr, "committed is NULL");
-    *committed = engine::is_committed(str(path_or_url, "path_or_url is NULL")) ? 1 : 0;
+    *committed = engine::is_committed(Location::parse(str(path_or_url, "path_or_url is NULL"))) ? 1 : 0;
   });
 }
 
@@ -35,11 +35,12 @@ sp_status sp_list_committed_checkpoints(const char* folder, sp_string_list* path
     require(paths != nullptr, "paths is NULL");
     paths->count = 0;
     paths->items = nullptr;
-    const std::vector<std::string> found = engine::list_committed_checkpoints(str(folder, "folder is NULL"));
+    const std::vector<Location> found =
+        engine::list_committed_checkpoints(Location::parse(str(folder, "folder is NULL")));
     sp_string_list out{0, static_cast<char**>(std::calloc(std::max<std::size_t>(found.size(), 1), sizeof(char*)))};
     if (out.items == nullptr) throw std::bad_alloc();
-    for (const std::string& path : found) {
-      out.items[out.count] = copy_string(path);
+    for (const Location& path : found) {
+      out.items[out.count] = copy_string(path.to_string());
       if (out.items[out.count] == nullptr) {
         sp_string_list_free(&out);
         throw std::bad_alloc();
@@ -51,19 +52,21 @@ sp_status sp_list_committed_checkpoints(const char* folder, sp_string_list* path
 }
 
 sp_status sp_remove_checkpoint(const char* path_or_url, char** error) {
-  return guarded(error, [&] { engine::remove_checkpoint(str(path_or_url, "path_or_url is NULL")); });
+  return guarded(error, [&] { engine::remove_checkpoint(Location::parse(str(path_or_url, "path_or_url is NULL"))); });
 }
 
 sp_status sp_staging_folder(const char* target, const char* tag, char** path, char** error) {
   return guarded(error, [&] {
     require(path != nullptr, "path is NULL");
-    *path = copy_string_or_throw(engine::staging_path(str(target, "target is NULL"), str(tag, "tag is NULL")));
+    const Location staged =
+        engine::staging_path(Location::parse(str(target, "target is NULL")), str(tag, "tag is NULL"));
+    *path = copy_string_or_throw(staged.to_string());
   });
 }
 
 sp_status sp_remove_stale_staging(const char* target, size_t* removed, char** error) {
   return guarded(error, [&] {
-    const std::size_t n = engine::remove_stale_staging_of(str(target, "target is NULL"));
+    const std::size_t n = engine::remove_stale_staging_of(Location::parse(str(target, "target is NULL")));
     if (removed != nullptr) *removed = n;
   });
 }

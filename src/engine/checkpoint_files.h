@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardpoint/location.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::engine {
@@ -35,15 +36,15 @@ inline constexpr std::size_t kStagingTagChars = 16;
 // for I/O failures other than a missing object.
 bool is_committed(storage::Storage& storage);
 
-// The same for a path or URL; false when nothing is there. Throws UsageError for a
-// malformed URL, StorageError for I/O failures.
-bool is_committed(const std::string& path_or_url);
+// The same for a path or URL; false when nothing is there. Throws UsageError for a URL
+// its driver refuses, StorageError for I/O failures.
+bool is_committed(const Location& where);
 
 // The hidden sibling a local save into `target` is written in before it is swapped in
 // (storage::replace_local_folder): <parent>/.<name>.sp-replace-<tag>, tag cut to
 // kStagingTagChars, `target` made absolute. Throws UsageError for a URL or a path with no
 // name ("/", ".").
-std::string staging_path(const std::string& target, std::string_view tag);
+Location staging_path(const Location& target, std::string_view tag);
 
 // True when `name` (one path segment) is a staging folder's name.
 bool is_staging_name(std::string_view name);
@@ -52,23 +53,23 @@ bool is_staging_name(std::string_view name);
 // (<parent>/.<name>.sp-replace-*). Returns how many went. REQUIRES no save into `target`
 // is in flight. A URL or a missing parent is nothing to clean (0); a failure to remove one
 // is skipped (best effort: the next save tries again).
-std::size_t remove_stale_staging_of(const std::string& target);
+std::size_t remove_stale_staging_of(const Location& target);
 
 // Removes what killed saves left in a local checkpoints folder: staging folders and
 // temporary files of unfinished atomic writes ("*.sp-tmp.*"). Returns how many entries
 // went; best effort as above. A URL or a missing folder is nothing to clean (0).
-std::size_t remove_stale_staging(const std::string& dir);
+std::size_t remove_stale_staging(const Location& dir);
 
 // The committed checkpoints directly in the local `folder`, oldest first: by the `step=N`
 // in their names (none: first), then by meta.pt's modification time, then by path. A
 // missing folder holds none. Throws UsageError for a URL (object stores are not listed
 // here).
-std::vector<std::string> list_committed_checkpoints(const std::string& folder);
+std::vector<Location> list_committed_checkpoints(const Location& folder);
 
-// Deletes the checkpoint at `path_or_url`, uncommitting it first: meta.pt, then
+// Deletes the checkpoint at `where`, uncommitting it first: meta.pt, then
 // `.metadata`, then everything else (a local folder recursively; under a URL, every object
 // under it as a prefix), so a crash midway leaves nothing that looks committed. A single
 // file (or object) is removed alone. Nothing there is not an error. Throws StorageError.
-void remove_checkpoint(const std::string& path_or_url);
+void remove_checkpoint(const Location& where);
 
 }  // namespace shardpoint::engine

@@ -25,14 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_remote(const std::string& path) { return Location::parse(path).is_remote(); }
-
 // Checkpoint names are appended to the root's path, so a URL may not carry "?options".
-void check_no_query(const std::string& url) {
-  if (!Location::parse(url).query().empty()) {
+void check_no_query(const Location& url) {
+  if (!url.query().empty()) {
     throw UsageError(fmt::format("{}: options after '?' are not supported in trainer paths; give the endpoint and "
                                  "credentials through the environment (shardpoint verify --help lists them)",
-                                 url));
+                                 url.text()));
   }
 }
 
@@ -42,34 +40,34 @@ bool is_version_dir_name(const std::string& n) {
 
 }  // namespace
 
-std::string normalize_checkpoint_path(const std::string& path) {
+Location normalize_checkpoint_path(const Location& path) {
   check_no_query(path);
-  return Location::parse(path).absolute().to_string();
+  return path.absolute();
 }
 
-std::pair<std::string, std::string> parent_and_name(const std::string& path) {
-  const Location location = Location::parse(path);
-  const std::optional<Location> parent = location.parent();
-  if (!parent) throw UsageError(fmt::format("{}: not a checkpoint path", path));
-  return {parent->to_string(), location.name()};
+std::pair<Location, std::string> parent_and_name(const Location& path) {
+  std::optional<Location> parent = path.parent();
+  if (!parent) throw UsageError(fmt::format("{}: not a checkpoint path", path.text()));
+  return {std::move(*parent), path.name()};
 }
 
-std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name) {
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const Location& dir, const std::string& name) {
   const std::shared_ptr<storage::Storage> st = storage::open_storage(dir);
-  return engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, dir + "/" + name, true);
+  return engine::open_torch_file_naming_crc([&] { return st->open_source(name); }, dir.child(name).to_string(), true);
 }
 
-bool path_exists(const std::string& path) {
-  if (!is_remote(path)) return fs::exists(path);
+bool path_exists(const Location& path) {
+  if (!path.is_remote()) return fs::exists(path.to_string());
   const auto [parent, name] = parent_and_name(path);
   auto st = storage::open_storage(parent);
   return st->try_stat(name).has_value() || !st->list(name + "/").empty();
 }
 
-std::optional<StateDictType> checkpoint_kind(const std::string& path) {
-  if (!is_remote(path)) {
-    if (fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "meta.pt")) return StateDictType::kSharded;
-    if (fs::is_regular_file(path)) return StateDictType::kFull;
+std::optional<StateDictType> checkpoint_kind(const Location& path) {
+  if (!path.is_remote()) {
+    const fs::path local(path.to_string());
+    if (fs::is_directory(local) && fs::is_regular_file(local / "meta.pt")) return StateDictType::kSharded;
+    if (fs::is_regular_file(local)) return StateDictType::kFull;
     return std::nullopt;
   }
   if (storage::open_storage(path)->try_stat("meta.pt")) return StateDictType::kSharded;
@@ -78,31 +76,31 @@ std::optional<StateDictType> checkpoint_kind(const std::string& path) {
   return std::nullopt;
 }
 
-std::string next_checkpoints_dir(const std::string& root) {
+Location next_checkpoints_dir(const Location& root) {
   check_no_query(root);
   int version = 0;
-  if (!is_remote(root)) {
-    const fs::path logs = fs::path(root) / "lightning_logs";
+  if (!root.is_remote()) {
+    const fs::path logs = fs::path(root.to_string()) / "lightning_logs";
     if (fs::is_directory(logs)) {
       for (const auto& e : fs::directory_iterator(logs)) {
         const std::string n = e.path().filename().string();
         if (e.is_directory() && is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
       }
     }
-    return normalize_checkpoint_path((logs / fmt::format("version_{}", version) / "checkpoints").string());
+  } else {
+    for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
+      const std::string n = o.key.substr(15, o.key.find('/', 15) - 15);
+      if (is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
+    }
   }
-  for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
-    const std::string n = o.key.substr(15, o.key.find('/', 15) - 15);
-    if (is_version_dir_name(n)) version = std::max(version, std::stoi(n.substr(8)) + 1);
-  }
-  return Location::parse(root).child(fmt::format("lightning_logs/version_{}/checkpoints", version)).to_string();
+  return normalize_checkpoint_path(root.child(fmt::format("lightning_logs/version_{}/checkpoints", version)));
 }
 
 namespace {
 
 // One checkpoint name found under a root, with the files seen under it.
 struct Candidate {
-  std::string path;  // normalised
+  Location path;     // normalised
   std::string name;  // e.g. "last-v1.ckpt"
   long version = 0;
   bool is_last = false;
@@ -120,31 +118,29 @@ struct Candidate {
 // itself. It decides which checkpoint is resumed, so data.pkl's zip CRC-32 is checked: a
 // damaged step that still parses must not pick the wrong one (FormatError naming the file).
 std::int64_t global_step_of(const Candidate& c) {
-  const auto [dir, name] =
-      c.sharded() ? std::pair<std::string, std::string>{c.path, "meta.pt"} : parent_and_name(c.path);
+  const auto [dir, name] = c.sharded() ? std::pair<Location, std::string>{c.path, "meta.pt"} : parent_and_name(c.path);
   const std::unique_ptr<torchfile::TorchFile> tf = open_torch_file(dir, name);
-  engine::TorchFileCrc(*tf, dir + "/" + name).check_small_records();
+  engine::TorchFileCrc(*tf, dir.child(name).to_string()).check_small_records();
   const pickle::ValuePtr step = tf->root()->get("global_step");
-  if (!step) throw FormatError(fmt::format("{}: checkpoint has no \"global_step\"", c.path));
+  if (!step) throw FormatError(fmt::format("{}: checkpoint has no \"global_step\"", c.path.to_string()));
   return step->as_int();
 }
 
 }  // namespace
 
-LastCheckpoint resolve_last_checkpoint(const std::string& root) {
+LastCheckpoint resolve_last_checkpoint(const Location& root) {
   // version, checkpoint name (not hidden), what lies under it
   static const std::regex kName(R"(lightning_logs/version_(\d+)/checkpoints/([^./][^/]*\.ckpt)(/.*)?)");
   static const std::regex kLast(R"(last(?:-v(\d+))?.*\.ckpt)");
   static const std::regex kVersioned(R"(.*-v(\d+)\.ckpt)");
-  const Location base = Location::parse(root);
   std::map<std::string, Candidate> found;  // by path
   for (const auto& o : storage::open_storage(root)->list("lightning_logs/version_")) {
     std::smatch m;
     if (!std::regex_match(o.key, m, kName)) continue;
     const std::string name = m[2].str();
-    const std::string path = base.child("lightning_logs/version_" + m[1].str() + "/checkpoints/" + name).to_string();
-    Candidate& c = found[path];
-    if (c.path.empty()) {
+    const Location path = root.child("lightning_logs/version_" + m[1].str() + "/checkpoints/" + name);
+    Candidate& c = found[path.to_string()];
+    if (c.name.empty()) {
       c.path = path;
       c.name = name;
       c.version = std::stol(m[1].str());
@@ -182,37 +178,40 @@ LastCheckpoint resolve_last_checkpoint(const std::string& root) {
   out.path = normalize_checkpoint_path(best->path);
   if (best == newest_last) return out;
   const std::int64_t step = std::get<0>(best_key);
+  const std::string& resumed = out.path->to_string();
   if (!newest_last) {
     out.note = fmt::format("no last*.ckpt under {}; resuming from {} (global_step {}), the newest committed checkpoint",
-                           root, out.path, step);
+                           root.to_string(), resumed, step);
   } else if (!newest_last->committed()) {
     out.note = fmt::format("{} is not committed (its save did not finish); resuming from {} (global_step {}), the "
                            "newest committed checkpoint",
-                           newest_last->path, out.path, step);
+                           newest_last->path.to_string(), resumed, step);
   } else if (last_step >= 0) {
     out.note = fmt::format("{} holds global_step {} (its replacement did not finish); resuming from {} (global_step "
                            "{}), the newest committed checkpoint",
-                           newest_last->path, last_step, out.path, step);
+                           newest_last->path.to_string(), last_step, resumed, step);
   } else {
     out.note = fmt::format("{} is in an older version folder; resuming from {} (global_step {}), the newest committed "
                            "checkpoint",
-                           newest_last->path, out.path, step);
+                           newest_last->path.to_string(), resumed, step);
   }
   return out;
 }
 
-std::string staging_path_for(const std::string& path, std::int64_t step) {
+Location staging_path_for(const Location& path, std::int64_t step) {
   return engine::staging_path(path, std::to_string(step));
 }
 
-std::vector<std::string> local_checkpoints_dirs(const std::string& root) {
-  std::vector<std::string> out;
-  if (is_remote(root)) return out;
-  const fs::path logs = fs::path(root) / "lightning_logs";
+std::vector<Location> local_checkpoints_dirs(const Location& root) {
+  std::vector<Location> out;
+  if (root.is_remote()) return out;
+  const Location logs = root.child("lightning_logs");
   std::error_code ec;
-  for (fs::directory_iterator it(logs, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path dir = it->path() / "checkpoints";
-    if (is_version_dir_name(it->path().filename().string()) && fs::is_directory(dir)) out.push_back(dir.string());
+  for (fs::directory_iterator it(logs.to_string(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string version = it->path().filename().string();
+    if (is_version_dir_name(version) && fs::is_directory(it->path() / "checkpoints")) {
+      out.push_back(logs.child(version + "/checkpoints"));
+    }
   }
   return out;
 }

@@ -16,43 +16,43 @@
 #include <utility>
 #include <vector>
 
+#include "shardpoint/location.h"
 #include "torchfile/torch_file.h"
 #include "train/fsdp_strategy.h"
 
 namespace shardpoint::train {
 
-// An absolute, normal local path ("..", "." and trailing '/' resolved lexically), or a
-// normalised URL (Location). Throws UsageError for a URL with "?options":
-// checkpoint names are appended to the root's path, so options have to come from the
-// environment.
-std::string normalize_checkpoint_path(const std::string& path);
+// The location made absolute (a local path: "..", "." resolved lexically; a URL as it
+// is). Throws UsageError for a URL with "?options": checkpoint names are appended to the
+// root's path, so options have to come from the environment.
+Location normalize_checkpoint_path(const Location& path);
 
 // (the folder or prefix holding path, its name there). Throws UsageError for a bucket root
 // or "/" (nothing holds them).
-std::pair<std::string, std::string> parent_and_name(const std::string& path);
+std::pair<Location, std::string> parent_and_name(const Location& path);
 
 // Opens the torch.save file `name` under `dir` (a path or URL). Throws what opening and
 // parsing throw; when data.pkl does not parse and its zip CRC-32 mismatches, that mismatch
 // (FormatError naming "dir/name") instead.
-std::unique_ptr<torchfile::TorchFile> open_torch_file(const std::string& dir, const std::string& name);
+std::unique_ptr<torchfile::TorchFile> open_torch_file(const Location& dir, const std::string& name);
 
 // True when a file or folder is at path (local), or an object at it or any object under it
 // as a prefix (URL).
-bool path_exists(const std::string& path);
+bool path_exists(const Location& path);
 
 // Lightning's rule (docs/lightning-layout.md §1): kSharded when path is a folder (prefix)
 // holding meta.pt, kFull when it is a regular file (object), nullopt when neither.
-std::optional<StateDictType> checkpoint_kind(const std::string& path);
+std::optional<StateDictType> checkpoint_kind(const Location& path);
 
 // <root>/lightning_logs/version_<k>/checkpoints with k = 1 + the largest existing version
 // (0 when none), normalised. Creates nothing. Throws UsageError for a root URL with
 // "?options".
-std::string next_checkpoints_dir(const std::string& root);
+Location next_checkpoints_dir(const Location& root);
 
 // What ckpt_path="last" resumes from (resolve_last_checkpoint).
 struct LastCheckpoint {
-  std::string path;  // normalised; "" when root holds no committed checkpoint
-  std::string note;  // one line when path is not the newest last*.ckpt (why), else ""
+  std::optional<Location> path;  // normalised; nullopt when root holds no committed checkpoint
+  std::string note;              // one line when path is not the newest last*.ckpt (why), else ""
 };
 
 // The checkpoint ckpt_path="last" means under root: the newest committed checkpoint of
@@ -65,18 +65,18 @@ struct LastCheckpoint {
 // older than the top-k checkpoint saved just before it), `note` says which one was passed
 // over. Reads meta.pt (or the full file's pickle) of each committed checkpoint of the
 // newest version folder. Throws StorageError when listing or reading fails.
-LastCheckpoint resolve_last_checkpoint(const std::string& root);
+LastCheckpoint resolve_last_checkpoint(const Location& root);
 
 // The hidden sibling a local sharded save into `path` is written in before it is swapped
 // in (storage::replace_local_folder): engine::staging_path tagged with the step,
 // <parent>/.<name>.sp-replace-<step>. REQUIRES a local path.
-std::string staging_path_for(const std::string& path, std::int64_t step);
+Location staging_path_for(const Location& path, std::int64_t step);
 
 // Staging leftovers (engine::remove_stale_staging) and removal (engine::remove_checkpoint)
 // are the engine's rules, shared with the C API (engine/checkpoint_files.h).
 
 // The local checkpoints folders <root>/lightning_logs/version_*/checkpoints that exist
 // (none for a URL root).
-std::vector<std::string> local_checkpoints_dirs(const std::string& root);
+std::vector<Location> local_checkpoints_dirs(const Location& root);
 
 }  // namespace shardpoint::train

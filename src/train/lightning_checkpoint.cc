@@ -110,13 +110,14 @@ pickle::DictEntries meta_entries(const TrainerOptions& o, const ModelCheckpoint&
                                  const DataSchedule& schedule, TorchFileBuilder& files) {
   auto score = [&](const std::optional<float>& v) { return v ? files.scalar(*v) : Value::none(); };
   pickle::DictEntries best_k;
-  for (const auto& [path, value] : mc.best_k_models()) best_k.emplace_back(Value::str(path), files.scalar(value));
+  for (const auto& [path, value] : mc.best_k_models())
+    best_k.emplace_back(Value::str(path.to_string()), files.scalar(value));
   ValuePtr state = Value::dict({
       {s("monitor"), mc.monitor().empty() ? Value::none() : Value::str(mc.monitor())},
       {s("best_model_score"), score(mc.best_model_score())},
       {s("best_model_path"), Value::str(mc.best_model_path())},
       {s("current_score"), score(mc.current_score())},
-      {s("dirpath"), Value::str(mc.dirpath())},
+      {s("dirpath"), Value::str(mc.dirpath().to_string())},
       {s("best_k_models"), Value::dict(std::move(best_k))},
       {s("kth_best_model_path"), Value::str(mc.kth_best_model_path())},
       {s("kth_value"), files.scalar(mc.kth_value())},

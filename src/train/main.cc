@@ -228,7 +228,7 @@ int try_main(int argc, char** argv) {
   options.gradient_clip_val = a.gradient_clip_val;
   options.checkpoint = a.checkpoint;
   options.async_save = a.async_save;
-  options.default_root_dir = a.root;
+  options.default_root_dir = Location::parse(a.root);
   options.seed = a.seed;
   options.global_batch = a.global_batch;
   options.model_size = a.model_size;

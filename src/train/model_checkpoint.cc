@@ -53,35 +53,36 @@ std::string ModelCheckpoint::state_key() const {
                      monitor, options_.mode, every_n_train_steps_, every_n_epochs_);
 }
 
-void ModelCheckpoint::set_paths(std::string dirpath, std::string resume_path) {
+void ModelCheckpoint::set_paths(Location dirpath, std::optional<Location> resume_path) {
   dirpath_ = std::move(dirpath);
   resume_path_ = std::move(resume_path);
 }
 
-std::string ModelCheckpoint::name(const TrainPosition& p, bool last, int version) const {
+Location ModelCheckpoint::name(const TrainPosition& p, bool last, int version) const {
   std::string stem = last ? "last" : fmt::format("epoch={}-step={}", p.epoch, p.global_step);
   if (version > 0) stem += fmt::format("-v{}", version);
-  return dirpath_ + "/" + stem + ".ckpt";
+  return dirpath_.child(stem + ".ckpt");
 }
 
-std::string ModelCheckpoint::free_name(const TrainPosition& p, bool last, const std::string& replacing,
-                                       const CheckpointActions& io) const {
-  std::string path = name(p, last, 0);
+Location ModelCheckpoint::free_name(const TrainPosition& p, bool last, const std::optional<Location>& replacing,
+                                    const CheckpointActions& io) const {
+  Location path = name(p, last, 0);
   for (int version = 1; path != replacing && io.exists(path); ++version) path = name(p, last, version);
   return path;
 }
 
-void ModelCheckpoint::save(const std::string& path, const TrainPosition& p, const CheckpointActions& io) {
+void ModelCheckpoint::save(const Location& path, const TrainPosition& p, const CheckpointActions& io) {
   io.save(path);
   last_global_step_saved_ = p.global_step;
   saved_.push_back(path);
 }
 
-void ModelCheckpoint::remove_if_allowed(const std::string& previous, const std::string& current,
+void ModelCheckpoint::remove_if_allowed(const std::optional<Location>& previous, const Location& current,
                                         const CheckpointActions& io) {
-  if (previous.empty() || previous == current || previous == resume_path_) return;
-  if (previous.rfind(dirpath_ + "/", 0) != 0) return;
-  io.remove(previous);
+  if (!previous || *previous == current || previous == resume_path_) return;
+  bool inside = false;  // Lightning removes only what lies under dirpath
+  for (std::optional<Location> up = previous->parent(); up && !inside; up = up->parent()) inside = *up == dirpath_;
+  if (inside) io.remove(*previous);
 }
 
 void ModelCheckpoint::on_train_batch_end(const TrainPosition& p, const CheckpointActions& io) {
@@ -101,15 +102,15 @@ void ModelCheckpoint::save_top_k(const TrainPosition& p, const CheckpointActions
   const std::int64_t top_k = options_.save_top_k;
   if (top_k == 0) return;
   if (options_.monitor.empty()) {
-    const std::string path = free_name(p, false, best_model_path_, io);
-    const std::string previous = best_model_path_;
+    const Location path = free_name(p, false, best_model_path_, io);
+    const std::optional<Location> previous = best_model_path_;
     best_model_path_ = path;
     save(path, p, io);
     if (top_k == 1) remove_if_allowed(previous, path, io);
     return;
   }
   float current = static_cast<float>(p.train_loss);
-  auto score_of = [this](const std::string& path) {
+  auto score_of = [this](const std::optional<Location>& path) {
     for (const auto& [k, v] : best_k_models_) {
       if (k == path) return v;
     }
@@ -118,14 +119,14 @@ void ModelCheckpoint::save_top_k(const TrainPosition& p, const CheckpointActions
   const bool room = top_k == -1 || static_cast<std::int64_t>(best_k_models_.size()) < top_k;
   if (!room && !better(current, score_of(kth_best_model_path_))) return;
   const std::size_t k = top_k == -1 ? best_k_models_.size() + 1 : static_cast<std::size_t>(top_k);
-  std::string displaced;
+  std::optional<Location> displaced;
   if (best_k_models_.size() == k) {
     displaced = kth_best_model_path_;
     std::erase_if(best_k_models_, [&](const auto& e) { return e.first == displaced; });
   }
   if (std::isnan(current))
     current = options_.mode == "min" ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
-  const std::string path = free_name(p, false, displaced, io);
+  const Location path = free_name(p, false, displaced, io);
   current_score_ = current;
   auto it = std::find_if(best_k_models_.begin(), best_k_models_.end(), [&](const auto& e) { return e.first == path; });
   if (it != best_k_models_.end()) it->second = current;
@@ -143,13 +144,13 @@ void ModelCheckpoint::save_top_k(const TrainPosition& p, const CheckpointActions
   best_model_path_ = best_path;
   best_model_score_ = best_score;
   save(path, p, io);
-  if (!displaced.empty()) remove_if_allowed(displaced, path, io);
+  if (displaced) remove_if_allowed(displaced, path, io);
 }
 
 void ModelCheckpoint::save_last(const TrainPosition& p, const CheckpointActions& io) {
   if (!options_.save_last) return;
-  const std::string path = free_name(p, true, last_model_path_, io);
-  const std::string previous = last_model_path_;
+  const Location path = free_name(p, true, last_model_path_, io);
+  const std::optional<Location> previous = last_model_path_;
   last_model_path_ = path;  // before saving: it is part of the saved state
   save(path, p, io);
   remove_if_allowed(previous, path, io);

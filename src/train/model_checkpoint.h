@@ -33,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardpoint/location.h"
+
 namespace shardpoint::train {
 
 struct ModelCheckpointOptions {
@@ -54,9 +56,9 @@ struct TrainPosition {
 // The I/O a hook asks for, in order. save and exists are collectives (all ranks); remove is
 // called on every rank too and acts on rank 0 only.
 struct CheckpointActions {
-  std::function<bool(const std::string& path)> exists;
-  std::function<void(const std::string& path)> save;
-  std::function<void(const std::string& path)> remove;
+  std::function<bool(const Location& path)> exists;
+  std::function<void(const Location& path)> save;
+  std::function<void(const Location& path)> remove;
 };
 
 class ModelCheckpoint {
@@ -67,33 +69,35 @@ class ModelCheckpoint {
   // Lightning's callbacks key: ModelCheckpoint{'monitor': None, 'mode': 'min', ...}.
   std::string state_key() const;
 
-  // dirpath: the checkpoints folder (absolute path or URL, no trailing '/'); resume_path:
-  // the checkpoint this run loaded ("" if none), never removed.
-  void set_paths(std::string dirpath, std::string resume_path);
+  // dirpath: the checkpoints folder (an absolute path or a URL); resume_path: the
+  // checkpoint this run loaded (none: nullopt), never removed.
+  void set_paths(Location dirpath, std::optional<Location> resume_path);
 
   void on_train_batch_end(const TrainPosition& p, const CheckpointActions& io);
   void on_train_epoch_end(const TrainPosition& p, const CheckpointActions& io);
 
-  // The state Lightning saves (docs/lightning-layout.md §3.3). Scores are float32 values.
+  // The state Lightning saves (docs/lightning-layout.md §3.3), paths as Lightning's strings
+  // ("" for none). Scores are float32 values.
   const std::string& monitor() const { return options_.monitor; }
   const std::optional<float>& best_model_score() const { return best_model_score_; }
-  const std::string& best_model_path() const { return best_model_path_; }
+  std::string best_model_path() const { return text_of(best_model_path_); }
   const std::optional<float>& current_score() const { return current_score_; }
-  const std::string& dirpath() const { return dirpath_; }
-  const std::vector<std::pair<std::string, float>>& best_k_models() const { return best_k_models_; }
-  const std::string& kth_best_model_path() const { return kth_best_model_path_; }
+  const Location& dirpath() const { return dirpath_; }
+  const std::vector<std::pair<Location, float>>& best_k_models() const { return best_k_models_; }
+  std::string kth_best_model_path() const { return text_of(kth_best_model_path_); }
   float kth_value() const { return kth_value_; }
-  const std::string& last_model_path() const { return last_model_path_; }
+  std::string last_model_path() const { return text_of(last_model_path_); }
 
   // The paths saved by this callback so far, in order (a path may repeat: last.ckpt).
-  const std::vector<std::string>& saved() const { return saved_; }
+  const std::vector<Location>& saved() const { return saved_; }
 
  private:
-  std::string name(const TrainPosition& p, bool last, int version) const;
-  std::string free_name(const TrainPosition& p, bool last, const std::string& replacing,
-                        const CheckpointActions& io) const;
-  void save(const std::string& path, const TrainPosition& p, const CheckpointActions& io);
-  void remove_if_allowed(const std::string& previous, const std::string& current, const CheckpointActions& io);
+  static std::string text_of(const std::optional<Location>& path) { return path ? path->to_string() : ""; }
+  Location name(const TrainPosition& p, bool last, int version) const;
+  Location free_name(const TrainPosition& p, bool last, const std::optional<Location>& replacing,
+                     const CheckpointActions& io) const;
+  void save(const Location& path, const TrainPosition& p, const CheckpointActions& io);
+  void remove_if_allowed(const std::optional<Location>& previous, const Location& current, const CheckpointActions& io);
   void save_top_k(const TrainPosition& p, const CheckpointActions& io);
   void save_last(const TrainPosition& p, const CheckpointActions& io);
   bool better(float a, float b) const { return options_.mode == "min" ? a < b : a > b; }
@@ -101,17 +105,17 @@ class ModelCheckpoint {
   ModelCheckpointOptions options_;
   std::int64_t every_n_train_steps_ = 0;
   std::int64_t every_n_epochs_ = 1;
-  std::string dirpath_;
-  std::string resume_path_;
+  Location dirpath_;
+  std::optional<Location> resume_path_;
   std::int64_t last_global_step_saved_ = 0;
   std::optional<float> best_model_score_;
-  std::string best_model_path_;
+  std::optional<Location> best_model_path_;
   std::optional<float> current_score_;
-  std::vector<std::pair<std::string, float>> best_k_models_;  // insertion order, like the dict
-  std::string kth_best_model_path_;
+  std::vector<std::pair<Location, float>> best_k_models_;  // insertion order, like the dict
+  std::optional<Location> kth_best_model_path_;
   float kth_value_;
-  std::string last_model_path_;
-  std::vector<std::string> saved_;
+  std::optional<Location> last_model_path_;
+  std::vector<Location> saved_;
 };
 
 }  // namespace shardpoint::train

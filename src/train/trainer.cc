@@ -154,12 +154,13 @@ StepResult run_step(FSDPStrategy& strategy, ShardedOptimizer& optimizer, const M
 Trainer::Trainer(TrainerOptions options, FSDPStrategy strategy)
     : options_(std::move(options)), strategy_(std::move(strategy)) {}
 
-std::int64_t Trainer::load_checkpoint(const std::string& path) {
+std::int64_t Trainer::load_checkpoint(const Location& where) {
+  const std::string& path = where.to_string();  // in messages
   comm::Communicator& comm = *comm_;
   const int rank = comm.rank(), world = comm.world_size();
   std::string found;  // rank 0's checkpoint_kind as its name, "" for neither
   on_rank0(comm, [&] {
-    if (const auto k = checkpoint_kind(path)) found = std::string(state_dict_type_name(*k));
+    if (const auto k = checkpoint_kind(where)) found = std::string(state_dict_type_name(*k));
   });
   found = comm.broadcast(found);
   if (found.empty()) {
@@ -187,18 +188,18 @@ std::int64_t Trainer::load_checkpoint(const std::string& path) {
     root.emplace_back("model", strategy_.model_state());
     root.emplace_back("optimizer_0", optimizer_->state_dict(shapes, rank, world));
     engine::StateNode state(std::move(root));
-    engine::load(state, *storage::open_storage(path), comm);
+    engine::load(state, *storage::open_storage(where), comm);
     try {
       // meta.pt is small and read whole: every record's zip CRC-32 is checked.
-      const auto meta = open_torch_file(path, "meta.pt");
-      engine::check_records_but(meta->archive(), "", 0, path + "/meta.pt");
+      const auto meta = open_torch_file(where, "meta.pt");
+      engine::check_records_but(meta->archive(), "", 0, where.child("meta.pt").to_string());
       read_loop_settings(*meta->root());
     } catch (...) {
       error = std::current_exception();
     }
   } else {
     try {
-      const auto [dir, name] = parent_and_name(path);
+      const auto [dir, name] = parent_and_name(where);
       auto tf = open_torch_file(dir, name);
       // The zip CRC-32 of every record read: small ones now, tensors' as they are read.
       engine::TorchFileCrc crc(*tf, path);
@@ -272,21 +273,22 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   if (options_.accumulate_grad_batches < 1) throw UsageError("accumulate_grad_batches must be >= 1");
 
   // 2. the checkpoints folder (rank 0 decides; created by the first save)
-  std::string dirpath;
-  on_rank0(comm, [&] { dirpath = next_checkpoints_dir(options_.default_root_dir); });
-  dirpath = comm.broadcast(dirpath);
+  std::string dirpath;  // broadcast as text
+  on_rank0(comm, [&] { dirpath = next_checkpoints_dir(options_.default_root_dir).to_string(); });
+  const Location checkpoints_dir = Location::parse(comm.broadcast(dirpath));
 
   // 3. resume
   std::int64_t start = 0;
+  std::optional<Location> resumed_from;
   if (!ckpt_path.empty()) {
-    std::string resolved;
+    std::string resolved;  // broadcast as text; "" for none
     on_rank0(comm, [&] {
       if (ckpt_path != "last") {
-        resolved = normalize_checkpoint_path(ckpt_path);
+        resolved = normalize_checkpoint_path(Location::parse(ckpt_path)).to_string();
         return;
       }
       const LastCheckpoint last = resolve_last_checkpoint(options_.default_root_dir);
-      resolved = last.path;
+      if (last.path) resolved = last.path->to_string();
       if (!last.note.empty()) std::fprintf(stderr, "note: --ckpt-path last: %s\n", last.note.c_str());
     });
     resolved = comm.broadcast(resolved);
@@ -295,18 +297,19 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
         std::fprintf(stderr,
                      "warning: .fit(ckpt_path=\"last\") is set, but there is no last checkpoint available under %s. "
                      "No checkpoint will be loaded. HINT: save one with --save-last.\n",
-                     options_.default_root_dir.c_str());
+                     options_.default_root_dir.to_string().c_str());
       }
     } else {
       const auto t0 = Clock::now();
-      start = load_checkpoint(resolved);
+      resumed_from = Location::parse(resolved);
+      start = load_checkpoint(*resumed_from);
       result.load_seconds = seconds_since(t0);
       result.resumed_from = resolved;
     }
   }
   result.start_step = start;
   schedule_ = DataSchedule{data.size(), options_.global_batch, options_.accumulate_grad_batches};
-  checkpoint_->set_paths(dirpath, result.resumed_from);
+  checkpoint_->set_paths(checkpoints_dir, resumed_from);
 
   // 4. train, with the checkpoint hooks after every step
   std::int64_t max_epochs = options_.max_epochs;
@@ -319,7 +322,7 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
   std::int64_t last_step = max_epochs >= 0 ? max_epochs * steps_per_epoch : options_.max_steps;
   if (options_.max_steps >= 0) last_step = std::min(last_step, options_.max_steps);
   CheckpointActions io;
-  io.exists = [&](const std::string& path) {
+  io.exists = [&](const Location& path) {
     // A path whose removal waits for the save in flight, or the save's own path (a local
     // one appears only when committed): answer as after that commit.
     if (path == pending_path_ ||
@@ -330,8 +333,8 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
     on_rank0(comm, [&] { answer = path_exists(path) ? "1" : "0"; });
     return comm.broadcast(answer) == "1";
   };
-  io.save = [&](const std::string& path) { save_checkpoint(path, result); };
-  io.remove = [&](const std::string& path) {
+  io.save = [&](const Location& path) { save_checkpoint(path, result); };
+  io.remove = [&](const Location& path) {
     if (pending_) pending_removals_.push_back(path);  // only once the new one is committed
     else remove_checkpoint(path);
   };
@@ -369,13 +372,14 @@ FitResult Trainer::fit(comm::Communicator& comm, const ModelConfig& model, const
     }
     throw;
   }
-  result.saved = checkpoint_->saved();
+  for (const Location& saved : checkpoint_->saved()) result.saved.push_back(saved.to_string());
   result.checkpoint_path = result.saved.empty() ? "" : result.saved.back();
   result.best_model_path = checkpoint_->best_model_path();
   return result;
 }
 
-void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
+void Trainer::save_checkpoint(const Location& where, FitResult& result) {
+  const std::string& path = where.to_string();  // in messages
   comm::Communicator& comm = *comm_;
   const int rank = comm.rank(), world = comm.world_size();
   const auto t0 = Clock::now();
@@ -391,9 +395,9 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
   loops.steps_in_epoch = in_epoch;
   loops.is_last_batch = in_epoch == schedule_.steps_per_epoch();
   loops.epoch_processed = in_epoch_end_;
-  const auto [parent, name] = parent_and_name(path);
+  const auto [parent, name] = parent_and_name(where);
   finish_pending(result);  // a new save starts after the previous one is committed
-  const bool local = !Location::parse(path).is_remote();
+  const bool local = !where.is_remote();
   if (local) on_rank0(comm, [&] { remove_leftovers(parent); });
   if (strategy_.state_dict_type() == StateDictType::kSharded) {
     // Local: written in a hidden sibling, swapped in once committed (publish()), so the
@@ -401,12 +405,12 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
     // (docs/durability.md): a file at the path goes and an older checkpoint there loses its
     // commit marker first, so a save that dies half way never looks committed; resuming
     // from "last" then takes the newest committed checkpoint of the run.
-    const std::string folder = local ? staging_path_for(path, step) : path;
+    const Location folder = local ? staging_path_for(where, step) : where;
     if (!local) {
       on_rank0(comm, [&] {
         auto dir = storage::open_storage(parent);
         if (dir->try_stat(name)) dir->remove(name);
-        storage::open_storage(path)->remove("meta.pt");
+        storage::open_storage(where)->remove("meta.pt");
       });
     }
     engine::StateDict root;
@@ -423,7 +427,7 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       async_options.staging = staging_.get();
       pending_ = engine::async_save(engine::StateNode(std::move(root)), *st, comm, async_options);
       pending_storage_ = std::move(st);
-      pending_path_ = path;
+      pending_path_ = where;
       pending_folder_ = folder;
       pending_meta_ = std::move(meta);
       result.save_seconds = pending_->report().stall_seconds;
@@ -443,10 +447,10 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
           kill_point(KillPoint::kMetaPt);
           st->write_atomic("meta.pt", as_bytes(bytes));
           result.checkpoint_bytes += bytes.size();
-          publish(folder, path);
+          publish(folder, where);
         });
       } catch (...) {
-        discard_staging(folder, path);  // every rank has stopped writing: save() failed on all
+        discard_staging(folder, where);  // every rank has stopped writing: save() failed on all
         throw;
       }
     }
@@ -466,12 +470,12 @@ void Trainer::save_checkpoint(const std::string& path, FitResult& result) {
       for (std::size_t i = 0; i < gathered.size(); ++i) full_state[names[i]][key] = gathered[i];
     }
     on_rank0(comm, [&] {
-      if (!Location::parse(path).is_remote() && fs::is_directory(path)) {
+      if (!where.is_remote() && fs::is_directory(path)) {
         if (!fs::is_regular_file(fs::path(path) / "meta.pt")) {
           throw UsageError(fmt::format("The checkpoint path exists and is a directory: {}", path));
         }
         fs::remove_all(path);
-      } else if (Location::parse(path).is_remote() && storage::open_storage(path)->try_stat("meta.pt")) {
+      } else if (where.is_remote() && storage::open_storage(where)->try_stat("meta.pt")) {
         storage::open_storage(parent)->remove_prefix(name + "/");
       }
       TorchFileBuilder files;
@@ -498,10 +502,10 @@ void Trainer::finish_pending(FitResult& result) {
   // the PendingSave (locals are destroyed in reverse order).
   const std::unique_ptr<storage::Storage> st = std::move(pending_storage_);
   const std::unique_ptr<engine::PendingSave> pending = std::move(pending_);
-  const std::string path = std::exchange(pending_path_, {});
-  const std::string folder = std::exchange(pending_folder_, {});
+  const Location path = *std::exchange(pending_path_, std::nullopt);
+  const Location folder = std::exchange(pending_folder_, {});
   const std::string meta = std::exchange(pending_meta_, {});
-  const std::vector<std::string> removals = std::exchange(pending_removals_, {});
+  const std::vector<Location> removals = std::exchange(pending_removals_, {});
   const auto t0 = Clock::now();
   std::uint64_t bytes = 0;
   try {
@@ -518,49 +522,49 @@ void Trainer::finish_pending(FitResult& result) {
   }
   result.checkpoint_bytes = bytes;
   if (options_.progress && comm.rank() == 0) {
-    std::printf("committed sharded checkpoint %s (waited %.3f s)\n", path.c_str(), seconds_since(t0));
+    std::printf("committed sharded checkpoint %s (waited %.3f s)\n", path.to_string().c_str(), seconds_since(t0));
     std::fflush(stdout);
   }
-  for (const std::string& old : removals) remove_checkpoint(old);
+  for (const Location& old : removals) remove_checkpoint(old);
 }
 
-void Trainer::publish(const std::string& folder, const std::string& path) {
+void Trainer::publish(const Location& folder, const Location& path) {
   if (folder == path) return;  // written in place (object stores)
-  storage::replace_local_folder(folder, path, /*durable=*/true);
+  storage::replace_local_folder(folder.to_string(), path.to_string(), /*durable=*/true);
 }
 
-void Trainer::discard_staging(const std::string& folder, const std::string& path) {
+void Trainer::discard_staging(const Location& folder, const Location& path) {
   if (folder == path || comm_->rank() != 0) return;  // written in place (object stores): nothing staged
   // Best effort: the save's own error is the one to report. What cannot be removed now (the
   // checkpoints folder lost its write permission) the next save's remove_leftovers() takes.
   std::error_code ignored;
-  fs::remove_all(folder, ignored);
+  fs::remove_all(folder.to_string(), ignored);
 }
 
-void Trainer::remove_leftovers(const std::string& dir) {
+void Trainer::remove_leftovers(const Location& dir) {
   // The first save of a fit also cleans the other version folders: a resumed run writes
   // into a new one, and what the killed run left lies in its own.
-  std::vector<std::string> dirs{dir};
+  std::vector<Location> dirs{dir};
   if (!cleaned_other_versions_) {
     dirs = local_checkpoints_dirs(options_.default_root_dir);
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
     cleaned_other_versions_ = true;
   }
   std::size_t removed = 0;
-  for (const std::string& d : dirs) removed += engine::remove_stale_staging(d);
+  for (const Location& d : dirs) removed += engine::remove_stale_staging(d);
   if (removed > 0 && options_.progress) {
     std::printf("removed %zu leftover(s) of unfinished saves\n", removed);
     std::fflush(stdout);
   }
 }
 
-void Trainer::remove_checkpoint(const std::string& path) {
+void Trainer::remove_checkpoint(const Location& path) {
   if (comm_->rank() != 0) return;
   try {
     engine::remove_checkpoint(path);  // uncommitted first: a crash midway leaves no checkpoint
-    if (options_.progress) std::printf("removed checkpoint %s\n", path.c_str());
+    if (options_.progress) std::printf("removed checkpoint %s\n", path.to_string().c_str());
   } catch (const std::exception& e) {  // a leftover old checkpoint is no reason to stop training
-    std::fprintf(stderr, "warning: could not remove checkpoint %s: %s\n", path.c_str(), e.what());
+    std::fprintf(stderr, "warning: could not remove checkpoint %s: %s\n", path.to_string().c_str(), e.what());
   }
   std::fflush(stdout);
 }

@@ -61,6 +61,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,7 +120,7 @@ class Trainer {
   // or the full file published), or with async_save and "sharded" once this rank's bytes
   // are staged (finish_pending() commits it). The one place a checkpoint is written; it
   // first commits the save in flight. Updates result's save_seconds and checkpoint_bytes.
-  void save_checkpoint(const std::string& path, FitResult& result);
+  void save_checkpoint(const Location& path, FitResult& result);
 
   // (all ranks) Commits the async save in flight, if any: waits for every rank's writes,
   // commits .metadata, then rank 0 writes its meta.pt (the trainer's commit marker) and
@@ -131,18 +132,18 @@ class Trainer {
   ShardedOptimizer& optimizer() { return *optimizer_; }
 
  private:
-  std::int64_t load_checkpoint(const std::string& path);  // (all ranks) returns global_step
-  void remove_checkpoint(const std::string& path);        // (rank 0 acts) a superseded one
+  std::int64_t load_checkpoint(const Location& path);  // (all ranks) returns global_step
+  void remove_checkpoint(const Location& path);        // (rank 0 acts) a superseded one
   // (rank 0) Swaps the committed folder written beside path into path and removes what it
   // replaced (storage::replace_local_folder); nothing when folder == path.
-  void publish(const std::string& folder, const std::string& path);
+  void publish(const Location& folder, const Location& path);
   // (rank 0) remove_stale_staging() of dir (and, at the first save of a fit, of every local
   // version folder under the root); prints how many leftovers went.
-  void remove_leftovers(const std::string& dir);
+  void remove_leftovers(const Location& dir);
   // (rank 0 acts) Removes the staging folder of a save that failed (a full disk, a lost
   // permission), best effort, so a failed save leaves nothing behind; nothing when
   // folder == path.
-  void discard_staging(const std::string& folder, const std::string& path);
+  void discard_staging(const Location& folder, const Location& path);
 
   TrainerOptions options_;
   FSDPStrategy strategy_;
@@ -160,10 +161,10 @@ class Trainer {
   std::unique_ptr<engine::StagingPool> staging_;  // created by the first async save
   std::unique_ptr<storage::Storage> pending_storage_;
   std::unique_ptr<engine::PendingSave> pending_;
-  std::string pending_path_;
-  std::string pending_folder_;                 // where it is written (path, or its staging sibling)
-  std::string pending_meta_;                   // rank 0: meta.pt, written after the commit
-  std::vector<std::string> pending_removals_;  // superseded by pending_, removed after it
+  std::optional<Location> pending_path_;
+  Location pending_folder_;                 // where it is written (path, or its staging sibling)
+  std::string pending_meta_;                // rank 0: meta.pt, written after the commit
+  std::vector<Location> pending_removals_;  // superseded by pending_, removed after it
 };
 
 }  // namespace shardpoint::train

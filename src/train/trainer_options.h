@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shardpoint/location.h"
 #include "train/model_checkpoint.h"
 #include "train/sharded_optimizer.h"
 
@@ -21,7 +22,7 @@ struct TrainerOptions {
   // means no limit. Both -1: max_epochs 1000 (Lightning's default).
   std::int64_t max_steps = 3;
   std::int64_t max_epochs = -1;
-  std::string default_root_dir = ".";
+  Location default_root_dir;  // a local path (default ".") or a URL
   std::uint64_t seed = 0;
   // Data items (35-token blocks) per optimizer step across all ranks; rank r of W takes
   // every W-th. Fixed for a run (a resume keeps the checkpoint's value).

@@ -39,12 +39,12 @@ TEST(CheckpointFiles, CommittedNeedsEveryMarker) {
 }
 
 TEST(CheckpointFiles, StagingNames) {
-  EXPECT_EQ(staging_path("/data/run/last.ckpt", "7"), "/data/run/.last.ckpt.sp-replace-7");
+  EXPECT_EQ(staging_path(Location::parse("/data/run/last.ckpt"), "7").to_string(), "/data/run/.last.ckpt.sp-replace-7");
   EXPECT_TRUE(is_staging_name(".last.ckpt.sp-replace-7"));
   EXPECT_FALSE(is_staging_name("last.ckpt.sp-replace-7"));  // not hidden: a user's name
   EXPECT_FALSE(is_staging_name(".last.ckpt"));
-  EXPECT_THROW(staging_path("gs://bucket/last.ckpt", "7"), UsageError);
-  EXPECT_THROW(staging_path("/", "7"), UsageError);
+  EXPECT_THROW(staging_path(Location::parse("gs://bucket/last.ckpt"), "7"), UsageError);
+  EXPECT_THROW(staging_path(Location::parse("/"), "7"), UsageError);
 }
 
 TEST(CheckpointFiles, FolderLeftoversAreStagingAndTemporaryFiles) {
@@ -52,10 +52,10 @@ TEST(CheckpointFiles, FolderLeftoversAreStagingAndTemporaryFiles) {
   touch(dir / ".a.ckpt.sp-replace-1" / "__0_0.distcp");
   touch(dir / "b.ckpt.sp-tmp.12.0");
   touch(dir / "c.ckpt" / ".metadata");
-  EXPECT_EQ(remove_stale_staging(dir.string()), 2u);
+  EXPECT_EQ(remove_stale_staging(Location::parse(dir.string())), 2u);
   EXPECT_TRUE(fs::exists(dir / "c.ckpt" / ".metadata"));
-  EXPECT_EQ(remove_stale_staging((dir / "missing").string()), 0u);
-  EXPECT_EQ(remove_stale_staging("s3://bucket/checkpoints"), 0u);
+  EXPECT_EQ(remove_stale_staging(Location::parse((dir / "missing").string())), 0u);
+  EXPECT_EQ(remove_stale_staging(Location::parse("s3://bucket/checkpoints")), 0u);
   fs::remove_all(dir);
 }
 
@@ -67,10 +67,11 @@ TEST(CheckpointFiles, SameStepOrdersByMetaPtTime) {
   }
   const auto now = fs::last_write_time(dir / "a-step=5.ckpt" / "meta.pt");
   fs::last_write_time(dir / "a-step=5.ckpt" / "meta.pt", now + std::chrono::seconds(10));
-  EXPECT_EQ(list_committed_checkpoints(dir.string()),
-            (std::vector<std::string>{(dir / "b-step=5.ckpt").string(), (dir / "a-step=5.ckpt").string()}));
-  remove_checkpoint((dir / "a-step=5.ckpt").string());
-  EXPECT_EQ(list_committed_checkpoints(dir.string()), std::vector<std::string>{(dir / "b-step=5.ckpt").string()});
+  const Location folder = Location::parse(dir.string());
+  EXPECT_EQ(list_committed_checkpoints(folder),
+            (std::vector<Location>{folder.child("b-step=5.ckpt"), folder.child("a-step=5.ckpt")}));
+  remove_checkpoint(folder.child("a-step=5.ckpt"));
+  EXPECT_EQ(list_committed_checkpoints(folder), std::vector<Location>{folder.child("b-step=5.ckpt")});
   fs::remove_all(dir);
 }
 

@@ -207,7 +207,7 @@ Trained fit_on(int world, const std::string& type, std::int64_t max_steps, const
   group.run([&](comm::Communicator& comm) {
     TrainerOptions o;
     o.max_steps = max_steps;
-    o.default_root_dir = root;
+    o.default_root_dir = Location::parse(root);
     o.seed = 11;
     o.global_batch = 3;
     o.optimizer = optimizer_config("adam", 1e-3);
@@ -371,6 +371,11 @@ TEST(TrainerTest, MaxEpochsEndsAtEpochBoundariesAndResumesAcrossThem) {
   std::filesystem::remove_all(root);
 }
 
+std::string text_of(const std::optional<Location>& path) { return path ? path->to_string() : ""; }
+
+// What ckpt_path="last" resumes from under root, as text ("" for none).
+std::string last_path(const std::string& root) { return text_of(resolve_last_checkpoint(Location::parse(root)).path); }
+
 TEST(TrainerTest, ObjectStoreRootAndResumeFromLast) {
   // s3:// on moto (signatures checked): the object-store code path of s3://, gs://, az://.
   SP_REQUIRE_MOTO(moto);
@@ -393,7 +398,7 @@ TEST(TrainerTest, ObjectStoreRootAndResumeFromLast) {
   std::vector<std::byte> bytes(st->stat(metadata));
   st->read(metadata, 0, bytes);
   st->write_atomic("lightning_logs/version_7/checkpoints/last.ckpt/.metadata", bytes);
-  EXPECT_EQ(resolve_last_checkpoint(root).path, half.checkpoint);
+  EXPECT_EQ(last_path(root), half.checkpoint);
   const Trained resumed = fit_on(2, "full", 4, root, "last", last);
   EXPECT_EQ(resumed.result.resumed_from, half.checkpoint);
   EXPECT_EQ(resumed.start_step, 2);
@@ -430,14 +435,14 @@ struct FakeIO {
   std::vector<std::string> log;
   CheckpointActions actions() {
     CheckpointActions io;
-    io.exists = [this](const std::string& p) { return present.count(p) > 0; };
-    io.save = [this](const std::string& p) {
-      present.insert(p);
-      log.push_back("save " + p.substr(p.rfind('/') + 1));
+    io.exists = [this](const Location& p) { return present.count(p.to_string()) > 0; };
+    io.save = [this](const Location& p) {
+      present.insert(p.to_string());
+      log.push_back("save " + p.name());
     };
-    io.remove = [this](const std::string& p) {
-      present.erase(p);
-      log.push_back("remove " + p.substr(p.rfind('/') + 1));
+    io.remove = [this](const Location& p) {
+      present.erase(p.to_string());
+      log.push_back("remove " + p.name());
     };
     return io;
   }
@@ -448,7 +453,7 @@ TEST(ModelCheckpointTest, DefaultsSaveAtEpochEndAndReplaceThePrevious) {
   EXPECT_EQ(mc.state_key(),
             "ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, "
             "'train_time_interval': None}");
-  mc.set_paths("/r/checkpoints", "");
+  mc.set_paths(Location::parse("/r/checkpoints"), std::nullopt);
   FakeIO fake;
   const auto io = fake.actions();
   mc.on_train_batch_end({0, 1, 5.0}, io);
@@ -467,7 +472,7 @@ TEST(ModelCheckpointTest, EveryNTrainStepsWithSaveLast) {
     o.save_last = true;
   }));
   EXPECT_NE(mc.state_key().find("'every_n_train_steps': 2, 'every_n_epochs': 0"), std::string::npos);
-  mc.set_paths("/r/c", "");
+  mc.set_paths(Location::parse("/r/c"), std::nullopt);
   FakeIO fake;
   const auto io = fake.actions();
   for (std::int64_t step = 1; step <= 5; ++step) {
@@ -487,7 +492,8 @@ TEST(ModelCheckpointTest, TopKOnTrainLoss) {
     o.monitor = "train_loss";
   }));
   EXPECT_NE(mc.state_key().find("{'monitor': 'train_loss', 'mode': 'min'"), std::string::npos);
-  mc.set_paths("/r/c", "/r/c/epoch=0-step=1.ckpt");  // resumed from step 1's: never removed
+  mc.set_paths(Location::parse("/r/c"),
+               Location::parse("/r/c/epoch=0-step=1.ckpt"));  // resumed from step 1's: never removed
   FakeIO fake;
   fake.present.insert("/r/c/epoch=0-step=2.ckpt");  // taken: the new one gets -v1
   const auto io = fake.actions();
@@ -507,7 +513,7 @@ TEST(ModelCheckpointTest, TopKOnTrainLoss) {
     o.monitor = "train_loss";
     o.mode = "max";
   }));
-  all.set_paths("/r/c", "");
+  all.set_paths(Location::parse("/r/c"), std::nullopt);
   FakeIO kept;
   for (std::int64_t e = 0; e < 3; ++e) all.on_train_epoch_end({e, e + 1, 1.0 * e}, kept.actions());
   EXPECT_EQ(kept.log.size(), 3u);
@@ -550,7 +556,7 @@ TEST(ResolveLastTest, NewestCommittedCheckpointWithANoteWhenNotTheNewestLast) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(::testing::TempDir()) / ("sp_resolve_last_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  EXPECT_EQ(resolve_last_checkpoint(root.string()).path, "");
+  EXPECT_EQ(last_path(root.string()), "");
   auto touch = [](const fs::path& p) {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << "x";
@@ -567,24 +573,24 @@ TEST(ResolveLastTest, NewestCommittedCheckpointWithANoteWhenNotTheNewestLast) {
   touch(root / "lightning_logs/version_3/checkpoints/last.ckpt/meta.pt");             // no .metadata
   sharded(root / "lightning_logs/version_3/checkpoints/.last.ckpt.sp-replace-4", 4);  // staging: hidden
   touch(root / "lightning_logs/version_3/checkpoints/last.ckpt.sp-tmp.1.2");          // a temporary file
-  LastCheckpoint last = resolve_last_checkpoint(root.string());
-  EXPECT_EQ(last.path, (v1 / "last.ckpt").string());
+  LastCheckpoint last = resolve_last_checkpoint(Location::parse(root.string()));
+  EXPECT_EQ(text_of(last.path), (v1 / "last.ckpt").string());
   EXPECT_NE(last.note.find("version_3/checkpoints/last.ckpt is not committed"), std::string::npos) << last.note;
   // The same step: a higher -v wins.
   write_step_file(v1 / "last-v1.ckpt/meta.pt", 3);
-  EXPECT_EQ(resolve_last_checkpoint(root.string() + "/").path, (v1 / "last-v1.ckpt").string());
+  EXPECT_EQ(last_path(root.string() + "/"), (v1 / "last-v1.ckpt").string());
   // A top-k checkpoint newer than every last*: its replacement of last died.
   fs::remove_all(root / "lightning_logs/version_3");
   sharded(v1 / "epoch=0-step=4.ckpt", 4);
-  last = resolve_last_checkpoint(root.string());
-  EXPECT_EQ(last.path, (v1 / "epoch=0-step=4.ckpt").string());
+  last = resolve_last_checkpoint(Location::parse(root.string()));
+  EXPECT_EQ(text_of(last.path), (v1 / "epoch=0-step=4.ckpt").string());
   EXPECT_NE(last.note.find("last-v1.ckpt holds global_step 3"), std::string::npos) << last.note;
   // No last* at all: still the newest committed one, never scratch.
   fs::remove_all(v1 / "last.ckpt");
   fs::remove_all(v1 / "last-v1.ckpt");
   fs::remove_all(root / "lightning_logs/version_0");
-  last = resolve_last_checkpoint(root.string());
-  EXPECT_EQ(last.path, (v1 / "epoch=0-step=4.ckpt").string());
+  last = resolve_last_checkpoint(Location::parse(root.string()));
+  EXPECT_EQ(text_of(last.path), (v1 / "epoch=0-step=4.ckpt").string());
   EXPECT_NE(last.note.find("no last*.ckpt"), std::string::npos) << last.note;
   fs::remove_all(root);
 }
@@ -599,7 +605,7 @@ TEST(ResolveLastTest, ADamagedStepIsCaughtByItsZipCrc) {
   fs::create_directories(ckpt);
   std::ofstream(ckpt / ".metadata") << "x";
   write_step_file(ckpt / "meta.pt", 1234567);  // pickled as BININT: 87 d6 12 00
-  EXPECT_EQ(resolve_last_checkpoint(root.string()).path, ckpt.string());
+  EXPECT_EQ(last_path(root.string()), ckpt.string());
   std::string bytes;
   {
     std::ifstream in(ckpt / "meta.pt", std::ios::binary);
@@ -610,7 +616,7 @@ TEST(ResolveLastTest, ADamagedStepIsCaughtByItsZipCrc) {
   bytes[at] = '\x88';  // global_step 1234568: parses
   std::ofstream(ckpt / "meta.pt", std::ios::binary | std::ios::trunc) << bytes;
   try {
-    resolve_last_checkpoint(root.string());
+    resolve_last_checkpoint(Location::parse(root.string()));
     ADD_FAILURE() << "a damaged data.pkl was read";
   } catch (const FormatError& e) {
     const std::string what = e.what();
@@ -631,13 +637,15 @@ TEST(ResolveLastTest, StagingLeftoversAreRemoved) {
   std::ofstream(dir / ".last.ckpt.sp-replace-3/__0_0.distcp") << "x";
   std::ofstream(dir / "epoch=0-step=3.ckpt.sp-tmp.12.0") << "x";
   std::ofstream(dir / "epoch=0-step=2.ckpt") << "x";
-  EXPECT_EQ(local_checkpoints_dirs(root.string()), std::vector<std::string>{dir.string()});
-  EXPECT_EQ(staging_path_for((dir / "last.ckpt").string(), 4), (dir / ".last.ckpt.sp-replace-4").string());
-  EXPECT_EQ(engine::remove_stale_staging(dir.string()), 2u);
+  EXPECT_EQ(local_checkpoints_dirs(Location::parse(root.string())),
+            std::vector<Location>{Location::parse(dir.string())});
+  EXPECT_EQ(staging_path_for(Location::parse((dir / "last.ckpt").string()), 4).to_string(),
+            (dir / ".last.ckpt.sp-replace-4").string());
+  EXPECT_EQ(engine::remove_stale_staging(Location::parse(dir.string())), 2u);
   std::set<std::string> left;
   for (const auto& e : fs::directory_iterator(dir)) left.insert(e.path().filename().string());
   EXPECT_EQ(left, (std::set<std::string>{"epoch=0-step=2.ckpt", "last.ckpt"}));
-  EXPECT_EQ(engine::remove_stale_staging((root / "missing").string()), 0u);
+  EXPECT_EQ(engine::remove_stale_staging(Location::parse((root / "missing").string())), 0u);
   fs::remove_all(root);
 }
 
