@@ -223,7 +223,7 @@ typedef struct sp_written_item {
   uint64_t checksum; /* over the whole blob as stored; 0 with SP_CHECKSUM_NONE */
   size_t block_count;
   const uint64_t* blocks; /* the checksum of each checksum_block_bytes piece of the blob */
-  int has_data_offset;    /* 1: data_offset is set (tensor items stored as torch.save records) */
+  int has_data_offset;    /* 1: data_offset is set (a tensor item stored uncompressed) */
   uint64_t data_offset;   /* where the tensor bytes start inside the blob */
 } sp_written_item;
 
@@ -534,9 +534,9 @@ typedef struct sp_inspect_object {
 
 typedef struct sp_inspect_result {
   size_t struct_size;
-  void* owner;  /* the library's; what the pointers below point into (sp_inspect_result_free) */
-  int format;   /* sp_checkpoint_format: SP_CHECKPOINT_DCP or SP_CHECKPOINT_HF_SAFETENSORS */
-  int checksum; /* sp_checksum of the checksum sidecar; SP_CHECKSUM_NONE: no sidecar */
+  void* owner; /* the library's; what the pointers below point into (sp_inspect_result_free) */
+  int format;  /* sp_checkpoint_format: SP_CHECKPOINT_DCP or SP_CHECKPOINT_HF_SAFETENSORS */
+  int sidecar; /* sp_checksum of the checksum sidecar; SP_CHECKSUM_NONE: none (PyTorch's saves) */
   size_t tensor_count;
   const sp_inspect_tensor* tensors; /* sorted by fqn */
   size_t object_count;
