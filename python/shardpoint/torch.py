@@ -99,7 +99,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 class _WriteResultWithChecksums(WriteResult):
     """The first WriteResult of a rank, carrying what the engine recorded for all of the rank's
     items (their checksums), so the coordinator's ``finish`` can write the checksum sidecar:
-    one tuple per rank of plain, picklable records crosses the gather. ``storage_data`` stays
+    one tuple per rank of plain, picklable records (_native.WrittenItem) crosses the gather. ``storage_data`` stays
     PyTorch's own ``_StorageInfo``, so ``.metadata`` holds only PyTorch classes."""
 
     records: Tuple[_native.WrittenItem, ...] = ()

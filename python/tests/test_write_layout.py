@@ -64,7 +64,7 @@ class _GatheringWriter(StorageWriter):
 
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_written_records_cross_the_gather_as_plain_values_and_commit(tmp_path, compression):
-    """A rank's records (sp_write_items' structs as frozen dataclasses) ride on its first
+    """A rank's records (sp_write_items' structs as typed tuples) ride on its first
     WriteResult through pickle, and the coordinator's commit from them writes a sidecar that
     covers every byte."""
     path = tmp_path / "ckpt"
