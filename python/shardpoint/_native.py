@@ -481,7 +481,7 @@ def name_of_value(kind: int, value: int) -> str:
 def save_options(thread_count: Optional[int] = None, checksum: Optional[str] = None,
                  checksum_block_bytes: Optional[int] = None, durable: Optional[bool] = None,
                  direct_io: Optional[bool] = None, compression: Optional[str] = None,
-                 compression_threads: Optional[int] = None) -> SaveOptions:
+                 compression_threads: Optional[int] = None, compression_level: Optional[int] = None) -> SaveOptions:
     """sp_save_options: the engine's defaults (sp_save_options_init) for every None."""
     o = SaveOptions()
     lib().sp_save_options_init(ctypes.byref(o))
@@ -501,6 +501,8 @@ def save_options(thread_count: Optional[int] = None, checksum: Optional[str] = N
         if compression_threads < 0:
             raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
         o.compression_threads = int(compression_threads)
+    if compression_level is not None:
+        o.compression_level = int(compression_level)
     return o
 
 

@@ -149,6 +149,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             rank's items at once (ahead of the file threads, in memory: up to 256 MiB per
             file); 0 (default): one per CPU; 1: each file thread compresses its own items.
             Lower it when several ranks share a machine's cores.
+        compression_level: the zstd level, 1..19 (default 3, PyTorch's).
         overwrite: allow saving into a folder that holds a committed checkpoint. A local one
             is replaced atomically: the new checkpoint is written into a hidden folder beside
             it and exchanged with it once committed, so a failed save leaves the previous
@@ -181,6 +182,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         *args: Any,
         async_staging: bool = False,
         compression_threads: Optional[int] = None,
+        compression_level: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -198,7 +200,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self.single_file_per_rank = single_file_per_rank
         self.overwrite = overwrite
         self._options = _native.save_options(thread_count, checksum, checksum_block_bytes, sync_files, direct_io,
-                                             compression, compression_threads)
+                                             compression, compression_threads, compression_level)
         # What the engine takes for each option (its default where None was given).
         self.sync_files = bool(self._options.durable)
         self.thread_count = int(self._options.thread_count)

@@ -139,7 +139,7 @@ sp_status sp_inspect(const char* path_or_url, const sp_inspect_options* options,
     fill(*owner);
     sp_inspect_result full{};
     full.format = checkpoint_format_value(engine::folder_kind(*st));
-    full.checksum = reader.sidecar() != nullptr ? checksum_value(reader.sidecar()->algorithm()) : SP_CHECKSUM_NONE;
+    full.sidecar = reader.sidecar() != nullptr ? checksum_value(reader.sidecar()->algorithm()) : SP_CHECKSUM_NONE;
     full.tensor_count = owner->tensors.size();
     full.tensors = owner->tensors.empty() ? nullptr : owner->tensors.data();
     full.object_count = owner->objects.size();

@@ -178,7 +178,7 @@ static void test_save_load_reshard(const char* dir) {
             strcmp(inspected.tensors[0].fqn, "model.w") == 0 && inspected.tensors[0].ndim == 2 &&
             inspected.tensors[0].shape[1] == 5 && strcmp(inspected.tensors[0].dtype, "int64") == 0 &&
             inspected.tensors[1].ndim == 0 && inspected.tensors[1].chunk_count == 1 &&
-            inspected.checksum == SP_CHECKSUM_CRC32C && inspected.format == SP_CHECKPOINT_DCP &&
+            inspected.sidecar == SP_CHECKSUM_CRC32C && inspected.format == SP_CHECKPOINT_DCP &&
             strcmp(sp_name_of_value(SP_NAME_CHECKPOINT_FORMAT, inspected.format), "dcp") == 0,
         "inspect: %s", msg(error));
   sp_inspect_result_free(&inspected);

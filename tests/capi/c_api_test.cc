@@ -429,7 +429,7 @@ TEST(CApiInspect, TensorsChunksFilesAndSidecar) {
   auto r = sized(&sp_inspect_result_init);
   ASSERT_EQ(sp_inspect(source.c_str(), &options, &r, &error), SP_OK) << take(error);
   EXPECT_EQ(r.format, SP_CHECKPOINT_DCP);
-  EXPECT_EQ(r.checksum, SP_CHECKSUM_CRC32C);
+  EXPECT_EQ(r.sidecar, SP_CHECKSUM_CRC32C);
   ASSERT_EQ(r.tensor_count, 2u);
   EXPECT_STREQ(r.tensors[0].fqn, "model.b");  // sorted by fqn
   const sp_inspect_tensor& w = r.tensors[1];
