@@ -1,8 +1,8 @@
-// The C API's option and result structs (size-versioned) for consolidate, reshard, verify,
-// inspect and the planned writes (sp_write_items' records, handed to sp_commit), the names
-// of their enums, and the checkpoint-folder rules and file split it exposes
+// The C API's option and result structs (size-versioned) for consolidate, reshard, verify
+// and the planned writes (sp_write_items' records, handed to sp_commit), the names of their
+// enums, and the checkpoint-folder rules and file split it exposes
 // (include/shardpoint/c_api.h), called as a binding calls them: through libshardpoint.so
-// only.
+// only. sp_inspect: c_api_inspect_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,63 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "capi/c_api_test_util.h"
 #include "shardpoint/c_api.h"
 
 namespace {
 
+using namespace shardpoint::capi_test;
 namespace fs = std::filesystem;
-
-// A fresh temporary folder, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() : path_(fs::path(::testing::TempDir()) / ("sp_c_api_" + std::to_string(::getpid()) + "_" + next())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  static std::string next() {
-    static int n = 0;
-    return std::to_string(n++);
-  }
-  fs::path path_;
-};
-
-// A result struct as its *_init leaves it (zeroed, today's struct_size).
-template <typename Result>
-Result sized(void (*init)(Result*)) {
-  Result r;
-  std::memset(&r, 0xee, sizeof r);
-  init(&r);
-  return r;
-}
-
-// The message of a failed call (freed), or "" when there is none.
-std::string take(char* error) {
-  std::string s = error != nullptr ? error : "";
-  sp_free(error);
-  return s;
-}
-
-// Saves a DCP checkpoint of two float32 tensors ("model.w" 8x4, "model.b" 4) at path.
-void save_two_tensors(const std::string& path) {
-  static float w[8][4], b[4];
-  for (int i = 0; i < 32; ++i) w[i / 4][i % 4] = static_cast<float>(i);
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<float>(-i);
-  const int64_t w_shape[2] = {8, 4}, zero[2] = {0, 0}, b_shape[1] = {4};
-  const sp_tensor tensors[2] = {{"model.w", "float32", 2, w_shape, zero, w_shape, w, sizeof w},
-                                {"model.b", "float32", 1, b_shape, zero, b_shape, b, sizeof b}};
-  sp_checkpoint* ckpt = nullptr;
-  char* error = nullptr;
-  ASSERT_EQ(sp_checkpoint_open(path.c_str(), &ckpt, &error), SP_OK) << take(error);
-  ASSERT_EQ(sp_save(ckpt, tensors, 2, nullptr, &error), SP_OK) << take(error);
-  sp_checkpoint_close(ckpt);
-}
 
 void write_file(const fs::path& path, const std::string& bytes) {
   fs::create_directories(path.parent_path());
@@ -416,66 +366,6 @@ TEST(CApiFiles, SplitIntoFilesIsTheSavesRule) {
   EXPECT_EQ(sp_split_into_files(ckpt, 1, 1, bad_kind, nbytes, 1, file_of_item, order, &files, &error), SP_ERROR_USAGE);
   take(error);
   sp_checkpoint_close(ckpt);
-}
-
-TEST(CApiInspect, TensorsChunksFilesAndSidecar) {
-  TempDir dir;
-  const std::string source = (dir.path() / "ckpt").string();
-  save_two_tensors(source);
-  char* error = nullptr;
-  sp_inspect_options options;
-  sp_inspect_options_init(&options);
-  EXPECT_EQ(options.struct_size, sizeof(sp_inspect_options));
-  auto r = sized(&sp_inspect_result_init);
-  ASSERT_EQ(sp_inspect(source.c_str(), &options, &r, &error), SP_OK) << take(error);
-  EXPECT_EQ(r.format, SP_CHECKPOINT_DCP);
-  EXPECT_EQ(r.sidecar, SP_CHECKSUM_CRC32C);
-  ASSERT_EQ(r.tensor_count, 2u);
-  EXPECT_STREQ(r.tensors[0].fqn, "model.b");  // sorted by fqn
-  const sp_inspect_tensor& w = r.tensors[1];
-  EXPECT_STREQ(w.fqn, "model.w");
-  EXPECT_STREQ(w.dtype, "float32");
-  ASSERT_EQ(w.ndim, 2);
-  EXPECT_EQ(std::vector<int64_t>(w.shape, w.shape + 2), (std::vector<int64_t>{8, 4}));
-  ASSERT_EQ(w.chunk_count, 1u);
-  EXPECT_EQ(std::vector<int64_t>(w.chunks[0].offsets, w.chunks[0].offsets + 2), (std::vector<int64_t>{0, 0}));
-  EXPECT_EQ(std::vector<int64_t>(w.chunks[0].sizes, w.chunks[0].sizes + 2), (std::vector<int64_t>{8, 4}));
-  EXPECT_STREQ(w.chunks[0].storage.file, "__0_0.distcp");
-  EXPECT_GT(w.chunks[0].storage.length, 32u * 4u);  // a torch.save blob: records around the data
-  EXPECT_EQ(w.chunks[0].storage.transform_descriptor_count, 0u);
-  EXPECT_EQ(r.object_count, 0u);
-  ASSERT_EQ(r.file_count, 1u);
-  EXPECT_STREQ(r.files[0], "__0_0.distcp");
-  sp_inspect_result_free(&r);
-  EXPECT_EQ(r.owner, nullptr);
-  EXPECT_EQ(r.tensors, nullptr);
-  EXPECT_EQ(r.tensor_count, 0u);
-
-  auto missing = sized(&sp_inspect_result_init);
-  EXPECT_EQ(sp_inspect((dir.path() / "absent").c_str(), nullptr, &missing, &error), SP_ERROR_NOT_FOUND);
-  take(error);
-  EXPECT_EQ(missing.owner, nullptr);
-  EXPECT_EQ(missing.tensor_count, 0u);
-
-  // A caller built when the result ended before the objects, with options of today's
-  // first field only: the tensors come back, no byte past struct_size is written.
-  struct {
-    sp_inspect_result result;
-    unsigned char after[8];
-  } old;
-  std::memset(&old, 0xab, sizeof old);
-  old.result.struct_size = offsetof(sp_inspect_result, object_count);
-  sp_inspect_options old_options;
-  old_options.struct_size = sizeof(size_t);
-  ASSERT_EQ(sp_inspect(source.c_str(), &old_options, &old.result, &error), SP_OK) << take(error);
-  EXPECT_EQ(old.result.tensor_count, 2u);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(&old);
-  for (std::size_t i = offsetof(sp_inspect_result, object_count); i < sizeof old; ++i) {
-    ASSERT_EQ(bytes[i], 0xab) << "byte " << i << " written past struct_size";
-  }
-  sp_inspect_result_free(&old.result);
-  EXPECT_EQ(old.result.owner, nullptr);
-  EXPECT_EQ(bytes[offsetof(sp_inspect_result, object_count)], 0xab);
 }
 
 // The records sp_write_items returns, handed to sp_commit as structs, commit what sp_save
