@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "capi/c_api_util.h"
-#include "engine/block_checksum.h"
 #include "engine/chunking.h"
 #include "engine/planned_io.h"
 #include "engine/save_plan.h"
@@ -228,16 +227,17 @@ sp_status sp_replace_folder(const char* staged, const char* target, int durable,
 
 void sp_save_options_init(sp_save_options* options) {
   if (options == nullptr) return;
+  const engine::SaveOptions d;  // the defaults are the engine's
   *options = sp_save_options{};
   options->struct_size = sizeof(sp_save_options);
-  options->thread_count = 1;
-  options->checksum = SP_CHECKSUM_CRC32C;
-  options->checksum_block_bytes = engine::kDefaultChecksumBlockSize;
-  options->durable = 1;
-  options->direct_io = 1;
-  options->compression = SP_COMPRESSION_NONE;
-  options->compression_level = 3;
-  options->compression_threads = 0;
+  options->thread_count = d.thread_count;
+  options->checksum = checksum_value(d.checksum);
+  options->checksum_block_bytes = d.checksum_block_bytes;
+  options->durable = d.durable ? 1 : 0;
+  options->direct_io = d.direct_io ? 1 : 0;
+  options->compression = d.compression == engine::Compression::kZstd ? SP_COMPRESSION_ZSTD : SP_COMPRESSION_NONE;
+  options->compression_level = d.compression_level;
+  options->compression_threads = d.compression_threads;
 }
 
 void sp_write_result_init(sp_write_result* result) {
@@ -314,11 +314,12 @@ sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t meta
 
 void sp_reader_options_init(sp_reader_options* options) {
   if (options == nullptr) return;
+  const engine::LoadOptions d;  // the defaults are the engine's
   *options = sp_reader_options{};
   options->struct_size = sizeof(sp_reader_options);
-  options->verify_checksums = 1;
-  options->thread_count = 4;
-  options->check_zip_crc = 1;
+  options->verify_checksums = d.verify_checksums ? 1 : 0;
+  options->thread_count = d.thread_count;
+  options->check_zip_crc = d.check_zip_crc ? 1 : 0;
 }
 
 sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* options, sp_reader** out, char** error) {
