@@ -6,14 +6,15 @@
  *    `error` is not NULL and the call fails, *error receives a malloc'd, NUL-terminated
  *    one-line message (the engine's, naming the file, item and what was expected); the
  *    caller frees it with sp_free(). On success *error is left unchanged.
- *  - Buffers the library returns (`void** data`, `char** json`) are malloc'd; the caller
+ *  - Buffers the library returns (`void** data`, `char** text`) are malloc'd; the caller
  *    frees them with sp_free(). Buffers the caller passes are borrowed for the call only.
  *  - No exception, signal or abort crosses this boundary for a failure of the request.
- *  - Strings are UTF-8. Results are structs (sp_inspect's tree and sp_write_items' records,
- *    handed back to sp_commit, are JSON).
+ *  - Strings are UTF-8. Results are structs, never JSON (JSON is the CLI's `--json` output
+ *    only); kinds are enums, named by sp_name_of_value().
  *  - Options structs begin with `struct_size`; call the matching *_init() first, then set
  *    fields, so a program built against an older header keeps working with a newer library.
- *    Result structs begin with `struct_size` too (see "Tools" below).
+ *    Result structs begin with `struct_size` too (see "Tools" below). The elements of arrays
+ *    (sp_item, sp_written_item, ...) are not versioned: a new field means a new struct.
  *
  * Thread-safety: functions on different handles may run concurrently. One sp_checkpoint
  * or sp_reader may be used from several threads at once. Blocking calls block only the
@@ -199,23 +200,59 @@ typedef struct sp_item {
   uint64_t nbytes;
 } sp_item;
 
-/* Writes the data files the items name (each file once, published when complete) and sets
- * *written_json to a JSON array with one object per item, in file order:
- *   {"index": {"fqn": str, "offset": [int] | null, "index": null}, "file": str,
- *    "offset": int, "length": int, "transform_descriptors": [str]?, "checksum": int,
- *    "blocks": [int], "data_offset": int?}
- * (offset/length: the item's blob inside the file as stored; transform_descriptors: what
- * .metadata must record for a compressed item). On failure the files written by this
- * call are removed again. Blocks; tensor bytes are read straight from `data`. */
+/* Where an item's blob lies (DCP's _StorageInfo): `file` inside the checkpoint ("__0_0.distcp"),
+ * the bytes [offset, offset + length) of it as stored, and the transforms `.metadata` records
+ * for the blob (PyTorch >= 2.7's transform_descriptors: "stream.zstd/1" for a zstd frame;
+ * none for a blob stored as is). */
+typedef struct sp_storage_info {
+  const char* file;
+  uint64_t offset;
+  uint64_t length;
+  size_t transform_descriptor_count;
+  const char* const* transform_descriptors;
+} sp_storage_info;
+
+/* What one item became in its file: what the coordinator's sp_commit needs of it (the
+ * checksum sidecar's entry and the load index's data offset). */
+typedef struct sp_written_item {
+  int kind; /* sp_item_kind */
+  const char* fqn;
+  int ndim;               /* tensors: the chunk's dimensions (0 for a scalar); bytes items: 0 */
+  const int64_t* offsets; /* tensors: the chunk's global offsets, ndim of them; bytes items: unused */
+  sp_storage_info storage;
+  uint64_t checksum; /* over the whole blob as stored; 0 with SP_CHECKSUM_NONE */
+  size_t block_count;
+  const uint64_t* blocks; /* the checksum of each checksum_block_bytes piece of the blob */
+  int has_data_offset;    /* 1: data_offset is set (a tensor item stored uncompressed) */
+  uint64_t data_offset;   /* where the tensor bytes start inside the blob */
+} sp_written_item;
+
+/* What sp_write_items wrote. Results follow the rules of "Tools" below (struct_size, _init,
+ * _free). */
+typedef struct sp_write_result {
+  size_t struct_size;
+  void* owner; /* the library's; what the pointers below point into (sp_write_result_free) */
+  size_t item_count;
+  const sp_written_item* items; /* one per item, in file order (each file in write order) */
+} sp_write_result;
+SP_EXPORT void sp_write_result_init(sp_write_result* result);
+/* Frees what the result holds (its owner) and sets its pointers to NULL. */
+SP_EXPORT void sp_write_result_free(sp_write_result* result);
+
+/* Writes the data files the items name (each file once, published when complete) and fills
+ * *result with what each item became. On failure the files written by this call are
+ * removed again and *result holds nothing. Blocks; tensor bytes are read straight from
+ * `data`. */
 SP_EXPORT sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count,
-                                   const sp_save_options* options, char** written_json, char** error);
+                                   const sp_save_options* options, sp_write_result* result, char** error);
 
 /* Commits the checkpoint (the coordinator, once every rank wrote its files): the checksum
- * sidecar from `written_json` (a JSON array of the written items of every rank, as
- * sp_write_items returns them), the load index, then `.metadata` = `metadata` (the
- * metadata pickle, naming every item) atomically. Nothing is committed on failure. */
+ * sidecar from `written` (the written items of every rank, as sp_write_items returned
+ * them, in any order of ranks), the load index, then `.metadata` = `metadata` (the metadata
+ * pickle, naming every item) atomically. Nothing is committed on failure. */
 SP_EXPORT sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t metadata_size,
-                              const char* written_json, const sp_save_options* options, char** error);
+                              const sp_written_item* written, size_t written_count, const sp_save_options* options,
+                              char** error);
 
 /* ------------------------------------------------------------------------------------ */
 /* Reading what a plan made elsewhere names                                              */
@@ -464,13 +501,59 @@ SP_EXPORT void sp_verify_result_free(sp_verify_result* result);
 SP_EXPORT sp_status sp_verify(const char* path_or_url, const sp_verify_options* options, sp_verify_result* result,
                               char** error);
 
-/* The structure of a checkpoint folder (DCP or Hugging Face safetensors) without reading
- * tensor data, as the JSON of `shardpoint inspect --json` (a tree, the one result that stays
- * JSON): {"format": "dcp"|"hf-safetensors", "tensors": {fqn: {"dtype", "shape", "chunks":
- * [{"offsets", "sizes", "file", "offset", "length", "transform_descriptors"?}]}}, "objects":
- * {fqn: {"file", "offset", "length", "transform_descriptors"?}}, "files": [str],
- * "checksums": "crc32c"|"xxh3"|null}. */
-SP_EXPORT sp_status sp_inspect(const char* path_or_url, char** json, char** error);
+/* No options yet: what `shardpoint inspect` asks beyond the structure (--hash, the zip
+ * CRC-32 checks) reads tensor data and objects, which sp_inspect does not. The struct lets a
+ * later version add options without a new function. */
+typedef struct sp_inspect_options {
+  size_t struct_size;
+} sp_inspect_options;
+SP_EXPORT void sp_inspect_options_init(sp_inspect_options* options);
+
+/* One saved chunk of a tensor: the box [offsets, offsets + sizes) (the tensor's ndim each)
+ * and its blob; storage.file is NULL where `.metadata` names no blob for the chunk. */
+typedef struct sp_inspect_chunk {
+  const int64_t* offsets;
+  const int64_t* sizes;
+  sp_storage_info storage;
+} sp_inspect_chunk;
+
+typedef struct sp_inspect_tensor {
+  const char* fqn;
+  const char* dtype; /* a PyTorch dtype name without "torch." */
+  int ndim;
+  const int64_t* shape;
+  size_t chunk_count;
+  const sp_inspect_chunk* chunks; /* in `.metadata`'s order */
+} sp_inspect_tensor;
+
+/* A bytes item (a pickled object); storage.file is NULL where `.metadata` names no blob. */
+typedef struct sp_inspect_object {
+  const char* fqn;
+  sp_storage_info storage;
+} sp_inspect_object;
+
+typedef struct sp_inspect_result {
+  size_t struct_size;
+  void* owner; /* the library's; what the pointers below point into (sp_inspect_result_free) */
+  int format;  /* sp_checkpoint_format: SP_CHECKPOINT_DCP or SP_CHECKPOINT_HF_SAFETENSORS */
+  int sidecar; /* sp_checksum of the checksum sidecar; SP_CHECKSUM_NONE: none (PyTorch's saves) */
+  size_t tensor_count;
+  const sp_inspect_tensor* tensors; /* sorted by fqn */
+  size_t object_count;
+  const sp_inspect_object* objects; /* sorted by fqn */
+  size_t file_count;
+  const char* const* files; /* the data files the items name, sorted */
+} sp_inspect_result;
+SP_EXPORT void sp_inspect_result_init(sp_inspect_result* result);
+/* Frees what the result holds (its owner) and sets its pointers to NULL. */
+SP_EXPORT void sp_inspect_result_free(sp_inspect_result* result);
+
+/* The structure of a checkpoint folder (DCP or Hugging Face safetensors) from its
+ * `.metadata` (or safetensors headers) and checksum sidecar, without reading tensor data
+ * or objects. `options` may be NULL. Errors: SP_ERROR_NOT_FOUND without a committed
+ * checkpoint, SP_ERROR_FORMAT for a damaged `.metadata` or sidecar. Blocks. */
+SP_EXPORT sp_status sp_inspect(const char* path_or_url, const sp_inspect_options* options, sp_inspect_result* result,
+                               char** error);
 
 /* ------------------------------------------------------------------------------------ */
 /* Lightning's checkpoint folders: the engine's rules (engine/checkpoint_files.h), for   */

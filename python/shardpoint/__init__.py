@@ -8,13 +8,15 @@
   shardpoint, and a ``CheckpointIO`` for single-file checkpoints (imports Lightning).
 - ``shardpoint.errors``: the exceptions, one per kind of engine error.
 
-Paths may be local folders or object-store URLs (``s3://``, ``gs://``, ``az://``).
+Paths may be local folders or object-store URLs (``s3://``, ``gs://``, ``az://``). An option
+left at ``None`` takes the engine's default (the one the C API's ``*_init`` and the CLI use),
+given in each docstring.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from . import _native
 from .errors import (
@@ -29,6 +31,10 @@ from .errors import (
 )
 from .results import (
     ConsolidateResult,
+    InspectChunk,
+    InspectObject,
+    InspectResult,
+    InspectTensor,
     ReshardResult,
     VerifyCoverage,
     VerifyProblem,
@@ -48,6 +54,10 @@ __all__ = [
     "VerifyProblem",
     "VerifyCoverage",
     "ZipCrcCounts",
+    "InspectResult",
+    "InspectTensor",
+    "InspectChunk",
+    "InspectObject",
     "ShardpointError",
     "FormatError",
     "StorageError",
@@ -72,13 +82,13 @@ def consolidate(
     checkpoint_folder: PathOrUrl,
     output_file: Optional[PathOrUrl] = None,
     *,
-    layout: Literal["trainer", "fabric", "dcp"] = "trainer",
-    format: Literal["torch", "safetensors", "hf-safetensors"] = "torch",
-    max_shard_bytes: int = 0,
-    memory_budget_bytes: int = 256 << 20,
-    verify_checksums: bool = True,
-    check_zip_crc: bool = True,
-    durable: bool = True,
+    layout: Optional[Literal["trainer", "fabric", "dcp"]] = None,
+    format: Optional[Literal["torch", "safetensors", "hf-safetensors"]] = None,
+    max_shard_bytes: Optional[int] = None,
+    memory_budget_bytes: Optional[int] = None,
+    verify_checksums: Optional[bool] = None,
+    check_zip_crc: Optional[bool] = None,
+    durable: Optional[bool] = None,
 ) -> ConsolidateResult:
     """Merges a sharded checkpoint folder into one file, as Lightning's
     ``consolidate_checkpoint`` does, streaming within ``memory_budget_bytes``.
@@ -86,18 +96,20 @@ def consolidate(
     Args:
         checkpoint_folder: the DCP folder (Lightning's ``epoch=E-step=S.ckpt/``) or URL.
         output_file: where to write; default ``<folder>.consolidated``.
-        layout: ``"trainer"`` (Lightning's Trainer checkpoint), ``"fabric"`` or ``"dcp"``
-            (the raw state-dict tree, as ``dcp_to_torch_save``; a folder's ``meta.pt``, when
-            it has one, merged on top, as Lightning's ``_load_distributed_checkpoint``).
-        format: ``"torch"`` (a ``torch.load``-able file), ``"safetensors"`` or
+        layout: ``"trainer"`` (default: Lightning's Trainer checkpoint), ``"fabric"`` or
+            ``"dcp"`` (the raw state-dict tree, as ``dcp_to_torch_save``; a folder's
+            ``meta.pt``, when it has one, merged on top, as Lightning's
+            ``_load_distributed_checkpoint``).
+        format: ``"torch"`` (default: a ``torch.load``-able file), ``"safetensors"`` or
             ``"hf-safetensors"`` (always Hugging Face's folder: model-0000i-of-0000N.safetensors
             + model.safetensors.index.json, as PyTorch's HuggingFaceStorageWriter consolidates).
-        max_shard_bytes: safetensors only: split into files of at most this many bytes.
-        memory_budget_bytes: bytes the copy may use.
-        verify_checksums: verify the checksum sidecar on every byte read.
+        max_shard_bytes: safetensors only: split into files of at most this many bytes
+            (default 0: one file).
+        memory_budget_bytes: bytes the copy may use (default 256 MiB).
+        verify_checksums: verify the checksum sidecar on every byte read (default True).
         check_zip_crc: where no sidecar covers a blob (PyTorch's checkpoints) and for
-            ``meta.pt``, check the CRC-32 each zip record carries.
-        durable: fsync the output before publishing it.
+            ``meta.pt``, check the CRC-32 each zip record carries (default True).
+        durable: fsync the output before publishing it (default True).
 
     Returns:
         :class:`ConsolidateResult`: ``output`` (path written), ``tensors``, ``objects``,
@@ -127,23 +139,35 @@ def reshard(
     destination: PathOrUrl,
     ranks: int,
     *,
-    verify_checksums: bool = True,
-    check_zip_crc: bool = True,
-    memory_budget_bytes: int = 256 << 20,
-    thread_count: int = 1,
-    checksum: Literal["crc32c", "xxh3", "none"] = "crc32c",
-    durable: bool = True,
-    compression: Optional[Literal["zstd"]] = None,
+    verify_checksums: Optional[bool] = None,
+    check_zip_crc: Optional[bool] = None,
+    memory_budget_bytes: Optional[int] = None,
+    thread_count: Optional[int] = None,
+    checksum: Optional[Literal["crc32c", "xxh3", "none"]] = None,
+    durable: Optional[bool] = None,
+    compression: Optional[Literal["zstd", "none"]] = None,
+    compression_level: Optional[int] = None,
+    compression_threads: Optional[int] = None,
 ) -> ReshardResult:
     """Rewrites any checkpoint (a DCP folder or a ``torch.save`` file) as a DCP folder laid
     out as ``ranks`` ranks would save it (dim-0 sharding), streaming within
-    ``memory_budget_bytes``.
+    ``memory_budget_bytes`` (default 256 MiB).
 
-    ``compression="zstd"``: every item stored as one zstd frame, as PyTorch's ``ZStandard``
-    extension stores it (PyTorch >= 2.7 reads it back).
-
-    ``check_zip_crc``: where no sidecar covers a record (PyTorch's checkpoints, torch.save
-    files), check its zip CRC-32; a record read only in part is counted, not checked.
+    Args:
+        verify_checksums: verify the source's checksum sidecar on every byte read (default
+            True).
+        check_zip_crc: where no sidecar covers a record (PyTorch's checkpoints, torch.save
+            files), check its zip CRC-32; a record read only in part is counted, not checked
+            (default True).
+        thread_count: files each rank writes in parallel (default 1).
+        checksum: the new sidecar's ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
+        durable: fsync files and folder before ``.metadata`` is published (default True).
+        compression: ``"zstd"``: every item stored as one zstd frame, as PyTorch's
+            ``ZStandard`` extension stores it (PyTorch >= 2.7 reads it back); ``"none"``
+            (default): as is.
+        compression_level: zstd level 1..19 (default 3, PyTorch's).
+        compression_threads: threads compressing a rank's items at once (default 0: one per
+            CPU; 1: none beyond the file threads).
 
     A Lightning sharded checkpoint stays one: the source folder's ``meta.pt`` (trainer
     state) is carried over byte for byte, checked by its zip CRC-32s, and written after
@@ -166,14 +190,16 @@ def reshard(
         checksum=checksum,
         durable=durable,
         compression=compression,
+        compression_level=compression_level,
+        compression_threads=compression_threads,
     )
 
 
-def verify(checkpoint: PathOrUrl, *, quick: bool = False) -> VerifyResult:
+def verify(checkpoint: PathOrUrl, *, quick: Optional[bool] = None) -> VerifyResult:
     """Checks a checkpoint (a DCP folder or URL, or a torch.save file such as ``meta.pt``):
     files present, chunks tile every tensor, every blob parses, every byte read is checked
     against the checksum sidecar (shardpoint's saves) and every zip record against the
-    CRC-32 its writer stored (PyTorch's saves too). ``quick``: structure only.
+    CRC-32 its writer stored (PyTorch's saves too). ``quick``: structure only (default False).
 
     Returns:
         :class:`VerifyResult`: ``ok``; ``problems`` (:class:`VerifyProblem` each: ``file``,
@@ -189,12 +215,21 @@ def verify(checkpoint: PathOrUrl, *, quick: bool = False) -> VerifyResult:
     return _native.verify(os.fspath(checkpoint), quick=quick)
 
 
-def inspect(checkpoint: PathOrUrl) -> Dict[str, Any]:
-    """The structure of a checkpoint folder (DCP, or Hugging Face safetensors), without
-    reading tensor data: the tree ``shardpoint inspect --json`` prints.
+def inspect(checkpoint: PathOrUrl) -> InspectResult:
+    """The structure of a checkpoint folder (DCP, or Hugging Face safetensors), from its
+    ``.metadata`` (or safetensors headers) and checksum sidecar, without reading tensor data
+    or objects. (``shardpoint inspect`` on the command line lists keys and values instead.)
 
     Returns:
-        A dict: ``format`` (``"dcp"``/``"hf-safetensors"``), ``tensors`` ({fqn: {dtype, shape, chunks: [{offsets, sizes, file, offset,
-        length}]}}), ``objects`` ({fqn: {file, offset, length}}), ``files``, ``checksums``.
+        :class:`InspectResult`: ``format`` (``"dcp"``/``"hf-safetensors"``), ``tensors``
+        ({fqn: :class:`InspectTensor`: ``dtype``, ``shape``, ``chunks``, each an
+        :class:`InspectChunk`: ``offsets``, ``sizes``, ``file``, ``offset``, ``length``,
+        ``transform_descriptors``}), ``objects`` ({fqn: :class:`InspectObject`: ``file``,
+        ``offset``, ``length``, ``transform_descriptors``}), ``files`` (the data files) and
+        ``sidecar`` (the checksum sidecar's algorithm, None without one).
+
+    Raises:
+        NotFoundError: no committed checkpoint there.
+        FormatError: a damaged ``.metadata`` or sidecar.
     """
     return _native.inspect(os.fspath(checkpoint))

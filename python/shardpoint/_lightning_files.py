@@ -142,8 +142,8 @@ class CheckpointIO(_LightningCheckpointIO):
     - **Durable** (``durable=True``): on disk before ``save_checkpoint`` returns.
     - **Checked**: the file is a plain ``torch.save`` zip (``torch.load`` reads it); the zip
       already stores a CRC-32 per record, which saving always computes and
-      ``load_checkpoint`` verifies (``verify=True``) before unpickling: a flipped bit or a
-      truncated file raises ``shardpoint.FormatError`` instead of loading wrong values.
+      ``load_checkpoint`` verifies (``check_zip_crc=True``) before unpickling: a flipped bit
+      or a truncated file raises ``shardpoint.FormatError`` instead of loading wrong values.
     - **Remote**: paths may be ``s3://``, ``gs://``, ``az://`` URLs.
 
     Lightning calls ``save_checkpoint`` and ``remove_checkpoint`` on global rank 0 only, and
@@ -152,9 +152,9 @@ class CheckpointIO(_LightningCheckpointIO):
         trainer = pl.Trainer(plugins=[shardpoint.lightning.CheckpointIO()], ...)
     """
 
-    def __init__(self, durable: bool = True, verify: bool = True) -> None:
+    def __init__(self, durable: bool = True, check_zip_crc: bool = True) -> None:
         self.durable = durable
-        self.verify = verify
+        self.check_zip_crc = check_zip_crc
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: PathOrUrl,
                         storage_options: Optional[Any] = None) -> None:
@@ -185,7 +185,7 @@ class CheckpointIO(_LightningCheckpointIO):
                 outside PyTorch's allowlist (and ``torch.serialization.add_safe_globals``).
         """
         data = _read_file(path)
-        if self.verify:
+        if self.check_zip_crc:
             _verify_zip(data, _text(path))
         return torch.load(
             io.BytesIO(data), map_location=map_location, weights_only=_trust.weights_only_default(weights_only)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import os
+import struct
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast, get_args
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast, get_args
 
 from . import errors, results
 
@@ -121,6 +121,7 @@ class ReshardOptions(ctypes.Structure):
         ("checksum", ctypes.c_int),
         ("compression", ctypes.c_int),
         ("compression_level", ctypes.c_int),
+        ("compression_threads", ctypes.c_int),
     ]
 
 
@@ -181,6 +182,80 @@ class StringList(ctypes.Structure):
     _fields_ = [("count", ctypes.c_size_t), ("items", ctypes.POINTER(ctypes.c_char_p))]
 
 
+# Pointers to arrays are c_void_p (addresses): read with from_address, set from the
+# addresses of arrays the caller keeps alive.
+class StorageInfoStruct(ctypes.Structure):
+    _fields_ = [
+        ("file", ctypes.c_char_p),
+        ("offset", ctypes.c_uint64),
+        ("length", ctypes.c_uint64),
+        ("transform_descriptor_count", ctypes.c_size_t),
+        ("transform_descriptors", ctypes.c_void_p),  # const char* const*
+    ]
+
+
+class WrittenItemStruct(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("fqn", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("offsets", ctypes.c_void_p),  # const int64_t*
+        ("storage", StorageInfoStruct),
+        ("checksum", ctypes.c_uint64),
+        ("block_count", ctypes.c_size_t),
+        ("blocks", ctypes.c_void_p),  # const uint64_t*
+        ("has_data_offset", ctypes.c_int),
+        ("data_offset", ctypes.c_uint64),
+    ]
+
+
+class WriteResultStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("owner", ctypes.c_void_p),
+        ("item_count", ctypes.c_size_t),
+        ("items", ctypes.POINTER(WrittenItemStruct)),
+    ]
+
+
+class InspectOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t)]
+
+
+class InspectChunkStruct(ctypes.Structure):
+    _fields_ = [("offsets", ctypes.c_void_p), ("sizes", ctypes.c_void_p), ("storage", StorageInfoStruct)]
+
+
+class InspectTensorStruct(ctypes.Structure):
+    _fields_ = [
+        ("fqn", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_void_p),
+        ("chunk_count", ctypes.c_size_t),
+        ("chunks", ctypes.POINTER(InspectChunkStruct)),
+    ]
+
+
+class InspectObjectStruct(ctypes.Structure):
+    _fields_ = [("fqn", ctypes.c_char_p), ("storage", StorageInfoStruct)]
+
+
+class InspectResultStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("owner", ctypes.c_void_p),
+        ("format", ctypes.c_int),
+        ("sidecar", ctypes.c_int),
+        ("tensor_count", ctypes.c_size_t),
+        ("tensors", ctypes.POINTER(InspectTensorStruct)),
+        ("object_count", ctypes.c_size_t),
+        ("objects", ctypes.POINTER(InspectObjectStruct)),
+        ("file_count", ctypes.c_size_t),
+        ("files", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
 ITEM_TENSOR = 0
 ITEM_BYTES = 1
 
@@ -235,12 +310,19 @@ def _load() -> ctypes.CDLL:
         "sp_write_object": (status, [P, ctypes.c_char_p, P, ctypes.c_size_t, ctypes.c_int, err]),
         "sp_remove_object": (status, [P, ctypes.c_char_p, err]),
         "sp_save_options_init": (None, [ctypes.POINTER(SaveOptions)]),
+        "sp_write_result_init": (None, [ctypes.POINTER(WriteResultStruct)]),
+        "sp_write_result_free": (None, [ctypes.POINTER(WriteResultStruct)]),
         "sp_write_items": (
             status,
-            [P, ctypes.POINTER(Item), ctypes.c_size_t, ctypes.POINTER(SaveOptions), ctypes.POINTER(P), err],
+            [P, ctypes.POINTER(Item), ctypes.c_size_t, ctypes.POINTER(SaveOptions), ctypes.POINTER(WriteResultStruct),
+             err],
         ),
         "sp_replace_folder": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, err]),
-        "sp_commit": (status, [P, P, ctypes.c_size_t, ctypes.c_char_p, ctypes.POINTER(SaveOptions), err]),
+        "sp_commit": (
+            status,
+            [P, P, ctypes.c_size_t, ctypes.POINTER(WrittenItemStruct), ctypes.c_size_t, ctypes.POINTER(SaveOptions),
+             err],
+        ),
         "sp_reader_options_init": (None, [ctypes.POINTER(ReaderOptions)]),
         "sp_reader_open": (status, [P, ctypes.POINTER(ReaderOptions), ctypes.POINTER(P), err]),
         "sp_reader_close": (None, [P]),
@@ -280,7 +362,12 @@ def _load() -> ctypes.CDLL:
         "sp_verify": (
             status, [ctypes.c_char_p, ctypes.POINTER(VerifyOptions), ctypes.POINTER(VerifyResultStruct), err]
         ),
-        "sp_inspect": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
+        "sp_inspect_options_init": (None, [ctypes.POINTER(InspectOptions)]),
+        "sp_inspect_result_init": (None, [ctypes.POINTER(InspectResultStruct)]),
+        "sp_inspect_result_free": (None, [ctypes.POINTER(InspectResultStruct)]),
+        "sp_inspect": (
+            status, [ctypes.c_char_p, ctypes.POINTER(InspectOptions), ctypes.POINTER(InspectResultStruct), err]
+        ),
         "sp_string_list_free": (None, [ctypes.POINTER(StringList)]),
         "sp_checkpoint_committed": (status, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), err]),
         "sp_list_committed_checkpoints": (status, [ctypes.c_char_p, ctypes.POINTER(StringList), err]),
@@ -391,24 +478,164 @@ def name_of_value(kind: int, value: int) -> str:
     return name.decode()
 
 
-def _compression_value(compression: Optional[str]) -> int:
-    return value_of_name(NAME_COMPRESSION, "none" if compression is None else compression)
-
-
-def save_options(thread_count: int, checksum: str, checksum_block_bytes: int, durable: bool, direct_io: bool,
-                 compression: Optional[str] = None, compression_threads: int = 0) -> SaveOptions:
+def save_options(thread_count: Optional[int] = None, checksum: Optional[str] = None,
+                 checksum_block_bytes: Optional[int] = None, durable: Optional[bool] = None,
+                 direct_io: Optional[bool] = None, compression: Optional[str] = None,
+                 compression_threads: Optional[int] = None, compression_level: Optional[int] = None) -> SaveOptions:
+    """sp_save_options: the engine's defaults (sp_save_options_init) for every None."""
     o = SaveOptions()
     lib().sp_save_options_init(ctypes.byref(o))
-    o.thread_count = int(thread_count)
-    o.checksum = value_of_name(NAME_CHECKSUM, checksum)
-    o.checksum_block_bytes = int(checksum_block_bytes)
-    o.durable = int(bool(durable))
-    o.direct_io = int(bool(direct_io))
-    o.compression = _compression_value(compression)
-    if compression_threads < 0:
-        raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
-    o.compression_threads = int(compression_threads)
+    if thread_count is not None:
+        o.thread_count = int(thread_count)
+    if checksum is not None:
+        o.checksum = value_of_name(NAME_CHECKSUM, checksum)
+    if checksum_block_bytes is not None:
+        o.checksum_block_bytes = int(checksum_block_bytes)
+    if durable is not None:
+        o.durable = int(bool(durable))
+    if direct_io is not None:
+        o.direct_io = int(bool(direct_io))
+    if compression is not None:
+        o.compression = value_of_name(NAME_COMPRESSION, compression)
+    if compression_threads is not None:
+        if compression_threads < 0:
+            raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
+        o.compression_threads = int(compression_threads)
+    if compression_level is not None:
+        o.compression_level = int(compression_level)
     return o
+
+
+def reader_options(verify_checksums: Optional[bool] = None, thread_count: Optional[int] = None,
+                   check_zip_crc: Optional[bool] = None) -> ReaderOptions:
+    """sp_reader_options: the engine's defaults (sp_reader_options_init) for every None."""
+    o = ReaderOptions()
+    lib().sp_reader_options_init(ctypes.byref(o))
+    if verify_checksums is not None:
+        o.verify_checksums = int(bool(verify_checksums))
+    if thread_count is not None:
+        o.thread_count = int(thread_count)
+    if check_zip_crc is not None:
+        o.check_zip_crc = int(bool(check_zip_crc))
+    return o
+
+
+class WrittenItem(NamedTuple):
+    """What one item became in its file (sp_written_item), as plain values: a rank's records
+    pickle into DCP's WriteResult, reach the coordinator, and go back to the engine there
+    (Checkpoint.commit). A typed tuple, not a dataclass: one is made per item of every save,
+    and a tuple is made (and pickled) in about half the time."""
+
+    fqn: str
+    offsets: Optional[Tuple[int, ...]]  # a tensor chunk's global offsets; None for a bytes item
+    file: str
+    offset: int  # the blob: [offset, offset + length) of file, as stored
+    length: int
+    transform_descriptors: Tuple[str, ...]  # what .metadata records for the blob (compressed)
+    checksum: int  # over the whole blob
+    blocks: Tuple[int, ...]  # per checksum block of the blob
+    data_offset: Optional[int]  # where the tensor bytes start in the blob; None: bytes item, compressed
+
+
+# sp_written_item's fields in C's layout, to read a result's whole array in one pass
+# (struct.iter_unpack; field by field through ctypes costs twice the time per item).
+_WRITTEN_ITEM = struct.Struct("@iPiPPQQNPQNPiQ")
+if _WRITTEN_ITEM.size != ctypes.sizeof(WrittenItemStruct):
+    raise ImportError(f"shardpoint: sp_written_item is {ctypes.sizeof(WrittenItemStruct)} bytes in ctypes, "
+                      f"{_WRITTEN_ITEM.size} as a struct format")
+
+
+def _written_items(r: WriteResultStruct) -> Tuple[WrittenItem, ...]:
+    """The records of an sp_write_result, copied out of the library's memory."""
+    count = r.item_count
+    if count == 0:
+        return ()
+    string_at, i64, u64, ptr = ctypes.string_at, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
+    raw = string_at(_address(ctypes.cast(r.items, ctypes.c_void_p)), count * _WRITTEN_ITEM.size)
+    files: Dict[bytes, str] = {}  # the few file names, decoded once
+    out = []
+    for (kind, fqn, ndim, offsets, file, offset, length, descriptor_count, descriptors, checksum, block_count,
+         blocks, has_data_offset, data_offset) in _WRITTEN_ITEM.iter_unpack(raw):
+        file_name = string_at(file)
+        name = files.get(file_name)
+        if name is None:
+            name = files[file_name] = file_name.decode()
+        out.append(WrittenItem(
+            string_at(fqn).decode(),
+            tuple((i64 * ndim).from_address(offsets)) if kind == ITEM_TENSOR and ndim else
+            (() if kind == ITEM_TENSOR else None),
+            name,
+            offset,
+            length,
+            tuple(string_at(d).decode() for d in (ptr * descriptor_count).from_address(descriptors))
+            if descriptor_count else (),
+            checksum,
+            tuple((u64 * block_count).from_address(blocks)) if block_count else (),
+            data_offset if has_data_offset else None,
+        ))
+    return tuple(out)
+
+
+def _array(ctype: Any, address: Optional[int], count: int) -> Tuple[Any, ...]:
+    """The count values of ctype at address (the library's memory), as a tuple."""
+    if count == 0:
+        return ()
+    if address is None:
+        raise errors.InternalError("the library returned NULL for a non-empty array")
+    return tuple((ctype * count).from_address(address))
+
+
+def _descriptors(storage: StorageInfoStruct) -> Tuple[str, ...]:
+    return tuple(d.decode() for d in _array(ctypes.c_char_p, storage.transform_descriptors,
+                                            storage.transform_descriptor_count))
+
+
+class _WrittenItemArray:
+    """WrittenItems as an array of WrittenItemStruct, with everything it points into."""
+
+    def __init__(self, records: Sequence[WrittenItem]):
+        count = len(records)
+        ints: List[int] = []
+        blocks: List[int] = []
+        names: List[str] = []
+        for r in records:
+            ints.extend(r.offsets or ())
+            blocks.extend(r.blocks)
+            names.extend(r.transform_descriptors)
+        self.ints = int64_array(ints)
+        self.blocks = (ctypes.c_uint64 * max(len(blocks), 1))(*blocks)
+        self.names = (ctypes.c_char_p * max(len(names), 1))(*(n.encode() for n in names))
+        self.strings: List[bytes] = []  # the fqns and file names the structs point at
+        self.items = (WrittenItemStruct * max(count, 1))()
+        int_base = ctypes.addressof(self.ints)
+        block_base = ctypes.addressof(self.blocks)
+        name_base = ctypes.addressof(self.names)
+        at_int = at_block = at_name = 0
+        for slot, r in zip(self.items, records):
+            fqn, file = r.fqn.encode(), r.file.encode()
+            self.strings += [fqn, file]
+            slot.fqn = fqn
+            if r.offsets is None:
+                slot.kind = ITEM_BYTES
+            else:
+                slot.kind = ITEM_TENSOR
+                slot.ndim = len(r.offsets)
+                slot.offsets = int_base + 8 * at_int
+                at_int += len(r.offsets)
+            slot.storage.file = file
+            slot.storage.offset = r.offset
+            slot.storage.length = r.length
+            slot.storage.transform_descriptor_count = len(r.transform_descriptors)
+            slot.storage.transform_descriptors = name_base + ctypes.sizeof(ctypes.c_char_p) * at_name
+            at_name += len(r.transform_descriptors)
+            slot.checksum = r.checksum
+            slot.block_count = len(r.blocks)
+            slot.blocks = block_base + 8 * at_block
+            at_block += len(r.blocks)
+            if r.data_offset is not None:
+                slot.has_data_offset = 1
+                slot.data_offset = r.data_offset
+        self.count = count
 
 
 class Checkpoint:
@@ -476,24 +703,27 @@ class Checkpoint:
         )
         return list(file_of_item[:count]), list(order[:count]), files.value
 
-    def write_items(self, items: Any, count: int, options: SaveOptions) -> str:
-        """Writes the first count items of a ctypes array of Item; returns the engine's JSON
-        array of what it wrote (see sp_write_items)."""
-        out = ctypes.c_void_p()
+    def write_items(self, items: Any, count: int, options: SaveOptions) -> Tuple[WrittenItem, ...]:
+        """Writes the first count items of a ctypes array of Item; returns what each became,
+        in file order (sp_write_items)."""
+        r = WriteResultStruct()
+        lib().sp_write_result_init(ctypes.byref(r))
         error = ctypes.c_char_p()
-        _check(
-            lib().sp_write_items(self.handle, items, count, ctypes.byref(options), ctypes.byref(out),
-                                 ctypes.byref(error)),
-            error,
-        )
-        return _take_string(out)
+        try:
+            _check(lib().sp_write_items(self.handle, items, count, ctypes.byref(options), ctypes.byref(r),
+                                        ctypes.byref(error)), error)
+            return _written_items(r)
+        finally:
+            lib().sp_write_result_free(ctypes.byref(r))
 
-    def commit(self, metadata: bytes, written_json: str, options: SaveOptions) -> None:
-        """written_json: one JSON array of every rank's records (what write_items returned)."""
+    def commit(self, metadata: bytes, written: Sequence[WrittenItem], options: SaveOptions) -> None:
+        """Commits (sp_commit): ``written`` holds every rank's records, as write_items
+        returned them."""
         error = ctypes.c_char_p()
         buf = ctypes.create_string_buffer(metadata, len(metadata))
+        records = _WrittenItemArray(written)
         _check(
-            lib().sp_commit(self.handle, buf, len(metadata), written_json.encode(), ctypes.byref(options),
+            lib().sp_commit(self.handle, buf, len(metadata), records.items, records.count, ctypes.byref(options),
                             ctypes.byref(error)),
             error,
         )
@@ -502,12 +732,8 @@ class Checkpoint:
 class Reader:
     """An opened committed checkpoint for reads a DCP read plan names."""
 
-    def __init__(self, checkpoint: Checkpoint, verify_checksums: bool, thread_count: int, check_zip_crc: bool = True):
-        o = ReaderOptions()
-        lib().sp_reader_options_init(ctypes.byref(o))
-        o.verify_checksums = int(bool(verify_checksums))
-        o.check_zip_crc = int(bool(check_zip_crc))
-        o.thread_count = int(thread_count)
+    def __init__(self, checkpoint: Checkpoint, options: ReaderOptions):
+        o = options
         handle = ctypes.c_void_p()
         error = ctypes.c_char_p()
         _check(lib().sp_reader_open(checkpoint.handle, ctypes.byref(o), ctypes.byref(handle), ctypes.byref(error)), error)
@@ -602,20 +828,29 @@ def _checkpoint_format(value: int) -> results.CheckpointFormat:
     return cast(results.CheckpointFormat, name)
 
 
-def consolidate(folder: str, output_file: Optional[str], layout: str, format: str, max_shard_bytes: int,
-                memory_budget_bytes: int, verify_checksums: bool, check_zip_crc: bool,
-                durable: bool) -> results.ConsolidateResult:
+def consolidate(folder: str, output_file: Optional[str], layout: Optional[str] = None, format: Optional[str] = None,
+                max_shard_bytes: Optional[int] = None, memory_budget_bytes: Optional[int] = None,
+                verify_checksums: Optional[bool] = None, check_zip_crc: Optional[bool] = None,
+                durable: Optional[bool] = None) -> results.ConsolidateResult:
+    """sp_consolidate; None: the engine's default (sp_consolidate_options_init)."""
     o = ConsolidateOptions()
     lib().sp_consolidate_options_init(ctypes.byref(o))
     output = os.fsencode(output_file) if output_file is not None else None
     o.output_file = output
-    o.layout = value_of_name(NAME_LAYOUT, layout)
-    o.format = value_of_name(NAME_OUTPUT_FORMAT, format)
-    o.max_shard_bytes = int(max_shard_bytes)
-    o.memory_budget_bytes = int(memory_budget_bytes)
-    o.verify_checksums = int(bool(verify_checksums))
-    o.check_zip_crc = int(bool(check_zip_crc))
-    o.durable = int(bool(durable))
+    if layout is not None:
+        o.layout = value_of_name(NAME_LAYOUT, layout)
+    if format is not None:
+        o.format = value_of_name(NAME_OUTPUT_FORMAT, format)
+    if max_shard_bytes is not None:
+        o.max_shard_bytes = int(max_shard_bytes)
+    if memory_budget_bytes is not None:
+        o.memory_budget_bytes = int(memory_budget_bytes)
+    if verify_checksums is not None:
+        o.verify_checksums = int(bool(verify_checksums))
+    if check_zip_crc is not None:
+        o.check_zip_crc = int(bool(check_zip_crc))
+    if durable is not None:
+        o.durable = int(bool(durable))
     r = ConsolidateResultStruct()
     lib().sp_consolidate_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
@@ -629,18 +864,34 @@ def consolidate(folder: str, output_file: Optional[str], layout: str, format: st
                                      zip_crc=_zip_crc(r.zip_crc), seconds=r.seconds)
 
 
-def reshard(source: str, destination: str, ranks: int, verify_checksums: bool, check_zip_crc: bool,
-            memory_budget_bytes: int, thread_count: int, checksum: str, durable: bool,
-            compression: Optional[str]) -> results.ReshardResult:
+def reshard(source: str, destination: str, ranks: int, verify_checksums: Optional[bool] = None,
+            check_zip_crc: Optional[bool] = None, memory_budget_bytes: Optional[int] = None,
+            thread_count: Optional[int] = None, checksum: Optional[str] = None, durable: Optional[bool] = None,
+            compression: Optional[str] = None, compression_level: Optional[int] = None,
+            compression_threads: Optional[int] = None) -> results.ReshardResult:
+    """sp_reshard; None: the engine's default (sp_reshard_options_init)."""
     o = ReshardOptions()
     lib().sp_reshard_options_init(ctypes.byref(o))
-    o.verify_checksums = int(bool(verify_checksums))
-    o.check_zip_crc = int(bool(check_zip_crc))
-    o.memory_budget_bytes = int(memory_budget_bytes)
-    o.thread_count = int(thread_count)
-    o.durable = int(bool(durable))
-    o.checksum = value_of_name(NAME_CHECKSUM, checksum)
-    o.compression = _compression_value(compression)
+    if verify_checksums is not None:
+        o.verify_checksums = int(bool(verify_checksums))
+    if check_zip_crc is not None:
+        o.check_zip_crc = int(bool(check_zip_crc))
+    if memory_budget_bytes is not None:
+        o.memory_budget_bytes = int(memory_budget_bytes)
+    if thread_count is not None:
+        o.thread_count = int(thread_count)
+    if durable is not None:
+        o.durable = int(bool(durable))
+    if checksum is not None:
+        o.checksum = value_of_name(NAME_CHECKSUM, checksum)
+    if compression is not None:
+        o.compression = value_of_name(NAME_COMPRESSION, compression)
+    if compression_level is not None:
+        o.compression_level = int(compression_level)
+    if compression_threads is not None:
+        if compression_threads < 0:
+            raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
+        o.compression_threads = int(compression_threads)
     r = ReshardResultStruct()
     lib().sp_reshard_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
@@ -660,10 +911,12 @@ def _sidecar(value: int) -> Optional[results.SidecarChecksum]:
     return cast(results.SidecarChecksum, name) if name in get_args(results.SidecarChecksum) else None
 
 
-def verify(path: str, quick: bool) -> results.VerifyResult:
+def verify(path: str, quick: Optional[bool] = None) -> results.VerifyResult:
+    """sp_verify; None: the engine's default (sp_verify_options_init)."""
     o = VerifyOptions()
     lib().sp_verify_options_init(ctypes.byref(o))
-    o.quick = int(bool(quick))
+    if quick is not None:
+        o.quick = int(bool(quick))
     r = VerifyResultStruct()
     lib().sp_verify_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
@@ -687,13 +940,40 @@ def verify(path: str, quick: bool) -> results.VerifyResult:
                                 verified_bytes=r.verified_bytes, coverage=coverage)
 
 
-def inspect(path: str) -> Dict[str, Any]:
-    """The engine's JSON tree of a checkpoint's structure (sp_inspect)."""
-    out = ctypes.c_void_p()
+def _inspect_chunk(c: InspectChunkStruct, ndim: int) -> results.InspectChunk:
+    return results.InspectChunk(offsets=_array(ctypes.c_int64, c.offsets, ndim),
+                                sizes=_array(ctypes.c_int64, c.sizes, ndim),
+                                file=c.storage.file.decode() if c.storage.file is not None else None,
+                                offset=c.storage.offset, length=c.storage.length,
+                                transform_descriptors=_descriptors(c.storage))
+
+
+def inspect(path: str) -> results.InspectResult:
+    """The structure of a checkpoint folder (sp_inspect)."""
+    o = InspectOptions()
+    lib().sp_inspect_options_init(ctypes.byref(o))
+    r = InspectResultStruct()
+    lib().sp_inspect_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
-    _check(lib().sp_inspect(os.fsencode(path), ctypes.byref(out), ctypes.byref(error)), error)
-    tree: Dict[str, Any] = json.loads(_take_string(out))
-    return tree
+    try:
+        _check(lib().sp_inspect(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
+        tensors = {
+            t.fqn.decode(): results.InspectTensor(
+                dtype=t.dtype.decode(), shape=_array(ctypes.c_int64, t.shape, t.ndim),
+                chunks=tuple(_inspect_chunk(c, t.ndim) for c in t.chunks[: t.chunk_count]))
+            for t in r.tensors[: r.tensor_count]
+        }
+        objects = {
+            b.fqn.decode(): results.InspectObject(
+                file=b.storage.file.decode() if b.storage.file is not None else None, offset=b.storage.offset,
+                length=b.storage.length, transform_descriptors=_descriptors(b.storage))
+            for b in r.objects[: r.object_count]
+        }
+        files = tuple(f.decode() for f in r.files[: r.file_count])
+    finally:
+        lib().sp_inspect_result_free(ctypes.byref(r))
+    return results.InspectResult(format=_checkpoint_format(r.format), tensors=tensors, objects=objects, files=files,
+                                 sidecar=_sidecar(r.sidecar))
 
 
 # -- Lightning's checkpoint folders (the engine's rules, engine/checkpoint_files.h) ---------

@@ -73,7 +73,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -144,6 +144,15 @@ def _sharded_state_dict_context(module: torch.nn.Module, offload: bool) -> Gener
         optim_state_dict_config=ShardedOptimStateDictConfig(offload_to_cpu=offload),
     ):
         yield
+
+
+def _engine_options(thread_count: Optional[int], sync_files: Optional[bool],
+                    verify_checksums: Optional[bool]) -> Tuple[int, bool, bool]:
+    """The strategies' engine options with the engine's default for each None
+    (sp_save_options_init: thread_count, durable; sp_reader_options_init: verify_checksums)."""
+    save = _native.save_options(thread_count=thread_count, durable=sync_files)
+    read = _native.reader_options(verify_checksums=verify_checksums)
+    return int(save.thread_count), bool(save.durable), bool(read.verify_checksums)
 
 
 class _EngineCheckpoints(_MixinBase):
@@ -433,11 +442,14 @@ class FSDPStrategy(_EngineCheckpoints, _LightningFSDPStrategy):
             (buffers kept between saves) while training goes on, and the next optimizer step
             waits for the copy; the write goes on in a background thread (the next save, a
             load, ``remove_checkpoint`` and ``teardown`` wait for it).
-        thread_count: files each rank writes in parallel (``StorageWriter``: at least 4 on ``gs://``).
-        sync_files: fsync before publishing (durable); turn off only for benchmarks.
+        thread_count: files each rank writes in parallel (``StorageWriter``: at least 4 on
+            ``gs://``); default (None) the engine's, 1.
+        sync_files: fsync before publishing (durable; default True); turn off only for
+            benchmarks.
         verify_checksums: verify every byte loaded against shardpoint's checksums, or where there
             are none (checkpoints PyTorch wrote) against the zip CRC-32 of each record read
-            whole (``StorageReader``), ``meta.pt`` included. False: nothing is checked.
+            whole (``StorageReader``), ``meta.pt`` included (default True). False: nothing is
+            checked.
         checkpoint_io: for full state dicts; default :class:`CheckpointIO` (atomic, checked,
             remote URLs).
 
@@ -449,12 +461,13 @@ class FSDPStrategy(_EngineCheckpoints, _LightningFSDPStrategy):
         self,
         *args: Any,
         async_save: bool = False,
-        thread_count: int = 1,
-        sync_files: bool = True,
-        verify_checksums: bool = True,
+        thread_count: Optional[int] = None,
+        sync_files: Optional[bool] = None,
+        verify_checksums: Optional[bool] = None,
         checkpoint_io: Optional[_LightningCheckpointIO] = None,
         **kwargs: Any,
     ) -> None:
+        thread_count, sync_files, verify_checksums = _engine_options(thread_count, sync_files, verify_checksums)
         # A caller's positional arguments stop before Lightning's checkpoint_io (its 4th).
         super().__init__(*args, checkpoint_io=checkpoint_io or CheckpointIO(durable=sync_files), **kwargs)  # type: ignore[misc]
         self._init_engine(async_save, thread_count, sync_files, verify_checksums)
@@ -585,12 +598,13 @@ class ModelParallelStrategy(_EngineCheckpoints, _LightningModelParallelStrategy)
         self,
         *args: Any,
         async_save: bool = False,
-        thread_count: int = 1,
-        sync_files: bool = True,
-        verify_checksums: bool = True,
+        thread_count: Optional[int] = None,
+        sync_files: Optional[bool] = None,
+        verify_checksums: Optional[bool] = None,
         checkpoint_io: Optional[_LightningCheckpointIO] = None,
         **kwargs: Any,
     ) -> None:
+        thread_count, sync_files, verify_checksums = _engine_options(thread_count, sync_files, verify_checksums)
         super().__init__(*args, **kwargs)
         # Lightning's strategy takes no checkpoint_io argument; full files go through it.
         self._checkpoint_io = checkpoint_io or CheckpointIO(durable=sync_files)

@@ -1,10 +1,10 @@
-"""What ``consolidate``, ``reshard`` and ``verify`` return: frozen dataclasses with typed
-fields, filled from the engine's result structs (include/shardpoint/c_api.h)."""
+"""What ``consolidate``, ``reshard``, ``verify`` and ``inspect`` return: frozen dataclasses
+with typed fields, filled from the engine's result structs (include/shardpoint/c_api.h)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Optional, Tuple
+from typing import Literal, Mapping, Optional, Tuple
 
 __all__ = [
     "CheckpointFormat",
@@ -16,6 +16,10 @@ __all__ = [
     "VerifyProblem",
     "VerifyCoverage",
     "VerifyResult",
+    "InspectChunk",
+    "InspectTensor",
+    "InspectObject",
+    "InspectResult",
 ]
 
 CheckpointFormat = Literal["dcp", "hf-safetensors", "torch"]
@@ -100,3 +104,47 @@ class VerifyResult:
     bytes: int  # data read
     verified_bytes: int  # of those, covered by a checksum that matched
     coverage: Tuple[VerifyCoverage, ...]  # the checkpoint, then its meta.pt when present
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectChunk:
+    """One saved chunk of a tensor: the box ``[offsets, offsets + sizes)`` and where its
+    blob lies (DCP's ``_StorageInfo``)."""
+
+    offsets: Tuple[int, ...]
+    sizes: Tuple[int, ...]
+    file: Optional[str]  # None where ``.metadata`` names no blob for the chunk
+    offset: int  # the blob: [offset, offset + length) of file, as stored
+    length: int
+    transform_descriptors: Tuple[str, ...]  # ("stream.zstd/1",) for a zstd frame; () as is
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectTensor:
+    """A tensor of a checkpoint: its dtype (a PyTorch dtype name without ``torch.``), global
+    shape and saved chunks."""
+
+    dtype: str
+    shape: Tuple[int, ...]
+    chunks: Tuple[InspectChunk, ...]  # in ``.metadata``'s order
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectObject:
+    """A bytes item (a pickled object) of a checkpoint and where its blob lies."""
+
+    file: Optional[str]  # None where ``.metadata`` names no blob
+    offset: int
+    length: int
+    transform_descriptors: Tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectResult:
+    """What :func:`shardpoint.inspect` found: the structure of a checkpoint folder."""
+
+    format: CheckpointFormat  # "dcp" or "hf-safetensors"
+    tensors: Mapping[str, InspectTensor]  # by fqn, sorted
+    objects: Mapping[str, InspectObject]  # by fqn, sorted
+    files: Tuple[str, ...]  # the data files the items name, sorted
+    sidecar: Optional[SidecarChecksum]  # the checksum sidecar's algorithm; None: no sidecar

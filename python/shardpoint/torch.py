@@ -32,7 +32,6 @@ import ctypes
 import dataclasses
 import importlib
 import io
-import json
 import logging
 import os
 import pickle
@@ -99,18 +98,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
 @dataclasses.dataclass(frozen=True)
 class _WriteResultWithChecksums(WriteResult):
     """The first WriteResult of a rank, carrying what the engine recorded for all of the rank's
-    items (their checksums) as the engine's JSON array, so the coordinator's ``finish`` can
-    write the checksum sidecar: one string per rank, not a dict per item, crosses the gather.
-    ``storage_data`` stays PyTorch's own ``_StorageInfo``, so ``.metadata`` holds only
-    PyTorch classes."""
+    items (their checksums), so the coordinator's ``finish`` can write the checksum sidecar:
+    one tuple per rank of plain, picklable records (_native.WrittenItem) crosses the gather. ``storage_data`` stays
+    PyTorch's own ``_StorageInfo``, so ``.metadata`` holds only PyTorch classes."""
 
-    records_json: str = ""
-
-
-def _join_json_arrays(arrays: Sequence[str]) -> str:
-    """One JSON array holding the elements of every JSON array text in arrays."""
-    inner = [text.strip()[1:-1].strip() for text in arrays]
-    return "[" + ",".join(part for part in inner if part) + "]"
+    records: Tuple[_native.WrittenItem, ...] = ()
 
 
 def _chunk_nbytes(item: WriteItem) -> int:
@@ -132,16 +124,18 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             replaces it).
         single_file_per_rank: one file per thread per rank (True, PyTorch's default) or one
             file per item.
-        sync_files: fsync files and folder before ``.metadata`` is published (durable). Turn
-            off only for benchmarks: after a crash a checkpoint may look complete when not.
-        thread_count: files each rank writes in parallel. Raised to 4 on ``gs://`` with the
+        sync_files: fsync files and folder before ``.metadata`` is published (the engine's
+            ``durable``; default True). Turn off only for benchmarks: after a crash a
+            checkpoint may look complete when not.
+        thread_count: files each rank writes in parallel (default 1). Raised to 4 on ``gs://`` with the
             JSON API (an OAuth token), where an object uploads as one sequential session, so
             that a rank has 4 upload streams; items are split into the files by the engine's
             rule (``sp_split_into_files``), as the C++ engine's save splits them.
         checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
-        checksum_block_bytes: checksum granularity; smaller blocks cost more sidecar, let
-            partial reads verify with less widening.
-        direct_io: bypass the page cache (O_DIRECT) for data files where supported.
+        checksum_block_bytes: checksum granularity (default 1 MiB); smaller blocks cost more
+            sidecar, let partial reads verify with less widening.
+        direct_io: bypass the page cache (O_DIRECT) for data files where supported (default
+            True).
         cache_staged_state_dict: for ``dcp.async_save``: keep the host copy's buffers between
             saves (True: the state's size in host memory, held; later saves only copy), or
             allocate them afresh for every save (False: the memory is freed after each write,
@@ -150,11 +144,12 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         compression: ``"zstd"`` stores every item as one zstd frame, recorded as PyTorch's
             ``ZStandard`` extension records it (``transform_descriptors == ["stream.zstd/1"]``),
             so PyTorch >= 2.7's ``FileSystemReader`` (with ``zstandard`` installed) and
-            shardpoint read it back. ``None`` (default): items stored as is.
+            shardpoint read it back. ``"none"`` (the default): items stored as is.
         compression_threads: with ``compression="zstd"``, the threads that compress a
             rank's items at once (ahead of the file threads, in memory: up to 256 MiB per
             file); 0 (default): one per CPU; 1: each file thread compresses its own items.
             Lower it when several ranks share a machine's cores.
+        compression_level: the zstd level, 1..19 (default 3, PyTorch's).
         overwrite: allow saving into a folder that holds a committed checkpoint. A local one
             is replaced atomically: the new checkpoint is written into a hidden folder beside
             it and exchanged with it once committed, so a failed save leaves the previous
@@ -168,30 +163,32 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             on a side stream, into pinned buffers kept between saves. Either way, wait for
             a save's ``upload_completion`` before starting the next.
 
-    Extra positional or keyword arguments newer PyTorch versions pass are accepted.
+    An engine option left at None takes the engine's default (sp_save_options_init), given
+    above. Extra positional or keyword arguments newer PyTorch versions pass are accepted.
     """
 
     def __init__(
         self,
         path: PathOrUrl,
         single_file_per_rank: bool = True,
-        sync_files: bool = True,
-        thread_count: int = 1,
-        checksum: Literal["crc32c", "xxh3", "none"] = "crc32c",
-        checksum_block_bytes: int = 1 << 20,
-        direct_io: bool = True,
+        sync_files: Optional[bool] = None,
+        thread_count: Optional[int] = None,
+        checksum: Optional[Literal["crc32c", "xxh3", "none"]] = None,
+        checksum_block_bytes: Optional[int] = None,
+        direct_io: Optional[bool] = None,
         overwrite: bool = True,
         cache_staged_state_dict: bool = True,
-        compression: Optional[Literal["zstd"]] = None,
+        compression: Optional[Literal["zstd", "none"]] = None,
         *args: Any,
         async_staging: bool = False,
-        compression_threads: int = 0,
+        compression_threads: Optional[int] = None,
+        compression_level: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
         BlockingAsyncStager.__init__(self, cache_staged_state_dict=cache_staged_state_dict)
         self._staging: Optional[HostStaging] = None
-        if thread_count < 1:
+        if thread_count is not None and thread_count < 1:
             raise errors.UsageError(f"thread_count must be >= 1, found {thread_count}")
         if async_staging and not _ASYNC_SAVE_RESPONSE:
             raise errors.UsageError(
@@ -201,11 +198,12 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         self.async_staging = async_staging
         self.path = _location(path)
         self.single_file_per_rank = single_file_per_rank
-        self.sync_files = sync_files
-        self.thread_count = thread_count
         self.overwrite = overwrite
         self._options = _native.save_options(thread_count, checksum, checksum_block_bytes, sync_files, direct_io,
-                                             compression, compression_threads)
+                                             compression, compression_threads, compression_level)
+        # What the engine takes for each option (its default where None was given).
+        self.sync_files = bool(self._options.durable)
+        self.thread_count = int(self._options.thread_count)
         self.save_id = uuid.uuid4().hex
         self.is_coordinator = False
         self._checkpoint: Optional[_native.Checkpoint] = None
@@ -320,17 +318,17 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         for slot, item in zip(layout.native_items, layout.items):
             slot.data, slot.nbytes = self._resolve_item(item, planner, keep_alive)
         by_position = layout.items
-        written_json = checkpoint.write_items(layout.native_items, len(by_position), self._options)
+        records = checkpoint.write_items(layout.native_items, len(by_position), self._options)
         results: List[WriteResult] = []
-        for n, (item, record) in enumerate(zip(by_position, json.loads(written_json))):
-            info = _StorageInfo(record["file"], record["offset"], record["length"])
-            if "transform_descriptors" in record:  # compressed (the field exists in PyTorch >= 2.7)
-                info.transform_descriptors = record["transform_descriptors"]
-            if n == 0:  # the rank's records travel to the coordinator as the engine's JSON text
-                results.append(_WriteResultWithChecksums(index=item.index, size_in_bytes=record["length"],
-                                                         storage_data=info, records_json=written_json))
+        for n, (item, record) in enumerate(zip(by_position, records)):
+            info = _StorageInfo(record.file, record.offset, record.length)
+            if record.transform_descriptors:  # compressed (the field exists in PyTorch >= 2.7)
+                info.transform_descriptors = list(record.transform_descriptors)
+            if n == 0:  # the rank's records travel to the coordinator with its first result
+                results.append(_WriteResultWithChecksums(index=item.index, size_in_bytes=record.length,
+                                                         storage_data=info, records=records))
             else:
-                results.append(WriteResult(index=item.index, size_in_bytes=record["length"], storage_data=info))
+                results.append(WriteResult(index=item.index, size_in_bytes=record.length, storage_data=info))
         future: Future[List[WriteResult]] = Future()
         future.set_result(results)
         return future
@@ -339,16 +337,14 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         """(coordinator) Commits: the checksum sidecar, the load index, then ``.metadata``
         atomically (after which the checkpoint exists for every reader)."""
         storage_md: Dict[MetadataIndex, _StorageInfo] = {}
-        records: List[str] = []  # each rank's JSON array of records
+        records: List[_native.WrittenItem] = []  # every rank's
         for rank_results in results:
             for wr in rank_results:
                 storage_md[wr.index] = wr.storage_data
-                text = getattr(wr, "records_json", "")
-                if text:
-                    records.append(text)
+                records.extend(getattr(wr, "records", ()))
         metadata.storage_data = storage_md
         metadata.storage_meta = self.storage_meta()
-        self._writing_to(self._folder).commit(pickle.dumps(metadata), _join_json_arrays(records), self._options)
+        self._writing_to(self._folder).commit(pickle.dumps(metadata), records, self._options)
         if self._folder != self.path:
             _native.replace_folder(self._folder, self.path, self.sync_files)
             self._folder = self.path
@@ -464,12 +460,12 @@ class StorageReader(_DcpStorageReader):
             replaces it).
         verify_checksums: verify every byte read against the checksum sidecar when the
             checkpoint has one (shardpoint's saves do; PyTorch's own do not: see
-            check_zip_crc). False: nothing is checked.
-        thread_count: blobs read in parallel.
+            check_zip_crc). Default True; False: nothing is checked.
+        thread_count: blobs read in parallel (default 4).
         check_zip_crc: where no sidecar covers a blob (PyTorch's checkpoints), check the
             zip CRC-32 of every torch.save record read whole; a record this rank reads only
             in part (resharding) is not checked, said once in the log. A mismatch raises
-            FormatError naming file, item, record and byte range.
+            FormatError naming file, item, record and byte range. Default True.
         trusted: False (default): nothing a checkpoint's pickles name is executed.
             ``.metadata`` is decoded by the engine and rebuilt from DCP's own classes (a
             file holding anything else raises FormatError naming it and the offending
@@ -477,23 +473,28 @@ class StorageReader(_DcpStorageReader):
             (PyTorch's allowlist plus ``torch.serialization.add_safe_globals``) before DCP's
             planner unpickles it. True: both are unpickled as PyTorch's FileSystemReader
             does, running whatever they name; only for checkpoints you trust.
+
+    An engine option left at None takes the engine's default (sp_reader_options_init), given
+    above.
     """
 
     def __init__(
         self,
         path: PathOrUrl,
-        verify_checksums: bool = True,
-        thread_count: int = 4,
+        verify_checksums: Optional[bool] = None,
+        thread_count: Optional[int] = None,
         *args: Any,
-        check_zip_crc: bool = True,
+        check_zip_crc: Optional[bool] = None,
         trusted: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__()
         self.path = _location(path)
-        self.verify_checksums = verify_checksums
-        self.thread_count = thread_count
-        self.check_zip_crc = check_zip_crc
+        self._options = _native.reader_options(verify_checksums, thread_count, check_zip_crc)
+        # What the engine takes for each option (its default where None was given).
+        self.verify_checksums = bool(self._options.verify_checksums)
+        self.thread_count = int(self._options.thread_count)
+        self.check_zip_crc = bool(self._options.check_zip_crc)
         self.trusted = trusted
         self.load_id = uuid.uuid4().hex
         self._reader: Optional[_native.Reader] = None
@@ -515,7 +516,7 @@ class StorageReader(_DcpStorageReader):
     def _opened(self) -> _native.Reader:
         if self._reader is None:
             checkpoint = _native.Checkpoint(self.path)
-            self._reader = _native.Reader(checkpoint, self.verify_checksums, self.thread_count, self.check_zip_crc)
+            self._reader = _native.Reader(checkpoint, self._options)
             if not self._reader.verified() and self.verify_checksums and not self._reader.checks_zip_crc():
                 _log.warning("shardpoint: %s has no checksums (written by PyTorch?): loading it unverified", self.path)
         return self._reader

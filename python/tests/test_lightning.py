@@ -286,6 +286,9 @@ def test_checkpoint_io_detects_damage(tmp_path):
     path.write_bytes(bytes(data[: len(data) // 2]))  # truncated
     with pytest.raises(shardpoint.FormatError):
         io_.load_checkpoint(path, weights_only=False)
+    path.write_bytes(bytes(data))  # damaged, loaded unchecked when asked
+    unchecked = splightning.CheckpointIO(check_zip_crc=False).load_checkpoint(path, weights_only=False)
+    assert torch.equal(unchecked["state_dict"]["w"], damaged)
 
 
 def test_verify_zip_passes_records_without_a_crc_and_names_a_damaged_one():

@@ -74,7 +74,7 @@ def test_tools_on_azure(container, tmp_path):
     state = {"w": torch.arange(12.0).reshape(3, 4), "epoch": 1}
     dcp.save(state, storage_writer=StorageWriter(url))
     assert shardpoint.verify(url).ok
-    assert shardpoint.inspect(url)["tensors"]["w"]["shape"] == [3, 4]
+    assert shardpoint.inspect(url).tensors["w"].shape == (3, 4)
     target = {"w": torch.zeros(3, 4), "epoch": 0}
     dcp.load(target, storage_reader=StorageReader(url))
     assert torch.equal(target["w"], state["w"]) and target["epoch"] == 1
@@ -119,7 +119,7 @@ def test_save_on_s3_and_gcs_load_resharded(object_store, tmp_path):
     run_ranks(newest, 3, ["dcp_worker.py", "load", url])
     report = shardpoint.verify(url)
     assert report.ok, report
-    names = set(shardpoint.inspect(url)["tensors"])
+    names = set(shardpoint.inspect(url).tensors)
     assert names, "inspect found no tensors"
     # A rank writes its thread_count files (2 here), at least 4 on gs://, where each object
     # uploads as one sequential session (StorageWriter's thread_count).

@@ -177,12 +177,12 @@ def test_hf_export_equals_pytorchs_consolidation(saved, tmp_path, max_shard_byte
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_python_inspect_names_the_kind_and_chunks(saved, folder):
     info = shardpoint.inspect(saved / folder)
-    assert info["format"] == ("dcp" if folder == "dcp-st" else "hf-safetensors")
-    chunks = info["tensors"]["embed.weight"]["chunks"]
+    assert info.format == ("dcp" if folder == "dcp-st" else "hf-safetensors")
+    chunks = info.tensors["embed.weight"].chunks
     whole = folder in ("hf", "hf-rank0")
     assert len(chunks) == (1 if whole else 2)
     # Each chunk's storage is its raw bytes: 37 x 16 float32 rows split 19 / 18 on 2 ranks.
-    assert sorted(c["length"] for c in chunks) == ([37 * 64] if whole else [18 * 64, 19 * 64])
+    assert sorted(c.length for c in chunks) == ([37 * 64] if whole else [18 * 64, 19 * 64])
 
 
 # -- on an object store ---------------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_hf_folder_on_s3_reads_and_exports_there(saved, s3, monkeypatch, tmp_pat
     spec = worker.spec_of("hf")
     for folder in ("hf", "hf/sharded"):
         url = f"s3://hf-ckpt/{prefix}/{folder}"
-        assert shardpoint.inspect(url)["format"] == "hf-safetensors"
+        assert shardpoint.inspect(url).format == "hf-safetensors"
         report = shardpoint.verify(url)
         assert report.ok, report.problems
         assert report.tensors == len(spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,21 @@ def ckpt(tmp_path) -> Path:
 
 def test_inspect(ckpt):
     info = shardpoint.inspect(ckpt)
-    assert info["tensors"]["model.w"]["shape"] == [33, 8]
-    assert info["tensors"]["model.w"]["dtype"] == "float32"
-    assert "epoch" in info["objects"]
-    assert info["checksums"] == "crc32c"
+    assert isinstance(info, shardpoint.InspectResult) and info.format == "dcp"
+    w = info.tensors["model.w"]
+    assert w.shape == (33, 8) and w.dtype == "float32"
+    assert [(c.offsets, c.sizes) for c in w.chunks] == [((0, 0), (33, 8))]
+    assert w.chunks[0].file in info.files and w.chunks[0].length > 33 * 8 * 4
+    assert w.chunks[0].transform_descriptors == ()
+    assert list(info.tensors) == ["model.b", "model.w"]
+    epoch = info.objects["epoch"]
+    assert epoch.file in info.files and epoch.length > 0
+    assert info.files == tuple(sorted(p.name for p in ckpt.glob("*.distcp")))
+    assert info.sidecar == "crc32c"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.sidecar = None  # type: ignore[misc]
+    with pytest.raises(shardpoint.NotFoundError):
+        shardpoint.inspect(ckpt.parent / "nope")
 
 
 def test_verify_clean_and_damaged(ckpt):
@@ -84,7 +96,7 @@ def test_engine_reads_what_this_pytorch_wrote(tmp_path):
     path = tmp_path / "theirs"
     dcp.save(state(), storage_writer=dcp.FileSystemWriter(path))
     info = shardpoint.inspect(path)
-    assert info["tensors"]["model.w"]["shape"] == [33, 8] and info["checksums"] is None
+    assert info.tensors["model.w"].shape == (33, 8) and info.sidecar is None
     report = shardpoint.verify(path)
     assert report.ok and report.coverage[0].sidecar is None
     assert report.coverage[0].zip_crc32_bytes > 0  # PyTorch's own CRC-32s were checked
@@ -166,3 +178,25 @@ def test_writer_splits_items_by_the_engines_rule(tmp_path):
     one = tmp_path / "one"
     dcp.save({"t": torch.ones(2)}, storage_writer=StorageWriter(one, thread_count=4))
     assert sorted(p.name for p in one.glob("*.distcp")) == ["__0_0.distcp"]
+
+
+def test_options_left_none_take_the_engines_defaults(ckpt, tmp_path):
+    """No default is restated in Python: None is the engine's (the *_init structs)."""
+    writer = StorageWriter(tmp_path / "w")
+    assert writer.thread_count == 1 and writer.sync_files is True
+    assert writer._options.checksum_block_bytes == 1 << 20 and writer._options.compression_threads == 0
+    reader = StorageReader(ckpt)
+    assert reader.thread_count == 4 and reader.verify_checksums and reader.check_zip_crc
+    assert StorageReader(ckpt, verify_checksums=False, thread_count=2).thread_count == 2
+    with pytest.raises(shardpoint.UsageError):
+        StorageWriter(tmp_path / "w", thread_count=0)
+
+
+def test_reshard_takes_the_compression_options(ckpt, tmp_path):
+    report = shardpoint.reshard(ckpt, tmp_path / "z", 2, compression="zstd", compression_level=5,
+                                compression_threads=1)
+    assert report.tensors == 2
+    chunks = shardpoint.inspect(tmp_path / "z").tensors["model.w"].chunks
+    assert len(chunks) == 2 and all(c.transform_descriptors == ("stream.zstd/1",) for c in chunks)
+    with pytest.raises(shardpoint.UsageError):
+        shardpoint.reshard(ckpt, tmp_path / "bad", 2, compression_threads=-1)

@@ -60,8 +60,8 @@ def test_pytorch_layouts_are_what_the_readers_expect(saved):
     md = dcp.FileSystemReader(str(saved["zstd"])).read_metadata()
     assert {tuple(info.transform_descriptors) for info in md.storage_data.values()} == {("stream.zstd/1",)}
     info = shardpoint.inspect(saved["zstd"])
-    assert info["tensors"]["model.big.weight"]["chunks"][0]["transform_descriptors"] == ["stream.zstd/1"]
-    assert info["objects"]["extra.epoch"]["transform_descriptors"] == ["stream.zstd/1"]
+    assert info.tensors["model.big.weight"].chunks[0].transform_descriptors == ("stream.zstd/1",)
+    assert info.objects["extra.epoch"].transform_descriptors == ("stream.zstd/1",)
     names = sorted(p.name for p in saved["per_rank"].iterdir())
     assert names == ["__0.metadata", "__0_0.distcp", "__1.metadata", "__1_0.distcp"]
 

@@ -1,10 +1,11 @@
 // The C API (include/shardpoint/c_api.h) over the engine: locations, objects, saves, loads
 // and the planned I/O of PyTorch DCP's plans. Converts C arguments into engine values, runs
 // the call, and turns every exception into an sp_status and a message (c_api_util.h). The
-// tools are in c_api_tools.cc, the checkpoint-folder rules in c_api_files.cc.
+// tools are in c_api_tools.cc and c_api_inspect.cc, the checkpoint-folder rules in c_api_files.cc.
 #include "shardpoint/c_api.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -15,9 +16,7 @@
 #include <vector>
 
 #include "capi/c_api_util.h"
-#include "engine/block_checksum.h"
 #include "engine/chunking.h"
-#include "engine/plan_codec.h"
 #include "engine/planned_io.h"
 #include "engine/save_plan.h"
 #include "format/metadata_codec.h"
@@ -83,6 +82,54 @@ engine::SaveOptions save_options_of(const sp_save_options* in) {
   out.compression_level = o.compression_level;
   require(o.compression_threads >= 0, "save options: compression_threads must be >= 0");
   out.compression_threads = o.compression_threads;
+  return out;
+}
+
+// What an sp_write_result points into: the engine's records, and the arrays of their views.
+struct WriteResultOwner {
+  std::vector<engine::WrittenItem> written;
+  std::vector<std::vector<const char*>> descriptors;  // one per item
+  std::vector<sp_written_item> items;
+
+  // Fills descriptors and items from written (once; nothing grows after).
+  void fill() {
+    descriptors.resize(written.size());
+    items.reserve(written.size());
+    for (std::size_t i = 0; i < written.size(); ++i) {
+      const engine::WrittenItem& w = written[i];
+      sp_written_item out{};
+      out.kind = w.index.offset ? SP_ITEM_TENSOR : SP_ITEM_BYTES;
+      out.fqn = w.index.fqn.c_str();
+      if (w.index.offset) {
+        out.ndim = static_cast<int>(w.index.offset->size());
+        out.offsets = w.index.offset->data();
+      }
+      out.storage = storage_info_view(w.info, descriptors[i]);
+      out.checksum = w.checksum;
+      out.block_count = w.blocks.size();
+      out.blocks = w.blocks.empty() ? nullptr : w.blocks.data();
+      out.has_data_offset = w.data_offset ? 1 : 0;
+      out.data_offset = w.data_offset.value_or(0);
+      items.push_back(out);
+    }
+  }
+};
+
+// The caller's record as the engine's.
+engine::WrittenItem written_item_of(const sp_written_item& in) {
+  engine::WrittenItem out;
+  out.index.fqn = str(in.fqn, "written item fqn is NULL");
+  const std::string what = "written item \"" + out.index.fqn + "\"";
+  if (in.kind == SP_ITEM_TENSOR) {
+    out.index.offset = shape_of(in.offsets, in.ndim, "written item offsets is NULL");
+  } else if (in.kind != SP_ITEM_BYTES) {
+    throw UsageError(what + ": unknown kind " + std::to_string(in.kind));
+  }
+  out.info = storage_info_of(in.storage, what);
+  out.checksum = in.checksum;
+  require(in.blocks != nullptr || in.block_count == 0, "written item blocks is NULL");
+  out.blocks.assign(in.blocks, in.blocks + in.block_count);
+  if (in.has_data_offset != 0) out.data_offset = in.data_offset;
   return out;
 }
 
@@ -180,22 +227,42 @@ sp_status sp_replace_folder(const char* staged, const char* target, int durable,
 
 void sp_save_options_init(sp_save_options* options) {
   if (options == nullptr) return;
+  const engine::SaveOptions d;  // the defaults are the engine's
   *options = sp_save_options{};
   options->struct_size = sizeof(sp_save_options);
-  options->thread_count = 1;
-  options->checksum = SP_CHECKSUM_CRC32C;
-  options->checksum_block_bytes = engine::kDefaultChecksumBlockSize;
-  options->durable = 1;
-  options->direct_io = 1;
-  options->compression = SP_COMPRESSION_NONE;
-  options->compression_level = 3;
-  options->compression_threads = 0;
+  options->thread_count = d.thread_count;
+  options->checksum = checksum_value(d.checksum);
+  options->checksum_block_bytes = d.checksum_block_bytes;
+  options->durable = d.durable ? 1 : 0;
+  options->direct_io = d.direct_io ? 1 : 0;
+  options->compression = d.compression == engine::Compression::kZstd ? SP_COMPRESSION_ZSTD : SP_COMPRESSION_NONE;
+  options->compression_level = d.compression_level;
+  options->compression_threads = d.compression_threads;
+}
+
+void sp_write_result_init(sp_write_result* result) {
+  if (result == nullptr) return;
+  *result = sp_write_result{};
+  result->struct_size = sizeof(sp_write_result);
+}
+
+void sp_write_result_free(sp_write_result* result) {
+  if (result == nullptr || result->struct_size < offsetof(sp_write_result, owner) + sizeof(void*)) return;
+  delete static_cast<WriteResultOwner*>(result->owner);
+  result->owner = nullptr;
+  if (result->struct_size >= offsetof(sp_write_result, items) + sizeof(void*)) {
+    result->item_count = 0;
+    result->items = nullptr;
+  }
 }
 
 sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t count, const sp_save_options* options,
-                         char** written_json, char** error) {
+                         sp_write_result* result, char** error) {
   return guarded(error, [&] {
-    require(checkpoint != nullptr && written_json != nullptr && (items != nullptr || count == 0), "NULL argument");
+    require(result != nullptr, "result is NULL");
+    require(result->struct_size >= offsetof(sp_write_result, owner) + sizeof(void*), "result struct_size too small");
+    write_result(result, sp_write_result{});  // holds nothing until the call succeeds
+    require(checkpoint != nullptr && (items != nullptr || count == 0), "NULL argument");
     const engine::SaveOptions save = save_options_of(options);
     std::vector<engine::PlannedFile> files;
     std::map<std::string, std::size_t> position;
@@ -220,31 +287,39 @@ sp_status sp_write_items(sp_checkpoint* checkpoint, const sp_item* items, size_t
       }
       files[it->second].items.push_back(std::move(item));
     }
-    const std::vector<engine::WrittenItem> written = engine::write_planned_files(*checkpoint->storage, files, save);
-    char* out = copy_string(engine::encode_written_items(written));
-    if (out == nullptr) throw std::bad_alloc();
-    *written_json = out;
+    auto owner = std::make_unique<WriteResultOwner>();
+    owner->written = engine::write_planned_files(*checkpoint->storage, files, save);
+    owner->fill();
+    sp_write_result full{};
+    full.item_count = owner->items.size();
+    full.items = owner->items.empty() ? nullptr : owner->items.data();
+    full.owner = owner.release();
+    write_result(result, full);
   });
 }
 
-sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t metadata_size, const char* written_json,
-                    const sp_save_options* options, char** error) {
+sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t metadata_size,
+                    const sp_written_item* written, size_t written_count, const sp_save_options* options,
+                    char** error) {
   return guarded(error, [&] {
-    require(checkpoint != nullptr && metadata != nullptr, "NULL argument");
-    const std::vector<engine::WrittenItem> written =
-        engine::decode_written_items(str(written_json, "written_json is NULL"), "sp_commit: written items");
+    require(checkpoint != nullptr && metadata != nullptr && (written != nullptr || written_count == 0),
+            "NULL argument");
+    std::vector<engine::WrittenItem> items;
+    items.reserve(written_count);
+    for (std::size_t i = 0; i < written_count; ++i) items.push_back(written_item_of(written[i]));
     engine::commit_planned(*checkpoint->storage, std::string_view(static_cast<const char*>(metadata), metadata_size),
-                           written, save_options_of(options));
+                           items, save_options_of(options));
   });
 }
 
 void sp_reader_options_init(sp_reader_options* options) {
   if (options == nullptr) return;
+  const engine::LoadOptions d;  // the defaults are the engine's
   *options = sp_reader_options{};
   options->struct_size = sizeof(sp_reader_options);
-  options->verify_checksums = 1;
-  options->thread_count = 4;
-  options->check_zip_crc = 1;
+  options->verify_checksums = d.verify_checksums ? 1 : 0;
+  options->thread_count = d.thread_count;
+  options->check_zip_crc = d.check_zip_crc ? 1 : 0;
 }
 
 sp_status sp_reader_open(sp_checkpoint* checkpoint, const sp_reader_options* options, sp_reader** out, char** error) {

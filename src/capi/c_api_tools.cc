@@ -1,21 +1,15 @@
-// The C API's tools (what the CLI does): consolidate, reshard, verify and inspect, with
-// options and results as size-versioned structs, and the names of their enums
-// (include/shardpoint/c_api.h).
+// The C API's tools (what the CLI does): consolidate, reshard and verify, with options and
+// results as size-versioned structs, and the names of their enums
+// (include/shardpoint/c_api.h). sp_inspect is in c_api_inspect.cc.
 #include <cstddef>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "capi/c_api_util.h"
 #include "engine/block_checksum.h"
-#include "engine/checkpoint_location.h"
-#include "engine/checksum_sidecar.h"
 #include "shardpoint/checkpoint.h"
-#include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/consolidate.h"
 #include "shardpoint/reshard.h"
 #include "shardpoint/storage.h"
@@ -26,25 +20,6 @@ namespace {
 
 using namespace shardpoint;
 using namespace shardpoint::capi;
-using json = nlohmann::json;
-
-sp_checksum checksum_value(engine::ChecksumAlgorithm a) {
-  switch (a) {
-    case engine::ChecksumAlgorithm::kNone: return SP_CHECKSUM_NONE;
-    case engine::ChecksumAlgorithm::kCrc32c: return SP_CHECKSUM_CRC32C;
-    case engine::ChecksumAlgorithm::kXxh3: return SP_CHECKSUM_XXH3;
-  }
-  return SP_CHECKSUM_NONE;
-}
-
-sp_checkpoint_format checkpoint_format_value(engine::CheckpointKind kind) {
-  switch (kind) {
-    case engine::CheckpointKind::kDcp: return SP_CHECKPOINT_DCP;
-    case engine::CheckpointKind::kHfSafetensors: return SP_CHECKPOINT_HF_SAFETENSORS;
-    case engine::CheckpointKind::kTorchSave: return SP_CHECKPOINT_TORCH;
-  }
-  return SP_CHECKPOINT_DCP;
-}
 
 constexpr engine::ChecksumAlgorithm kChecksums[] = {
     engine::ChecksumAlgorithm::kNone, engine::ChecksumAlgorithm::kCrc32c, engine::ChecksumAlgorithm::kXxh3};
@@ -106,17 +81,6 @@ struct VerifyResultOwner {
   std::vector<sp_verify_problem> problems;
   std::vector<sp_verify_coverage> coverage;
 };
-
-json chunk_json(const format::ChunkStorageMetadata& chunk, const format::StorageInfo* info) {
-  json c{{"offsets", chunk.offsets}, {"sizes", chunk.sizes}};
-  if (info != nullptr) {
-    c["file"] = info->relative_path;
-    c["offset"] = info->offset;
-    c["length"] = info->length;
-    if (!info->transform_descriptors.empty()) c["transform_descriptors"] = info->transform_descriptors;
-  }
-  return c;
-}
 
 }  // namespace
 
@@ -329,49 +293,6 @@ sp_status sp_verify(const char* path_or_url, const sp_verify_options* options, s
     full.coverage = owner->coverage.data();
     full.owner = owner.release();
     write_result(result, full);
-  });
-}
-
-sp_status sp_inspect(const char* path_or_url, char** json_out, char** error) {
-  return guarded(error, [&] {
-    require(json_out != nullptr, "json is NULL");
-    auto st = storage::open_storage(location_arg(path_or_url, "path_or_url is NULL"));
-    engine::CheckpointReader reader(*st);  // reads the sidecar, to name its algorithm
-    const format::Metadata& m = reader.metadata();
-    json tensors = json::object();
-    json objects = json::object();
-    std::set<std::string> files;
-    for (const auto& [index, info] : m.storage_data) files.insert(info.relative_path);
-    for (const auto& [fqn, entry] : m.state_dict_metadata) {
-      if (const auto* t = std::get_if<format::TensorStorageMetadata>(&entry)) {
-        json chunks = json::array();
-        for (const auto& chunk : t->chunks) {
-          auto info = m.storage_data.find(format::MetadataIndex{fqn, chunk.offsets, std::nullopt});
-          chunks.push_back(chunk_json(chunk, info == m.storage_data.end() ? nullptr : &info->second));
-        }
-        tensors[fqn] = json{
-            {"dtype", std::string(dtype_name(t->properties.dtype))}, {"shape", t->size}, {"chunks", std::move(chunks)}};
-      } else {
-        json object = json::object();
-        auto info = m.storage_data.find(format::MetadataIndex{fqn, std::nullopt, std::nullopt});
-        if (info != m.storage_data.end()) {
-          object = json{
-              {"file", info->second.relative_path}, {"offset", info->second.offset}, {"length", info->second.length}};
-          if (!info->second.transform_descriptors.empty()) {
-            object["transform_descriptors"] = info->second.transform_descriptors;
-          }
-        }
-        objects[fqn] = std::move(object);
-      }
-    }
-    json out{{"format", std::string(engine::checkpoint_kind_name(engine::folder_kind(*st)))},
-             {"tensors", std::move(tensors)},
-             {"objects", std::move(objects)},
-             {"files", std::vector<std::string>(files.begin(), files.end())},
-             {"checksums", nullptr}};
-    if (reader.sidecar())
-      out["checksums"] = std::string(engine::checksum_algorithm_name(reader.sidecar()->algorithm()));
-    *json_out = copy_string_or_throw(out.dump());
   });
 }
 

@@ -1,6 +1,7 @@
 // What every file of the C API shares: turning the engine's exceptions into an sp_status
 // and a message (nothing is thrown across the boundary), checked C arguments, malloc'd
-// strings for the caller, and size-versioned structs read and written.
+// strings for the caller, size-versioned structs read and written, and the engine values
+// several calls hand across (enums, a blob's place).
 #pragma once
 
 #include <algorithm>
@@ -9,10 +10,13 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardpoint/c_api.h"
+#include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/location.h"
+#include "shardpoint/metadata.h"
 
 namespace shardpoint::capi {
 
@@ -109,6 +113,49 @@ void write_result(Result* out, Result full) {
   const std::size_t size = std::min(out->struct_size, sizeof(full));
   full.struct_size = out->struct_size;
   std::memcpy(out, &full, size);
+}
+
+inline sp_checksum checksum_value(engine::ChecksumAlgorithm a) {
+  switch (a) {
+    case engine::ChecksumAlgorithm::kNone: return SP_CHECKSUM_NONE;
+    case engine::ChecksumAlgorithm::kCrc32c: return SP_CHECKSUM_CRC32C;
+    case engine::ChecksumAlgorithm::kXxh3: return SP_CHECKSUM_XXH3;
+  }
+  return SP_CHECKSUM_NONE;
+}
+
+inline sp_checkpoint_format checkpoint_format_value(engine::CheckpointKind kind) {
+  switch (kind) {
+    case engine::CheckpointKind::kDcp: return SP_CHECKPOINT_DCP;
+    case engine::CheckpointKind::kHfSafetensors: return SP_CHECKPOINT_HF_SAFETENSORS;
+    case engine::CheckpointKind::kTorchSave: return SP_CHECKPOINT_TORCH;
+  }
+  return SP_CHECKPOINT_DCP;
+}
+
+// A view of `info` for the caller: the strings stay `info`'s, the descriptor pointers go
+// into `descriptors`, which must outlive the view (and not grow after).
+inline sp_storage_info storage_info_view(const format::StorageInfo& info, std::vector<const char*>& descriptors) {
+  descriptors.clear();
+  for (const std::string& d : info.transform_descriptors) descriptors.push_back(d.c_str());
+  return sp_storage_info{info.relative_path.c_str(), info.offset, info.length, descriptors.size(),
+                         descriptors.empty() ? nullptr : descriptors.data()};
+}
+
+// The caller's sp_storage_info as the engine's value; UsageError naming `what` for NULLs.
+inline format::StorageInfo storage_info_of(const sp_storage_info& in, const std::string& what) {
+  format::StorageInfo out;
+  require(in.file != nullptr, (what + ": storage file is NULL").c_str());
+  out.relative_path = in.file;
+  out.offset = in.offset;
+  out.length = in.length;
+  require(in.transform_descriptor_count == 0 || in.transform_descriptors != nullptr,
+          (what + ": transform_descriptors is NULL").c_str());
+  for (std::size_t i = 0; i < in.transform_descriptor_count; ++i) {
+    out.transform_descriptors.push_back(
+        str(in.transform_descriptors[i], (what + ": a transform descriptor is NULL").c_str()));
+  }
+  return out;
 }
 
 }  // namespace shardpoint::capi

@@ -51,33 +51,39 @@ class ConsolidateCommand : public Command {
     sub_ = app.add_subcommand(
         "consolidate",
         "Converts a distributed/sharded checkpoint into a single file that can be loaded with `torch.load()`.");
-    sub_->footer("Streams: memory stays under --memory-budget whatever the checkpoint's size.\n"
+    sub_->footer("Streams: memory stays under --memory-budget-bytes whatever the checkpoint's size.\n"
                  "Layouts: trainer (default; Lightning Trainer: model -> state_dict, optimizer_N ->\n"
                  "optimizer_states; a ModelParallelStrategy checkpoint keeps its state_dict), fabric\n"
                  "(keys as saved), dcp (any DCP folder, meta.pt optional: what torch's\n"
                  "dcp_to_torch_save writes, with a Lightning folder's meta.pt merged on top as\n"
                  "Lightning's _load_distributed_checkpoint does, so the trainer state stays).\n"
-                 "--to safetensors writes the model weights; with --max-shard-size the output is a\n"
-                 "folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
-                 "--to hf-safetensors always writes that folder (Hugging Face's layout, as PyTorch's\n"
-                 "HuggingFaceStorageWriter consolidates), one file unless --max-shard-size splits it.\n"
+                 "--format safetensors writes the model weights; with --max-shard-bytes the output is\n"
+                 "a folder of model-0000i-of-0000n.safetensors files + model.safetensors.index.json.\n"
+                 "--format hf-safetensors always writes that folder (Hugging Face's layout, as\n"
+                 "PyTorch's HuggingFaceStorageWriter consolidates), one file unless --max-shard-bytes\n"
+                 "splits it.\n"
                  "Default output: <folder>.consolidated next to the folder.\n"
                  "URLs: the folder and the output may each be an object-store URL (s3://, gs://,\n"
                  "az://, abfs[s]://) or a local path, in any combination; credentials come from the\n"
                  "environment as for every command. Remote input is read with ranged GETs and\n"
-                 "remote output uploaded in parts, both within --memory-budget; the output object\n"
-                 "appears only when complete (safetensors shards first, index last), and a failed\n"
-                 "or interrupted upload is aborted.");
+                 "remote output uploaded in parts, both within --memory-budget-bytes; the output\n"
+                 "object appears only when complete (safetensors shards first, index last), and a\n"
+                 "failed or interrupted upload is aborted.");
     sub_->add_option("CHECKPOINT_FOLDER", folder_,
                      "path or URL (s3://bucket/prefix, az://container/prefix, ...) of the sharded checkpoint")
         ->required();
     sub_->add_option("--output_file,--output-file,--output", output_,
                      "path or URL of the output file (default: <folder>.consolidated)");
     // The names are checked by run(), through the engine's one mapping (shardpoint/consolidate.h).
-    sub_->add_option("--layout", layout_, "trainer | fabric | dcp");
-    sub_->add_option("--to", to_, "torch | safetensors | hf-safetensors");
-    sub_->add_option("--max-shard-size", max_shard_, "safetensors: split into files of at most SIZE (e.g. 5GB)");
-    sub_->add_option("--memory-budget", budget_, "memory for the copy (default 256MiB)");
+    // Each option's name is its name in ConsolidateOptions, the C API and Python (the older
+    // spellings after it are kept for scripts).
+    sub_->add_option("--layout", layout_, "trainer (default) | fabric | dcp");
+    sub_->add_option("--format,--to", format_, "torch (default) | safetensors | hf-safetensors");
+    sub_->add_option("--max-shard-bytes,--max-shard-size", max_shard_,
+                     "safetensors: split into files of at most SIZE (e.g. 5GB)");
+    sub_->add_option("--memory-budget-bytes,--memory-budget", budget_,
+                     "memory for the copy, e.g. 1GiB (default " +
+                         human_bytes(engine::ConsolidateOptions{}.memory_budget_bytes) + ")");
     sub_->add_flag("--quiet,-q", quiet_, "no progress bar");
     sub_->add_flag("--no-verify-checksums", no_verify_,
                    "do not check the checksum sidecar (or, without one, the zip CRC-32s) while reading");
@@ -91,18 +97,18 @@ class ConsolidateCommand : public Command {
     engine::ConsolidateOptions options;
     options.checkpoint_folder = Location::parse(folder_);
     if (!output_.empty()) options.output_file = Location::parse(output_);
-    options.layout = engine::consolidate_layout_from_name(layout_, "--layout");
-    options.format = engine::consolidate_format_from_name(to_, "--to");
+    if (!layout_.empty()) options.layout = engine::consolidate_layout_from_name(layout_, "--layout");
+    if (!format_.empty()) options.format = engine::consolidate_format_from_name(format_, "--format");
     if (!max_shard_.empty()) {
       if (options.format == engine::ConsolidateFormat::kTorchSave) {
-        throw UsageError("--max-shard-size applies to --to safetensors and hf-safetensors only");
+        throw UsageError("--max-shard-bytes applies to --format safetensors and hf-safetensors only");
       }
       options.max_shard_bytes = parse_size(max_shard_);
-      if (options.max_shard_bytes == 0) throw UsageError("--max-shard-size must be > 0");
+      if (options.max_shard_bytes == 0) throw UsageError("--max-shard-bytes must be > 0");
     }
-    options.memory_budget_bytes = parse_size(budget_);
+    if (!budget_.empty()) options.memory_budget_bytes = parse_size(budget_);
     if (options.memory_budget_bytes < (std::uint64_t{1} << 20))
-      throw UsageError("--memory-budget must be at least 1MiB");
+      throw UsageError("--memory-budget-bytes must be at least 1MiB");
     options.verify_checksums = !no_verify_;
     options.check_zip_crc = !no_zip_crc_;
     options.cancel = &g_signal;
@@ -149,10 +155,11 @@ class ConsolidateCommand : public Command {
   CLI::App* sub_ = nullptr;
   std::string folder_;
   std::string output_;
-  std::string layout_ = "trainer";
-  std::string to_ = "torch";
+  // "": the engine's default (ConsolidateOptions).
+  std::string layout_;
+  std::string format_;
   std::string max_shard_;
-  std::string budget_ = "256MiB";
+  std::string budget_;
   bool quiet_ = false;
   bool no_verify_ = false;
   bool no_zip_crc_ = false;

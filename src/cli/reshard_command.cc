@@ -36,7 +36,7 @@ class ReshardCommand : public Command {
                  "DCP. Keys and values are unchanged: `shardpoint inspect --json --hash` shows the same\n"
                  "tensors before and after.\n"
                  "\n"
-                 "--compress zstd stores each item as one zstd frame, recorded as PyTorch's ZStandard\n"
+                 "--compression zstd stores each item as one zstd frame, recorded as PyTorch's ZStandard\n"
                  "extension records it (transform \"stream.zstd/1\"): PyTorch >= 2.7 with the zstandard\n"
                  "module reads it back. A zstd SRC is read whatever the option.\n"
                  "\n"
@@ -59,11 +59,12 @@ class ReshardCommand : public Command {
                  "mismatch fails the reshard with one line naming file, record, key and byte range, and\n"
                  "leaves no output. A record read only in part (a tensor that views part of its\n"
                  "storage) cannot be checked: the summary says how many. --no-zip-crc skips the zip\n"
-                 "CRC-32s, --no-verify every check.\n"
+                 "CRC-32s, --no-verify-checksums every check.\n"
                  "\n"
-                 "Memory: streams, whatever the checkpoint's size. Each file being written (--parallel,\n"
-                 "default 4) reads its items from SRC in slabs of --memory-budget / --parallel bytes and\n"
-                 "appends them as they arrive; SRC is read with pread or ranged GETs, never mapped. Peak\n"
+                 "Memory: streams, whatever the checkpoint's size. Each file being written\n"
+                 "(--parallel-files, default 4) reads its items from SRC in slabs of --memory-budget-bytes\n"
+                 "/ --parallel-files bytes and appends them as they arrive; SRC is read with pread or\n"
+                 "ranged GETs, never mapped. Peak\n"
                  "RSS is about the budget plus the output driver's staging buffers (64 MiB; object\n"
                  "stores: their multipart part buffers), an object-store SRC's read cache (S3: 64 MiB\n"
                  "per file being read), the objects and the .metadata.\n"
@@ -75,29 +76,36 @@ class ReshardCommand : public Command {
     sub_->add_option("--ranks", ranks_, "number of ranks to write as (files __0_0 .. __{N-1}_0)")
         ->required()
         ->check(CLI::Range(1, 65536));
-    sub_->add_option("--threads", threads_, "files written in parallel per rank (DCP's thread_count)")
+    // Each option's name is its name in ReshardOptions, the C API and Python (the older
+    // spellings after it are kept for scripts).
+    sub_->add_option("--thread-count,--threads", options_.save.thread_count,
+                     fmt::format("files written in parallel per rank (DCP's thread_count; default {})",
+                                 options_.save.thread_count))
         ->check(CLI::Range(1, 64));
-    sub_->add_option("--memory-budget", budget_, "tensor bytes held at once while copying (default 256MiB)");
-    sub_->add_option("--parallel", parallel_, "files written at once (default 4)")->check(CLI::Range(1, 256));
-    sub_->add_flag("--no-verify", no_verify_,
+    sub_->add_option("--memory-budget-bytes,--memory-budget", budget_,
+                     fmt::format("tensor bytes held at once while copying, e.g. 1GiB (default {})",
+                                 human_bytes(options_.memory_budget_bytes)));
+    sub_->add_option("--parallel-files,--parallel", options_.parallel_files, "files written at once (default 4)")
+        ->check(CLI::Range(1, 256));
+    sub_->add_flag("--no-verify-checksums,--no-verify", no_verify_,
                    "do not verify the source's checksums (sidecar, or zip CRC-32s) while reading");
     sub_->add_flag("--no-zip-crc", no_zip_crc_,
                    "do not check the zip CRC-32s of source records no checksum sidecar covers");
     sub_->add_flag("--no-direct-io", no_direct_, "write through the page cache instead of O_DIRECT");
-    sub_->add_option("--compress", compress_,
+    sub_->add_option("--compression,--compress", compression_,
                      "store every item compressed: none (default) or zstd (PyTorch's ZStandard extension)");
-    sub_->add_option("--compress-level", compress_level_, "zstd level (default 3, as PyTorch)")
+    sub_->add_option("--compression-level,--compress-level", options_.save.compression_level,
+                     fmt::format("zstd level (default {}, as PyTorch)", options_.save.compression_level))
         ->check(CLI::Range(1, 19));
     sub_->add_flag("--quiet,-q", quiet_, "print nothing on success");
   }
   bool parsed() const override { return sub_->parsed(); }
 
   int run() override {
-    engine::ReshardOptions options;
-    options.memory_budget_bytes = parse_size(budget_);
+    engine::ReshardOptions options = options_;
+    if (!budget_.empty()) options.memory_budget_bytes = parse_size(budget_);
     if (options.memory_budget_bytes < (std::uint64_t{1} << 20))
-      throw UsageError("--memory-budget must be at least 1MiB");
-    options.parallel_files = parallel_;
+      throw UsageError("--memory-budget-bytes must be at least 1MiB");
     const Location src = Location::parse(src_);
     const Location dst = Location::parse(dst_);
     const bool remote_dst = dst.is_remote();
@@ -122,10 +130,8 @@ class ReshardCommand : public Command {
     options.ranks = ranks_;
     options.verify_checksums = !no_verify_;
     options.check_zip_crc = !no_zip_crc_;
-    options.save.thread_count = threads_;
     options.save.direct_io = !no_direct_;
-    options.save.compression = engine::compression_from_name(compress_, "--compress");
-    options.save.compression_level = compress_level_;
+    if (!compression_.empty()) options.save.compression = engine::compression_from_name(compression_, "--compression");
     engine::ReshardReport report;
     try {
       report = engine::reshard(src, *destination, options);
@@ -152,14 +158,12 @@ class ReshardCommand : public Command {
   CLI::App* sub_ = nullptr;
   std::string src_, dst_;
   int ranks_ = 1;
-  int threads_ = 1;
-  int parallel_ = 0;
-  std::string budget_ = "256MiB";
+  engine::ReshardOptions options_;  // the engine's defaults, with the flags given
+  std::string budget_;              // "": the engine's default
   bool no_verify_ = false;
   bool no_zip_crc_ = false;
   bool no_direct_ = false;
-  std::string compress_ = "none";
-  int compress_level_ = 3;
+  std::string compression_;  // "": the engine's default
   bool quiet_ = false;
 };
 

@@ -1,10 +1,12 @@
-// The C API's option and result structs (size-versioned) for consolidate, reshard and
-// verify, the names of their enums, and the checkpoint-folder rules and file split it
-// exposes (include/shardpoint/c_api.h), called as a binding calls them: through
-// libshardpoint.so only.
+// The C API's option and result structs (size-versioned) for consolidate, reshard, verify
+// and the planned writes (sp_write_items' records, handed to sp_commit), the names of their
+// enums, and the checkpoint-folder rules and file split it exposes
+// (include/shardpoint/c_api.h), called as a binding calls them: through libshardpoint.so
+// only. sp_inspect: c_api_inspect_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -13,63 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "capi/c_api_test_util.h"
 #include "shardpoint/c_api.h"
 
 namespace {
 
+using namespace shardpoint::capi_test;
 namespace fs = std::filesystem;
-
-// A fresh temporary folder, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() : path_(fs::path(::testing::TempDir()) / ("sp_c_api_" + std::to_string(::getpid()) + "_" + next())) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  static std::string next() {
-    static int n = 0;
-    return std::to_string(n++);
-  }
-  fs::path path_;
-};
-
-// A result struct as its *_init leaves it (zeroed, today's struct_size).
-template <typename Result>
-Result sized(void (*init)(Result*)) {
-  Result r;
-  std::memset(&r, 0xee, sizeof r);
-  init(&r);
-  return r;
-}
-
-// The message of a failed call (freed), or "" when there is none.
-std::string take(char* error) {
-  std::string s = error != nullptr ? error : "";
-  sp_free(error);
-  return s;
-}
-
-// Saves a DCP checkpoint of two float32 tensors ("model.w" 8x4, "model.b" 4) at path.
-void save_two_tensors(const std::string& path) {
-  static float w[8][4], b[4];
-  for (int i = 0; i < 32; ++i) w[i / 4][i % 4] = static_cast<float>(i);
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<float>(-i);
-  const int64_t w_shape[2] = {8, 4}, zero[2] = {0, 0}, b_shape[1] = {4};
-  const sp_tensor tensors[2] = {{"model.w", "float32", 2, w_shape, zero, w_shape, w, sizeof w},
-                                {"model.b", "float32", 1, b_shape, zero, b_shape, b, sizeof b}};
-  sp_checkpoint* ckpt = nullptr;
-  char* error = nullptr;
-  ASSERT_EQ(sp_checkpoint_open(path.c_str(), &ckpt, &error), SP_OK) << take(error);
-  ASSERT_EQ(sp_save(ckpt, tensors, 2, nullptr, &error), SP_OK) << take(error);
-  sp_checkpoint_close(ckpt);
-}
 
 void write_file(const fs::path& path, const std::string& bytes) {
   fs::create_directories(path.parent_path());
@@ -412,6 +364,139 @@ TEST(CApiFiles, SplitIntoFilesIsTheSavesRule) {
   take(error);
   const int bad_kind[] = {5};
   EXPECT_EQ(sp_split_into_files(ckpt, 1, 1, bad_kind, nbytes, 1, file_of_item, order, &files, &error), SP_ERROR_USAGE);
+  take(error);
+  sp_checkpoint_close(ckpt);
+}
+
+// The records sp_write_items returns, handed to sp_commit as structs, commit what sp_save
+// commits: the same files and the same checksum sidecar, byte for byte.
+TEST(CApiWriteItems, RecordsCommitWhatSaveCommits) {
+  TempDir dir;
+  const std::string saved = (dir.path() / "saved").string();
+  save_two_tensors(saved);
+  char* error = nullptr;
+  auto inspected = sized(&sp_inspect_result_init);
+  ASSERT_EQ(sp_inspect(saved.c_str(), nullptr, &inspected, &error), SP_OK) << take(error);
+  ASSERT_EQ(inspected.tensor_count, 2u);
+  // The items in the order sp_save wrote them (by offset in the one file).
+  std::vector<const sp_inspect_tensor*> order = {&inspected.tensors[0], &inspected.tensors[1]};
+  std::sort(order.begin(), order.end(), [](const sp_inspect_tensor* a, const sp_inspect_tensor* b) {
+    return a->chunks[0].storage.offset < b->chunks[0].storage.offset;
+  });
+  static float w[8][4], b[4];
+  for (int i = 0; i < 32; ++i) w[i / 4][i % 4] = static_cast<float>(i);
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<float>(-i);
+  std::vector<sp_item> items;
+  for (const sp_inspect_tensor* t : order) {
+    const bool is_w = std::string(t->fqn) == "model.w";
+    items.push_back(sp_item{"__0_0.distcp", SP_ITEM_TENSOR, t->fqn, "float32", t->ndim, t->chunks[0].offsets,
+                            t->chunks[0].sizes, is_w ? static_cast<const void*>(w) : static_cast<const void*>(b),
+                            is_w ? sizeof w : sizeof b});
+  }
+  const std::string planned = (dir.path() / "planned").string();
+  sp_checkpoint* ckpt = nullptr;
+  ASSERT_EQ(sp_checkpoint_open(planned.c_str(), &ckpt, &error), SP_OK) << take(error);
+  auto written = sized(&sp_write_result_init);
+  ASSERT_EQ(sp_write_items(ckpt, items.data(), items.size(), nullptr, &written, &error), SP_OK) << take(error);
+  ASSERT_EQ(written.item_count, 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const sp_written_item& rec = written.items[i];
+    const sp_inspect_chunk& chunk = order[i]->chunks[0];
+    EXPECT_EQ(rec.kind, SP_ITEM_TENSOR);
+    EXPECT_STREQ(rec.fqn, order[i]->fqn);
+    ASSERT_EQ(rec.ndim, order[i]->ndim);
+    EXPECT_TRUE(std::equal(rec.offsets, rec.offsets + rec.ndim, chunk.offsets));
+    EXPECT_STREQ(rec.storage.file, "__0_0.distcp");
+    EXPECT_EQ(rec.storage.offset, chunk.storage.offset);
+    EXPECT_EQ(rec.storage.length, chunk.storage.length);
+    EXPECT_EQ(rec.storage.transform_descriptor_count, 0u);
+    EXPECT_EQ(rec.block_count, 1u);  // one 1 MiB block per blob
+    EXPECT_NE(rec.checksum, 0u);
+    EXPECT_EQ(rec.has_data_offset, 1);
+    EXPECT_LT(rec.data_offset, rec.storage.length);
+  }
+
+  // A record the library cannot take: nothing committed.
+  std::vector<sp_written_item> broken(written.items, written.items + written.item_count);
+  broken[0].storage.file = nullptr;
+  void* metadata = nullptr;
+  size_t metadata_size = 0;
+  int found = 0;
+  sp_checkpoint* source = nullptr;
+  ASSERT_EQ(sp_checkpoint_open(saved.c_str(), &source, &error), SP_OK) << take(error);
+  ASSERT_EQ(sp_read_object(source, ".metadata", &metadata, &metadata_size, &found, &error), SP_OK) << take(error);
+  sp_checkpoint_close(source);
+  ASSERT_EQ(found, 1);
+  EXPECT_EQ(sp_commit(ckpt, metadata, metadata_size, broken.data(), broken.size(), nullptr, &error), SP_ERROR_USAGE);
+  EXPECT_NE(take(error).find("model."), std::string::npos);
+  EXPECT_FALSE(fs::exists(fs::path(planned) / ".metadata"));
+
+  ASSERT_EQ(sp_commit(ckpt, metadata, metadata_size, written.items, written.item_count, nullptr, &error), SP_OK)
+      << take(error);
+  sp_free(metadata);
+  sp_write_result_free(&written);
+  EXPECT_EQ(written.owner, nullptr);
+  EXPECT_EQ(written.items, nullptr);
+  sp_checkpoint_close(ckpt);
+  sp_inspect_result_free(&inspected);
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const char* name : {"__0_0.distcp", ".shardpoint-checksums.json", ".metadata"}) {
+    EXPECT_EQ(read(fs::path(planned) / name), read(fs::path(saved) / name)) << name;
+  }
+  auto verified = sized(&sp_verify_result_init);
+  ASSERT_EQ(sp_verify(planned.c_str(), nullptr, &verified, &error), SP_OK) << take(error);
+  EXPECT_EQ(verified.ok, 1);
+  EXPECT_EQ(verified.verified_bytes, verified.bytes);
+  sp_verify_result_free(&verified);
+}
+
+// A bytes item's record, and a result struct of an older, smaller size: the records are
+// the owner's, freed with it; no byte past struct_size is written.
+TEST(CApiWriteItems, BytesItemsAndOlderResultStructs) {
+  TempDir dir;
+  const std::string folder = (dir.path() / "planned").string();
+  sp_checkpoint* ckpt = nullptr;
+  char* error = nullptr;
+  ASSERT_EQ(sp_checkpoint_open(folder.c_str(), &ckpt, &error), SP_OK) << take(error);
+  const std::string blob = "a pickled object";
+  const sp_item item{"__0_0.distcp", SP_ITEM_BYTES, "epoch", nullptr, 0, nullptr, nullptr, blob.data(), blob.size()};
+  sp_save_options options;
+  sp_save_options_init(&options);
+  options.compression = SP_COMPRESSION_ZSTD;
+  auto written = sized(&sp_write_result_init);
+  ASSERT_EQ(sp_write_items(ckpt, &item, 1, &options, &written, &error), SP_OK) << take(error);
+  ASSERT_EQ(written.item_count, 1u);
+  const sp_written_item& rec = written.items[0];
+  EXPECT_EQ(rec.kind, SP_ITEM_BYTES);
+  EXPECT_STREQ(rec.fqn, "epoch");
+  EXPECT_EQ(rec.ndim, 0);
+  EXPECT_EQ(rec.has_data_offset, 0);
+  EXPECT_EQ(rec.storage.offset, 0u);
+  ASSERT_EQ(rec.storage.transform_descriptor_count, 1u);
+  EXPECT_STREQ(rec.storage.transform_descriptors[0], "stream.zstd/1");
+  sp_write_result_free(&written);
+
+  struct {
+    sp_write_result result;
+    unsigned char after[8];
+  } old;
+  std::memset(&old, 0xab, sizeof old);
+  old.result.struct_size = offsetof(sp_write_result, item_count);  // knows only the owner
+  const sp_item second{"__0_1.distcp", SP_ITEM_BYTES, "step", nullptr, 0, nullptr, nullptr, blob.data(), blob.size()};
+  ASSERT_EQ(sp_write_items(ckpt, &second, 1, nullptr, &old.result, &error), SP_OK) << take(error);
+  EXPECT_NE(old.result.owner, nullptr);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&old);
+  for (std::size_t i = offsetof(sp_write_result, item_count); i < sizeof old; ++i) {
+    ASSERT_EQ(bytes[i], 0xab) << "byte " << i << " written past struct_size";
+  }
+  sp_write_result_free(&old.result);
+  EXPECT_EQ(old.result.owner, nullptr);
+  auto tiny = sized(&sp_write_result_init);
+  tiny.struct_size = sizeof(size_t);  // too small to hold what the library allocates
+  EXPECT_EQ(sp_write_items(ckpt, &second, 1, nullptr, &tiny, &error), SP_ERROR_USAGE);
   take(error);
   sp_checkpoint_close(ckpt);
 }

@@ -147,7 +147,10 @@ TEST(ConsolidateCliTest, UsageErrorsExit2) {
   EXPECT_EQ(tool("consolidate", dir).code, 2);
   EXPECT_EQ(tool("consolidate x --layout nope", dir).code, 2);
   EXPECT_EQ(tool("consolidate x --memory-budget lots", dir).code, 2);
-  EXPECT_EQ(tool("consolidate x --max-shard-size 1GB", dir).code, 2);  // torch output
+  EXPECT_EQ(tool("consolidate x --max-shard-size 1GB", dir).code, 2);   // torch output
+  EXPECT_EQ(tool("consolidate x --max-shard-bytes 1GB", dir).code, 2);  // the option's name, the same rule
+  EXPECT_EQ(tool("consolidate x --format nope", dir).code, 2);
+  EXPECT_EQ(tool("consolidate x --memory-budget-bytes 1KiB", dir).code, 2);
   EXPECT_EQ(tool("verify", dir).code, 2);
 }
 
@@ -431,11 +434,11 @@ TEST(ConsolidateOracleTest, PyTorch26LightningCheckpoint) {
   auto st =
       run_command(py26 + " " + q(kOracle) + " safetensors " + q(folder) + " " + q(dir.file("m.safetensors")) + " 2>&1");
   EXPECT_EQ(st.exit_code, 0) << st.output;
-  ASSERT_EQ(
-      tool("consolidate " + q(folder) + " --to safetensors --max-shard-size 200B --output_file " + q(dir.file("hf")),
-           dir)
-          .code,
-      0);
+  ASSERT_EQ(tool("consolidate " + q(folder) + " --format safetensors --max-shard-bytes 200B --output_file " +
+                     q(dir.file("hf")),
+                 dir)
+                .code,
+            0);
   EXPECT_GT(names_in(dir.file("hf")).size(), 2u);
   auto sh = run_command(py26 + " " + q(kOracle) + " safetensors " + q(folder) + " " + q(dir.file("hf")) + " 2>&1");
   EXPECT_EQ(sh.exit_code, 0) << sh.output;

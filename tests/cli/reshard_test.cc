@@ -141,6 +141,28 @@ TEST(ReshardTest, DcpOnThreeRanksToFourKeepsHashes) {
   EXPECT_EQ(load_engine_state(dst, 3), "");
 }
 
+// The flags are the options' names everywhere (ReshardOptions, the C API, Python); the
+// older spellings still work.
+TEST(ReshardTest, OptionNamesAndTheirOlderSpellings) {
+  TempDir tmp;
+  std::string src = tmp.file("full.pt");
+  write_torch_file(src);
+  auto named = run_command(kTool + " reshard -q " + q(src) + " " + q(tmp.file("named")) +
+                           " --ranks 2 --thread-count 2 --memory-budget-bytes 8MiB --parallel-files 2"
+                           " --no-verify-checksums --compression zstd --compression-level 5 2>&1");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  auto older = run_command(kTool + " reshard -q " + q(src) + " " + q(tmp.file("older")) +
+                           " --ranks 2 --threads 2 --memory-budget 8MiB --parallel 2 --no-verify --compress zstd"
+                           " --compress-level 5 2>&1");
+  ASSERT_EQ(older.exit_code, 0) << older.output;
+  EXPECT_EQ(inspect(tmp.file("named")), inspect(src));
+  EXPECT_EQ(inspect(tmp.file("older")), inspect(src));
+  auto small = run_command(kTool + " reshard " + q(src) + " " + q(tmp.file("small")) +
+                           " --ranks 2 --memory-budget-bytes 1KiB 2>&1");
+  EXPECT_EQ(small.exit_code, 2);
+  EXPECT_NE(small.output.find("--memory-budget-bytes must be at least"), std::string::npos) << small.output;
+}
+
 TEST(ReshardTest, EmptyDestinationFolderIsAccepted) {
   TempDir tmp;
   std::string src = tmp.file("full.pt"), dst = tmp.file("empty");
