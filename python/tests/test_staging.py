@@ -4,6 +4,8 @@ DTensor and ShardedTensor staging runs in the multi-process DCP tests (async-twi
 from __future__ import annotations
 
 import collections
+import gc
+import weakref
 
 import torch
 
@@ -71,3 +73,74 @@ def test_named_tuples_and_gradients_are_left_alone():
     staged = HostStaging().stage({"p": Point(1, 2), "w": weight})
     assert staged["p"] == Point(1, 2)
     assert not staged["w"].requires_grad and torch.equal(staged["w"], torch.ones(3))
+
+
+def test_the_same_tensors_staged_again_are_copied_with_their_current_values():
+    state = _state(1.0, 0.1)
+    staging = HostStaging()
+    first = staging.stage(state)
+    pointers = [first["w"].data_ptr(), first["pair"][0].data_ptr()]
+    state["w"].mul_(3)  # the same objects, changed in place, as training does between saves
+    state["pair"][0].add_(5)
+    second = staging.stage(state)
+    assert [second["w"].data_ptr(), second["pair"][0].data_ptr()] == pointers
+    assert torch.equal(second["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4) * 3)
+    assert second["pair"][0].tolist() == [6, 6]
+
+
+def test_a_remembered_tensor_with_a_new_shape_or_dtype_under_the_same_object_gets_a_new_buffer():
+    w = torch.zeros(4)
+    staging = HostStaging()
+    staging.stage({"w": w})
+    w.data = torch.arange(6.0)  # same Python object, other shape
+    staged = staging.stage({"w": w})
+    assert staged["w"].shape == (6,) and torch.equal(staged["w"], torch.arange(6.0))
+    w.data = torch.arange(6, dtype=torch.float64)  # same object and shape, other dtype
+    staged = staging.stage({"w": w})
+    assert staged["w"].dtype == torch.float64 and torch.equal(staged["w"], torch.arange(6, dtype=torch.float64))
+    w.resize_(2)  # in place
+    staged = staging.stage({"w": w})
+    assert staged["w"].shape == (2,) and torch.equal(staged["w"], w)
+
+
+def test_new_tensor_objects_of_the_same_layout_reuse_the_buffers_and_are_copied():
+    staging = HostStaging()
+    first = staging.stage({"a": torch.zeros(3, 2), "b": torch.zeros(5)})
+    pointers = [first["a"].data_ptr(), first["b"].data_ptr()]
+    second = staging.stage({"a": torch.ones(3, 2), "b": torch.full((5,), 2.0)})
+    assert [second["a"].data_ptr(), second["b"].data_ptr()] == pointers
+    assert torch.equal(second["a"], torch.ones(3, 2)) and torch.equal(second["b"], torch.full((5,), 2.0))
+
+
+def test_the_staging_keeps_no_reference_to_the_state():
+    staging = HostStaging()
+    state = {"w": torch.ones(1000)}
+    staging.stage(state)
+    source = weakref.ref(state["w"])
+    del state
+    gc.collect()
+    assert source() is None  # remembered weakly: the caller's tensors are not kept alive
+
+
+def test_parameters_staged_again_give_buffers_without_gradients():
+    weight = torch.nn.Parameter(torch.ones(3))
+    staging = HostStaging()
+    staging.stage({"w": weight})
+    with torch.no_grad():
+        weight.mul_(4)
+    staged = staging.stage({"w": weight})
+    assert not staged["w"].requires_grad and staged["w"].grad_fn is None
+    assert torch.equal(staged["w"], torch.full((3,), 4.0))
+
+
+def test_async_staging_is_complete_when_its_future_is_and_independent_of_later_changes():
+    state = _state(1.0, 0.1)
+    staging = HostStaging()
+    try:
+        for scale in (1.0, 2.0):  # the second reuses the first's buffers and walk
+            state["w"].copy_(torch.arange(12, dtype=torch.float32).reshape(3, 4) * scale)
+            staged = staging.stage_async(state).result()
+            state["w"].fill_(-1)  # allowed once the future is done
+            assert torch.equal(staged["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4) * scale)
+    finally:
+        staging.close()
