@@ -128,11 +128,11 @@ def rank_main(args):
             f.write("5")
         before = _status("VmRSS")
         full_collections.clear()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         fn()
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         extra = _status("VmHWM") - before
-        t = torch.tensor([seconds, float(extra), len(full_collections), sum(full_collections)], dtype=torch.float64)
+        t = torch.tensor([seconds, float(extra), len(full_collections), sum(full_collections), cpu], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         ok = torch.tensor([1.0])
         if args.phase == "load" and check:
@@ -145,7 +145,8 @@ def rank_main(args):
         if rank == 0:
             print(f"  {name}: {t[0].item():.3f} s", flush=True)
         results.append({"job": name, "seconds": t[0].item(), "extra_rss": t[1].item(), "ok": bool(ok.item()),
-                        "bytes": own * ws, "full_gcs": int(t[2].item()), "full_gc_seconds": t[3].item()})
+                        "bytes": own * ws, "full_gcs": int(t[2].item()), "full_gc_seconds": t[3].item(),
+                        "cpu": t[4].item()})
 
     base = args.dir
     only_async = args.only == "async"
@@ -209,7 +210,7 @@ def rank_main(args):
                         shutil.rmtree(path, ignore_errors=True)
                         drop_caches()
                     dist.barrier()
-                    t0 = time.perf_counter()
+                    t0, cpu0 = time.perf_counter(), time.process_time()
                     response = dcp.async_save(sd, storage_writer=make(), checkpoint_id=path, process_group=save_group,
                                               async_stager=async_stager,
                                               planner=planner_class(enable_plan_caching=True))
@@ -219,15 +220,16 @@ def rank_main(args):
                         upload = response.upload_completion
                     else:
                         upload = response
-                    t_staged = time.perf_counter() - t0
+                    t_staged, cpu_staged = time.perf_counter() - t0, time.process_time() - cpu0
                     upload.result()
                     t_committed = time.perf_counter() - t0
-                    t = torch.tensor([t_return, t_staged, t_committed], dtype=torch.float64)
+                    t = torch.tensor([t_return, t_staged, t_committed, cpu_staged], dtype=torch.float64)
                     dist.all_reduce(t, op=dist.ReduceOp.MAX)
                     if rank == 0:
                         print(f"  async best {name} {attempt}: {t.tolist()}", flush=True)
                     results.append({"job": f"async best {name} {attempt}", "seconds": t[2].item(),
-                                    "returned": t[0].item(), "staged": t[1].item(), "extra_rss": 0.0, "ok": True,
+                                    "returned": t[0].item(), "staged": t[1].item(), "cpu_staged": t[3].item(),
+                                    "extra_rss": 0.0, "ok": True,
                                     "bytes": own * ws, "full_gcs": 0, "full_gc_seconds": 0.0})
             stager.close()
             sp_best.close()
@@ -470,6 +472,15 @@ def print_async_tables(jobs):
             target, copy_target = targets[key]
             best_rows.append([what, triple(sp_all), triple(fs_all), f"{sp_t / fs_t:.2f}" if fs_t > 0 else "-",
                               target, f"{sp_t / copy:.2f} (target {copy_target})" if copy_target else "-"])
+        # The same in CPU time (process, all threads; largest rank): what the machine's other
+        # jobs do not inflate, against the copy's own CPU time.
+        copy_cpu = median([r.get("cpu") for r in jobs["memory copy"]])
+        sp_all = [r.get("cpu_staged") for r in jobs["async best sp next"]]
+        fs_all = [r.get("cpu_staged") for r in jobs["async best fs next"]]
+        if copy_cpu and median(sp_all) is not None:
+            best_rows.append(["CPU s until the state may change", triple(sp_all), triple(fs_all),
+                              f"{median(sp_all) / median(fs_all):.2f}", "",
+                              f"{median(sp_all) / copy_cpu:.2f} (copy's CPU {copy_cpu:.3f} s)"])
         print_table("async save at each side's best, next save (s, min/median/max, slowest rank; PyTorch: "
                     "FileSystemWriter t4 + DefaultStager(StagingOptions(False, True, True, False)) + plan caching; "
                     "shardpoint: StorageWriter t1, async_staging=True + plan caching; ratios of medians; copy = the "

@@ -12,8 +12,9 @@ The containers (dicts, lists, DTensor and ShardedTensor wrappers) are rebuilt on
 values that are not tensors (learning rates, step counters, ...) are the current ones.
 
 A save walks the state once, in Python, and only lists what to copy; the host copies are then
-made by one ``torch._foreach_copy_`` call (one dispatch, GIL released once) rather than one
-``copy_`` per tensor, so what a save costs beyond one memory copy of its bytes is the walk.
+made by ``_host_copy.HostCopier``: one ``torch._foreach_copy_`` call (one dispatch, GIL released
+once) rather than one ``copy_`` per tensor, on several threads where the rank has cores to
+itself, so what a save costs beyond one memory copy of its bytes is the walk.
 The walk remembers, per tensor position, the tensor it copied last (a weak reference: the
 caller's state is not kept alive) and what it returned for it; a later save that finds the
 same tensor object there, of the same shape and dtype (and for a DTensor the same spec
@@ -35,13 +36,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor
 
+from ._host_copy import HostCopier, default_threads
+
 try:
     from torch.distributed.tensor import DTensor
 except ImportError:  # pragma: no cover - torch < 2.5
     from torch.distributed._tensor import DTensor  # type: ignore
-
-# One call for all host copies where PyTorch has it (2.1+); a loop of copy_ otherwise.
-_FOREACH_COPY = getattr(torch, "_foreach_copy_", None)
 
 
 # Types the walk returns as they are, checked by exact type before the isinstance chain.
@@ -63,10 +63,14 @@ class HostStaging:
     where the original is dense. The buffers of
     one call are reused by the next, so the caller must not stage again while a write still
     reads the previous result. Not thread-safe.
+
+    ``copy_threads``: threads that make the host copies (0: ``_host_copy.default_threads()``,
+    the cores this rank has to itself; 1: the staging thread alone).
     """
 
-    def __init__(self, pin_memory: bool = False) -> None:
+    def __init__(self, pin_memory: bool = False, copy_threads: int = 0) -> None:
         self.pin_memory = pin_memory
+        self._copier = HostCopier(copy_threads if copy_threads > 0 else default_threads())
         self._buffers: List[torch.Tensor] = []
         # Per buffer position: the tensor last copied there (weakly), and for a DTensor's local
         # tensor the DTensor's spec object (None for a plain tensor): what the next save
@@ -128,10 +132,11 @@ class HostStaging:
 
     def close(self, wait: bool = True) -> None:
         """Stops the staging thread after the copy in flight, if any (waiting for it when
-        ``wait``; from the staging thread itself, pass False)."""
+        ``wait``; from the staging thread itself, pass False), and the copy threads."""
         if self._executor is not None:
             self._executor.shutdown(wait=wait)
             self._executor = None
+        self._copier.close()  # idle unless a copy is in flight, which it waits for
 
     def _stage_on_thread(self, state: Any, ready: Any) -> Any:
         if ready is None:
@@ -231,16 +236,10 @@ class HostStaging:
                 buffer.copy_(tensor)  # a device tensor staged synchronously: one blocking copy
 
     def _copy_host(self) -> None:
-        """Makes the host copies the walk listed: one foreach call (a copy_ per tensor costs a
-        dispatch each, a few microseconds, hundreds of times per save). Without autograd: the
-        sources may require gradients (parameters), the buffers must not."""
-        targets, sources = self._host_targets, self._host_sources
-        with torch.no_grad():
-            if _FOREACH_COPY is not None and targets:
-                _FOREACH_COPY(targets, sources)
-            else:
-                for target, source in zip(targets, sources):
-                    target.copy_(source)
+        """Makes the host copies the walk listed: one foreach call per copy thread (a copy_
+        per tensor costs a dispatch each, a few microseconds, hundreds of times per save),
+        without autograd (the sources may require gradients, the buffers must not)."""
+        self._copier.copy(self._host_targets, self._host_sources)
 
     @staticmethod
     def _fits(buffer: torch.Tensor, tensor: torch.Tensor) -> bool:

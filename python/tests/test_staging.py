@@ -144,3 +144,51 @@ def test_async_staging_is_complete_when_its_future_is_and_independent_of_later_c
             assert torch.equal(staged["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4) * scale)
     finally:
         staging.close()
+
+
+def test_split_cuts_the_bytes_into_shares_of_about_equal_size_covering_every_byte():
+    from shardpoint._host_copy import split
+
+    sources = [torch.arange(1000.0), torch.arange(10, dtype=torch.int64), torch.arange(600.0).reshape(20, 30)[:, ::2],
+               torch.arange(3000, dtype=torch.float16), torch.tensor(5.0)]
+    targets = [torch.empty_like(s) if s.is_contiguous() else torch.empty(s.shape) for s in sources]
+    shares = split(targets, sources, 3)
+    assert len(shares) == 3
+    sizes = [sum(t.numel() * t.element_size() for t in share[0]) for share in shares]
+    total = sum(t.numel() * t.element_size() for t in targets)
+    assert sum(sizes) == total and max(sizes) - min(sizes) <= 2 * 1200  # the strided view (1200 B) stays whole
+    for share_targets, share_sources in shares:  # every piece is a view of its pair's memory
+        for t, s in zip(share_targets, share_sources):
+            t.copy_(s)
+    assert all(torch.equal(t, s) for t, s in zip(targets, sources))
+
+
+def test_several_copy_threads_stage_the_same_values(monkeypatch):
+    import shardpoint._host_copy as host_copy
+
+    monkeypatch.setattr(host_copy, "MIN_SHARE_BYTES", 1024)  # small tensors, several shares
+    weight = torch.nn.Parameter(torch.randn(300, 7))
+    state = {"w": weight, "v": torch.arange(2000.0).reshape(100, 20)[::3], "h": torch.randn(5000).half(),
+             "i": torch.arange(3000), "groups": [{"lr": 0.1}]}
+    staging = HostStaging(copy_threads=3)
+    try:
+        for scale in (1.0, 2.0):  # the second reuses the buffers and the copy threads
+            with torch.no_grad():
+                weight.mul_(scale)
+            staged = staging.stage_async(state).result()
+            assert not staged["w"].requires_grad and torch.equal(staged["w"], weight.detach())
+            assert all(torch.equal(staged[k], state[k]) for k in ("v", "h", "i")) and staged["groups"] == [{"lr": 0.1}]
+    finally:
+        staging.close()
+
+
+def test_default_copy_threads_are_the_cores_per_local_rank(monkeypatch):
+    from shardpoint._host_copy import MAX_THREADS, default_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert default_threads() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert default_threads() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert default_threads() == MAX_THREADS
