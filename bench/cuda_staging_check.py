@@ -47,12 +47,14 @@ def host_staging_class():
 
         return HostStaging
     except Exception:
-        spec = importlib.util.spec_from_file_location("sp_staging", os.path.join(REPO, "python", "shardpoint",
-                                                                                 "_staging.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.HostStaging
+        # The package's folder as a bare package (its __init__ loads the native library):
+        # _staging and the _host_copy it imports, nothing else.
+        import types
+
+        package = types.ModuleType("sp_source")
+        package.__path__ = [os.path.join(REPO, "python", "shardpoint")]
+        sys.modules["sp_source"] = package
+        return importlib.import_module("sp_source._staging").HostStaging
 
 
 def state_of(torch, mib: int):
