@@ -148,7 +148,8 @@ class HostStaging:
         self._device_copies = []
         try:
             staged = self.stage(state)  # host tensors copied here; device ones listed
-            with torch.cuda.device(device), torch.cuda.stream(side):
+            # no_grad: the sources may require gradients (parameters), the buffers must not.
+            with torch.cuda.device(device), torch.cuda.stream(side), torch.no_grad():
                 side.wait_event(event)
                 for buffer, source in self._device_copies:
                     if source.device.index != device:
