@@ -19,7 +19,7 @@ The walk remembers, per tensor position, the tensor it copied last (a weak refer
 caller's state is not kept alive) and what it returned for it; a later save that finds the
 same tensor object there, of the same shape and dtype (and for a DTensor the same spec
 object), takes both as they are, without the layout checks and wrapper comparisons a changed
-state needs (a 12-layer GPT-2 state with Adam, ~600 tensors: ~0.5 ms instead of ~3-4 ms).
+state needs (a 12-layer GPT-2 state with Adam, ~600 tensors: 0.65 ms of CPU instead of 3.1).
 
 ``stage_async`` returns at once and copies on a thread of its own (DCP's ``AsyncSaveResponse``
 semantics: the state may change once its future completes). Device tensors are copied into
