@@ -3,9 +3,12 @@
 One memory copy of a rank's state is bound by what one core can move (about 6 GB/s on the
 development machines); a rank that has cores to itself finishes sooner with several threads
 each copying a share of about equal bytes. The list is split into such shares (a large
-contiguous tensor is split between shares), each copied with one ``torch._foreach_copy_``
-(the GIL is released during the copy): the calling thread copies the first share, pool
-threads the others. Where ranks share the cores (more ranks than cores, as in the CPU
+contiguous tensor is split between shares); in each, the large pairs whose bytes map one to
+one (both contiguous, same dtype) are copied by the engine with stores that bypass the cache
+(``sp_copy_ranges``: no read for ownership of the destination, a third less memory traffic
+than ``copy_``; one core copies 8.8 GB/s instead of 6.5 here), the rest with one
+``torch._foreach_copy_``; the GIL is released during both. The calling thread copies the
+first share, pool threads the others. Where ranks share the cores (more ranks than cores, as in the CPU
 benchmarks) extra threads only compete for them, so the default is one thread per core
 the rank has to itself (``default_threads``).
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -46,12 +49,55 @@ def default_threads() -> int:
     return max(1, min(MAX_THREADS, cpus // max(local, 1)))
 
 
+# Least bytes the engine's streaming copy takes (core::kStreamingCopyMinBytes): a smaller
+# destination fits the caches, where copy_ is as fast.
+_STREAMING_MIN_BYTES = 256 << 10
+
+_copy_ranges: Any = False  # _native.copy_ranges, None where the native library does not load
+
+
+def _native_copy_ranges() -> Any:
+    global _copy_ranges
+    if _copy_ranges is False:
+        try:
+            from . import _native
+
+            _native.lib()
+            _copy_ranges = _native.copy_ranges
+        except Exception:  # noqa: BLE001 - the source tree without its library (the CUDA check): copy_ it is
+            _copy_ranges = None
+    return _copy_ranges
+
+
 def _copy_share(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
-    with torch.no_grad():  # sources may require gradients (parameters); buffers must not
-        if _FOREACH_COPY is not None and targets:
-            _FOREACH_COPY(list(targets), list(sources))
+    """targets[i] <- sources[i] for every i: the large pairs whose bytes map one to one by
+    the engine's streaming copy, the rest by one foreach call."""
+    copy_ranges = _native_copy_ranges()
+    rest_targets: List[torch.Tensor] = []
+    rest_sources: List[torch.Tensor] = []
+    dsts: List[int] = []
+    srcs: List[int] = []
+    sizes: List[int] = []
+    keep: List[torch.Tensor] = []  # what the native call reads, alive until it returns
+    for target, source in zip(targets, sources):
+        size = target.nbytes
+        if (copy_ranges is not None and size >= _STREAMING_MIN_BYTES and source.dtype == target.dtype
+                and source.is_cpu and target.is_contiguous() and source.is_contiguous()
+                and not source.is_neg() and not source.is_conj() and source.nbytes == size):
+            dsts.append(target.data_ptr())
+            srcs.append(source.data_ptr())
+            sizes.append(size)
+            keep.append(source)
         else:
-            for target, source in zip(targets, sources):
+            rest_targets.append(target)
+            rest_sources.append(source)
+    if sizes:
+        copy_ranges(dsts, srcs, sizes)
+    with torch.no_grad():  # sources may require gradients (parameters); buffers must not
+        if _FOREACH_COPY is not None and rest_targets:
+            _FOREACH_COPY(rest_targets, rest_sources)
+        else:
+            for target, source in zip(rest_targets, rest_sources):
                 target.copy_(source)
 
 
