@@ -192,3 +192,28 @@ def test_default_copy_threads_are_the_cores_per_local_rank(monkeypatch):
     assert default_threads() == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     assert default_threads() == MAX_THREADS
+
+
+def test_large_tensors_take_the_engines_streaming_copy_and_views_it_cannot_take_are_copied_too(monkeypatch):
+    import shardpoint._host_copy as host_copy
+
+    native = host_copy._native_copy_ranges()
+    assert native is not None  # the installed package has its library
+    streamed: list = []
+    monkeypatch.setattr(host_copy, "_copy_ranges", lambda d, s, n: (streamed.append(sorted(n)), native(d, s, n)))
+    z = torch.randn(300_000, dtype=torch.complex64)
+    state = {
+        "big": torch.randn(512, 1024),  # 2 MiB, contiguous: streamed
+        "half": torch.randn(400_000).half(),  # 800 KB of another dtype: streamed
+        "t": torch.randn(1024, 512).t(),  # dense but not contiguous: copy_
+        "neg": z.conj().imag,  # a view with the negative bit, 1.2 MB: copy_ (its bytes are not the values)
+        "conj": z.conj(),  # the conjugate bit: copy_
+        "small": torch.randn(100),  # below the threshold: copy_
+    }
+    staging = HostStaging(copy_threads=1)
+    for _ in range(2):  # the second through the remembered walk
+        staged = staging.stage(state)
+        for key, value in state.items():
+            assert torch.equal(staged[key], value), key
+        state["big"].add_(1)
+    assert streamed == [[800_000, 2 << 20]] * 2  # big and half, twice; the views and the small one not
