@@ -47,12 +47,14 @@ def host_staging_class():
 
         return HostStaging
     except Exception:
-        spec = importlib.util.spec_from_file_location("sp_staging", os.path.join(REPO, "python", "shardpoint",
-                                                                                 "_staging.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.HostStaging
+        # The package's folder as a bare package (its __init__ loads the native library):
+        # _staging and the _host_copy it imports, nothing else.
+        import types
+
+        package = types.ModuleType("sp_source")
+        package.__path__ = [os.path.join(REPO, "python", "shardpoint")]
+        sys.modules["sp_source"] = package
+        return importlib.import_module("sp_source._staging").HostStaging
 
 
 def state_of(torch, mib: int):
@@ -63,6 +65,7 @@ def state_of(torch, mib: int):
         "v": torch.randn(100, 4, device="cuda")[::2],  # a strided view
         "h": torch.randn(1000, device="cuda").half(),
         "i": torch.arange(10, device="cuda"),
+        "p": torch.nn.Parameter(torch.randn(10, device="cuda")),  # requires grad: its copy must not
         "cpu": torch.ones(5),
         "step": 3,
     }
@@ -92,6 +95,7 @@ def staging_checks(torch, HostStaging, mib: int, rounds: int) -> None:
         ok = all(torch.equal(s.cpu() if s.is_cuda else s, d.cpu()) for s, d in zip(tensors(expected), tensors(staged)))
         check("1 values (queued kernel, strided, mixed dtypes)", ok)
         check("1 strides kept for a dense transposed tensor", staged["t"].stride() == state["t"].stride())
+        check("1 a parameter's copy needs no gradient", not staged["p"].requires_grad and staged["p"].grad_fn is None)
         # 2. pinned and reused.
         buffers = list(tensors(staged))
         check("2 buffers pinned", all(b.is_pinned() for b in buffers if b.device.type == "cpu"))
@@ -110,8 +114,9 @@ def staging_checks(torch, HostStaging, mib: int, rounds: int) -> None:
         for _ in range(rounds):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for p, s in zip(pinned, sources):
-                p.copy_(s, non_blocking=True)
+            with torch.no_grad():
+                for p, s in zip(pinned, sources):
+                    p.copy_(s, non_blocking=True)
             torch.cuda.synchronize()
             copy.append(time.perf_counter() - t0)
             torch.cuda.synchronize()

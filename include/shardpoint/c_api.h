@@ -601,6 +601,12 @@ SP_EXPORT sp_status sp_split_into_files(const sp_checkpoint* checkpoint, int thr
                                         const int* kinds, const uint64_t* nbytes, size_t count, int* file_of_item,
                                         size_t* order, int* file_count, char** error);
 
+/* Copies `count` byte ranges, sizes[i] bytes from srcs[i] to dsts[i] (REQUIRES: no two ranges
+ * overlap), with stores that bypass the cache for large ranges: for copies whose destination
+ * is not read again soon (an async save's host copy of the state, which the writer reads
+ * later). Blocks until every byte is stored; thread-safe; never fails. */
+SP_EXPORT void sp_copy_ranges(void* const* dsts, const void* const* srcs, const uint64_t* sizes, size_t count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -379,6 +379,10 @@ def _load() -> ctypes.CDLL:
             [P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
              ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), size_p, ctypes.POINTER(ctypes.c_int), err],
         ),
+        "sp_copy_ranges": (
+            None, [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
+                   ctypes.c_size_t],
+        ),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -453,6 +457,15 @@ def parse_location(path_or_url: str) -> Location:
 
 def version() -> str:
     return lib().sp_version().decode()
+
+
+def copy_ranges(dsts: Sequence[int], srcs: Sequence[int], sizes: Sequence[int]) -> None:
+    """Copies sizes[i] bytes from address srcs[i] to dsts[i] for every i (sp_copy_ranges:
+    stores that bypass the cache for large ranges), the GIL released; complete on return.
+    REQUIRES: the ranges are valid for their sizes and do not overlap."""
+    n = len(sizes)
+    if n:
+        lib().sp_copy_ranges((ctypes.c_void_p * n)(*dsts), (ctypes.c_void_p * n)(*srcs), (ctypes.c_uint64 * n)(*sizes), n)
 
 
 def int64_array(values: Sequence[int]) -> Any:

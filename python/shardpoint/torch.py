@@ -162,6 +162,10 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
             committed once ``upload_completion`` is. On a GPU the copies are non-blocking,
             on a side stream, into pinned buffers kept between saves. Either way, wait for
             a save's ``upload_completion`` before starting the next.
+        staging_threads: for ``dcp.async_save``: threads that copy the state into host
+            memory. 0 (default): the CPUs this rank may use divided by the ranks on the
+            machine (``LOCAL_WORLD_SIZE``, else the world size), at least 1, at most 8; raise
+            it where a rank has idle cores, lower it to leave them to the trainer.
 
     An engine option left at None takes the engine's default (sp_save_options_init), given
     above. Extra positional or keyword arguments newer PyTorch versions pass are accepted.
@@ -183,6 +187,7 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         async_staging: bool = False,
         compression_threads: Optional[int] = None,
         compression_level: Optional[int] = None,
+        staging_threads: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -196,6 +201,9 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
                 f"found {torch.__version__}"
             )
         self.async_staging = async_staging
+        if staging_threads < 0:
+            raise errors.UsageError(f"staging_threads must be >= 0, found {staging_threads}")
+        self.staging_threads = staging_threads
         self.path = _location(path)
         self.single_file_per_rank = single_file_per_rank
         self.overwrite = overwrite
@@ -244,11 +252,14 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         unconditionally and fails on CPU-only machines)."""
         staging = self._staging if self.cache_staged_state_dict else None
         if staging is None:
-            staging = HostStaging(pin_memory=torch.cuda.is_available())
+            staging = HostStaging(pin_memory=torch.cuda.is_available(), copy_threads=self.staging_threads)
             if self.cache_staged_state_dict:
                 self._staging = staging
         if not self.async_staging:
-            return staging.stage(state_dict)
+            staged = staging.stage(state_dict)
+            if staging is not self._staging:  # a one-save staging: its copy threads end now
+                staging.close()
+            return staged
         future = staging.stage_async(state_dict)
         if staging is not self._staging:  # a one-save staging: its thread ends with the copy
             future.add_done_callback(lambda _: staging.close(wait=False))

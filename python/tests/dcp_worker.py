@@ -15,7 +15,10 @@ ACTION:
             second save must hold the new values (its host copy reuses the first's buffers)
   async-staging  dcp.async_save with StorageWriter(async_staging=True), twice: it returns
             DCP's AsyncSaveResponse; once staging_completion is done the state is zeroed in
-            place, and the checkpoint must still hold the values before (then load checks)
+            place, and the checkpoint must still hold the values before (then load checks);
+            then twice more with the same tensor objects and plan caching (the staging's
+            remembered walk): a zeroed state filled in place after its staging, then the
+            filled state zeroed after its own: the last checkpoint holds the filled values
   cached-saves  a training loop's saves with DCP's plan caching on (where this PyTorch has
             it): --saves N saves of the state bumped by i into PATH/s<i> (a new writer each,
             sync or --async), then N more into PATH/same, removed before each; every
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import inspect
 import os
 import traceback
 import zlib
@@ -210,11 +214,24 @@ def async_staging(mesh, path: str) -> None:
         fill_in_place(state, zeroed)  # training changes the state while the write runs
         response.upload_completion.result()
         state = make_state(mesh, fill=True)
+    # The same objects again: the staging reuses what it built for them and must still copy
+    # their current values. Saved zeroed (filled after staging), then filled (zeroed after).
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    caching = "enable_plan_caching" in inspect.signature(DefaultSavePlanner.__init__).parameters
+    planner_class = type("StagingPlanner", (DefaultSavePlanner,), {})  # its own plan cache
+    fill_in_place(state, make_state(mesh, fill=False))
+    for after in (True, False):
+        planner = planner_class(enable_plan_caching=True) if caching else planner_class()
+        response = dcp.async_save(state, storage_writer=writer, checkpoint_id=path, process_group=save_group,
+                                  planner=planner)
+        response.staging_completion.result()
+        fill_in_place(state, make_state(mesh, fill=after))
+        response.upload_completion.result()
     writer.close()
 
 
 def cached_saves(mesh, root: str, saves: int, use_async: bool) -> None:
-    import inspect
     import shutil
 
     from torch.distributed.checkpoint import DefaultSavePlanner

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "capi/c_api_util.h"
+#include "core/streaming_copy.h"
 #include "engine/chunking.h"
 #include "engine/planned_io.h"
 #include "engine/save_plan.h"
@@ -140,6 +141,10 @@ extern "C" {
 const char* sp_version(void) { return "0.1.0"; }
 
 void sp_free(void* p) { std::free(p); }
+
+void sp_copy_ranges(void* const* dsts, const void* const* srcs, const uint64_t* sizes, size_t count) {
+  for (size_t i = 0; i < count; ++i) core::streaming_copy(dsts[i], srcs[i], sizes[i]);
+}
 
 sp_status sp_location_parse(const char* path_or_url, int* remote, char** canonical, char** parent, char** name,
                             char** error) {

@@ -499,6 +499,20 @@ TEST(CApiWriteItems, BytesItemsAndOlderResultStructs) {
   EXPECT_EQ(sp_write_items(ckpt, &second, 1, nullptr, &tiny, &error), SP_ERROR_USAGE);
   take(error);
   sp_checkpoint_close(ckpt);
+
+TEST(CApiCopy, CopyRangesCopiesEachRange) {
+  // A range the streaming path takes (1 MiB + 5, unaligned), one below its threshold, an empty one.
+  std::vector<unsigned char> big((1 << 20) + 6), small(100), out_big(big.size(), 0), out_small(small.size(), 0);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>(i * 7 + 1);
+  for (std::size_t i = 0; i < small.size(); ++i) small[i] = static_cast<unsigned char>(i + 3);
+  void* const dsts[] = {out_big.data() + 1, out_small.data(), out_small.data()};
+  const void* const srcs[] = {big.data() + 1, small.data(), small.data()};
+  const uint64_t sizes[] = {big.size() - 1, small.size(), 0};
+  sp_copy_ranges(dsts, srcs, sizes, 3);
+  EXPECT_EQ(out_big[0], 0);
+  EXPECT_EQ(std::memcmp(out_big.data() + 1, big.data() + 1, big.size() - 1), 0);
+  EXPECT_EQ(out_small, small);
+  sp_copy_ranges(nullptr, nullptr, nullptr, 0);  // nothing to copy
 }
 
 }  // namespace
