@@ -499,6 +499,7 @@ TEST(CApiWriteItems, BytesItemsAndOlderResultStructs) {
   EXPECT_EQ(sp_write_items(ckpt, &second, 1, nullptr, &tiny, &error), SP_ERROR_USAGE);
   take(error);
   sp_checkpoint_close(ckpt);
+}
 
 TEST(CApiCopy, CopyRangesCopiesEachRange) {
   // A range the streaming path takes (1 MiB + 5, unaligned), one below its threshold, an empty one.
