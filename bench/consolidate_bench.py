@@ -13,7 +13,7 @@ Each round (caches dropped before every job; outputs deleted before every write)
      job's runtime); that copy once more with 16 requests in flight each way (libaio,
      iodepth 16, O_DIRECT read and write): the most this disk copies.
   2. shardpoint consolidate --layout dcp (the same result as dcp_to_torch_save) -> A,
-     default --memory-budget (256 MiB), durable (fsync + rename). Time = the whole process.
+     default --memory-budget-bytes (256 MiB), durable (fsync + rename). Time = the whole process.
   3. PyTorch 2.6 format_utils.dcp_to_torch_save(folder, B) + fsync (scripts/oracle-python).
      Time = the call.
 GB/s = tensor payload / time. Peak RSS = VmHWM of the process (shardpoint: whole process;
@@ -185,7 +185,7 @@ def main():
           ">= 3x, >= 0.70"]])
     benchlib.print_table(
         "memory (median over rounds)",
-        ["job", "shardpoint (whole process, --memory-budget 256 MiB)", "PyTorch 2.6 (growth during the call)", "target"],
+        ["job", "shardpoint (whole process, --memory-budget-bytes 256 MiB)", "PyTorch 2.6 (growth during the call)", "target"],
         [["peak RSS", benchlib.gib(benchlib.median(rss["sp"])), benchlib.gib(benchlib.median(rss["peer"])),
           "< 256 MiB at any size"]])
 

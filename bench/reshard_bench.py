@@ -7,7 +7,7 @@ Setup (once): Debian's PyTorch 1.13 torch.save of bench/dcp_bench.py's GPT-2 sty
 (`--layers` layers; 48 = ~1.4 GB float32, random values) into SRC.
 Each round (caches dropped before every job; outputs deleted before every write):
   1. fio ceilings (payload-sized, 1 MiB, 1 job): cold buffered read; O_DIRECT write + end_fsync.
-  2. shardpoint reshard SRC A --ranks 1 (torch.save -> DCP), default --memory-budget (256 MiB),
+  2. shardpoint reshard SRC A --ranks 1 (torch.save -> DCP), default --memory-budget-bytes (256 MiB),
      durable. Time = the whole process.
   3. PyTorch 2.6 format_utils.torch_save_to_dcp(SRC, B) + fsync of every file
      (scripts/oracle-python). Time = the call.
@@ -150,7 +150,7 @@ def main():
           benchlib.fraction(m["sp4"], ceiling) if ceiling else "-"]])
     benchlib.print_table(
         "memory (median over rounds)",
-        ["job", "shardpoint (whole process, --memory-budget 256 MiB)", "PyTorch 2.6 (growth during the call)"],
+        ["job", "shardpoint (whole process, --memory-budget-bytes 256 MiB)", "PyTorch 2.6 (growth during the call)"],
         [["peak RSS, --ranks 1", benchlib.gib(benchlib.median(rss["sp"])), benchlib.gib(benchlib.median(rss["peer"]))],
          ["peak RSS, --ranks 4", benchlib.gib(benchlib.median(rss["sp4"])), "-"]])
 

@@ -34,9 +34,9 @@ echo "== 2. resume on 2 ranks to step 5"
 CKPT5="$ROOT/lightning_logs/version_1/checkpoints/epoch=0-step=5.ckpt"
 
 echo
-echo "== 3. shardpoint consolidate (streaming, --memory-budget 64MiB)"
+echo "== 3. shardpoint consolidate (streaming, --memory-budget-bytes 64MiB)"
 start=$(date +%s.%N)
-"$SP" consolidate "$CKPT5" --output_file "$WORK/model.ckpt" --memory-budget 64MiB --quiet
+"$SP" consolidate "$CKPT5" --output_file "$WORK/model.ckpt" --memory-budget-bytes 64MiB --quiet
 end=$(date +%s.%N)
 "$SP" verify "$CKPT5" >/dev/null && echo "verify: the sharded checkpoint is clean"
 "$SP" inspect "$WORK/model.ckpt" | head -12
