@@ -147,6 +147,15 @@ class Delivery {
     base_ = base;
     started_ = true;
   }
+  // The rest of the range that holds decompressed offset `at` (empty when none does).
+  std::span<std::byte> run_at(std::uint64_t at) {
+    if (!started_) return {};
+    while (next_ < wanted_.size() && base_ + wanted_[next_].at + wanted_[next_].length <= at) ++next_;
+    if (next_ == wanted_.size() || base_ + wanted_[next_].at > at) return {};
+    const WantedRange& r = wanted_[next_];
+    const std::uint64_t into = at - base_ - r.at;
+    return std::span<std::byte>(r.out + into, static_cast<std::size_t>(r.length - into));
+  }
   void offer(std::uint64_t at, ByteSpan bytes) {
     if (!started_ || bytes.empty()) return;
     const std::uint64_t end = at + bytes.size();
@@ -292,14 +301,28 @@ DecompressedItem decompress_item(const std::shared_ptr<const ByteSource>& file, 
   buf = ByteBuffer();
   std::uint64_t tail_at = kHeadBytes;
   std::uint32_t crc = 0;
-  do {
+  while (true) {
+    if (const std::span<std::byte> run = delivery.run_at(tail_at + tail.size()); !run.empty()) {
+      // A wanted range: decompressed straight into it (ZstdReader::read_into in place), its
+      // CRC-32 taken block by block; the tail restarts after it.
+      crc = crc32(crc, ByteSpan(tail.data(), tail.size()));
+      tail_at += tail.size();
+      tail.drop_front(tail.size());
+      const std::size_t n = z.read_into(
+          run, [&](ByteSpan bytes) { crc = crc32(crc, bytes); }, /*in_place=*/true);
+      tail_at += n;
+      check_max(z, options.max_bytes, label);
+      if (n < run.size()) break;  // the frame ended inside the range
+      continue;
+    }
     if (tail.size() > kTailSlack * kTailBytes) {
       const std::size_t drop = static_cast<std::size_t>(tail.size() - kTailBytes);
       crc = crc32(crc, ByteSpan(tail.data(), drop));
       tail.drop_front(drop);
       tail_at += drop;
     }
-  } while (grow(tail, tail_at));
+    if (!grow(tail, tail_at)) break;
+  }
   out.hole = torchfile::ByteRange{kHeadBytes, tail_at - kHeadBytes};
   out.hole_crc = crc;
   out.image = std::make_shared<SparseImage>(std::move(head), tail.take(), tail_at, name);
@@ -350,7 +373,11 @@ void read_decompressed(const std::shared_ptr<const ByteSource>& file, const form
                          " after " + std::to_string(s.position()) + ")");
       }
       s.skip(r.at - s.position());
-      s.read_exact(std::span<std::byte>(r.out, static_cast<std::size_t>(from_stream - r.at)));
+      const std::span<std::byte> out(r.out, static_cast<std::size_t>(from_stream - r.at));
+      if (s.read_into(out, {}, /*in_place=*/true) != out.size()) {
+        throw FormatError(label + ": zstd frame ends after " + std::to_string(s.position()) + " bytes, " +
+                          std::to_string(r.at + out.size()) + " needed");
+      }
     }
     const std::uint64_t held = std::max(r.at, from_stream);
     if (held < end) {
