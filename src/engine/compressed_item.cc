@@ -323,6 +323,7 @@ DecompressedItem decompress_item(const std::shared_ptr<const ByteSource>& file, 
     }
     if (!grow(tail, tail_at)) break;
   }
+  out.in_place_bytes = z.in_place_bytes();
   out.hole = torchfile::ByteRange{kHeadBytes, tail_at - kHeadBytes};
   out.hole_crc = crc;
   out.image = std::make_shared<SparseImage>(std::move(head), tail.take(), tail_at, name);
