@@ -2,7 +2,9 @@
 // to keep_whole_bytes; an item that ends there is held whole. A longer one keeps the first
 // kHeadBytes (zip local headers and data.pkl, which torch.save writes before the tensor
 // data) and a sliding tail of kTailBytes to 2 * kTailBytes (the records after the data and
-// the central directory); every byte between is CRC-32'd and dropped.
+// the central directory); every byte between is CRC-32'd and dropped. A wanted range
+// (DecompressOptions::deliver) is decompressed straight into its buffer but for its last
+// kTailReserve bytes, CRC-32'd as it lands; the tail then restarts after it.
 #include "engine/compressed_item.h"
 
 #include <algorithm>
@@ -24,6 +26,10 @@ namespace {
 constexpr std::uint64_t kHeadBytes = std::uint64_t{64} << 10;
 // What its records after the data and its central directory take: ~1 KiB in torch.save's.
 constexpr std::uint64_t kTailBytes = std::uint64_t{1} << 20;
+// What the zip parser reads back from the end of a blob: the end record and the largest
+// comment (64 KiB + 22 bytes), with room. The last bytes of a wanted range go through the
+// tail so that the tail holds them.
+constexpr std::uint64_t kTailReserve = std::uint64_t{128} << 10;
 // Output per decompression call: libzstd's block size, its recommended output step.
 constexpr std::size_t kStepBytes = std::size_t{128} << 10;
 // The tail buffer grows to this many times kTailBytes before its front is dropped: the
@@ -302,9 +308,11 @@ DecompressedItem decompress_item(const std::shared_ptr<const ByteSource>& file, 
   std::uint64_t tail_at = kHeadBytes;
   std::uint32_t crc = 0;
   while (true) {
-    if (const std::span<std::byte> run = delivery.run_at(tail_at + tail.size()); !run.empty()) {
+    if (const std::span<std::byte> whole_run = delivery.run_at(tail_at + tail.size());
+        whole_run.size() > kTailReserve) {
       // A wanted range: decompressed straight into it (ZstdReader::read_into in place), its
-      // CRC-32 taken block by block; the tail restarts after it.
+      // CRC-32 taken block by block; the tail restarts after it, with its last bytes.
+      const std::span<std::byte> run = whole_run.first(whole_run.size() - kTailReserve);
       crc = crc32(crc, ByteSpan(tail.data(), tail.size()));
       tail_at += tail.size();
       tail.drop_front(tail.size());

@@ -294,18 +294,18 @@ TEST(CompressedItemTest, DeliveredRangesAreDecompressedInPlaceWhenLongEnough) {
   EXPECT_EQ(decompressed_crc32(got, 0, size), decompressed_crc32(whole, 0, size));
   expect_values(all, 0, 0, rows, kCols);
 
-  // Two long runs with a gap (rows [0, 300) and [700, rows)): both in place, the second once
+  // Two long runs with a gap (rows [0, 500) and [900, rows)): both in place, the second once
   // the window buffer holds a whole window again (up to 2 MiB after the gap).
   std::vector<float> two(static_cast<std::size_t>((rows - 400) * kCols), -1.0f);
   std::byte* out = reinterpret_cast<std::byte*>(two.data());
-  const WantedRange gap[] = {{0, 300 * row_bytes, out},
-                             {700 * row_bytes, (rows - 700) * row_bytes, out + 300 * row_bytes}};
+  const WantedRange gap[] = {{0, 500 * row_bytes, out},
+                             {900 * row_bytes, (rows - 900) * row_bytes, out + 500 * row_bytes}};
   options.deliver = gap;
   got = decompress_item(ck.file_of(info), info, "w", options);
   EXPECT_GT(got.in_place_bytes, nbytes - 400 * row_bytes - (std::uint64_t{3} << 20));
   EXPECT_EQ(decompressed_crc32(got, 0, size), decompressed_crc32(whole, 0, size));
-  expect_values(std::vector<float>(two.begin(), two.begin() + 300 * kCols), 0, 0, 300, kCols);
-  expect_values(std::vector<float>(two.begin() + 300 * kCols, two.end()), 700, 0, rows - 700, kCols);
+  expect_values(std::vector<float>(two.begin(), two.begin() + 500 * kCols), 0, 0, 500, kCols);
+  expect_values(std::vector<float>(two.begin() + 500 * kCols, two.end()), 900, 0, rows - 900, kCols);
 
   // A column box (not contiguous: 50 floats of every row): copied out of the window buffer,
   // and the second pass the same.
@@ -331,6 +331,54 @@ TEST(CompressedItemTest, DeliveredRangesAreDecompressedInPlaceWhenLongEnough) {
   expect_values(all, 0, 0, rows, kCols);
 }
 
+// A ReadItem of the whole first chunk of w into a box of its size.
+ReadItem whole_first_chunk() {
+  ReadItem item;
+  item.type = ReadItemType::kTensor;
+  item.dest_index = format::MetadataIndex{"w", Shape{0, 0}, std::nullopt};
+  item.dest_offsets = item.storage_offsets = {0, 0};
+  item.storage_index = format::MetadataIndex{"w", Shape{0, 0}, 0};
+  item.lengths = {kRows / 2, kCols};
+  return item;
+}
+
+// Counts the bytes read through it.
+class CountingSource final : public ByteSource {
+ public:
+  explicit CountingSource(std::shared_ptr<const ByteSource> inner) : inner_(std::move(inner)) {}
+  const std::string& name() const override { return inner_->name(); }
+  std::uint64_t size() const override { return inner_->size(); }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    bytes_read += out.size();
+    inner_->read(offset, out, what);
+  }
+  mutable std::uint64_t bytes_read = 0;
+
+ private:
+  std::shared_ptr<const ByteSource> inner_;
+};
+
+TEST(CompressedItemTest, AChunkReadWholeIsDecompressedOnceStraightIntoItsDestination) {
+  ZstdCheckpoint ck;
+  const format::StorageInfo info = ck.info_of("w", Shape{0, 0});
+  const CheckpointIndex index =
+      decode_checkpoint_index(*ck.st->try_read_all(kIndexKey), ck.st->describe_key(kIndexKey));
+  for (const bool verify : {false, true}) {
+    BlobChecksums checksums;
+    if (verify) {
+      checksums.algorithm = index.checksums->algorithm();
+      checksums.item = index.checksums->find(info.relative_path, info.offset);
+    }
+    auto file = std::make_shared<CountingSource>(ck.file_of(info));
+    std::vector<float> got(static_cast<std::size_t>(kRows / 2 * kCols), -1.0f);
+    SavedTensorBlob blob(file, info, "w", {{0, 0}, {kRows / 2, kCols}}, DType::kFloat32, std::nullopt,
+                         /*defer_transformed=*/true);
+    blob.read_into(whole_first_chunk(), std::as_writable_bytes(std::span<float>(got)), {kRows / 2, kCols}, checksums);
+    EXPECT_EQ(file->bytes_read, info.length) << verify;  // one pass over the stored bytes
+    expect_values(got, 0, 0, kRows / 2, kCols);
+  }
+}
+
 TEST(CompressedItemTest, FramesOfMoreOrFewerBytesThanTheItemAreRefused) {
   ZstdCheckpoint ck;
   const format::StorageInfo info = ck.info_of("w", Shape{0, 0});
@@ -339,12 +387,7 @@ TEST(CompressedItemTest, FramesOfMoreOrFewerBytesThanTheItemAreRefused) {
   const std::shared_ptr<const ByteSource> image = decompress_item(ck.file_of(info), info, "w", options).image;
   const std::string blob = image->read_string(0, image->size(), "test");
   const format::ChunkStorageMetadata chunk{{0, 0}, {kRows / 2, kCols}};
-  ReadItem item;
-  item.type = ReadItemType::kTensor;
-  item.dest_index = format::MetadataIndex{"w", Shape{0, 0}, std::nullopt};
-  item.dest_offsets = item.storage_offsets = {0, 0};
-  item.storage_index = format::MetadataIndex{"w", Shape{0, 0}, 0};
-  item.lengths = chunk.sizes;
+  const ReadItem item = whole_first_chunk();
   std::vector<float> dest(static_cast<std::size_t>(kRows / 2 * kCols));
   const std::span<std::byte> out = std::as_writable_bytes(std::span<float>(dest));
   // The blob with bytes after its zip archive, cut inside its central directory, cut inside
