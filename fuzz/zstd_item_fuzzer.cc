@@ -1,9 +1,11 @@
 // Fuzzes zstd items (docs/dcp-format.md §2.4) the way every reader sees them: the input is
 // an item's stored bytes. Invariants: decompress_item never crashes and throws only
 // FormatError; a head + tail image agrees with the whole image (size, the CRC-32 of the
-// hole, and the bytes read_decompressed fills from the stream and from the tail); a
+// hole, and the bytes read_decompressed fills from the stream and from the tail); so do the
+// bytes delivered in passing (decompressed in place into one range over the whole image) and
+// those ZstdReader::read_into writes in place into pieces whose sizes the input picks; a
 // decompressed blob then goes through the torch.save parser, also throwing only FormatError.
-// Writer round trip: the input compressed by ZstdWriter decompresses to itself.
+// Writer round trip: the input compressed by ZstdWriter decompresses to itself, in place too.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +35,29 @@ void round_trip(ByteSpan input) {
   const std::size_t n = input.empty() ? 0 : (reader.read_exact(std::span(back.data(), input.size())), input.size());
   if (reader.read_some(std::span(back.data() + n, 1)) != 0 || !reader.done()) std::abort();
   if (n != 0 && std::memcmp(back.data(), input.data(), n) != 0) std::abort();
+  format::ZstdReader in_place(source, 0, stored.str().size(), "round trip");
+  std::vector<std::byte> whole(input.size() + 1);
+  if (in_place.read_into(whole, {}, /*in_place=*/true) != input.size() || !in_place.done()) std::abort();
+  if (!input.empty() && std::memcmp(whole.data(), input.data(), input.size()) != 0) std::abort();
+}
+
+// The frame read by read_into in place into pieces of sizes taken from the input (each kept
+// until the end, as read_into requires); compared with the whole image.
+void read_in_pieces(ByteSpan input, const std::shared_ptr<const ByteSource>& file, const ByteSource& whole) {
+  format::ZstdReader reader(file, 0, input.size(), "item");
+  std::vector<std::vector<std::byte>> pieces;
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; at < whole.size(); ++i) {
+    const std::size_t k = input.empty() ? 0 : std::to_integer<std::size_t>(input[i % input.size()]);
+    std::vector<std::byte>& piece =
+        pieces.emplace_back(i < 64 ? (k << (k % 13)) + 1 : static_cast<std::size_t>(whole.size() - at));
+    const std::size_t n = reader.read_into(piece, {}, /*in_place=*/true);
+    std::vector<std::byte> want(n);
+    whole.read(at, want, "check");
+    if (n == 0 || std::memcmp(piece.data(), want.data(), n) != 0) std::abort();
+    at += n;
+  }
+  if (!reader.done() || reader.position() != whole.size()) std::abort();
 }
 
 }  // namespace
@@ -64,6 +89,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         whole.image->read(r.at, want, "check");
         if (std::memcmp(r.out, want.data(), want.size()) != 0) std::abort();
       }
+    }
+    read_in_pieces(input, file, *whole.image);
+    if (n > 0) {
+      // Everything delivered in passing into one range (base 0).
+      std::vector<std::byte> all(n);
+      const engine::WantedRange range[] = {{0, n, all.data()}};
+      options.keep_whole_bytes = 0;
+      options.locate = [](ByteSpan) { return std::optional<std::uint64_t>(0); };
+      options.deliver = range;
+      const engine::DecompressedItem delivered = engine::decompress_item(file, info, "item", options);
+      std::vector<std::byte> want(n);
+      whole.image->read(0, want, "check");
+      if (delivered.delivered_base != 0 || std::memcmp(all.data(), want.data(), n) != 0) std::abort();
+      if (engine::decompressed_crc32(delivered, 0, n) != engine::decompressed_crc32(whole, 0, n)) std::abort();
     }
     torchfile::TorchFile::open(engine::owning_source(whole.image));
   } catch (const FormatError&) {

@@ -2,7 +2,9 @@
 // to keep_whole_bytes; an item that ends there is held whole. A longer one keeps the first
 // kHeadBytes (zip local headers and data.pkl, which torch.save writes before the tensor
 // data) and a sliding tail of kTailBytes to 2 * kTailBytes (the records after the data and
-// the central directory); every byte between is CRC-32'd and dropped.
+// the central directory); every byte between is CRC-32'd and dropped. A wanted range
+// (DecompressOptions::deliver) is decompressed straight into its buffer but for its last
+// kTailReserve bytes, CRC-32'd as it lands; the tail then restarts after it.
 #include "engine/compressed_item.h"
 
 #include <algorithm>
@@ -24,6 +26,10 @@ namespace {
 constexpr std::uint64_t kHeadBytes = std::uint64_t{64} << 10;
 // What its records after the data and its central directory take: ~1 KiB in torch.save's.
 constexpr std::uint64_t kTailBytes = std::uint64_t{1} << 20;
+// What the zip parser reads back from the end of a blob: the end record and the largest
+// comment (64 KiB + 22 bytes), with room. The last bytes of a wanted range go through the
+// tail so that the tail holds them.
+constexpr std::uint64_t kTailReserve = std::uint64_t{128} << 10;
 // Output per decompression call: libzstd's block size, its recommended output step.
 constexpr std::size_t kStepBytes = std::size_t{128} << 10;
 // The tail buffer grows to this many times kTailBytes before its front is dropped: the
@@ -146,6 +152,15 @@ class Delivery {
   void start(std::uint64_t base) {
     base_ = base;
     started_ = true;
+  }
+  // The rest of the range that holds decompressed offset `at` (empty when none does).
+  std::span<std::byte> run_at(std::uint64_t at) {
+    if (!started_) return {};
+    while (next_ < wanted_.size() && base_ + wanted_[next_].at + wanted_[next_].length <= at) ++next_;
+    if (next_ == wanted_.size() || base_ + wanted_[next_].at > at) return {};
+    const WantedRange& r = wanted_[next_];
+    const std::uint64_t into = at - base_ - r.at;
+    return std::span<std::byte>(r.out + into, static_cast<std::size_t>(r.length - into));
   }
   void offer(std::uint64_t at, ByteSpan bytes) {
     if (!started_ || bytes.empty()) return;
@@ -292,14 +307,31 @@ DecompressedItem decompress_item(const std::shared_ptr<const ByteSource>& file, 
   buf = ByteBuffer();
   std::uint64_t tail_at = kHeadBytes;
   std::uint32_t crc = 0;
-  do {
+  while (true) {
+    if (const std::span<std::byte> whole_run = delivery.run_at(tail_at + tail.size());
+        whole_run.size() > kTailReserve) {
+      // A wanted range: decompressed straight into it (ZstdReader::read_into in place), its
+      // CRC-32 taken block by block; the tail restarts after it, with its last bytes.
+      const std::span<std::byte> run = whole_run.first(whole_run.size() - kTailReserve);
+      crc = crc32(crc, ByteSpan(tail.data(), tail.size()));
+      tail_at += tail.size();
+      tail.drop_front(tail.size());
+      const std::size_t n = z.read_into(
+          run, [&](ByteSpan bytes) { crc = crc32(crc, bytes); }, /*in_place=*/true);
+      tail_at += n;
+      check_max(z, options.max_bytes, label);
+      if (n < run.size()) break;  // the frame ended inside the range
+      continue;
+    }
     if (tail.size() > kTailSlack * kTailBytes) {
       const std::size_t drop = static_cast<std::size_t>(tail.size() - kTailBytes);
       crc = crc32(crc, ByteSpan(tail.data(), drop));
       tail.drop_front(drop);
       tail_at += drop;
     }
-  } while (grow(tail, tail_at));
+    if (!grow(tail, tail_at)) break;
+  }
+  out.in_place_bytes = z.in_place_bytes();
   out.hole = torchfile::ByteRange{kHeadBytes, tail_at - kHeadBytes};
   out.hole_crc = crc;
   out.image = std::make_shared<SparseImage>(std::move(head), tail.take(), tail_at, name);
@@ -350,7 +382,11 @@ void read_decompressed(const std::shared_ptr<const ByteSource>& file, const form
                          " after " + std::to_string(s.position()) + ")");
       }
       s.skip(r.at - s.position());
-      s.read_exact(std::span<std::byte>(r.out, static_cast<std::size_t>(from_stream - r.at)));
+      const std::span<std::byte> out(r.out, static_cast<std::size_t>(from_stream - r.at));
+      if (s.read_into(out, {}, /*in_place=*/true) != out.size()) {
+        throw FormatError(label + ": zstd frame ends after " + std::to_string(s.position()) + " bytes, " +
+                          std::to_string(r.at + out.size()) + " needed");
+      }
     }
     const std::uint64_t held = std::max(r.at, from_stream);
     if (held < end) {

@@ -7,9 +7,11 @@
 // (the zip records, data.pkl and the central directory: everything the torch.save parser
 // reads) with a hole where the tensor data lies. The hole's bytes are dropped as they
 // stream past; their CRC-32 is kept, so the caller checks them against the zip record.
-// A caller that knows where its bytes lie gets them copied out during that pass
-// (DecompressOptions::locate/deliver); read_decompressed() makes a second pass that
-// decompresses into the caller's buffers the ranges it wants and stops after the last one.
+// A caller that knows where its bytes lie gets them during that pass
+// (DecompressOptions::locate/deliver): decompressed straight into its buffers, where they
+// are long enough to hold the frame's window, else copied out; read_decompressed() makes a
+// second pass that decompresses into the caller's buffers the ranges it wants and stops
+// after the last one.
 // Memory stays bounded by the constants in the .cc (a few MiB) whatever the item's size,
 // except where the whole image is asked for.
 //
@@ -45,10 +47,12 @@ struct DecompressOptions {
   std::uint64_t keep_whole_bytes = 0;
   // Sees every run of stored bytes as it is read (ZstdReader::on_stored).
   std::function<void(std::uint64_t at, ByteSpan bytes)> on_stored;
-  // Copies out in passing: once the first 64 KiB are decompressed, locate(them) may name a
-  // base offset; every `deliver` range (sorted by at, disjoint) at base + at is then copied
-  // to its buffer as its bytes stream past. The caller checks afterwards that the base was
-  // right (DecompressedItem::delivered_base) and reads again if not.
+  // Delivers in passing: once the first 64 KiB are decompressed, locate(them) may name a
+  // base offset; every `deliver` range (sorted by at, disjoint) at base + at is then
+  // written to its buffer as its bytes stream past (the buffers must not change until
+  // decompress_item returns: they are the decompressor's window). The caller checks
+  // afterwards that the base was right (DecompressedItem::delivered_base) and reads again
+  // if not; a range the frame ends inside is left partly unspecified.
   std::function<std::optional<std::uint64_t>(ByteSpan head)> locate;
   std::span<const WantedRange> deliver;
 };
@@ -61,6 +65,8 @@ struct DecompressedItem {
   std::uint32_t hole_crc = 0;
   // The base the deliver ranges were copied at (nullopt: none copied).
   std::optional<std::uint64_t> delivered_base;
+  // How many delivered bytes were decompressed straight into their ranges (no copy).
+  std::uint64_t in_place_bytes = 0;
 };
 
 // The data offset of the first storage record ("<archive>/data/<key>") whose local header
@@ -89,10 +95,11 @@ void check_ends_with_zip_end(const DecompressedItem& item, const std::string& la
 // A source that owns a reference to `image` (for parsers that take ownership).
 std::unique_ptr<ByteSource> owning_source(std::shared_ptr<const ByteSource> image);
 
-// Decompresses the item again and copies the `wanted` ranges (sorted by `at`, not
-// overlapping) into their buffers; bytes at or past image.hole's end are copied from the
-// image. Decompresses only up to the last byte it needs unless `to_end` (then to the end
-// of the frame, so on_stored sees every stored byte). Throws as decompress_item.
+// Decompresses the item again and writes the `wanted` ranges (sorted by `at`, not
+// overlapping; their buffers unchanged until it returns) into their buffers, long ones
+// decompressed in place; bytes at or past image.hole's end are copied from the image. Decompresses only up to the last
+// byte it needs unless `to_end` (then to the end of the frame, so on_stored sees every stored byte). Throws as
+// decompress_item.
 void read_decompressed(const std::shared_ptr<const ByteSource>& file, const format::StorageInfo& info,
                        const std::string& label, const DecompressedItem& image, std::span<const WantedRange> wanted,
                        bool to_end, const std::function<void(std::uint64_t at, ByteSpan bytes)>& on_stored = {});

@@ -270,8 +270,12 @@ bool SavedTensorBlob::open_decompressed(const std::shared_ptr<const ByteSource>&
   DecompressOptions options;
   // A saved view may keep a larger storage; twice the chunk bounds what DCP writes.
   options.max_bytes = 2 * nbytes + kRecordAllowance;
-  // A chunk larger than that goes straight to head + tail (no whole-image buffer first).
-  options.keep_whole_bytes = nbytes < kKeepWholeBytes ? kKeepWholeBytes : 0;
+  // A chunk larger than that goes straight to head + tail (no whole-image buffer first), and
+  // so does one whose every byte is delivered now: decompressed straight into the
+  // destination, with no later read to serve from the image.
+  std::uint64_t delivered_bytes = 0;
+  for (const WantedRange& r : deliver) delivered_bytes += r.length;
+  options.keep_whole_bytes = nbytes < kKeepWholeBytes && delivered_bytes < nbytes ? kKeepWholeBytes : 0;
   options.on_stored = on_stored;
   options.deliver = deliver;
   if (!deliver.empty()) options.locate = first_data_record_offset;

@@ -14,8 +14,9 @@
 // FormatError naming the file, the fqn, the block and expected vs found.
 //
 // A zstd item is opened from its decompressed image (engine/compressed_item.h): one pass
-// at open, and one more per read_into that decompresses up to the last byte it needs
-// (bytes past the image's hole are copied from the image). A sidecar entry of a zstd item
+// at open (a deferred open decompresses the read's long destination runs straight into
+// place during it), and one more per later read_into that decompresses up to the last byte
+// it needs (bytes past the image's hole are copied from the image). A sidecar entry of a zstd item
 // covers its stored bytes, checked whole.
 //
 // Thread-safety: a SavedTensorBlob is used by one thread at a time; different ones over the

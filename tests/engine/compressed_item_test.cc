@@ -16,6 +16,8 @@
 #include "comm/thread_communicator.h"
 #include "engine/checkpoint_index.h"
 #include "engine/checksum_sidecar.h"
+#include "engine/item_reader.h"
+#include "format/zstd_writer.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_reader.h"
 #include "shardpoint/error.h"
@@ -255,6 +257,164 @@ TEST(CompressedItemTest, DamagedFramesFailWithOneLine) {
   small.keep_whole_bytes = 0;
   expect_one_line_error([&] { (void)decompress_item(ck.file_of(info), info, "item \"w\"", small); },
                         {"item \"w\"", "more than 1048576 bytes"});
+}
+
+// The first rows*kCols floats of w's first chunk checked in `got` (at row stride `cols`).
+void expect_values(const std::vector<float>& got, std::int64_t row0, std::int64_t col0, std::int64_t rows,
+                   std::int64_t cols) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(got[static_cast<std::size_t>(r * cols + c)], value_at((row0 + r) * kCols + col0 + c))
+          << row0 + r << "," << col0 + c;
+    }
+  }
+}
+
+TEST(CompressedItemTest, DeliveredRangesAreDecompressedInPlaceWhenLongEnough) {
+  ZstdCheckpoint ck;
+  const format::StorageInfo info = ck.info_of("w", Shape{0, 0});
+  const std::int64_t rows = kRows / 2;
+  const std::uint64_t nbytes = static_cast<std::uint64_t>(rows * kCols) * 4, row_bytes = kCols * 4;
+  DecompressOptions options;
+  options.max_bytes = std::uint64_t{64} << 20;
+  options.keep_whole_bytes = options.max_bytes;
+  const DecompressedItem whole = decompress_item(ck.file_of(info), info, "w", options);
+  const std::uint64_t size = whole.image->size();
+  options.keep_whole_bytes = 0;
+  options.locate = first_data_record_offset;
+  const std::uint64_t base = *first_data_record_offset(*whole.image->view(0, 4096, "test"));
+
+  // The whole chunk: one contiguous range, all but its first and last blocks in place.
+  std::vector<float> all(static_cast<std::size_t>(rows * kCols), -1.0f);
+  const WantedRange one[] = {{0, nbytes, reinterpret_cast<std::byte*>(all.data())}};
+  options.deliver = one;
+  DecompressedItem got = decompress_item(ck.file_of(info), info, "w", options);
+  EXPECT_EQ(got.delivered_base, base);
+  EXPECT_GT(got.in_place_bytes, nbytes - (std::uint64_t{1} << 20));
+  EXPECT_EQ(decompressed_crc32(got, 0, size), decompressed_crc32(whole, 0, size));
+  expect_values(all, 0, 0, rows, kCols);
+
+  // Two long runs with a gap (rows [0, 500) and [900, rows)): both in place, the second once
+  // the window buffer holds a whole window again (up to 2 MiB after the gap).
+  std::vector<float> two(static_cast<std::size_t>((rows - 400) * kCols), -1.0f);
+  std::byte* out = reinterpret_cast<std::byte*>(two.data());
+  const WantedRange gap[] = {{0, 500 * row_bytes, out},
+                             {900 * row_bytes, (rows - 900) * row_bytes, out + 500 * row_bytes}};
+  options.deliver = gap;
+  got = decompress_item(ck.file_of(info), info, "w", options);
+  EXPECT_GT(got.in_place_bytes, nbytes - 400 * row_bytes - (std::uint64_t{3} << 20));
+  EXPECT_EQ(decompressed_crc32(got, 0, size), decompressed_crc32(whole, 0, size));
+  expect_values(std::vector<float>(two.begin(), two.begin() + 500 * kCols), 0, 0, 500, kCols);
+  expect_values(std::vector<float>(two.begin() + 500 * kCols, two.end()), 900, 0, rows - 900, kCols);
+
+  // A column box (not contiguous: 50 floats of every row): copied out of the window buffer,
+  // and the second pass the same.
+  std::vector<float> cols(static_cast<std::size_t>(rows * 50), -1.0f);
+  std::vector<WantedRange> strided;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    strided.push_back(
+        {static_cast<std::uint64_t>(r) * row_bytes + 40, 200, reinterpret_cast<std::byte*>(cols.data() + r * 50)});
+  }
+  options.deliver = strided;
+  got = decompress_item(ck.file_of(info), info, "w", options);
+  EXPECT_EQ(got.in_place_bytes, 0u);
+  EXPECT_EQ(decompressed_crc32(got, 0, size), decompressed_crc32(whole, 0, size));
+  expect_values(cols, 0, 10, rows, 50);
+  std::fill(cols.begin(), cols.end(), -1.0f);
+  for (WantedRange& r : strided) r.at += base;
+  read_decompressed(ck.file_of(info), info, "w", got, strided, /*to_end=*/true);
+  expect_values(cols, 0, 10, rows, 50);
+  // And the whole chunk from the second pass, in place.
+  std::fill(all.begin(), all.end(), -1.0f);
+  const WantedRange again[] = {{base, nbytes, reinterpret_cast<std::byte*>(all.data())}};
+  read_decompressed(ck.file_of(info), info, "w", got, again, /*to_end=*/true);
+  expect_values(all, 0, 0, rows, kCols);
+}
+
+// A ReadItem of the whole first chunk of w into a box of its size.
+ReadItem whole_first_chunk() {
+  ReadItem item;
+  item.type = ReadItemType::kTensor;
+  item.dest_index = format::MetadataIndex{"w", Shape{0, 0}, std::nullopt};
+  item.dest_offsets = item.storage_offsets = {0, 0};
+  item.storage_index = format::MetadataIndex{"w", Shape{0, 0}, 0};
+  item.lengths = {kRows / 2, kCols};
+  return item;
+}
+
+// Counts the bytes read through it.
+class CountingSource final : public ByteSource {
+ public:
+  explicit CountingSource(std::shared_ptr<const ByteSource> inner) : inner_(std::move(inner)) {}
+  const std::string& name() const override { return inner_->name(); }
+  std::uint64_t size() const override { return inner_->size(); }
+  void read(std::uint64_t offset, std::span<std::byte> out, std::string_view what) const override {
+    bytes_read += out.size();
+    inner_->read(offset, out, what);
+  }
+  mutable std::uint64_t bytes_read = 0;
+
+ private:
+  std::shared_ptr<const ByteSource> inner_;
+};
+
+TEST(CompressedItemTest, AChunkReadWholeIsDecompressedOnceStraightIntoItsDestination) {
+  ZstdCheckpoint ck;
+  const format::StorageInfo info = ck.info_of("w", Shape{0, 0});
+  const CheckpointIndex index =
+      decode_checkpoint_index(*ck.st->try_read_all(kIndexKey), ck.st->describe_key(kIndexKey));
+  for (const bool verify : {false, true}) {
+    BlobChecksums checksums;
+    if (verify) {
+      checksums.algorithm = index.checksums->algorithm();
+      checksums.item = index.checksums->find(info.relative_path, info.offset);
+    }
+    auto file = std::make_shared<CountingSource>(ck.file_of(info));
+    std::vector<float> got(static_cast<std::size_t>(kRows / 2 * kCols), -1.0f);
+    SavedTensorBlob blob(file, info, "w", {{0, 0}, {kRows / 2, kCols}}, DType::kFloat32, std::nullopt,
+                         /*defer_transformed=*/true);
+    blob.read_into(whole_first_chunk(), std::as_writable_bytes(std::span<float>(got)), {kRows / 2, kCols}, checksums);
+    EXPECT_EQ(file->bytes_read, info.length) << verify;  // one pass over the stored bytes
+    expect_values(got, 0, 0, kRows / 2, kCols);
+  }
+}
+
+TEST(CompressedItemTest, FramesOfMoreOrFewerBytesThanTheItemAreRefused) {
+  ZstdCheckpoint ck;
+  const format::StorageInfo info = ck.info_of("w", Shape{0, 0});
+  DecompressOptions options;
+  options.max_bytes = options.keep_whole_bytes = std::uint64_t{64} << 20;
+  const std::shared_ptr<const ByteSource> image = decompress_item(ck.file_of(info), info, "w", options).image;
+  const std::string blob = image->read_string(0, image->size(), "test");
+  const format::ChunkStorageMetadata chunk{{0, 0}, {kRows / 2, kCols}};
+  const ReadItem item = whole_first_chunk();
+  std::vector<float> dest(static_cast<std::size_t>(kRows / 2 * kCols));
+  const std::span<std::byte> out = std::as_writable_bytes(std::span<float>(dest));
+  // The blob with bytes after its zip archive, cut inside its central directory, cut inside
+  // its tensor data, and a blob of another item (3 float64s): each read at open and in passing.
+  const format::StorageInfo b = ck.info_of("b", Shape{0});
+  const std::shared_ptr<const ByteSource> other = decompress_item(ck.file_of(b), b, "b", options).image;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {blob + std::string(100, 'x'), "100 bytes after the end of its zip archive"},
+      {blob.substr(0, blob.size() - 100), "does not end with a zip end record"},
+      {blob.substr(0, blob.size() / 2), "does not end with a zip end record"},
+      {other->read_string(0, other->size(), "test"), "expected dtype float32"}};
+  for (const auto& [bytes, message] : cases) {
+    StringSink stored;
+    format::ZstdWriter writer(stored, 1);
+    writer.write(as_bytes(bytes));
+    writer.finish();
+    auto file = std::make_shared<MemorySource>(as_bytes(stored.str()), "__0_0.distcp");
+    const format::StorageInfo lying{"__0_0.distcp", 0, stored.str().size(), {"stream.zstd/1"}};
+    for (const bool deferred : {true, false}) {
+      expect_one_line_error(
+          [&] {
+            SavedTensorBlob saved(file, lying, "w", chunk, DType::kFloat32, std::nullopt, deferred);
+            saved.read_into(item, out, chunk.sizes, BlobChecksums{});
+          },
+          {"__0_0.distcp", "\"w\"", message});
+    }
+  }
 }
 
 }  // namespace
