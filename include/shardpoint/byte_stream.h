@@ -70,6 +70,11 @@ class ByteSink {
  public:
   virtual ~ByteSink() = default;
   virtual void write(ByteSpan data) = 0;
+  // Writes data as write() does, but a sink may keep reading data after the call instead of
+  // copying it now, until the end its class names (StorageWriter: until commit() returns, a
+  // call of the writer throws, or the writer is destroyed; a forwarding sink: its target's).
+  // REQUIRES: data stays valid and unchanged until then. The default copies (write()).
+  virtual void write_borrowed(ByteSpan data) { write(data); }
   // Bytes written so far.
   virtual std::uint64_t position() const = 0;
   void write(std::string_view s) { write(as_bytes(s)); }

@@ -143,6 +143,14 @@ class StorageWriter : public ByteSink {
   // write_at() was used on this writer.
   virtual void append(ByteSpan data, const IoOptions& io = {}) = 0;
 
+  // Appends data as append() does, without copying it where the driver can: the writer may
+  // read data until commit() returns, a call of this writer throws, or the writer is
+  // destroyed, whichever comes first (the object-store drivers send it from there, a part
+  // at a time; the others copy). REQUIRES: data stays valid and unchanged until then.
+  // Errors as append(); an error also ends the borrowing (the writer waits for its
+  // requests in flight before throwing).
+  virtual void append_borrowed(ByteSpan data, const IoOptions& io = {}) { append(data, io); }
+
   // Writes data at [offset, offset + data.size()). REQUIRES features().parallel_writes
   // (otherwise UsageError). Thread-safe: several threads may call it at once for disjoint
   // ranges; overlapping ranges give unspecified bytes in the overlap. Bytes never written
@@ -160,8 +168,10 @@ class StorageWriter : public ByteSink {
   // The key being written.
   virtual const std::string& key() const = 0;
 
-  // ByteSink: write() == append() with default IoOptions.
+  // ByteSink: write() == append() and write_borrowed() == append_borrowed(), with default
+  // IoOptions.
   void write(ByteSpan data) override { append(data); }
+  void write_borrowed(ByteSpan data) override { append_borrowed(data); }
   using ByteSink::write;
 };
 

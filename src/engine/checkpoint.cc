@@ -215,6 +215,9 @@ std::vector<WrittenItem> write_item_files(const std::vector<FileToWrite>& files,
   item_options.block_size = options.checksum_block_bytes;
   item_options.compression = options.compression;
   item_options.zstd_level = options.compression_level;
+  // Every value (the state's tensors, the caller's serialized blobs) outlives the writers,
+  // which are committed or destroyed in this call.
+  item_options.borrow_values = true;
   storage::WriteOptions write_options;
   write_options.durable = options.durable;
   write_options.direct_io = options.direct_io;

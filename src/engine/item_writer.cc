@@ -1,6 +1,7 @@
 // Writing one save item. The tensor bytes go from the caller's buffer through the
 // checksumming sink to the storage writer in slices (ItemWriteOptions::slice_bytes); the
-// only copies are the storage writer's aligned staging buffers.
+// only copies are the storage writer's staging buffers (none for borrowed bytes on an
+// object store: ItemWriteOptions::borrow_values).
 #include "engine/item_writer.h"
 
 #include <algorithm>
@@ -25,6 +26,10 @@ class ChecksummingSink final : public ByteSink {
   ChecksummingSink(ByteSink& target, BlockChecksummer& sum) : target_(target), sum_(sum) {}
   void write(ByteSpan data) override {
     target_.write(data);
+    sum_.update(data);
+  }
+  void write_borrowed(ByteSpan data) override {
+    target_.write_borrowed(data);
     sum_.update(data);
   }
   using ByteSink::write;
@@ -153,7 +158,11 @@ WrittenItem write_tensor_item(ByteSink& file, const std::string& file_name, cons
     }
     while (!data.empty()) {
       const std::size_t n = std::min(slice_bytes, data.size());
-      writer.write(data.first(n));
+      if (options.borrow_values) {
+        writer.write_borrowed(data.first(n));
+      } else {
+        writer.write(data.first(n));
+      }
       data = data.subspan(n);
     }
   });
@@ -175,7 +184,11 @@ WrittenItem write_serialized_item(ByteSink& file, const std::string& file_name, 
   const std::size_t slice_bytes = std::max<std::size_t>(options.slice_bytes, 1);
   while (!blob.empty()) {
     const std::size_t n = std::min(slice_bytes, blob.size());
-    output.sink().write(blob.first(n));
+    if (options.borrow_values) {
+      output.sink().write_borrowed(blob.first(n));
+    } else {
+      output.sink().write(blob.first(n));
+    }
     blob = blob.subspan(n);
   }
   output.finish();

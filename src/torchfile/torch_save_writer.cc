@@ -224,6 +224,8 @@ void TorchSaveWriter::begin_storage(const std::string& key, std::uint64_t nbytes
 
 void TorchSaveWriter::write(ByteSpan data) { zip_.write(data); }
 
+void TorchSaveWriter::write_borrowed(ByteSpan data) { zip_.write_borrowed(data); }
+
 void TorchSaveWriter::end_storage() { zip_.end_record(); }
 
 void TorchSaveWriter::write_storage(const std::string& key, ByteSpan bytes) {

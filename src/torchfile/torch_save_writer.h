@@ -103,6 +103,8 @@ class TorchSaveWriter {
   // storage written twice, or a byte count different from the tree's.
   void begin_storage(const std::string& key, std::uint64_t nbytes);
   void write(ByteSpan data);
+  // write() through the sink's write_borrowed(): the sink may read data later (byte_stream.h).
+  void write_borrowed(ByteSpan data);
   void end_storage();
   void write_storage(const std::string& key, ByteSpan bytes);
   // Step 3.

@@ -69,7 +69,11 @@ void ZipWriter::begin_record(const std::string& name, std::optional<std::uint64_
   open_ = std::move(o);
 }
 
-void ZipWriter::write(ByteSpan data) {
+void ZipWriter::write(ByteSpan data) { write_record_bytes(data, /*borrowed=*/false); }
+
+void ZipWriter::write_borrowed(ByteSpan data) { write_record_bytes(data, /*borrowed=*/true); }
+
+void ZipWriter::write_record_bytes(ByteSpan data, bool borrowed) {
   if (!open_) throw UsageError("ZipWriter: write() with no open record");
   if (open_->declared && data.size() > *open_->declared - open_->written) {
     throw UsageError("ZipWriter: record \"" + open_->info.name + "\" declared " + std::to_string(*open_->declared) +
@@ -78,7 +82,11 @@ void ZipWriter::write(ByteSpan data) {
   if (data.empty()) return;
   open_->crc = crc32(open_->crc, data);
   open_->written += data.size();
-  sink_.write(data);
+  if (borrowed) {
+    sink_.write_borrowed(data);
+  } else {
+    sink_.write(data);
+  }
 }
 
 void ZipWriter::end_record() {

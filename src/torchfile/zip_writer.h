@@ -73,6 +73,8 @@ class ZipWriter {
   // Appends data to the open record (passed straight to the sink; CRC computed on the way).
   // Throws UsageError when no record is open or when more than the declared size is written.
   void write(ByteSpan data);
+  // write() through the sink's write_borrowed(): the sink may read data later (byte_stream.h).
+  void write_borrowed(ByteSpan data);
   void write(std::string_view data) { write(as_bytes(data)); }
   // Ends the open record (writes its data descriptor). Throws UsageError when no record is
   // open or fewer bytes than the declared size were written.
@@ -93,6 +95,8 @@ class ZipWriter {
   std::uint64_t archive_size() const { return sink_.position() - base_; }
 
  private:
+  void write_record_bytes(ByteSpan data, bool borrowed);
+
   struct Open {
     ZipRecordInfo info;
     std::optional<std::uint64_t> declared;

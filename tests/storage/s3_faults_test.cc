@@ -169,6 +169,34 @@ TEST_F(S3FaultsTest, DamagedBodiesAreRefusedAndSentAgain) {
                                      "PUT 1 0 damagebody\n", "HTTP 400 BadDigest", "3 retries");
 }
 
+// A part of borrowed pieces (Request::body_pieces) whose attempt fails part-way (a reset
+// connection, a damaged body, a 500) goes again whole from its first piece, and the object
+// holds exactly the bytes written.
+TEST_F(S3FaultsTest, PartsOfBorrowedPiecesAreSentAgainWholeAfterAFault) {
+  const std::string prefix = unique_name("borrowed");
+  auto st = s3_at(proxy_->endpoint(), prefix);
+  auto direct = s3_at(moto_->endpoint(), prefix);
+  const std::string tensors = pattern_bytes((std::size_t{11} << 20) + 7, 15);
+  proxy_->set_faults("PUT 1 1 reset\nPUT 2 1 damagebody\nPUT 3 1 500\n");
+  std::string expected;
+  auto w = st->open_writer("pieces.bin");
+  for (std::size_t at = 0, n = 0; at < tensors.size(); ++n) {
+    const std::string header = pattern_bytes(100, static_cast<int>(n));
+    w->append(as_bytes(header));
+    const std::string_view span = std::string_view(tensors).substr(at, std::size_t{700} << 10);
+    w->append_borrowed(as_bytes(span));
+    expected += header;
+    expected += span;
+    at += span.size();
+  }
+  w->commit();
+  EXPECT_EQ(proxy_->faults(), (std::map<std::string, int>{{"reset", 1}, {"damagebody", 1}, {"500", 1}}));
+  proxy_->set_faults("");
+  std::string got(expected.size(), '\0');
+  direct->read("pieces.bin", 0, std::as_writable_bytes(std::span(got)));
+  EXPECT_TRUE(got == expected);
+}
+
 // The answer to CompleteMultipartUpload is lost after the server completed the upload, and
 // the retry gets S3's NoSuchUpload (moto would complete again; real S3 does not): the writer
 // recognises its own object by the multipart ETag of its parts and commits. Where the object

@@ -100,6 +100,34 @@ TEST_P(S3ServerTest, MultipartParallelUploadAndParallelRangedReads) {
   }
 }
 
+// A save's shape: small copied headers between large borrowed spans, so the 5 MiB parts are
+// lists of pieces, some of a span that crosses a part boundary. The server checks each
+// part's signed SHA-256 and CRC-32C (computed by the writer as it appended), and the object
+// holds exactly the bytes.
+TEST_P(S3ServerTest, BorrowedSpansWithCopiesBetweenThemMakeTheObject) {
+  SP_REQUIRE_S3(server, GetParam());
+  auto st = open_storage(fresh_root("s3", "sp-test"));
+  const std::string tensors = pattern((std::size_t{13} << 20) + 999, 7);
+  std::string expected;
+  auto w = st->open_writer("borrowed/__0_0.distcp");
+  std::size_t at = 0;
+  for (std::size_t n = 1; at < tensors.size(); ++n) {
+    const std::string header = pattern(64 + n % 200, static_cast<int>(n));
+    w->append(as_bytes(header));
+    expected += header;
+    const std::string_view span = std::string_view(tensors).substr(at, (std::size_t{1} << 20) + 4096 * n);
+    w->append_borrowed(as_bytes(span));
+    expected += span;
+    at += span.size();
+  }
+  w->commit();
+  EXPECT_EQ(open_uploads(*server, "sp-test"), 0);
+  ASSERT_EQ(st->stat("borrowed/__0_0.distcp"), expected.size());
+  std::string got(expected.size(), '\0');
+  st->read("borrowed/__0_0.distcp", 0, std::as_writable_bytes(std::span(got)));
+  EXPECT_TRUE(got == expected);
+}
+
 TEST_P(S3ServerTest, UncommittedMultipartWriterAbortsItsUpload) {
   SP_REQUIRE_S3(server, GetParam());
   auto st = open_storage(fresh_root("s3", "sp-test"));

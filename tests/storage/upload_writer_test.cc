@@ -1,7 +1,9 @@
 // http::make_upload_writer, the writer of every object-store driver, over a PartUpload that
 // records what it is asked (no server): one-part objects, parts in parallel with their
 // offsets, the tail handed to finish(), a failed part, abandoned writers and failed commits;
-// without overlap_fill, parts uploaded one at a time on the writer's thread from one buffer.
+// without overlap_fill, parts uploaded one at a time on the writer's thread from one buffer;
+// append_borrowed(): parts of the caller's spans and the writer's copies, their digests, and
+// no borrowed byte read after a failed call or the writer's destruction.
 #include "storage/http/upload_writer.h"
 
 #include <gtest/gtest.h>
@@ -11,11 +13,13 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "core/buffer_pool.h"
+#include "core/checksum.h"
 #include "shardpoint/error.h"
 #include "storage_test_util.h"
 
@@ -29,15 +33,21 @@ constexpr std::size_t kPart = 4096;
 // Records every call. put_part() of part `fail_part` throws; finish() throws when fail_finish.
 class RecordingUpload final : public PartUpload {
  public:
-  void put_whole(ByteSpan data, const IoOptions& io) override {
+  void put_whole(const PartBody& body, const IoOptions& io) override {
     std::lock_guard lock(mu_);
-    whole = std::string(reinterpret_cast<const char*>(data.data()), data.size());
+    whole = gathered(body);
+    whole_body = {body.pieces.size(), body.sha256_hex, body.crc32c};
     whole_calls++;
   }
   void start(const IoOptions& io) override { starts++; }
-  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+  void put_part(std::size_t index, std::uint64_t offset, const PartBody& body, const IoOptions& io) override {
     {
       std::lock_guard lock(mu_);
+      for (ByteSpan piece : body.pieces) {
+        if (caller_bytes.data() <= piece.data() && piece.data() < caller_bytes.data() + caller_bytes.size()) {
+          borrowed_bytes += piece.size();
+        }
+      }
       part_threads.insert(std::this_thread::get_id());
       if (pool != nullptr) leased_during_part.push_back(pool->leased_buffers());
     }
@@ -53,19 +63,31 @@ class RecordingUpload final : public PartUpload {
         company_.wait_for(lock, std::chrono::seconds(10), [&] { return max_in_flight.load() >= 2; });
         company_wait_over_ = true;
       }
+    } else if (part_delay.count() > 0) {
+      std::this_thread::sleep_for(part_delay);
     } else {
       std::this_thread::yield();  // lets other parts start while this one is "uploading"
     }
+    // Read the body as a request would, after the wait: a borrowed piece must still be valid.
+    std::string bytes = gathered(body);
     --in_flight_;
     if (static_cast<int>(index) == fail_part) throw StorageError(StorageError::Kind::kTransient, "part failed");
     std::lock_guard lock(mu_);
-    parts[index] = {offset, std::string(reinterpret_cast<const char*>(data.data()), data.size())};
+    parts[index] = {offset, std::move(bytes)};
+    bodies[index] = {body.pieces.size(), body.sha256_hex, body.crc32c};
   }
-  void finish(std::size_t count, std::uint64_t size, ByteSpan last, const IoOptions& io) override {
+  void finish(std::size_t count, std::uint64_t size, const PartBody& last, const IoOptions& io) override {
     if (fail_finish) throw StorageError(StorageError::Kind::kOther, "finish failed");
     finished_parts = count;
     finished_size = size;
-    tail = std::string(reinterpret_cast<const char*>(last.data()), last.size());
+    tail = gathered(last);
+  }
+
+  static std::string gathered(const PartBody& body) {
+    std::string out;
+    for (ByteSpan piece : body.pieces) out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+    EXPECT_EQ(out.size(), body.size);
+    return out;
   }
   void abort() override { aborts++; }
 
@@ -81,7 +103,19 @@ class RecordingUpload final : public PartUpload {
 
   int in_flight() const { return in_flight_.load(); }
 
+  // What a body carried besides its bytes.
+  struct BodyFacts {
+    std::size_t pieces = 0;
+    std::string sha256_hex;
+    std::optional<std::uint32_t> crc32c;
+  };
+
   int fail_part = -1;
+  std::chrono::milliseconds part_delay{0};  // put_part() sleeps this long before reading its body
+  ByteSpan caller_bytes;                    // pieces inside it count as borrowed_bytes
+  std::size_t borrowed_bytes = 0;
+  std::map<std::size_t, BodyFacts> bodies;
+  BodyFacts whole_body;
   bool fail_finish = false;
   const BufferPool* pool = nullptr;  // when set, its leased buffers are recorded per part
   bool wait_for_company = false;     // put_part() waits for another part to be in flight
@@ -306,8 +340,9 @@ TEST(UploadWriterTest, WithoutOverlapCommitUploadsTheLastPart) {
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 
-// Without overlap_fill a failed part fails the very append() that sent it; the writer then
-// refuses appends and commit, and its destruction aborts the upload once.
+// Without overlap_fill a failed part fails the very append() that sent it, which aborts the
+// upload before it throws; the writer then refuses appends and commit, and its destruction
+// does not abort again.
 TEST(UploadWriterTest, WithoutOverlapAFailedPartFailsTheAppendThatSentIt) {
   auto upload = std::make_shared<RecordingUpload>();
   upload->fail_part = 1;
@@ -325,7 +360,7 @@ TEST(UploadWriterTest, WithoutOverlapAFailedPartFailsTheAppendThatSentIt) {
     }
     EXPECT_THROW(w->append(as_bytes(std::string_view("y"))), UsageError);
     EXPECT_THROW(w->commit(), UsageError);
-    EXPECT_EQ(upload->aborts, 0);
+    EXPECT_EQ(upload->aborts, 1);  // at the failure, before append() threw
   }
   EXPECT_EQ(upload->aborts, 1);
   EXPECT_EQ(upload->finished_parts, 0u);
@@ -418,6 +453,166 @@ TEST(UploadWriterTest, AnObjectBeyondTheLimitFailsNamingThePartSize) {
   w.reset();
   EXPECT_EQ(upload->aborts, 1);
   EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+// --- append_borrowed() ---------------------------------------------------------------------
+
+constexpr std::size_t kBigPart = std::size_t{64} << 10;
+
+std::shared_ptr<BufferPool> big_pool(std::size_t buffers) {
+  BufferPoolOptions options;
+  options.buffer_bytes = kBigPart;
+  options.capacity_bytes = buffers * kBigPart;
+  options.huge_pages = false;
+  return std::make_shared<BufferPool>(options);
+}
+
+std::unique_ptr<StorageWriter> borrowing_writer(std::shared_ptr<RecordingUpload> upload,
+                                                std::shared_ptr<BufferPool> pool, bool borrow = true) {
+  UploadLimits limits;
+  limits.part_bytes = kBigPart;
+  limits.parts_in_flight = 2;
+  limits.borrow = borrow;
+  limits.sha256 = true;
+  limits.crc32c = true;
+  return make_upload_writer("k", "test object \"t://k\"", std::move(upload), std::move(pool), limits);
+}
+
+std::string sha256_of(std::string_view bytes) {
+  Sha256 h;
+  h.update(as_bytes(bytes));
+  return h.hex_digest();
+}
+
+// Headers copied, tensor bytes borrowed in 256 KiB slices: the parts' pieces point into the
+// caller's memory for every borrowed byte (a slice crossing a part boundary too), the
+// copies sit between them, and each body's digests are those of its bytes.
+TEST(UploadWriterTest, BorrowedBytesAreSentFromTheCallersMemoryWithTheCopiesBetween) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = big_pool(3);
+  const std::string tensor = pattern(700 << 10, 5);
+  upload->caller_bytes = as_bytes(tensor);
+  auto w = borrowing_writer(upload, pool);
+  std::string expected;
+  const std::string header = pattern(100, 6), small = pattern(kMinBorrowBytes - 1, 7);
+  w->append(as_bytes(header));
+  expected += header;
+  for (std::size_t at = 0; at < tensor.size(); at += 256 << 10) {
+    const std::string_view slice = std::string_view(tensor).substr(at, 256 << 10);
+    w->append_borrowed(as_bytes(slice));
+    expected += slice;
+  }
+  w->append_borrowed(as_bytes(small));  // under kMinBorrowBytes: copied
+  expected += small;
+  w->append(as_bytes(header));
+  expected += header;
+  w->commit();
+  EXPECT_EQ(upload->assembled(), expected);
+  EXPECT_EQ(upload->borrowed_bytes, tensor.size());
+  EXPECT_EQ(upload->bodies.at(0).pieces, 2u);  // the header's copy, then the tensor's first bytes
+  for (const auto& [index, part] : upload->parts) {
+    const RecordingUpload::BodyFacts& facts = upload->bodies.at(index);
+    EXPECT_EQ(facts.sha256_hex, sha256_of(part.second)) << index;
+    EXPECT_EQ(facts.crc32c, crc32c(0, as_bytes(part.second))) << index;
+  }
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+  EXPECT_EQ(upload->aborts, 0);
+}
+
+// An object of one part: put_whole() gets the pieces and digests too.
+TEST(UploadWriterTest, ABorrowedObjectOfOnePartIsOnePutWholeOfItsPieces) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = big_pool(2);
+  const std::string tensor = pattern(kBigPart / 2, 8), header = pattern(10, 9);
+  upload->caller_bytes = as_bytes(tensor);
+  auto w = borrowing_writer(upload, pool);
+  w->append(as_bytes(header));
+  w->append_borrowed(as_bytes(tensor));
+  w->commit();
+  EXPECT_EQ(upload->whole, header + tensor);
+  EXPECT_EQ(upload->whole_body.pieces, 2u);
+  EXPECT_EQ(upload->whole_body.sha256_hex, sha256_of(header + tensor));
+  EXPECT_EQ(upload->whole_body.crc32c, crc32c(0, as_bytes(header + tensor)));
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+// A part that fails ends the borrowing before append_borrowed() throws: no part is in
+// flight any more and the upload is aborted, so the caller may free its bytes at once.
+TEST(UploadWriterTest, BorrowingEndsBeforeAFailedAppendThrows) {
+  auto upload = std::make_shared<RecordingUpload>();
+  upload->fail_part = 1;
+  upload->part_delay = std::chrono::milliseconds(5);
+  auto pool = big_pool(3);
+  std::string tensor = pattern(kBigPart, 3);
+  auto w = borrowing_writer(upload, pool);
+  bool failed = false;
+  for (int i = 0; i < 64 && !failed; ++i) {
+    try {
+      w->append_borrowed(as_bytes(tensor));
+    } catch (const StorageError& e) {
+      failed = true;
+      EXPECT_EQ(upload->in_flight(), 0);
+      EXPECT_EQ(upload->aborts, 1);
+    }
+  }
+  ASSERT_TRUE(failed);
+  tensor.assign(tensor.size(), 'x');  // the caller reuses its memory
+  EXPECT_THROW(w->append_borrowed(as_bytes(tensor)), UsageError);
+  w.reset();
+  EXPECT_EQ(upload->aborts, 1);
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+  for (const auto& [index, part] : upload->parts) {
+    EXPECT_EQ(part.second, pattern(kBigPart, 3)) << index;  // read before the caller reused it
+  }
+}
+
+// A writer destroyed without commit() waits for its parts in flight, which read their
+// borrowed pieces to the end, before the destructor returns.
+TEST(UploadWriterTest, AnAbandonedWriterWaitsForItsBorrowedPartsBeforeItIsGone) {
+  auto upload = std::make_shared<RecordingUpload>();
+  upload->part_delay = std::chrono::milliseconds(20);
+  auto pool = big_pool(3);
+  const std::string tensor = pattern(3 * kBigPart + 100, 4);
+  upload->caller_bytes = as_bytes(tensor);
+  {
+    auto w = borrowing_writer(upload, pool);
+    w->append_borrowed(as_bytes(tensor));
+    EXPECT_GE(upload->in_flight() + static_cast<int>(upload->parts.size()), 1);
+  }
+  EXPECT_EQ(upload->in_flight(), 0);
+  EXPECT_EQ(upload->aborts, 1);
+  EXPECT_EQ(upload->finished_parts, 0u);
+  ASSERT_FALSE(upload->parts.empty());
+  for (const auto& [index, part] : upload->parts) {
+    EXPECT_EQ(part.second, tensor.substr(index * kBigPart, kBigPart)) << index;
+  }
+  EXPECT_EQ(pool->leased_buffers(), 0u);
+}
+
+// Without UploadLimits::borrow (GCS, Azure) append_borrowed() copies: one piece per body,
+// in the pool's buffers.
+TEST(UploadWriterTest, WithoutBorrowEveryBodyIsOneCopiedPiece) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = big_pool(3);
+  const std::string tensor = pattern(2 * kBigPart + 5, 2);
+  upload->caller_bytes = as_bytes(tensor);
+  auto w = borrowing_writer(upload, pool, /*borrow=*/false);
+  w->append(as_bytes(std::string_view("head")));
+  w->append_borrowed(as_bytes(tensor));
+  w->commit();
+  EXPECT_EQ(upload->assembled(), "head" + tensor);
+  EXPECT_EQ(upload->borrowed_bytes, 0u);
+  for (const auto& [index, facts] : upload->bodies) EXPECT_EQ(facts.pieces, 1u) << index;
+}
+
+TEST(PartBodyTest, ContiguousIsTheOnePieceOrNothing) {
+  const std::string bytes = "abc";
+  PartBody body;
+  EXPECT_TRUE(body.contiguous().empty());
+  body.pieces = {as_bytes(bytes)};
+  EXPECT_EQ(body.contiguous().data(), as_bytes(bytes).data());
+  body.pieces.push_back(as_bytes(bytes));
+  EXPECT_THROW(body.contiguous(), Error);
 }
 
 }  // namespace

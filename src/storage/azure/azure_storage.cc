@@ -401,12 +401,14 @@ class AzureUpload final : public http::PartUpload {
   AzureUpload(std::shared_ptr<AzureClient> client, std::string key, bool if_absent)
       : client_(std::move(client)), key_(std::move(key)), tag_(random_tag()), if_absent_(if_absent) {}
 
-  void put_whole(ByteSpan data, const IoOptions& io) override { client_->put_blob(key_, data, if_absent_, io); }
-  void start(const IoOptions& io) override {}
-  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
-    client_->put_block(key_, block_id(tag_, index), data, io);
+  void put_whole(const http::PartBody& body, const IoOptions& io) override {
+    client_->put_blob(key_, body.contiguous(), if_absent_, io);
   }
-  void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
+  void start(const IoOptions& io) override {}
+  void put_part(std::size_t index, std::uint64_t offset, const http::PartBody& body, const IoOptions& io) override {
+    client_->put_block(key_, block_id(tag_, index), body.contiguous(), io);
+  }
+  void finish(std::size_t parts, std::uint64_t size, const http::PartBody& tail, const IoOptions& io) override {
     std::vector<std::string> ids;
     ids.reserve(parts);
     for (std::size_t i = 0; i < parts; ++i) ids.push_back(block_id(tag_, i));
@@ -426,6 +428,7 @@ std::unique_ptr<StorageWriter> AzureClient::open_writer(const std::string& key, 
   limits.part_bytes = pool_->buffer_bytes();
   limits.parts_in_flight = static_cast<int>(std::max<std::size_t>(1, config_.parallelism));
   limits.max_parts = 50000;  // blocks of one block blob
+  limits.borrow = false;     // a call's body and its Content-MD5 are one span
   return http::make_upload_writer(
       key, describe(key),
       std::make_shared<AzureUpload>(std::static_pointer_cast<AzureClient>(shared_from_this()), key, options.if_absent),

@@ -313,17 +313,21 @@ class GcsUpload final : public http::PartUpload {
   GcsUpload(std::shared_ptr<GcsCore> core, std::string key, bool if_absent)
       : core_(std::move(core)), key_(std::move(key)), if_absent_(if_absent) {}
 
-  void put_whole(ByteSpan data, const IoOptions& io) override { core_->put_media(key_, data, if_absent_, io, "write"); }
+  void put_whole(const http::PartBody& body, const IoOptions& io) override {
+    core_->put_media(key_, body.contiguous(), if_absent_, io, "write");
+  }
   void start(const IoOptions& io) override { session_ = core_->start_session(key_, if_absent_, io); }
 
   // One chunk at a time, in order (parts_in_flight = 1, or no overlap_fill): each waits for
   // the one before, so crc_ extends over the object's bytes in order.
-  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+  void put_part(std::size_t index, std::uint64_t offset, const http::PartBody& body, const IoOptions& io) override {
+    const ByteSpan data = body.contiguous();
     crc_ = crc32c(crc_, data);
     core_->put_chunk(session_, key_, offset, data, std::nullopt, io);
   }
 
-  void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
+  void finish(std::size_t parts, std::uint64_t size, const http::PartBody& body, const IoOptions& io) override {
+    const ByteSpan tail = body.contiguous();
     const GcsCore::Last last{size, crc32c(crc_, tail)};
     core_->put_chunk(session_, key_, size - tail.size(), tail, last, io);
   }
@@ -344,6 +348,7 @@ std::unique_ptr<StorageWriter> GcsCore::open_writer(const std::string& key, cons
   limits.parts_in_flight = 1;
   limits.overlap_fill = config.overlap_chunks;
   limits.tail_in_finish = true;
+  limits.borrow = false;  // put_chunk() resends a chunk from where the session stopped: one span
   return http::make_upload_writer(
       key, describe(key),
       std::make_shared<GcsUpload>(std::static_pointer_cast<GcsCore>(shared_from_this()), key, options.if_absent), pool,

@@ -80,6 +80,11 @@ struct Request {
   std::string url;                   // full, percent-encoded
   std::vector<std::string> headers;  // "Name: value"
   ByteSpan body;                     // sent as the request body (PUT/POST); caller-owned
+  // Instead of `body` (which must then be empty): a body of several spans sent one after
+  // another, e.g. a part whose tensor bytes go out from the caller's own memory with the
+  // writer's copies between them (http/upload_writer.h). Caller-owned, the array and the
+  // bytes, for the call. No gathering copy: libcurl reads each span in turn.
+  std::span<const ByteSpan> body_pieces;
   // A 2xx response body goes into this buffer instead of Response::body (ranged GET). More
   // bytes than fit is an error; fewer is reported by Response::bytes_received.
   std::span<std::byte> body_out;
@@ -101,6 +106,9 @@ struct Request {
   // damaged on the way. Optional; called only for 4xx answers.
   std::function<bool(const Response& response)> body_mismatch;
 };
+
+// The bytes of request's body: body_pieces' sizes added up, else body's size.
+std::uint64_t body_size(const Request& request);
 
 struct Response {
   long status = 0;

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <stop_token>
 
+#include "core/checksum.h"
 #include "shardpoint/error.h"
 
 namespace shardpoint::storage::http {
@@ -24,35 +25,15 @@ class UploadWriter final : public StorageWriter {
     limits_.part_bytes = std::clamp<std::size_t>(limits_.part_bytes, 1, pool_->buffer_bytes());
     limits_.parts_in_flight = std::max(1, limits_.parts_in_flight);
     part_bytes_ = limits_.part_bytes;
+    if (limits_.sha256) sha_ = std::make_unique<Sha256>();
   }
 
   ~UploadWriter() override {
     if (!published_) abandon();
   }
 
-  void append(ByteSpan data, const IoOptions& io) override {
-    check_open("append");
-    if (io_expired(io)) check_io(io, "write " + name_);
-    try {
-      while (!data.empty()) {
-        if (!buffer_) {
-          reap_finished();  // a failed part fails the writer now, not at commit
-          buffer_ = staging_pool().acquire(io.deadline, io.stop);
-          fill_ = 0;
-        }
-        std::size_t n = std::min(data.size(), part_bytes_ - fill_);
-        std::memcpy(buffer_.data() + fill_, data.data(), n);
-        fill_ += n;
-        position_ += n;
-        data = data.subspan(n);
-        // A full buffer waits for more bytes: an object of exactly one part stays one request.
-        if (fill_ == part_bytes_ && !data.empty()) send_part(io, /*last=*/false);
-      }
-    } catch (...) {
-      failed_ = true;
-      throw;
-    }
-  }
+  void append(ByteSpan data, const IoOptions& io) override { add(data, io, /*borrow=*/false); }
+  void append_borrowed(ByteSpan data, const IoOptions& io) override { add(data, io, limits_.borrow); }
 
   std::uint64_t position() const override { return position_; }
 
@@ -61,16 +42,15 @@ class UploadWriter final : public StorageWriter {
     committed_ = true;  // single use, even when this commit fails
     try {
       if (io_expired(io)) check_io(io, "commit " + name_);
-      ByteSpan rest = buffer_ ? ByteSpan(buffer_.data(), fill_) : ByteSpan();
       if (!started_) {
-        upload_->put_whole(rest, io);
+        upload_->put_whole(take_body(), io);
       } else if (limits_.tail_in_finish) {
         wait_all();
-        upload_->finish(parts_, position_, rest, io);
+        upload_->finish(parts_, position_, take_body(), io);
       } else {
-        if (fill_ > 0) send_part(io, /*last=*/true);
+        if (part_.size > 0) send_part(io, /*last=*/true);
         wait_all();
-        upload_->finish(parts_, position_, {}, io);
+        upload_->finish(parts_, position_, PartBody{}, io);
       }
       published_ = true;
       buffer_.release();
@@ -86,6 +66,81 @@ class UploadWriter final : public StorageWriter {
   void check_open(std::string_view op) const {
     if (committed_) throw UsageError(std::string(op) + " " + name_ + ": writer already committed");
     if (failed_) throw UsageError(std::string(op) + " " + name_ + ": an earlier append failed; start a new writer");
+  }
+
+  // append() and append_borrowed(): bytes go into the part being filled, a piece borrowed
+  // or copied, digested on the way; a full part with more bytes behind it is sent.
+  void add(ByteSpan data, const IoOptions& io, bool borrow) {
+    check_open("append");
+    if (io_expired(io)) check_io(io, "write " + name_);
+    // A span is borrowed whole or not at all: the end of a large one that fills a part's
+    // last bytes is still the caller's.
+    const bool keep = borrow && data.size() >= kMinBorrowBytes;
+    try {
+      while (!data.empty()) {
+        // A full part waits for more bytes: an object of exactly one part stays one request.
+        if (part_.size == part_bytes_) send_part(io, /*last=*/false);
+        if (part_.size == 0) reap_finished();  // a failed part fails the writer now, not at commit
+        const std::size_t n = std::min<std::size_t>(data.size(), part_bytes_ - part_.size);
+        ByteSpan chunk = data.first(n);
+        if (keep) {
+          add_piece(chunk);
+        } else {
+          chunk = copy_in(chunk, io);
+        }
+        if (sha_) sha_->update(chunk);
+        if (limits_.crc32c) crc_ = crc32c(crc_, chunk);
+        part_.size += n;
+        position_ += n;
+        data = data.subspan(n);
+      }
+    } catch (...) {
+      failed_ = true;
+      abandon();  // nothing borrowed is read once a call has thrown
+      throw;
+    }
+  }
+
+  // Copies chunk behind the part's earlier copies (leasing a buffer at the part's first);
+  // returns the copy.
+  ByteSpan copy_in(ByteSpan chunk, const IoOptions& io) {
+    if (!buffer_) {
+      buffer_ = staging_pool().acquire(io.deadline, io.stop);
+      copied_ = 0;
+    }
+    std::byte* at = buffer_.data() + copied_;
+    std::memcpy(at, chunk.data(), chunk.size());
+    copied_ += chunk.size();
+    add_piece(ByteSpan(at, chunk.size()));
+    return ByteSpan(at, chunk.size());
+  }
+
+  // Appends a piece to the part, joined to the last one when it continues it in memory
+  // (a tensor's slices, copies one after another).
+  void add_piece(ByteSpan piece) {
+    if (!part_.pieces.empty()) {
+      ByteSpan& last = part_.pieces.back();
+      if (last.data() + last.size() == piece.data()) {
+        last = ByteSpan(last.data(), last.size() + piece.size());
+        return;
+      }
+    }
+    part_.pieces.push_back(piece);
+  }
+
+  // The part filled so far with its digests; the next part starts empty. Its copies stay in
+  // buffer_ (the caller moves the lease along with the body).
+  PartBody take_body() {
+    PartBody body = std::move(part_);
+    part_ = PartBody{};
+    if (sha_) {
+      body.sha256_hex = sha_->hex_digest();
+      sha_ = std::make_unique<Sha256>();
+    }
+    if (limits_.crc32c) body.crc32c = crc_;
+    crc_ = 0;
+    copied_ = 0;
+    return body;
   }
 
   // The pool the next part is staged in: the given one while parts are its buffer size,
@@ -114,7 +169,7 @@ class UploadWriter final : public StorageWriter {
     return std::max<std::size_t>(1, base_bytes / part_bytes_);
   }
 
-  // Hands the full buffer to an upload task (starting the upload before the first part), or
+  // Hands the full part to an upload task (starting the upload before the first part), or
   // without overlap_fill uploads it here. `last`: no bytes follow (commit); otherwise at
   // least one more part does.
   void send_part(const IoOptions& io, bool last) {
@@ -136,22 +191,20 @@ class UploadWriter final : public StorageWriter {
         part_bytes_ > pool_->buffer_bytes() ? static_cast<int>(own_in_flight()) : limits_.parts_in_flight;
     while (static_cast<int>(inflight_.size()) >= max_in_flight) wait_oldest();
     const std::size_t index = parts_++;
-    const std::uint64_t offset = position_ - fill_;
-    const std::size_t size = fill_;
+    const std::uint64_t offset = position_ - part_.size;
     // The task stops retrying when the caller stops or this writer is abandoned.
     IoOptions task_io = io;
     task_io.stop = stop_parts_.get_token();
     inflight_.push_back(
-        std::async(std::launch::async, [upload = upload_, lease = std::move(buffer_), index, offset, size, task_io,
-                                        caller = io.stop, stop_parts = stop_parts_]() mutable {
+        std::async(std::launch::async, [upload = upload_, lease = std::move(buffer_), body = take_body(), index, offset,
+                                        task_io, caller = io.stop, stop_parts = stop_parts_]() mutable {
           // The buffer goes back to the pool when the part ends, failed or not, not when the
           // writer collects this future: the writer may be waiting on the pool for its next one.
           BufferPool::Lease buffer = std::move(lease);
           std::stop_callback link(caller, [&stop_parts] { stop_parts.request_stop(); });
-          upload->put_part(index, offset, ByteSpan(buffer.data(), size), task_io);
+          upload->put_part(index, offset, body, task_io);
         }));
     buffer_ = BufferPool::Lease();
-    fill_ = 0;
     part_bytes_ = part_bytes_at(parts_, limits_.part_bytes, limits_.max_parts);
   }
 
@@ -159,8 +212,8 @@ class UploadWriter final : public StorageWriter {
   // retries) and the buffer stays leased to be refilled, unless the next part outgrows it.
   void upload_part_here(const IoOptions& io) {
     const std::size_t index = parts_++;
-    upload_->put_part(index, position_ - fill_, ByteSpan(buffer_.data(), fill_), io);
-    fill_ = 0;
+    const std::uint64_t offset = position_ - part_.size;
+    upload_->put_part(index, offset, take_body(), io);
     part_bytes_ = part_bytes_at(parts_, limits_.part_bytes, limits_.max_parts);
     if (part_bytes_ > buffer_.size()) buffer_.release();
   }
@@ -193,6 +246,8 @@ class UploadWriter final : public StorageWriter {
       }
     }
     buffer_.release();
+    part_ = PartBody{};
+    copied_ = 0;
     if (!started_) return;
     started_ = false;
     try {
@@ -212,8 +267,11 @@ class UploadWriter final : public StorageWriter {
   std::size_t part_bytes_ = 0;  // of the part being filled: part_bytes_at(parts_, ...)
   // The pool of grown parts (declared before buffer_: a lease must go before its pool).
   std::unique_ptr<BufferPool> own_pool_;
-  BufferPool::Lease buffer_;
-  std::size_t fill_ = 0;
+  BufferPool::Lease buffer_;     // the copies of the part being filled (leased at its first)
+  std::size_t copied_ = 0;       // bytes of buffer_ in use
+  PartBody part_;                // the part being filled: its pieces and size
+  std::unique_ptr<Sha256> sha_;  // of the part being filled, when limits_.sha256
+  std::uint32_t crc_ = 0;        // CRC-32C of the part being filled, when limits_.crc32c
   std::uint64_t position_ = 0;
   std::size_t parts_ = 0;
   std::deque<std::future<void>> inflight_;
@@ -225,6 +283,11 @@ class UploadWriter final : public StorageWriter {
 };
 
 }  // namespace
+
+ByteSpan PartBody::contiguous() const {
+  if (pieces.size() > 1) throw Error("PartBody::contiguous: a body of " + std::to_string(pieces.size()) + " pieces");
+  return pieces.empty() ? ByteSpan() : pieces.front();
+}
 
 std::size_t part_bytes_at(std::size_t index, std::size_t part_bytes, std::size_t max_parts) {
   if (max_parts < 10) return part_bytes;

@@ -112,17 +112,39 @@ struct S3Core final : http::ObjectClient {
   // crc_covered: the caller adds the body's x-amz-checksum-crc32c (add_crc32c), which then
   // stands in for its signed SHA-256 where sends_unsigned_payload() allows.
   http::Request request(std::string method, std::string url, ByteSpan body = {}, bool crc_covered = false) const {
+    http::Request r =
+        request_of(std::move(method), std::move(url), body.size(), crc_covered, [&] { return sha256_hex(body); });
+    r.body = body;
+    if (!body.empty() && config.content_md5) r.headers.push_back("Content-MD5: " + http::content_md5(body));
+    return r;
+  }
+
+  // A PutObject or UploadPart of a writer's part: its pieces are sent as they are, with the
+  // digests the writer computed as it appended them (open_writer's UploadLimits).
+  http::Request request(std::string method, std::string url, const http::PartBody& body) const {
+    http::Request r = request_of(std::move(method), std::move(url), body.size, /*crc_covered=*/true, [&] {
+      if (body.size == 0) return std::string(kEmptySha256);
+      if (!body.sha256_hex.empty()) return body.sha256_hex;
+      Sha256 h;
+      for (ByteSpan piece : body.pieces) h.update(piece);
+      return h.hex_digest();
+    });
+    r.body_pieces = body.pieces;
+    if (body.size > 0 && config.content_md5)
+      r.headers.push_back("Content-MD5: " + http::content_md5(body.contiguous()));
+    return r;
+  }
+
+  // The headers every request has; sha256_of() gives the body's hex SHA-256 when it is signed.
+  template <typename Sha256Of>
+  http::Request request_of(std::string method, std::string url, std::uint64_t body_size, bool crc_covered,
+                           const Sha256Of& sha256_of) const {
     http::Request r;
     r.method = std::move(method);
     r.url = std::move(url);
-    r.body = body;
     const bool unsigned_body = crc_covered && sends_unsigned_payload(config);
-    r.headers.push_back("x-amz-content-sha256: " +
-                        (unsigned_body ? std::string("UNSIGNED-PAYLOAD") : sha256_hex(body)));
-    if (!body.empty()) {
-      if (config.content_md5) r.headers.push_back("Content-MD5: " + http::content_md5(body));
-      r.body_mismatch = &http::s3_body_mismatch;
-    }
+    r.headers.push_back("x-amz-content-sha256: " + (unsigned_body ? std::string("UNSIGNED-PAYLOAD") : sha256_of()));
+    if (body_size > 0) r.body_mismatch = &http::s3_body_mismatch;
     if (!config.credentials.empty()) {
       r.aws_sigv4 = config.sigv4_provider + ":" + config.region + ":s3";
       r.userpwd = config.credentials.access_key_id + ":" + config.credentials.secret_access_key;
@@ -215,7 +237,7 @@ struct S3Core final : http::ObjectClient {
            const WriteOptions& options) override {
     if (data.size() > part_bytes) {
       std::unique_ptr<StorageWriter> writer = open_writer(std::string(key), options);
-      writer->append(data, io);
+      writer->append_borrowed(data, io);  // data outlives the writer
       writer->commit(io);
       return;
     }
@@ -224,9 +246,16 @@ struct S3Core final : http::ObjectClient {
 
   // PutObject; create-only (If-None-Match: * or the service's equivalent) when if_absent.
   void put_object(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op, bool if_absent) {
+    http::PartBody body;
+    body.pieces = {data};
+    body.size = data.size();
+    put_object(key, body, io, op, if_absent);
+  }
+  void put_object(std::string_view key, const http::PartBody& body, const IoOptions& io, const std::string& op,
+                  bool if_absent) {
     std::string what = op + " " + describe(key);
-    http::Request r = request("PUT", object_url(key), data, /*crc_covered=*/true);
-    add_crc32c(r, data);
+    http::Request r = request("PUT", object_url(key), body);
+    add_crc32c(r, body);
     if (if_absent) r.headers.push_back(config.create_only_header);
     http::Response resp = execute(r, io, what);
     if (if_absent && resp.status == 412) throw http::conflict_error(what, resp.status, xml_value(resp.body, "Code"));
@@ -235,9 +264,15 @@ struct S3Core final : http::ObjectClient {
 
   // x-amz-checksum-crc32c of body when config.checksum_crc32c (S3 refuses a body that does
   // not match it: 400 BadDigest, which the client retries). Returns the value ("" when off).
-  std::string add_crc32c(http::Request& r, ByteSpan body) const {
+  std::string add_crc32c(http::Request& r, const http::PartBody& body) const {
     if (!config.checksum_crc32c) return "";
-    std::string value = http::crc32c_base64(crc32c(0, body));
+    std::uint32_t crc = 0;
+    if (body.crc32c) {
+      crc = *body.crc32c;
+    } else {
+      for (ByteSpan piece : body.pieces) crc = crc32c(crc, piece);
+    }
+    std::string value = http::crc32c_base64(crc);
     r.headers.push_back("x-amz-checksum-crc32c: " + value);
     r.headers.push_back("x-amz-sdk-checksum-algorithm: CRC32C");
     return value;
@@ -260,13 +295,13 @@ struct S3Core final : http::ObjectClient {
     std::string crc32c;  // base64, when config.checksum_crc32c
   };
 
-  UploadedPart upload_part(std::string_view key, const std::string& upload_id, int part, ByteSpan data,
+  UploadedPart upload_part(std::string_view key, const std::string& upload_id, int part, const http::PartBody& body,
                            const IoOptions& io) {
     std::string what =
-        "upload part " + std::to_string(part) + " (" + std::to_string(data.size()) + " bytes) of " + describe(key);
+        "upload part " + std::to_string(part) + " (" + std::to_string(body.size) + " bytes) of " + describe(key);
     std::string query = "partNumber=" + std::to_string(part) + "&uploadId=" + http::uri_encode(upload_id, false);
-    http::Request r = request("PUT", object_url(key, query), data, /*crc_covered=*/true);
-    std::string crc = add_crc32c(r, data);
+    http::Request r = request("PUT", object_url(key, query), body);
+    std::string crc = add_crc32c(r, body);
     http::Response resp = execute(r, io, what);
     if (resp.status != 200) fail(what, resp);
     std::string etag = resp.header("etag");
@@ -402,19 +437,19 @@ class S3Upload final : public http::PartUpload {
   S3Upload(std::shared_ptr<S3Core> core, std::string key, bool if_absent)
       : core_(std::move(core)), key_(std::move(key)), if_absent_(if_absent) {}
 
-  void put_whole(ByteSpan data, const IoOptions& io) override {
-    core_->put_object(key_, data, io, "write", if_absent_);
+  void put_whole(const http::PartBody& body, const IoOptions& io) override {
+    core_->put_object(key_, body, io, "write", if_absent_);
   }
   void start(const IoOptions& io) override { upload_id_ = core_->create_multipart(key_, io); }
 
-  void put_part(std::size_t index, std::uint64_t offset, ByteSpan data, const IoOptions& io) override {
+  void put_part(std::size_t index, std::uint64_t offset, const http::PartBody& body, const IoOptions& io) override {
     const int part = static_cast<int>(index) + 1;
-    S3Core::UploadedPart uploaded = core_->upload_part(key_, upload_id_, part, data, io);
+    S3Core::UploadedPart uploaded = core_->upload_part(key_, upload_id_, part, body, io);
     MutexLock lock(parts_mu_);
     parts_[part] = std::move(uploaded);
   }
 
-  void finish(std::size_t parts, std::uint64_t size, ByteSpan tail, const IoOptions& io) override {
+  void finish(std::size_t parts, std::uint64_t size, const http::PartBody& tail, const IoOptions& io) override {
     MutexLock lock(parts_mu_);
     core_->complete_multipart(key_, upload_id_, parts_, if_absent_, io);
   }
@@ -437,6 +472,10 @@ std::unique_ptr<StorageWriter> S3Core::open_writer(const std::string& key, const
   limits.part_bytes = part_bytes;
   limits.parts_in_flight = config.max_parallel_parts;
   limits.max_parts = kMaxParts;
+  // Content-MD5 (GCS's XML API) is taken over one span: those bodies are copied whole.
+  limits.borrow = !config.content_md5;
+  limits.sha256 = !sends_unsigned_payload(config);
+  limits.crc32c = config.checksum_crc32c;
   return http::make_upload_writer(
       key, describe(key),
       std::make_shared<S3Upload>(std::static_pointer_cast<S3Core>(shared_from_this()), key, options.if_absent), pool,

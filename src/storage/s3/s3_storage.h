@@ -21,7 +21,9 @@
 // XAmzContentSHA256Mismatch and sent again, as is one refused with BadDigest when
 // content_md5 adds Content-MD5 or an UNSIGNED-PAYLOAD body its x-amz-checksum-crc32c
 // (S3Config::payload_signing); http/body_checksum.h):
-//   - writers (http/upload_writer.h) stage bytes in BufferPool buffers. An object that fits
+//   - writers (http/upload_writer.h) stage bytes in BufferPool buffers, or send the bytes
+//     given to append_borrowed() from the caller's memory (a part is then a list of pieces,
+//     the SHA-256 and CRC-32C computed as the bytes are appended). An object that fits
 //     in one part is one PUT at commit(). A larger one starts a multipart upload when the
 //     first part is full and uploads parts in parallel (at most max_parallel_parts in flight
 //     per writer, each holding its pool buffer, so memory stays bounded by the pool);
