@@ -73,7 +73,7 @@ struct S3Core final : http::ObjectClient {
       po.buffer_bytes = wanted;
       // Parts are copied in and sent, never mapped to a disk, so huge pages buy nothing, and
       // their first touch (2 MiB zeroed per fault, with compaction under THP defrag=madvise)
-      // was 30 % of a rank's CPU in a 0.34 GB save on 2 shared cores (bench/HISTORY.md).
+      // was 30 % of a rank's CPU in a 0.34 GB save on 2 shared cores.
       po.huge_pages = false;
       // Every part a writer keeps in flight plus the one it fills (more when the caller's
       // default_pool_bytes allows).

@@ -119,7 +119,7 @@ struct S3Config {
   // (no StorageOptions::buffer_pool) holds at least max_parallel_parts + 1 parts. boto3 keeps
   // 10 per object, but it streams parts from a file; ours are staged in memory, and on 2
   // shared cores 10 in flight cost 8 % more client CPU (the buffers' first touch) and were
-  // no faster on s3s-fs or moto than 4 (bench/HISTORY.md, 2026-12-05). Raise it for a
+  // no faster on s3s-fs or moto than 4. Raise it for a
   // server far away or slow per request, where each part waits on the round trip.
   int max_parallel_parts = 4;
   // read() and sources split reads at least this large into parallel ranged GETs of
