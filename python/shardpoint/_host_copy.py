@@ -60,9 +60,9 @@ def _native_copy_ranges() -> Any:
     global _copy_ranges
     if _copy_ranges is False:
         try:
-            from . import _native
+            from . import _abi, _native
 
-            _native.lib()
+            _abi.lib()
             _copy_ranges = _native.copy_ranges
         except Exception:  # noqa: BLE001 - the source tree without its library (the CUDA check): copy_ it is
             _copy_ranges = None

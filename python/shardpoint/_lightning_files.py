@@ -175,7 +175,7 @@ class CheckpointIO(_LightningCheckpointIO):
         weights_only: Optional[bool] = None,
     ) -> Dict[str, Any]:
         """(every loading rank) Reads the file, verifies its CRC-32s, ``torch.load``-s it with
-        ``weights_only=True`` unless ``weights_only=False`` is passed (on every PyTorch: a
+        ``weights_only=True`` unless the caller turns that off (on every PyTorch: a
         checkpoint's pickle runs no code unless the caller trusts it).
 
         Raises:

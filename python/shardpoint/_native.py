@@ -1,8 +1,7 @@
-"""ctypes binding of libshardpoint's C API (include/shardpoint/c_api.h).
-
-The only module that knows the C ABI. ctypes releases the GIL around every foreign call,
-so native I/O runs while other Python threads go on. The library is looked up in
-``$SHARDPOINT_LIBRARY`` (a path), then in this package's ``_lib`` folder (wheels).
+"""ctypes binding of libshardpoint's C API (include/shardpoint/c_api.h): the calls, with
+their options and results turned into Python values. The structs, signatures and library
+loading are in _abi.py. ctypes releases the GIL around every foreign call, so native I/O
+runs while other Python threads go on.
 """
 
 from __future__ import annotations
@@ -11,427 +10,9 @@ import ctypes
 import dataclasses
 import os
 import struct
-from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast, get_args
 
-from . import errors, results
-
-
-class SaveOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("thread_count", ctypes.c_int),
-        ("checksum", ctypes.c_int),
-        ("checksum_block_bytes", ctypes.c_uint64),
-        ("durable", ctypes.c_int),
-        ("direct_io", ctypes.c_int),
-        ("compression", ctypes.c_int),
-        ("compression_level", ctypes.c_int),
-        ("compression_threads", ctypes.c_int),
-    ]
-
-
-class ReaderOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("verify_checksums", ctypes.c_int),
-        ("thread_count", ctypes.c_int),
-        ("check_zip_crc", ctypes.c_int),
-    ]
-
-
-class Item(ctypes.Structure):
-    _fields_ = [
-        ("file", ctypes.c_char_p),
-        ("kind", ctypes.c_int),
-        ("fqn", ctypes.c_char_p),
-        ("dtype", ctypes.c_char_p),
-        ("ndim", ctypes.c_int),
-        # const int64_t*, set as addresses (torch.py points them into one array per call).
-        ("offsets", ctypes.c_void_p),
-        ("sizes", ctypes.c_void_p),
-        ("data", ctypes.c_void_p),
-        ("nbytes", ctypes.c_uint64),
-    ]
-
-
-class TensorRead(ctypes.Structure):
-    _fields_ = [
-        ("file", ctypes.c_char_p),
-        ("blob_offset", ctypes.c_uint64),
-        ("blob_length", ctypes.c_uint64),
-        ("fqn", ctypes.c_char_p),
-        ("dtype", ctypes.c_char_p),
-        ("ndim", ctypes.c_int),
-        # const int64_t*, set as addresses (torch.py points them into one array per batch).
-        ("chunk_offsets", ctypes.c_void_p),
-        ("chunk_sizes", ctypes.c_void_p),
-        ("storage_offsets", ctypes.c_void_p),
-        ("lengths", ctypes.c_void_p),
-        ("dest", ctypes.c_void_p),
-        ("dest_nbytes", ctypes.c_uint64),
-    ]
-
-
-class ZipCrcCountsStruct(ctypes.Structure):
-    _fields_ = [
-        ("records_checked", ctypes.c_uint64),
-        ("bytes_checked", ctypes.c_uint64),
-        ("records_no_checksum", ctypes.c_uint64),
-        ("records_partial", ctypes.c_uint64),
-    ]
-
-
-class ConsolidateOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("output_file", ctypes.c_char_p),
-        ("layout", ctypes.c_int),
-        ("format", ctypes.c_int),
-        ("max_shard_bytes", ctypes.c_uint64),
-        ("memory_budget_bytes", ctypes.c_uint64),
-        ("verify_checksums", ctypes.c_int),
-        ("check_zip_crc", ctypes.c_int),
-        ("durable", ctypes.c_int),
-    ]
-
-
-class ConsolidateResultStruct(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("output", ctypes.c_void_p),  # char*, freed by sp_consolidate_result_free
-        ("tensors", ctypes.c_uint64),
-        ("objects", ctypes.c_uint64),
-        ("tensor_bytes", ctypes.c_uint64),
-        ("bytes_read", ctypes.c_uint64),
-        ("peak_rss_bytes", ctypes.c_uint64),
-        ("zip_crc", ZipCrcCountsStruct),
-        ("seconds", ctypes.c_double),
-    ]
-
-
-class ReshardOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("verify_checksums", ctypes.c_int),
-        ("check_zip_crc", ctypes.c_int),
-        ("memory_budget_bytes", ctypes.c_uint64),
-        ("thread_count", ctypes.c_int),
-        ("durable", ctypes.c_int),
-        ("checksum", ctypes.c_int),
-        ("compression", ctypes.c_int),
-        ("compression_level", ctypes.c_int),
-        ("compression_threads", ctypes.c_int),
-    ]
-
-
-class ReshardResultStruct(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("source_format", ctypes.c_int),
-        ("tensors", ctypes.c_uint64),
-        ("objects", ctypes.c_uint64),
-        ("payload_bytes", ctypes.c_uint64),
-        ("bytes_written", ctypes.c_uint64),
-        ("zip_crc", ZipCrcCountsStruct),
-        ("meta_pt_bytes", ctypes.c_uint64),
-        ("seconds", ctypes.c_double),
-    ]
-
-
-class VerifyOptions(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("quick", ctypes.c_int)]
-
-
-class VerifyProblemStruct(ctypes.Structure):
-    _fields_ = [("file", ctypes.c_char_p), ("item", ctypes.c_char_p), ("message", ctypes.c_char_p)]
-
-
-class VerifyCoverageStruct(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("format", ctypes.c_int),
-        ("quick", ctypes.c_int),
-        ("structure_bytes", ctypes.c_uint64),
-        ("zip_records", ctypes.c_uint64),
-        ("zip_record_bytes", ctypes.c_uint64),
-        ("zip_crc32_bytes", ctypes.c_uint64),
-        ("no_checksum_bytes", ctypes.c_uint64),
-        ("sidecar", ctypes.c_int),
-        ("sidecar_bytes", ctypes.c_uint64),
-    ]
-
-
-class VerifyResultStruct(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("owner", ctypes.c_void_p),
-        ("ok", ctypes.c_int),
-        ("tensors", ctypes.c_uint64),
-        ("objects", ctypes.c_uint64),
-        ("bytes", ctypes.c_uint64),
-        ("verified_bytes", ctypes.c_uint64),
-        ("problem_count", ctypes.c_size_t),
-        ("problems", ctypes.POINTER(VerifyProblemStruct)),
-        ("coverage_count", ctypes.c_size_t),
-        ("coverage", ctypes.POINTER(VerifyCoverageStruct)),
-    ]
-
-
-class StringList(ctypes.Structure):
-    _fields_ = [("count", ctypes.c_size_t), ("items", ctypes.POINTER(ctypes.c_char_p))]
-
-
-# Pointers to arrays are c_void_p (addresses): read with from_address, set from the
-# addresses of arrays the caller keeps alive.
-class StorageInfoStruct(ctypes.Structure):
-    _fields_ = [
-        ("file", ctypes.c_char_p),
-        ("offset", ctypes.c_uint64),
-        ("length", ctypes.c_uint64),
-        ("transform_descriptor_count", ctypes.c_size_t),
-        ("transform_descriptors", ctypes.c_void_p),  # const char* const*
-    ]
-
-
-class WrittenItemStruct(ctypes.Structure):
-    _fields_ = [
-        ("kind", ctypes.c_int),
-        ("fqn", ctypes.c_char_p),
-        ("ndim", ctypes.c_int),
-        ("offsets", ctypes.c_void_p),  # const int64_t*
-        ("storage", StorageInfoStruct),
-        ("checksum", ctypes.c_uint64),
-        ("block_count", ctypes.c_size_t),
-        ("blocks", ctypes.c_void_p),  # const uint64_t*
-        ("has_data_offset", ctypes.c_int),
-        ("data_offset", ctypes.c_uint64),
-    ]
-
-
-class WriteResultStruct(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("owner", ctypes.c_void_p),
-        ("item_count", ctypes.c_size_t),
-        ("items", ctypes.POINTER(WrittenItemStruct)),
-    ]
-
-
-class InspectOptions(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t)]
-
-
-class InspectChunkStruct(ctypes.Structure):
-    _fields_ = [("offsets", ctypes.c_void_p), ("sizes", ctypes.c_void_p), ("storage", StorageInfoStruct)]
-
-
-class InspectTensorStruct(ctypes.Structure):
-    _fields_ = [
-        ("fqn", ctypes.c_char_p),
-        ("dtype", ctypes.c_char_p),
-        ("ndim", ctypes.c_int),
-        ("shape", ctypes.c_void_p),
-        ("chunk_count", ctypes.c_size_t),
-        ("chunks", ctypes.POINTER(InspectChunkStruct)),
-    ]
-
-
-class InspectObjectStruct(ctypes.Structure):
-    _fields_ = [("fqn", ctypes.c_char_p), ("storage", StorageInfoStruct)]
-
-
-class InspectResultStruct(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("owner", ctypes.c_void_p),
-        ("format", ctypes.c_int),
-        ("sidecar", ctypes.c_int),
-        ("tensor_count", ctypes.c_size_t),
-        ("tensors", ctypes.POINTER(InspectTensorStruct)),
-        ("object_count", ctypes.c_size_t),
-        ("objects", ctypes.POINTER(InspectObjectStruct)),
-        ("file_count", ctypes.c_size_t),
-        ("files", ctypes.POINTER(ctypes.c_char_p)),
-    ]
-
-
-ITEM_TENSOR = 0
-ITEM_BYTES = 1
-
-# sp_name_kind (c_api.h): the enums whose names the engine maps.
-NAME_CHECKSUM = 0
-NAME_COMPRESSION = 1
-NAME_LAYOUT = 2
-NAME_OUTPUT_FORMAT = 3
-NAME_CHECKPOINT_FORMAT = 4
-
-_STATUS_ERRORS = {
-    1: errors.FormatError,
-    2: errors.StorageError,
-    3: errors.NotFoundError,
-    4: errors.PlanError,
-    5: errors.UsageError,
-    6: errors.CommError,
-    7: errors.InternalError,
-}
-
-
-def _library_path() -> str:
-    explicit = os.environ.get("SHARDPOINT_LIBRARY")
-    if explicit:
-        return explicit
-    lib_dir = Path(__file__).resolve().parent / "_lib"
-    # A wheel may carry only the versioned names (pip does not keep the unversioned symlink).
-    for name in ("libshardpoint.so", "libshardpoint.so.0"):
-        if (lib_dir / name).exists():
-            return str(lib_dir / name)
-    raise ImportError(
-        "shardpoint: libshardpoint.so not found: install the wheel (pip install shardpoint-*.whl) "
-        "or set SHARDPOINT_LIBRARY to a built libshardpoint.so"
-    )
-
-
-def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(_library_path())
-    P = ctypes.c_void_p
-    status = ctypes.c_int
-    err = ctypes.POINTER(ctypes.c_char_p)
-    out_buf = ctypes.POINTER(ctypes.c_void_p)
-    out_str = ctypes.POINTER(ctypes.c_void_p)
-    size_p = ctypes.POINTER(ctypes.c_size_t)
-    signatures = {
-        "sp_version": (ctypes.c_char_p, []),
-        "sp_free": (None, [P]),
-        "sp_location_parse": (status, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), out_str, out_str, out_str, err]),
-        "sp_checkpoint_open": (status, [ctypes.c_char_p, ctypes.POINTER(P), err]),
-        "sp_checkpoint_close": (None, [P]),
-        "sp_read_object": (status, [P, ctypes.c_char_p, out_buf, size_p, ctypes.POINTER(ctypes.c_int), err]),
-        "sp_write_object": (status, [P, ctypes.c_char_p, P, ctypes.c_size_t, ctypes.c_int, err]),
-        "sp_remove_object": (status, [P, ctypes.c_char_p, err]),
-        "sp_save_options_init": (None, [ctypes.POINTER(SaveOptions)]),
-        "sp_write_result_init": (None, [ctypes.POINTER(WriteResultStruct)]),
-        "sp_write_result_free": (None, [ctypes.POINTER(WriteResultStruct)]),
-        "sp_write_items": (
-            status,
-            [P, ctypes.POINTER(Item), ctypes.c_size_t, ctypes.POINTER(SaveOptions), ctypes.POINTER(WriteResultStruct),
-             err],
-        ),
-        "sp_replace_folder": (status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, err]),
-        "sp_commit": (
-            status,
-            [P, P, ctypes.c_size_t, ctypes.POINTER(WrittenItemStruct), ctypes.c_size_t, ctypes.POINTER(SaveOptions),
-             err],
-        ),
-        "sp_reader_options_init": (None, [ctypes.POINTER(ReaderOptions)]),
-        "sp_reader_open": (status, [P, ctypes.POINTER(ReaderOptions), ctypes.POINTER(P), err]),
-        "sp_reader_close": (None, [P]),
-        "sp_reader_metadata": (None, [P, out_buf, size_p]),
-        "sp_reader_metadata_rebuilt": (status, [P, out_buf, size_p, err]),
-        "sp_metadata_rebuild": (status, [P, ctypes.c_size_t, ctypes.c_char_p, out_buf, size_p, err]),
-        "sp_reader_verified": (ctypes.c_int, [P]),
-        "sp_reader_checks_zip_crc": (ctypes.c_int, [P]),
-        "sp_reader_zip_crc_counts": (
-            None,
-            [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)],
-        ),
-        "sp_reader_read_tensors": (status, [P, ctypes.POINTER(TensorRead), ctypes.c_size_t, err]),
-        "sp_reader_read_blob": (
-            status,
-            [P, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p, out_buf, size_p, err],
-        ),
-        "sp_value_of_name": (status, [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), err]),
-        "sp_name_of_value": (ctypes.c_char_p, [ctypes.c_int, ctypes.c_int]),
-        "sp_consolidate_options_init": (None, [ctypes.POINTER(ConsolidateOptions)]),
-        "sp_consolidate_result_init": (None, [ctypes.POINTER(ConsolidateResultStruct)]),
-        "sp_consolidate_result_free": (None, [ctypes.POINTER(ConsolidateResultStruct)]),
-        "sp_consolidate": (
-            status,
-            [ctypes.c_char_p, ctypes.POINTER(ConsolidateOptions), ctypes.POINTER(ConsolidateResultStruct), err],
-        ),
-        "sp_reshard_options_init": (None, [ctypes.POINTER(ReshardOptions)]),
-        "sp_reshard_result_init": (None, [ctypes.POINTER(ReshardResultStruct)]),
-        "sp_reshard": (
-            status,
-            [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ReshardOptions),
-             ctypes.POINTER(ReshardResultStruct), err],
-        ),
-        "sp_verify_options_init": (None, [ctypes.POINTER(VerifyOptions)]),
-        "sp_verify_result_init": (None, [ctypes.POINTER(VerifyResultStruct)]),
-        "sp_verify_result_free": (None, [ctypes.POINTER(VerifyResultStruct)]),
-        "sp_verify": (
-            status, [ctypes.c_char_p, ctypes.POINTER(VerifyOptions), ctypes.POINTER(VerifyResultStruct), err]
-        ),
-        "sp_inspect_options_init": (None, [ctypes.POINTER(InspectOptions)]),
-        "sp_inspect_result_init": (None, [ctypes.POINTER(InspectResultStruct)]),
-        "sp_inspect_result_free": (None, [ctypes.POINTER(InspectResultStruct)]),
-        "sp_inspect": (
-            status, [ctypes.c_char_p, ctypes.POINTER(InspectOptions), ctypes.POINTER(InspectResultStruct), err]
-        ),
-        "sp_string_list_free": (None, [ctypes.POINTER(StringList)]),
-        "sp_checkpoint_committed": (status, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), err]),
-        "sp_list_committed_checkpoints": (status, [ctypes.c_char_p, ctypes.POINTER(StringList), err]),
-        "sp_remove_checkpoint": (status, [ctypes.c_char_p, err]),
-        "sp_staging_folder": (status, [ctypes.c_char_p, ctypes.c_char_p, out_str, err]),
-        "sp_remove_stale_staging": (status, [ctypes.c_char_p, size_p, err]),
-        "sp_split_into_files": (
-            status,
-            [P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
-             ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), size_p, ctypes.POINTER(ctypes.c_int), err],
-        ),
-        "sp_copy_ranges": (
-            None, [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
-                   ctypes.c_size_t],
-        ),
-    }
-    for name, (restype, argtypes) in signatures.items():
-        fn = getattr(lib, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
-    return lib
-
-
-_lib: Optional[ctypes.CDLL] = None
-
-
-def lib() -> ctypes.CDLL:
-    """The loaded library (loaded on first use)."""
-    global _lib
-    if _lib is None:
-        _lib = _load()
-    return _lib
-
-
-def _check(status: int, error: ctypes.c_char_p) -> None:
-    if status == 0:
-        return
-    message = "unknown error"
-    if error.value is not None:
-        message = error.value.decode("utf-8", "replace")
-        lib().sp_free(ctypes.cast(error, ctypes.c_void_p))
-    raise _STATUS_ERRORS.get(status, errors.InternalError)(message)
-
-
-def _address(p: ctypes.c_void_p) -> int:
-    """The address in p; a NULL where the library promised memory is its bug."""
-    if p.value is None:
-        raise errors.InternalError("the library returned NULL where it returns memory")
-    return p.value
-
-
-def _take_string(p: ctypes.c_void_p) -> str:
-    """The NUL-terminated string the library returned in p, freed."""
-    try:
-        return ctypes.string_at(_address(p)).decode("utf-8")
-    finally:
-        lib().sp_free(p)
-
-
-def _take_bytes(p: ctypes.c_void_p, size: int) -> bytes:
-    try:
-        return ctypes.string_at(_address(p), size) if size else b""
-    finally:
-        lib().sp_free(p)
+from . import _abi, errors, results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,14 +30,14 @@ def parse_location(path_or_url: str) -> Location:
     remote = ctypes.c_int()
     canonical, parent, name = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     error = ctypes.c_char_p()
-    _check(lib().sp_location_parse(os.fsencode(path_or_url), ctypes.byref(remote), ctypes.byref(canonical),
+    _abi.check(_abi.lib().sp_location_parse(os.fsencode(path_or_url), ctypes.byref(remote), ctypes.byref(canonical),
                                    ctypes.byref(parent), ctypes.byref(name), ctypes.byref(error)), error)
-    text, up, last = _take_string(canonical), _take_string(parent), _take_string(name)
+    text, up, last = _abi.take_string(canonical), _abi.take_string(parent), _abi.take_string(name)
     return Location(remote=bool(remote.value), text=text, parent=up or None, name=last)
 
 
 def version() -> str:
-    return lib().sp_version().decode()
+    return _abi.lib().sp_version().decode()
 
 
 def copy_ranges(dsts: Sequence[int], srcs: Sequence[int], sizes: Sequence[int]) -> None:
@@ -465,7 +46,7 @@ def copy_ranges(dsts: Sequence[int], srcs: Sequence[int], sizes: Sequence[int]) 
     REQUIRES: the ranges are valid for their sizes and do not overlap."""
     n = len(sizes)
     if n:
-        lib().sp_copy_ranges((ctypes.c_void_p * n)(*dsts), (ctypes.c_void_p * n)(*srcs), (ctypes.c_uint64 * n)(*sizes), n)
+        _abi.lib().sp_copy_ranges((ctypes.c_void_p * n)(*dsts), (ctypes.c_void_p * n)(*srcs), (ctypes.c_uint64 * n)(*sizes), n)
 
 
 def int64_array(values: Sequence[int]) -> Any:
@@ -479,13 +60,13 @@ def value_of_name(kind: int, name: str) -> int:
         raise errors.UsageError(f"expected a name (str), found {name!r}")
     value = ctypes.c_int()
     error = ctypes.c_char_p()
-    _check(lib().sp_value_of_name(kind, name.encode(), ctypes.byref(value), ctypes.byref(error)), error)
+    _abi.check(_abi.lib().sp_value_of_name(kind, name.encode(), ctypes.byref(value), ctypes.byref(error)), error)
     return value.value
 
 
 def name_of_value(kind: int, value: int) -> str:
     """The engine's name of a C enum value (sp_name_of_value)."""
-    name = lib().sp_name_of_value(kind, value)
+    name = _abi.lib().sp_name_of_value(kind, value)
     if name is None:
         raise errors.InternalError(f"the library returned enum value {value} without a name (kind {kind})")
     return name.decode()
@@ -494,14 +75,14 @@ def name_of_value(kind: int, value: int) -> str:
 def save_options(thread_count: Optional[int] = None, checksum: Optional[str] = None,
                  checksum_block_bytes: Optional[int] = None, durable: Optional[bool] = None,
                  direct_io: Optional[bool] = None, compression: Optional[str] = None,
-                 compression_threads: Optional[int] = None, compression_level: Optional[int] = None) -> SaveOptions:
+                 compression_threads: Optional[int] = None, compression_level: Optional[int] = None) -> _abi.SaveOptions:
     """sp_save_options: the engine's defaults (sp_save_options_init) for every None."""
-    o = SaveOptions()
-    lib().sp_save_options_init(ctypes.byref(o))
+    o = _abi.SaveOptions()
+    _abi.lib().sp_save_options_init(ctypes.byref(o))
     if thread_count is not None:
         o.thread_count = int(thread_count)
     if checksum is not None:
-        o.checksum = value_of_name(NAME_CHECKSUM, checksum)
+        o.checksum = value_of_name(_abi.NAME_CHECKSUM, checksum)
     if checksum_block_bytes is not None:
         o.checksum_block_bytes = int(checksum_block_bytes)
     if durable is not None:
@@ -509,7 +90,7 @@ def save_options(thread_count: Optional[int] = None, checksum: Optional[str] = N
     if direct_io is not None:
         o.direct_io = int(bool(direct_io))
     if compression is not None:
-        o.compression = value_of_name(NAME_COMPRESSION, compression)
+        o.compression = value_of_name(_abi.NAME_COMPRESSION, compression)
     if compression_threads is not None:
         if compression_threads < 0:
             raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
@@ -520,10 +101,10 @@ def save_options(thread_count: Optional[int] = None, checksum: Optional[str] = N
 
 
 def reader_options(verify_checksums: Optional[bool] = None, thread_count: Optional[int] = None,
-                   check_zip_crc: Optional[bool] = None) -> ReaderOptions:
+                   check_zip_crc: Optional[bool] = None) -> _abi.ReaderOptions:
     """sp_reader_options: the engine's defaults (sp_reader_options_init) for every None."""
-    o = ReaderOptions()
-    lib().sp_reader_options_init(ctypes.byref(o))
+    o = _abi.ReaderOptions()
+    _abi.lib().sp_reader_options_init(ctypes.byref(o))
     if verify_checksums is not None:
         o.verify_checksums = int(bool(verify_checksums))
     if thread_count is not None:
@@ -553,18 +134,18 @@ class WrittenItem(NamedTuple):
 # sp_written_item's fields in C's layout, to read a result's whole array in one pass
 # (struct.iter_unpack; field by field through ctypes costs twice the time per item).
 _WRITTEN_ITEM = struct.Struct("@iPiPPQQNPQNPiQ")
-if _WRITTEN_ITEM.size != ctypes.sizeof(WrittenItemStruct):
-    raise ImportError(f"shardpoint: sp_written_item is {ctypes.sizeof(WrittenItemStruct)} bytes in ctypes, "
+if _WRITTEN_ITEM.size != ctypes.sizeof(_abi.WrittenItemStruct):
+    raise ImportError(f"shardpoint: sp_written_item is {ctypes.sizeof(_abi.WrittenItemStruct)} bytes in ctypes, "
                       f"{_WRITTEN_ITEM.size} as a struct format")
 
 
-def _written_items(r: WriteResultStruct) -> Tuple[WrittenItem, ...]:
+def _written_items(r: _abi.WriteResultStruct) -> Tuple[WrittenItem, ...]:
     """The records of an sp_write_result, copied out of the library's memory."""
     count = r.item_count
     if count == 0:
         return ()
     string_at, i64, u64, ptr = ctypes.string_at, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
-    raw = string_at(_address(ctypes.cast(r.items, ctypes.c_void_p)), count * _WRITTEN_ITEM.size)
+    raw = string_at(_abi.address(ctypes.cast(r.items, ctypes.c_void_p)), count * _WRITTEN_ITEM.size)
     files: Dict[bytes, str] = {}  # the few file names, decoded once
     out = []
     for (kind, fqn, ndim, offsets, file, offset, length, descriptor_count, descriptors, checksum, block_count,
@@ -575,8 +156,8 @@ def _written_items(r: WriteResultStruct) -> Tuple[WrittenItem, ...]:
             name = files[file_name] = file_name.decode()
         out.append(WrittenItem(
             string_at(fqn).decode(),
-            tuple((i64 * ndim).from_address(offsets)) if kind == ITEM_TENSOR and ndim else
-            (() if kind == ITEM_TENSOR else None),
+            tuple((i64 * ndim).from_address(offsets)) if kind == _abi.ITEM_TENSOR and ndim else
+            (() if kind == _abi.ITEM_TENSOR else None),
             name,
             offset,
             length,
@@ -598,13 +179,13 @@ def _array(ctype: Any, address: Optional[int], count: int) -> Tuple[Any, ...]:
     return tuple((ctype * count).from_address(address))
 
 
-def _descriptors(storage: StorageInfoStruct) -> Tuple[str, ...]:
+def _descriptors(storage: _abi.StorageInfoStruct) -> Tuple[str, ...]:
     return tuple(d.decode() for d in _array(ctypes.c_char_p, storage.transform_descriptors,
                                             storage.transform_descriptor_count))
 
 
 class _WrittenItemArray:
-    """WrittenItems as an array of WrittenItemStruct, with everything it points into."""
+    """WrittenItems as an array of _abi.WrittenItemStruct, with everything it points into."""
 
     def __init__(self, records: Sequence[WrittenItem]):
         count = len(records)
@@ -619,7 +200,7 @@ class _WrittenItemArray:
         self.blocks = (ctypes.c_uint64 * max(len(blocks), 1))(*blocks)
         self.names = (ctypes.c_char_p * max(len(names), 1))(*(n.encode() for n in names))
         self.strings: List[bytes] = []  # the fqns and file names the structs point at
-        self.items = (WrittenItemStruct * max(count, 1))()
+        self.items = (_abi.WrittenItemStruct * max(count, 1))()
         int_base = ctypes.addressof(self.ints)
         block_base = ctypes.addressof(self.blocks)
         name_base = ctypes.addressof(self.names)
@@ -629,9 +210,9 @@ class _WrittenItemArray:
             self.strings += [fqn, file]
             slot.fqn = fqn
             if r.offsets is None:
-                slot.kind = ITEM_BYTES
+                slot.kind = _abi.ITEM_BYTES
             else:
-                slot.kind = ITEM_TENSOR
+                slot.kind = _abi.ITEM_TENSOR
                 slot.ndim = len(r.offsets)
                 slot.offsets = int_base + 8 * at_int
                 at_int += len(r.offsets)
@@ -657,7 +238,7 @@ class Checkpoint:
     def __init__(self, path_or_url: str):
         handle = ctypes.c_void_p()
         error = ctypes.c_char_p()
-        _check(lib().sp_checkpoint_open(os.fsencode(path_or_url), ctypes.byref(handle), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_checkpoint_open(os.fsencode(path_or_url), ctypes.byref(handle), ctypes.byref(error)), error)
         self._handle: Optional[ctypes.c_void_p] = handle
 
     @property
@@ -668,7 +249,7 @@ class Checkpoint:
 
     def close(self) -> None:
         if self._handle is not None:
-            lib().sp_checkpoint_close(self._handle)
+            _abi.lib().sp_checkpoint_close(self._handle)
             self._handle = None
 
     def __del__(self) -> None:
@@ -682,61 +263,61 @@ class Checkpoint:
         size = ctypes.c_size_t()
         found = ctypes.c_int()
         error = ctypes.c_char_p()
-        _check(
-            lib().sp_read_object(self.handle, key.encode(), ctypes.byref(data), ctypes.byref(size), ctypes.byref(found),
+        _abi.check(
+            _abi.lib().sp_read_object(self.handle, key.encode(), ctypes.byref(data), ctypes.byref(size), ctypes.byref(found),
                                  ctypes.byref(error)),
             error,
         )
-        return _take_bytes(data, size.value) if found.value else None
+        return _abi.take_bytes(data, size.value) if found.value else None
 
     def write_object(self, key: str, data: bytes, durable: bool = True) -> None:
         error = ctypes.c_char_p()
         buf = ctypes.create_string_buffer(data, len(data))
-        _check(lib().sp_write_object(self.handle, key.encode(), buf, len(data), int(durable), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_write_object(self.handle, key.encode(), buf, len(data), int(durable), ctypes.byref(error)), error)
 
     def remove_object(self, key: str) -> None:
         error = ctypes.c_char_p()
-        _check(lib().sp_remove_object(self.handle, key.encode(), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_remove_object(self.handle, key.encode(), ctypes.byref(error)), error)
 
     def split_into_files(self, kinds: Sequence[int], nbytes: Sequence[int], thread_count: int,
                          single_file_per_rank: bool) -> Tuple[List[int], List[int], int]:
         """The engine's split of a rank's items into data files (sp_split_into_files): item i
-        is of kind kinds[i] (ITEM_TENSOR, ITEM_BYTES) and nbytes[i] bytes. Returns (the file
+        is of kind kinds[i] (_abi.ITEM_TENSOR, _abi.ITEM_BYTES) and nbytes[i] bytes. Returns (the file
         of each item, the items' positions file by file in write order, the file count)."""
         count = len(kinds)
         file_of_item = (ctypes.c_int * max(count, 1))()
         order = (ctypes.c_size_t * max(count, 1))()
         files = ctypes.c_int()
         error = ctypes.c_char_p()
-        _check(
-            lib().sp_split_into_files(self.handle, int(thread_count), int(bool(single_file_per_rank)),
+        _abi.check(
+            _abi.lib().sp_split_into_files(self.handle, int(thread_count), int(bool(single_file_per_rank)),
                                       (ctypes.c_int * max(count, 1))(*kinds), (ctypes.c_uint64 * max(count, 1))(*nbytes),
                                       count, file_of_item, order, ctypes.byref(files), ctypes.byref(error)),
             error,
         )
         return list(file_of_item[:count]), list(order[:count]), files.value
 
-    def write_items(self, items: Any, count: int, options: SaveOptions) -> Tuple[WrittenItem, ...]:
-        """Writes the first count items of a ctypes array of Item; returns what each became,
+    def write_items(self, items: Any, count: int, options: _abi.SaveOptions) -> Tuple[WrittenItem, ...]:
+        """Writes the first count items of a ctypes array of _abi.Item; returns what each became,
         in file order (sp_write_items)."""
-        r = WriteResultStruct()
-        lib().sp_write_result_init(ctypes.byref(r))
+        r = _abi.WriteResultStruct()
+        _abi.lib().sp_write_result_init(ctypes.byref(r))
         error = ctypes.c_char_p()
         try:
-            _check(lib().sp_write_items(self.handle, items, count, ctypes.byref(options), ctypes.byref(r),
+            _abi.check(_abi.lib().sp_write_items(self.handle, items, count, ctypes.byref(options), ctypes.byref(r),
                                         ctypes.byref(error)), error)
             return _written_items(r)
         finally:
-            lib().sp_write_result_free(ctypes.byref(r))
+            _abi.lib().sp_write_result_free(ctypes.byref(r))
 
-    def commit(self, metadata: bytes, written: Sequence[WrittenItem], options: SaveOptions) -> None:
+    def commit(self, metadata: bytes, written: Sequence[WrittenItem], options: _abi.SaveOptions) -> None:
         """Commits (sp_commit): ``written`` holds every rank's records, as write_items
         returned them."""
         error = ctypes.c_char_p()
         buf = ctypes.create_string_buffer(metadata, len(metadata))
         records = _WrittenItemArray(written)
-        _check(
-            lib().sp_commit(self.handle, buf, len(metadata), records.items, records.count, ctypes.byref(options),
+        _abi.check(
+            _abi.lib().sp_commit(self.handle, buf, len(metadata), records.items, records.count, ctypes.byref(options),
                             ctypes.byref(error)),
             error,
         )
@@ -745,17 +326,17 @@ class Checkpoint:
 class Reader:
     """An opened committed checkpoint for reads a DCP read plan names."""
 
-    def __init__(self, checkpoint: Checkpoint, options: ReaderOptions):
+    def __init__(self, checkpoint: Checkpoint, options: _abi.ReaderOptions):
         o = options
         handle = ctypes.c_void_p()
         error = ctypes.c_char_p()
-        _check(lib().sp_reader_open(checkpoint.handle, ctypes.byref(o), ctypes.byref(handle), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_reader_open(checkpoint.handle, ctypes.byref(o), ctypes.byref(handle), ctypes.byref(error)), error)
         self._checkpoint = checkpoint  # the reader borrows it
         self._handle: Optional[ctypes.c_void_p] = handle
 
     def close(self) -> None:
         if self._handle is not None:
-            lib().sp_reader_close(self._handle)
+            _abi.lib().sp_reader_close(self._handle)
             self._handle = None
 
     def __del__(self) -> None:
@@ -767,8 +348,8 @@ class Reader:
     def metadata_bytes(self) -> bytes:
         data = ctypes.c_void_p()
         size = ctypes.c_size_t()
-        lib().sp_reader_metadata(self._handle, ctypes.byref(data), ctypes.byref(size))
-        return ctypes.string_at(_address(data), size.value)
+        _abi.lib().sp_reader_metadata(self._handle, ctypes.byref(data), ctypes.byref(size))
+        return ctypes.string_at(_abi.address(data), size.value)
 
     def metadata_rebuilt(self) -> bytes:
         """The metadata as the engine decoded and encoded it again (sp_reader_metadata_rebuilt):
@@ -776,38 +357,38 @@ class Reader:
         data = ctypes.c_void_p()
         size = ctypes.c_size_t()
         error = ctypes.c_char_p()
-        _check(lib().sp_reader_metadata_rebuilt(self._handle, ctypes.byref(data), ctypes.byref(size),
+        _abi.check(_abi.lib().sp_reader_metadata_rebuilt(self._handle, ctypes.byref(data), ctypes.byref(size),
                                                 ctypes.byref(error)), error)
-        return _take_bytes(data, size.value)
+        return _abi.take_bytes(data, size.value)
 
     def verified(self) -> bool:
-        return bool(lib().sp_reader_verified(self._handle))
+        return bool(_abi.lib().sp_reader_verified(self._handle))
 
     def checks_zip_crc(self) -> bool:
-        return bool(lib().sp_reader_checks_zip_crc(self._handle))
+        return bool(_abi.lib().sp_reader_checks_zip_crc(self._handle))
 
     def zip_crc_counts(self) -> Tuple[int, int, int]:
         """(records checked, records read only in part: unchecked, records without a CRC-32)."""
         checked, partial, none = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
-        lib().sp_reader_zip_crc_counts(self._handle, ctypes.byref(checked), ctypes.byref(partial), ctypes.byref(none))
+        _abi.lib().sp_reader_zip_crc_counts(self._handle, ctypes.byref(checked), ctypes.byref(partial), ctypes.byref(none))
         return checked.value, partial.value, none.value
 
     def read_tensors(self, reads: Any) -> None:
-        """reads: a ctypes array of TensorRead, or a sequence of them."""
-        array = reads if isinstance(reads, ctypes.Array) else (TensorRead * max(len(reads), 1))(*reads)
+        """reads: a ctypes array of _abi.TensorRead, or a sequence of them."""
+        array = reads if isinstance(reads, ctypes.Array) else (_abi.TensorRead * max(len(reads), 1))(*reads)
         error = ctypes.c_char_p()
-        _check(lib().sp_reader_read_tensors(self._handle, array, len(reads), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_reader_read_tensors(self._handle, array, len(reads), ctypes.byref(error)), error)
 
     def read_blob(self, file: str, offset: int, length: int, fqn: str) -> bytes:
         data = ctypes.c_void_p()
         size = ctypes.c_size_t()
         error = ctypes.c_char_p()
-        _check(
-            lib().sp_reader_read_blob(self._handle, file.encode(), offset, length, fqn.encode(), ctypes.byref(data),
+        _abi.check(
+            _abi.lib().sp_reader_read_blob(self._handle, file.encode(), offset, length, fqn.encode(), ctypes.byref(data),
                                       ctypes.byref(size), ctypes.byref(error)),
             error,
         )
-        return _take_bytes(data, size.value)
+        return _abi.take_bytes(data, size.value)
 
 
 def metadata_rebuild(metadata: bytes, source_name: str) -> bytes:
@@ -817,25 +398,25 @@ def metadata_rebuild(metadata: bytes, source_name: str) -> bytes:
     data = ctypes.c_void_p()
     size = ctypes.c_size_t()
     error = ctypes.c_char_p()
-    _check(lib().sp_metadata_rebuild(buf, len(metadata), source_name.encode(), ctypes.byref(data), ctypes.byref(size),
+    _abi.check(_abi.lib().sp_metadata_rebuild(buf, len(metadata), source_name.encode(), ctypes.byref(data), ctypes.byref(size),
                                      ctypes.byref(error)), error)
-    return _take_bytes(data, size.value)
+    return _abi.take_bytes(data, size.value)
 
 
 def replace_folder(staged: str, target: str, durable: bool) -> None:
     """Publishes the local folder ``staged`` as ``target`` (exchanged in one step when
     ``target`` exists; the old folder is removed)."""
     error = ctypes.c_char_p()
-    _check(lib().sp_replace_folder(os.fsencode(staged), os.fsencode(target), int(durable), ctypes.byref(error)), error)
+    _abi.check(_abi.lib().sp_replace_folder(os.fsencode(staged), os.fsencode(target), int(durable), ctypes.byref(error)), error)
 
 
-def _zip_crc(c: ZipCrcCountsStruct) -> results.ZipCrcCounts:
+def _zip_crc(c: _abi.ZipCrcCountsStruct) -> results.ZipCrcCounts:
     return results.ZipCrcCounts(records_checked=c.records_checked, bytes_checked=c.bytes_checked,
                                 records_no_checksum=c.records_no_checksum, records_partial=c.records_partial)
 
 
 def _checkpoint_format(value: int) -> results.CheckpointFormat:
-    name = name_of_value(NAME_CHECKPOINT_FORMAT, value)
+    name = name_of_value(_abi.NAME_CHECKPOINT_FORMAT, value)
     if name not in get_args(results.CheckpointFormat):
         raise errors.InternalError(f"the library named a checkpoint format {name!r} this package does not know")
     return cast(results.CheckpointFormat, name)
@@ -846,14 +427,14 @@ def consolidate(folder: str, output_file: Optional[str], layout: Optional[str] =
                 verify_checksums: Optional[bool] = None, check_zip_crc: Optional[bool] = None,
                 durable: Optional[bool] = None) -> results.ConsolidateResult:
     """sp_consolidate; None: the engine's default (sp_consolidate_options_init)."""
-    o = ConsolidateOptions()
-    lib().sp_consolidate_options_init(ctypes.byref(o))
+    o = _abi.ConsolidateOptions()
+    _abi.lib().sp_consolidate_options_init(ctypes.byref(o))
     output = os.fsencode(output_file) if output_file is not None else None
     o.output_file = output
     if layout is not None:
-        o.layout = value_of_name(NAME_LAYOUT, layout)
+        o.layout = value_of_name(_abi.NAME_LAYOUT, layout)
     if format is not None:
-        o.format = value_of_name(NAME_OUTPUT_FORMAT, format)
+        o.format = value_of_name(_abi.NAME_OUTPUT_FORMAT, format)
     if max_shard_bytes is not None:
         o.max_shard_bytes = int(max_shard_bytes)
     if memory_budget_bytes is not None:
@@ -864,14 +445,14 @@ def consolidate(folder: str, output_file: Optional[str], layout: Optional[str] =
         o.check_zip_crc = int(bool(check_zip_crc))
     if durable is not None:
         o.durable = int(bool(durable))
-    r = ConsolidateResultStruct()
-    lib().sp_consolidate_result_init(ctypes.byref(r))
+    r = _abi.ConsolidateResultStruct()
+    _abi.lib().sp_consolidate_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
     try:
-        _check(lib().sp_consolidate(os.fsencode(folder), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
-        written = ctypes.string_at(_address(ctypes.c_void_p(r.output))).decode("utf-8")
+        _abi.check(_abi.lib().sp_consolidate(os.fsencode(folder), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
+        written = ctypes.string_at(_abi.address(ctypes.c_void_p(r.output))).decode("utf-8")
     finally:
-        lib().sp_consolidate_result_free(ctypes.byref(r))
+        _abi.lib().sp_consolidate_result_free(ctypes.byref(r))
     return results.ConsolidateResult(output=written, tensors=r.tensors, objects=r.objects, tensor_bytes=r.tensor_bytes,
                                      bytes_read=r.bytes_read, peak_rss_bytes=r.peak_rss_bytes,
                                      zip_crc=_zip_crc(r.zip_crc), seconds=r.seconds)
@@ -883,8 +464,8 @@ def reshard(source: str, destination: str, ranks: int, verify_checksums: Optiona
             compression: Optional[str] = None, compression_level: Optional[int] = None,
             compression_threads: Optional[int] = None) -> results.ReshardResult:
     """sp_reshard; None: the engine's default (sp_reshard_options_init)."""
-    o = ReshardOptions()
-    lib().sp_reshard_options_init(ctypes.byref(o))
+    o = _abi.ReshardOptions()
+    _abi.lib().sp_reshard_options_init(ctypes.byref(o))
     if verify_checksums is not None:
         o.verify_checksums = int(bool(verify_checksums))
     if check_zip_crc is not None:
@@ -896,19 +477,19 @@ def reshard(source: str, destination: str, ranks: int, verify_checksums: Optiona
     if durable is not None:
         o.durable = int(bool(durable))
     if checksum is not None:
-        o.checksum = value_of_name(NAME_CHECKSUM, checksum)
+        o.checksum = value_of_name(_abi.NAME_CHECKSUM, checksum)
     if compression is not None:
-        o.compression = value_of_name(NAME_COMPRESSION, compression)
+        o.compression = value_of_name(_abi.NAME_COMPRESSION, compression)
     if compression_level is not None:
         o.compression_level = int(compression_level)
     if compression_threads is not None:
         if compression_threads < 0:
             raise errors.UsageError(f"compression_threads must be >= 0, found {compression_threads}")
         o.compression_threads = int(compression_threads)
-    r = ReshardResultStruct()
-    lib().sp_reshard_result_init(ctypes.byref(r))
+    r = _abi.ReshardResultStruct()
+    _abi.lib().sp_reshard_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
-    _check(lib().sp_reshard(os.fsencode(source), os.fsencode(destination), int(ranks), ctypes.byref(o),
+    _abi.check(_abi.lib().sp_reshard(os.fsencode(source), os.fsencode(destination), int(ranks), ctypes.byref(o),
                             ctypes.byref(r), ctypes.byref(error)), error)
     return results.ReshardResult(source_format=_checkpoint_format(r.source_format), tensors=r.tensors,
                                  objects=r.objects, payload_bytes=r.payload_bytes, bytes_written=r.bytes_written,
@@ -920,21 +501,21 @@ def _text(p: Optional[bytes]) -> str:
 
 
 def _sidecar(value: int) -> Optional[results.SidecarChecksum]:
-    name = name_of_value(NAME_CHECKSUM, value)
+    name = name_of_value(_abi.NAME_CHECKSUM, value)
     return cast(results.SidecarChecksum, name) if name in get_args(results.SidecarChecksum) else None
 
 
 def verify(path: str, quick: Optional[bool] = None) -> results.VerifyResult:
     """sp_verify; None: the engine's default (sp_verify_options_init)."""
-    o = VerifyOptions()
-    lib().sp_verify_options_init(ctypes.byref(o))
+    o = _abi.VerifyOptions()
+    _abi.lib().sp_verify_options_init(ctypes.byref(o))
     if quick is not None:
         o.quick = int(bool(quick))
-    r = VerifyResultStruct()
-    lib().sp_verify_result_init(ctypes.byref(r))
+    r = _abi.VerifyResultStruct()
+    _abi.lib().sp_verify_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
     try:
-        _check(lib().sp_verify(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_verify(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
         problems = tuple(
             results.VerifyProblem(file=_text(p.file), item=_text(p.item), message=_text(p.message))
             for p in r.problems[: r.problem_count]
@@ -948,12 +529,12 @@ def verify(path: str, quick: Optional[bool] = None) -> results.VerifyResult:
             for c in r.coverage[: r.coverage_count]
         )
     finally:
-        lib().sp_verify_result_free(ctypes.byref(r))
+        _abi.lib().sp_verify_result_free(ctypes.byref(r))
     return results.VerifyResult(ok=bool(r.ok), problems=problems, tensors=r.tensors, objects=r.objects, bytes=r.bytes,
                                 verified_bytes=r.verified_bytes, coverage=coverage)
 
 
-def _inspect_chunk(c: InspectChunkStruct, ndim: int) -> results.InspectChunk:
+def _inspect_chunk(c: _abi.InspectChunkStruct, ndim: int) -> results.InspectChunk:
     return results.InspectChunk(offsets=_array(ctypes.c_int64, c.offsets, ndim),
                                 sizes=_array(ctypes.c_int64, c.sizes, ndim),
                                 file=c.storage.file.decode() if c.storage.file is not None else None,
@@ -963,13 +544,13 @@ def _inspect_chunk(c: InspectChunkStruct, ndim: int) -> results.InspectChunk:
 
 def inspect(path: str) -> results.InspectResult:
     """The structure of a checkpoint folder (sp_inspect)."""
-    o = InspectOptions()
-    lib().sp_inspect_options_init(ctypes.byref(o))
-    r = InspectResultStruct()
-    lib().sp_inspect_result_init(ctypes.byref(r))
+    o = _abi.InspectOptions()
+    _abi.lib().sp_inspect_options_init(ctypes.byref(o))
+    r = _abi.InspectResultStruct()
+    _abi.lib().sp_inspect_result_init(ctypes.byref(r))
     error = ctypes.c_char_p()
     try:
-        _check(lib().sp_inspect(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
+        _abi.check(_abi.lib().sp_inspect(os.fsencode(path), ctypes.byref(o), ctypes.byref(r), ctypes.byref(error)), error)
         tensors = {
             t.fqn.decode(): results.InspectTensor(
                 dtype=t.dtype.decode(), shape=_array(ctypes.c_int64, t.shape, t.ndim),
@@ -984,7 +565,7 @@ def inspect(path: str) -> results.InspectResult:
         }
         files = tuple(f.decode() for f in r.files[: r.file_count])
     finally:
-        lib().sp_inspect_result_free(ctypes.byref(r))
+        _abi.lib().sp_inspect_result_free(ctypes.byref(r))
     return results.InspectResult(format=_checkpoint_format(r.format), tensors=tensors, objects=objects, files=files,
                                  sidecar=_sidecar(r.sidecar))
 
@@ -996,39 +577,39 @@ def checkpoint_committed(path_or_url: str) -> bool:
     """Whether the folder or URL holds both commit markers, ``.metadata`` and ``meta.pt``."""
     committed = ctypes.c_int()
     error = ctypes.c_char_p()
-    _check(lib().sp_checkpoint_committed(os.fsencode(path_or_url), ctypes.byref(committed), ctypes.byref(error)),
+    _abi.check(_abi.lib().sp_checkpoint_committed(os.fsencode(path_or_url), ctypes.byref(committed), ctypes.byref(error)),
            error)
     return bool(committed.value)
 
 
 def list_committed_checkpoints(folder: str) -> List[str]:
     """The committed checkpoints directly in a local folder, oldest first."""
-    found = StringList()
+    found = _abi.StringList()
     error = ctypes.c_char_p()
-    _check(lib().sp_list_committed_checkpoints(os.fsencode(folder), ctypes.byref(found), ctypes.byref(error)), error)
+    _abi.check(_abi.lib().sp_list_committed_checkpoints(os.fsencode(folder), ctypes.byref(found), ctypes.byref(error)), error)
     try:
         return [os.fsdecode(found.items[i]) for i in range(found.count)]
     finally:
-        lib().sp_string_list_free(ctypes.byref(found))
+        _abi.lib().sp_string_list_free(ctypes.byref(found))
 
 
 def remove_checkpoint(path_or_url: str) -> None:
     """Deletes a checkpoint folder (uncommitting it first) or file; nothing there is no error."""
     error = ctypes.c_char_p()
-    _check(lib().sp_remove_checkpoint(os.fsencode(path_or_url), ctypes.byref(error)), error)
+    _abi.check(_abi.lib().sp_remove_checkpoint(os.fsencode(path_or_url), ctypes.byref(error)), error)
 
 
 def staging_folder(target: str, tag: str) -> str:
     """The hidden folder beside the local ``target`` a save that replaces it writes first."""
     path = ctypes.c_void_p()
     error = ctypes.c_char_p()
-    _check(lib().sp_staging_folder(os.fsencode(target), tag.encode(), ctypes.byref(path), ctypes.byref(error)), error)
-    return _take_string(path)
+    _abi.check(_abi.lib().sp_staging_folder(os.fsencode(target), tag.encode(), ctypes.byref(path), ctypes.byref(error)), error)
+    return _abi.take_string(path)
 
 
 def remove_stale_staging(target: str) -> int:
     """Removes the staging folders failed saves into the local ``target`` left; how many."""
     removed = ctypes.c_size_t()
     error = ctypes.c_char_p()
-    _check(lib().sp_remove_stale_staging(os.fsencode(target), ctypes.byref(removed), ctypes.byref(error)), error)
+    _abi.check(_abi.lib().sp_remove_stale_staging(os.fsencode(target), ctypes.byref(removed), ctypes.byref(error)), error)
     return removed.value

@@ -9,7 +9,7 @@ A checkpoint is untrusted input. Three kinds of pickle reach the package from on
   (``metadata_from_engine``). A path class of another Python (``pathlib._local`` on 3.13)
   never reaches Python at all, so metadata written under any Python reads under any other.
 - Bytes items (pickled objects in ``.distcp`` files) are handed to DCP's planner, which
-  ``torch.load``-s them with ``weights_only=False``. They are first loaded with
+  unpickles them with ``torch.load`` unrestricted. They are first loaded with
   ``weights_only=True`` (``screen_bytes_item``): PyTorch's allowlist plus whatever the user
   added with ``torch.serialization.add_safe_globals`` / ``safe_globals``; a refused item is
   an error naming the item and the global.
@@ -103,7 +103,7 @@ _GLOBAL_IN_MESSAGE = re.compile(r"(?:GLOBAL|global) ([\w.]+)")
 def screen_bytes_item(blob: bytes, fqn: str, where: str) -> None:
     """Loads the bytes item ``fqn`` of checkpoint ``where`` with ``torch.load(weights_only=True)``
     (PyTorch's allowlist plus the user's safe globals), so that the planner's own
-    ``torch.load(weights_only=False)`` that follows runs nothing a checkpoint names.
+    unrestricted ``torch.load`` that follows runs nothing a checkpoint names.
     Raises FormatError naming the item and the refused global."""
     try:
         torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)

@@ -329,8 +329,8 @@ class _EngineCheckpoints(_MixinBase):
         model and returns the rest of the checkpoint. Sharded folders are read through
         :class:`shardpoint.torch.StorageReader` at any world size; single files through the
         ``CheckpointIO`` (checked) and Lightning's own full-state loading. ``meta.pt`` and
-        single files are unpickled with ``weights_only=True`` unless ``weights_only=False``
-        is passed (``Trainer.fit(..., weights_only=False)``), on every PyTorch."""
+        single files are unpickled with ``weights_only=True`` unless the caller turns that
+        off in ``Trainer.fit(..., weights_only=...)``, on every PyTorch."""
         self.wait_for_save()
         started = time.perf_counter()
         location = self._resolve_last(_text(self.broadcast(_text(checkpoint_path))))

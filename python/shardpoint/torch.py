@@ -55,7 +55,7 @@ from torch.distributed.checkpoint.staging import BlockingAsyncStager
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from . import _native, _trust, errors
+from . import _abi, _native, _trust, errors
 from ._staging import HostStaging
 
 __all__ = ["StorageWriter", "StorageReader"]
@@ -407,7 +407,7 @@ class _ItemLayout:
     plan: SavePlan  # the plan it was built from, by identity
     split: Tuple[int, bool]  # (thread_count, single_file_per_rank) it was split into files with
     items: List[WriteItem]  # in the order of native_items
-    native_items: Any  # ctypes array of _native.Item; its offsets/sizes point into ints
+    native_items: Any  # ctypes array of _abi.Item; its offsets/sizes point into ints
     ints: Any  # every tensor item's chunk offsets then sizes, one int64 array
 
 
@@ -421,7 +421,7 @@ def _item_layout(plan: SavePlan, checkpoint: "_native.Checkpoint", thread_count:
     prefix = plan.storage_data.prefix
     all_items = plan.items
     file_of_item, order, file_count = checkpoint.split_into_files(
-        [_native.ITEM_BYTES if i.type == WriteItemType.BYTE_IO else _native.ITEM_TENSOR for i in all_items],
+        [_abi.ITEM_BYTES if i.type == WriteItemType.BYTE_IO else _abi.ITEM_TENSOR for i in all_items],
         [_chunk_nbytes(i) for i in all_items],
         thread_count,
         single_file_per_rank,
@@ -441,21 +441,21 @@ def _item_layout(plan: SavePlan, checkpoint: "_native.Checkpoint", thread_count:
             ints.extend(item.tensor_data.chunk.sizes)
     int_array = _native.int64_array(ints)
     base = ctypes.addressof(int_array)
-    native_items = (_native.Item * max(len(items), 1))()
+    native_items = (_abi.Item * max(len(items), 1))()
     dtypes: Dict[torch.dtype, bytes] = {}
     for slot, item, name, start in zip(native_items, items, names, starts):
         slot.file = name
         slot.fqn = item.index.fqn.encode()
         td = item.tensor_data
         if item.type == WriteItemType.BYTE_IO or td is None:
-            slot.kind = _native.ITEM_BYTES
+            slot.kind = _abi.ITEM_BYTES
             continue
         dtype = td.properties.dtype
         encoded = dtypes.get(dtype)
         if encoded is None:
             encoded = dtypes[dtype] = _dtype_name(dtype).encode()
         ndim = len(td.chunk.sizes)
-        slot.kind = _native.ITEM_TENSOR
+        slot.kind = _abi.ITEM_TENSOR
         slot.dtype = encoded
         slot.ndim = ndim
         slot.offsets = base + 8 * start
@@ -648,7 +648,7 @@ class StorageReader(_DcpStorageReader):
             ints.extend(item.lengths)
         int_array = _native.int64_array(ints)
         base = ctypes.addressof(int_array)
-        reads = (_native.TensorRead * len(batch))()
+        reads = (_abi.TensorRead * len(batch))()
         files: Dict[str, bytes] = {}  # encoded once per batch
         dtypes: Dict[torch.dtype, bytes] = {}
         at = 0
