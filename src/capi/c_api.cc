@@ -231,10 +231,8 @@ sp_status sp_replace_folder(const char* staged, const char* target, int durable,
 }
 
 void sp_save_options_init(sp_save_options* options) {
-  if (options == nullptr) return;
+  if (!reset_sized(options)) return;
   const engine::SaveOptions d;  // the defaults are the engine's
-  *options = sp_save_options{};
-  options->struct_size = sizeof(sp_save_options);
   options->thread_count = d.thread_count;
   options->checksum = checksum_value(d.checksum);
   options->checksum_block_bytes = d.checksum_block_bytes;
@@ -245,11 +243,7 @@ void sp_save_options_init(sp_save_options* options) {
   options->compression_threads = d.compression_threads;
 }
 
-void sp_write_result_init(sp_write_result* result) {
-  if (result == nullptr) return;
-  *result = sp_write_result{};
-  result->struct_size = sizeof(sp_write_result);
-}
+void sp_write_result_init(sp_write_result* result) { reset_sized(result); }
 
 void sp_write_result_free(sp_write_result* result) {
   if (result == nullptr || result->struct_size < offsetof(sp_write_result, owner) + sizeof(void*)) return;
@@ -318,10 +312,8 @@ sp_status sp_commit(sp_checkpoint* checkpoint, const void* metadata, size_t meta
 }
 
 void sp_reader_options_init(sp_reader_options* options) {
-  if (options == nullptr) return;
+  if (!reset_sized(options)) return;
   const engine::LoadOptions d;  // the defaults are the engine's
-  *options = sp_reader_options{};
-  options->struct_size = sizeof(sp_reader_options);
   options->verify_checksums = d.verify_checksums ? 1 : 0;
   options->thread_count = d.thread_count;
   options->check_zip_crc = d.check_zip_crc ? 1 : 0;

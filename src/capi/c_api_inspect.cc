@@ -93,17 +93,9 @@ void fill(InspectResultOwner& owner) {
 
 extern "C" {
 
-void sp_inspect_options_init(sp_inspect_options* options) {
-  if (options == nullptr) return;
-  *options = sp_inspect_options{};
-  options->struct_size = sizeof(sp_inspect_options);
-}
+void sp_inspect_options_init(sp_inspect_options* options) { reset_sized(options); }
 
-void sp_inspect_result_init(sp_inspect_result* result) {
-  if (result == nullptr) return;
-  *result = sp_inspect_result{};
-  result->struct_size = sizeof(sp_inspect_result);
-}
+void sp_inspect_result_init(sp_inspect_result* result) { reset_sized(result); }
 
 void sp_inspect_result_free(sp_inspect_result* result) {
   if (result == nullptr || result->struct_size < offsetof(sp_inspect_result, owner) + sizeof(void*)) return;

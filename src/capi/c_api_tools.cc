@@ -121,10 +121,8 @@ const char* sp_name_of_value(sp_name_kind kind, int value) {
 }
 
 void sp_consolidate_options_init(sp_consolidate_options* options) {
-  if (options == nullptr) return;
+  if (!reset_sized(options)) return;
   const engine::ConsolidateOptions d;
-  *options = sp_consolidate_options{};
-  options->struct_size = sizeof(sp_consolidate_options);
   options->output_file = nullptr;
   options->layout = static_cast<int>(d.layout);
   options->format = static_cast<int>(d.format);
@@ -135,11 +133,7 @@ void sp_consolidate_options_init(sp_consolidate_options* options) {
   options->durable = d.durable ? 1 : 0;
 }
 
-void sp_consolidate_result_init(sp_consolidate_result* result) {
-  if (result == nullptr) return;
-  *result = sp_consolidate_result{};
-  result->struct_size = sizeof(sp_consolidate_result);
-}
+void sp_consolidate_result_init(sp_consolidate_result* result) { reset_sized(result); }
 
 void sp_consolidate_result_free(sp_consolidate_result* result) {
   if (result == nullptr || result->struct_size < offsetof(sp_consolidate_result, output) + sizeof(char*)) return;
@@ -178,10 +172,8 @@ sp_status sp_consolidate(const char* checkpoint_folder, const sp_consolidate_opt
 }
 
 void sp_reshard_options_init(sp_reshard_options* options) {
-  if (options == nullptr) return;
+  if (!reset_sized(options)) return;
   const engine::ReshardOptions d;
-  *options = sp_reshard_options{};
-  options->struct_size = sizeof(sp_reshard_options);
   options->verify_checksums = d.verify_checksums ? 1 : 0;
   options->check_zip_crc = d.check_zip_crc ? 1 : 0;
   options->memory_budget_bytes = d.memory_budget_bytes;
@@ -193,11 +185,7 @@ void sp_reshard_options_init(sp_reshard_options* options) {
   options->compression_threads = d.save.compression_threads;
 }
 
-void sp_reshard_result_init(sp_reshard_result* result) {
-  if (result == nullptr) return;
-  *result = sp_reshard_result{};
-  result->struct_size = sizeof(sp_reshard_result);
-}
+void sp_reshard_result_init(sp_reshard_result* result) { reset_sized(result); }
 
 sp_status sp_reshard(const char* source, const char* destination, int ranks, const sp_reshard_options* options,
                      sp_reshard_result* result, char** error) {
@@ -239,17 +227,11 @@ sp_status sp_reshard(const char* source, const char* destination, int ranks, con
 }
 
 void sp_verify_options_init(sp_verify_options* options) {
-  if (options == nullptr) return;
-  *options = sp_verify_options{};
-  options->struct_size = sizeof(sp_verify_options);
+  if (!reset_sized(options)) return;
   options->quick = engine::VerifyOptions{}.quick ? 1 : 0;
 }
 
-void sp_verify_result_init(sp_verify_result* result) {
-  if (result == nullptr) return;
-  *result = sp_verify_result{};
-  result->struct_size = sizeof(sp_verify_result);
-}
+void sp_verify_result_init(sp_verify_result* result) { reset_sized(result); }
 
 void sp_verify_result_free(sp_verify_result* result) {
   if (result == nullptr || result->struct_size < offsetof(sp_verify_result, owner) + sizeof(void*)) return;

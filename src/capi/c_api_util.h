@@ -90,6 +90,16 @@ inline Location location_arg(const char* s, const char* what) {
   return Location::parse(s);
 }
 
+// Sets *s to its zero value with struct_size = sizeof(T), what every *_init starts from.
+// False (and nothing done) for NULL.
+template <typename T>
+bool reset_sized(T* s) {
+  if (s == nullptr) return false;
+  *s = T{};
+  s->struct_size = sizeof(T);
+  return true;
+}
+
 // The caller's options struct over the defaults `init` sets: the first struct_size bytes
 // come from `in` (a program built against an older, smaller struct), the rest are defaults.
 // `in` may be NULL (all defaults).
