@@ -16,7 +16,7 @@ Clients (each a job of 4 ranks, save then load, every load checked against the v
            (TCP communicator, no LibTorch), checksums written and verified; the save with
            SaveOptions::thread_count --sp-save-threads (default: the engine's own).
   sp-py    shardpoint's Python package: dcp.save/dcp.load with shardpoint.torch.StorageWriter
-           / StorageReader (thread_count: the writer's --sp-py-threads, default 4; the
+           / StorageReader (thread_count: the writer's --sp-py-threads, default its own; the
            reader's 4; sync_files off: an object store has no fsync), 4 gloo ranks (the
            package from $SHARDPOINT_PYTHONPATH).
   s3torch  AWS's s3torchconnector: dcp.save/dcp.load with S3StorageWriter (thread_count
@@ -24,12 +24,13 @@ Clients (each a job of 4 ranks, save then load, every load checked against the v
            pointed at the server (path-style), same ranks.
   s3fs     dcp.save/dcp.load with DCP's FsspecWriter (thread_count --peer-threads, sync_files
            off) / FsspecReader over s3fs, same ranks.
-  boto3    the same 4 objects as shardpoint's data files (sizes of sp's save), from and to
+  boto3    one object per rank of that rank's payload in sp's save (its data files' bytes
+           together, whatever number of files sp split them into), from and to
            local files: upload_file / download_file with boto3's transfer manager
            (--boto-chunk-mib parts, --boto-concurrency threads per object), one process per
            object started together. No DCP, no .metadata: the bytes alone.
 Azure (azurite: Azurite 3.35.0, blocks in files under --dir, its --debug log counts):
-  azure-sdk  Microsoft's azure-storage-blob: the same 4 objects as sp's data files, one process
+  azure-sdk  Microsoft's azure-storage-blob: the same 4 objects as boto3's, one process
            per object started together (as boto3): BlobClient.upload_blob / download_blob(...)
            .readinto(file) with max_concurrency --sdk-concurrency, blocks and ranged GETs of
            --sdk-chunk-mib (max_block_size, max_single_put_size, max_chunk_get_size).
@@ -59,6 +60,11 @@ client's processes (ranks), both next to the job's seconds: on these 2 cores a s
 used about as many CPU seconds as the job took was the ceiling, and the client's CPU is
 taken from the server's share. Peak RSS = the largest rank's VmHWM during its call
 (the state it holds included), and added = VmHWM - VmRSS before the call.
+Python ranks (sp-py, s3torch, s3fs, adlfs, gcsfs) run gc.collect() before each timed call, as
+timeit and pyperf keep the collector out of what they time: a rank's first save comes right
+after it built the state, and a full collection that garbage sets off walks every object of
+a torch process (0.12-0.26 s here). Full collections that still run inside a call are
+counted and reported ("full GCs" on the per-round lines).
 Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients),
 each beside the CPU seconds per GB of payload (medians over rounds) of the client's processes,
 this client's and the best peer's, and of the server in each of the two jobs: a ratio bought
@@ -70,6 +76,7 @@ runs after the same job, whose writeback and server state it would inherit.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -433,7 +440,7 @@ def rank_main(args):
         from shardpoint.torch import StorageReader, StorageWriter
 
         def writer():
-            return StorageWriter(url, thread_count=args.sp_py_threads, sync_files=False)
+            return StorageWriter(url, thread_count=args.sp_py_threads or None, sync_files=False)
 
         def reader():
             return StorageReader(url, thread_count=4)
@@ -471,9 +478,21 @@ def rank_main(args):
             return dcp.FsspecReader(url, **options)
 
     results = {}
+    full_gc_seconds = []  # of the full (generation 2) collections inside the timed call
+    gc_started = []
+
+    def count_full_collections(phase, info):
+        if phase == "start":
+            gc_started[:] = [time.perf_counter()]
+        elif info["generation"] == 2 and gc_started:
+            full_gc_seconds.append(time.perf_counter() - gc_started[0])
+
+    gc.callbacks.append(count_full_collections)
 
     def timed(name, fn):
+        gc.collect()  # the state building's garbage is not the call's (the module's docstring)
         dist.barrier()
+        full_gc_seconds.clear()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         before = dcp_bench._status("VmRSS")
@@ -483,11 +502,14 @@ def rank_main(args):
         seconds = time.perf_counter() - t0
         cpu = torch.tensor([process_cpu() - cpu0], dtype=torch.float64)
         hwm = dcp_bench._status("VmHWM")
+        gcs = torch.tensor([len(full_gc_seconds), sum(full_gc_seconds)], dtype=torch.float64)
         t = torch.tensor([seconds, float(hwm), float(hwm - before)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         dist.all_reduce(cpu, op=dist.ReduceOp.SUM)
+        dist.all_reduce(gcs, op=dist.ReduceOp.SUM)
         results[name] = {"seconds": t[0].item(), "peak_rss": t[1].item(), "added_rss": t[2].item(),
-                         "bytes": own * ws, "client_cpu": cpu.item()}
+                         "bytes": own * ws, "client_cpu": cpu.item(), "full_gcs": int(gcs[0].item()),
+                         "full_gc_seconds": gcs[1].item()}
         dist.barrier()
 
     timed("save", lambda: dcp.save(sd, storage_writer=writer()))
@@ -665,6 +687,19 @@ def transfer_at(start, transfer):
                       "cpu": process_cpu() - cpu0}))
 
 
+def rank_payloads(listing):
+    """Bytes of each rank's data files (`__RANK_N.distcp`) in a save's listing, by rank: the
+    bytes-only peers upload one object per rank, the shape a user of their API would pick
+    (one stream per rank, each with the SDK's own parallelism), whatever number of files
+    the save split a rank's items into."""
+    per_rank = {}
+    for key, size in listing:
+        m = re.search(r"__(\d+)_\d+\.distcp$", key)
+        if m:
+            per_rank[int(m.group(1))] = per_rank.get(int(m.group(1)), 0) + size
+    return [per_rank[r] for r in sorted(per_rank)]
+
+
 def run_object_processes(client, command, options, server, sizes, prefix, payload, scratch, lead_seconds):
     """Uploads len(sizes) local files of random bytes as objects, one process each started
     together (`command up KEY FILE`), then downloads them (`command down`), and checks the
@@ -721,7 +756,7 @@ def main():
         ap.add_argument("--layers", type=int, required=True)
         ap.add_argument("--results", required=True)
         ap.add_argument("--peer-threads", type=int, default=4)
-        ap.add_argument("--sp-py-threads", type=int, default=4)
+        ap.add_argument("--sp-py-threads", type=int, default=0)
         rank_main(ap.parse_args(sys.argv[2:]))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "boto":
@@ -757,7 +792,8 @@ def main():
     ap.add_argument("--peer-threads", type=int, default=4, help="thread_count of S3StorageWriter and FsspecWriter")
     ap.add_argument("--sp-save-threads", type=int, default=0,
                     help="sp: SaveOptions::thread_count of the save (dcp_bench --threads); 0: the engine's default")
-    ap.add_argument("--sp-py-threads", type=int, default=4, help="sp-py: StorageWriter's thread_count")
+    ap.add_argument("--sp-py-threads", type=int, default=0,
+                    help="sp-py: StorageWriter's thread_count; 0: its default (4 files per rank on object stores)")
     ap.add_argument("--boto-chunk-mib", type=int, default=8)
     ap.add_argument("--boto-concurrency", type=int, default=10)
     ap.add_argument("--sdk-chunk-mib", type=int, default=8, help="azure-sdk and gcs-sdk: block / chunk size")
@@ -817,7 +853,7 @@ def main():
                     if client == "sp":
                         out = run_cpp(build, server, url, args.layers, args.sp_save_threads)
                         listing = server.objects(prefix)
-                        sizes = [size for key, size in listing if key.endswith(".distcp")]
+                        sizes = rank_payloads(listing)
                         out["objects"] = listing
                     elif client == "boto3":
                         payload = jobs["sp"][-1]["save"]["bytes"]
@@ -836,7 +872,9 @@ def main():
                               f"requests {r['requests']}, CPU s server {r['server_cpu']:.1f} "
                               f"client {r['client_cpu']:.1f}, "
                               f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
-                              f"(+{r['added_rss'] / 2**20:.0f})", flush=True)
+                              f"(+{r['added_rss'] / 2**20:.0f})"
+                              + (f", full GCs {r['full_gcs']} ({r['full_gc_seconds']:.2f} s, all ranks)"
+                                 if "full_gcs" in r else ""), flush=True)
                     jobs[client].append(out)
                     server.remove_prefix(prefix)
                     if os.environ.get("RESULTS"):

@@ -97,9 +97,9 @@ SP_EXPORT sp_status sp_write_object(sp_checkpoint* checkpoint, const char* key, 
 SP_EXPORT sp_status sp_remove_object(sp_checkpoint* checkpoint, const char* key, char** error);
 
 /* The data files a rank's save should write, in parallel, when asked for `thread_count`
- * (>= 1): `thread_count` itself, raised to 4 where the location's storage uploads an object
- * as one sequence of requests (gs:// on the JSON API), where one object per rank would be
- * one upload stream per rank. sp_save decides so by itself, and sp_split_into_files for
+ * (>= 1): `thread_count` itself, raised to 4 on object stores (s3://, az://, gs://), where
+ * one object per rank would be one upload stream and one object to read per rank.
+ * sp_save decides so by itself, and sp_split_into_files for
  * callers that plan the files (PyTorch DCP through sp_write_items). No I/O; thread-safe. */
 SP_EXPORT int sp_checkpoint_files_per_rank(const sp_checkpoint* checkpoint, int thread_count);
 

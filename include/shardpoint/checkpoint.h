@@ -108,10 +108,10 @@ struct SaveOptions {
 
   // --- performance ---
   // Files per rank, written in parallel by as many threads (DCP's thread_count). The
-  // coordinator's value decides the file count of every rank. Raised to 4 on storages that
-  // upload an object one request at a time (StorageFeatures::sequential_uploads: gs:// on
-  // the JSON API), where one object would be one stream per rank. Cost: each writer holds
-  // its own upload buffers (on gs://, two resumable chunks). REQUIRES >= 1.
+  // coordinator's value decides the file count of every rank. Raised to 4 on object stores
+  // (StorageFeatures::object_store: s3://, az://, gs://), where one object would be one
+  // upload stream and one object to read per rank. Cost: each writer holds its own upload
+  // buffers (on gs://, two resumable chunks). REQUIRES >= 1.
   int thread_count = 1;
   // O_DIRECT for the shard files where the storage supports it.
   bool direct_io = true;

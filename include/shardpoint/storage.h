@@ -88,11 +88,12 @@ struct StorageFeatures {
   // StorageWriter::write_at() is supported: several threads may write disjoint ranges of one
   // object at explicit offsets.
   bool parallel_writes = false;
-  // One object's bytes reach the service one request at a time, each waiting for the one
-  // before (GCS JSON API: a resumable session takes its chunks in order), so a writer is one
-  // stream however large its object. Callers that want parallel streams write several
-  // objects at once (S3 multipart and Azure blocks upload the parts of one object in parallel).
-  bool sequential_uploads = false;
+  // Objects live on a service reached by requests (S3, Azure Blob, GCS), each object its
+  // own upload and its own reads: items split across several objects move as that many
+  // independent streams (a GCS session takes one object's chunks one at a time, and some
+  // servers answer a request in time that grows with its whole object). The save planner
+  // writes several files per rank there (engine/save_plan.h files_per_rank).
+  bool object_store = false;
 };
 
 struct ObjectInfo {

@@ -127,10 +127,10 @@ class StorageWriter(_DcpStorageWriter, BlockingAsyncStager):
         sync_files: fsync files and folder before ``.metadata`` is published (the engine's
             ``durable``; default True). Turn off only for benchmarks: after a crash a
             checkpoint may look complete when not.
-        thread_count: files each rank writes in parallel (default 1). Raised to 4 on ``gs://`` with the
-            JSON API (an OAuth token), where an object uploads as one sequential session, so
-            that a rank has 4 upload streams; items are split into the files by the engine's
-            rule (``sp_split_into_files``), as the C++ engine's save splits them.
+        thread_count: files each rank writes in parallel (default 1). Raised to 4 on object stores
+            (``s3://``, ``az://``, ``gs://``), where one object per rank would be one upload
+            stream and one object to read per rank; items are split into the files by the
+            engine's rule (``sp_split_into_files``), as the C++ engine's save splits them.
         checksum: ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
         checksum_block_bytes: checksum granularity (default 1 MiB); smaller blocks cost more
             sidecar, let partial reads verify with less widening.

@@ -362,7 +362,7 @@ std::vector<std::vector<std::size_t>> split_into_files(std::span<const ItemWeigh
 }
 
 int files_per_rank(int thread_count, const storage::StorageFeatures& features) {
-  return features.sequential_uploads ? std::max(thread_count, kSequentialUploadFiles) : thread_count;
+  return features.object_store ? std::max(thread_count, kObjectStoreFilesPerRank) : thread_count;
 }
 
 GlobalSavePlan make_global_save_plan(std::vector<SavePlan> local_plans, const SavePlanOptions& options) {

@@ -314,8 +314,8 @@ static void test_files_per_rank(const char* dir) {
   CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 1 && sp_checkpoint_files_per_rank(ckpt, 3) == 3, "local");
   CHECK(sp_checkpoint_files_per_rank(ckpt, 0) == 1, "local, 0 asked");
   sp_checkpoint_close(ckpt);
-  /* gs:// takes the JSON API (resumable sessions) with an OAuth token, the XML API (S3's
-   * multipart, parallel parts) with HMAC keys. */
+  /* Every object store: gs:// on the JSON API (resumable sessions, an OAuth token) and on
+   * the XML API (S3's multipart, HMAC keys), s3://. */
   unsetenv("GCS_HMAC_ACCESS_ID");
   unsetenv("GCS_HMAC_SECRET");
   setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "test-token", 1);
@@ -326,12 +326,12 @@ static void test_files_per_rank(const char* dir) {
   setenv("GCS_HMAC_ACCESS_ID", "id", 1);
   setenv("GCS_HMAC_SECRET", "secret", 1);
   CHECK(sp_checkpoint_open("gs://bucket/prefix", &ckpt, &error) == SP_OK, "open gs: %s", msg(error));
-  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 1, "gs XML");
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 4 && sp_checkpoint_files_per_rank(ckpt, 5) == 5, "gs XML");
   sp_checkpoint_close(ckpt);
   unsetenv("GCS_HMAC_ACCESS_ID");
   unsetenv("GCS_HMAC_SECRET");
   CHECK(sp_checkpoint_open("s3://bucket/prefix", &ckpt, &error) == SP_OK, "open s3: %s", msg(error));
-  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 1, "s3");
+  CHECK(sp_checkpoint_files_per_rank(ckpt, 1) == 4, "s3");
   sp_checkpoint_close(ckpt);
   CHECK(sp_checkpoint_files_per_rank(NULL, 2) == 2, "NULL");
 }

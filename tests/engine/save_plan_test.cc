@@ -373,15 +373,15 @@ TEST(StorageLayout, ConcatenatesEachFilesBlobsInWriteOrder) {
   EXPECT_THROW(storage_layout(make_local_save_plan(rank0, 0), std::vector<std::uint64_t>{1, 2, 3, 4}), UsageError);
 }
 
-TEST(FilesPerRank, RaisedToFourOnlyWhereUploadsAreSequential) {
-  storage::StorageFeatures parallel;  // local files, S3 multipart, Azure blocks
-  storage::StorageFeatures sequential;
-  sequential.sequential_uploads = true;  // gs:// on the JSON API
-  EXPECT_EQ(files_per_rank(1, parallel), 1);
-  EXPECT_EQ(files_per_rank(3, parallel), 3);
-  EXPECT_EQ(files_per_rank(1, sequential), kSequentialUploadFiles);
-  EXPECT_EQ(files_per_rank(3, sequential), 4);
-  EXPECT_EQ(files_per_rank(8, sequential), 8);
+TEST(FilesPerRank, RaisedToFourOnlyOnObjectStores) {
+  storage::StorageFeatures files;  // local files, memory
+  storage::StorageFeatures objects;
+  objects.object_store = true;  // s3://, az://, gs://
+  EXPECT_EQ(files_per_rank(1, files), 1);
+  EXPECT_EQ(files_per_rank(3, files), 3);
+  EXPECT_EQ(files_per_rank(1, objects), kObjectStoreFilesPerRank);
+  EXPECT_EQ(files_per_rank(3, objects), 4);
+  EXPECT_EQ(files_per_rank(8, objects), 8);
 }
 
 }  // namespace

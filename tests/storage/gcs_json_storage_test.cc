@@ -442,15 +442,15 @@ TEST_P(GcsEngineTest, SaveOn4LoadOn2) {
   }
 }
 
-// A resumable session takes one chunk at a time (features().sequential_uploads), so a save
-// writes at least 4 objects per rank on gs://: as many upload streams per rank.
+// An object store (features().object_store; a resumable session takes one chunk at a time),
+// so a save writes at least 4 objects per rank on gs://: as many upload streams per rank.
 TEST_P(GcsEngineTest, SaveWritesAtLeastFourObjectsPerRank) {
   const std::string endpoint = endpoint_of(GetParam());
   if (endpoint.empty()) GTEST_SKIP() << "fake-gcs-server unavailable";
   export_json_environment(endpoint);
   for (int threads : {1, 6}) {
     auto st = open_storage("gs://sp-gcs-json/" + unique_name("files"));
-    ASSERT_TRUE(st->features().sequential_uploads);
+    ASSERT_TRUE(st->features().object_store);
     std::vector<RankState> states;
     states.reserve(2);
     for (int r = 0; r < 2; ++r) states.push_back(make_rank_state(r, 2, true));
@@ -500,7 +500,7 @@ TEST_P(GcsEngineTest, UrlOptionsAndTheTokenStaysOutOfUrl) {
   EXPECT_EQ(st->url().find(kToken), std::string::npos);
   EXPECT_TRUE(st->features().atomic_publish);
   EXPECT_TRUE(st->features().range_reads);
-  EXPECT_TRUE(st->features().sequential_uploads);
+  EXPECT_TRUE(st->features().object_store);
   EXPECT_THROW(open_storage("gs://sp-gcs-json/p?token=x"), UsageError);
 }
 

@@ -297,9 +297,6 @@ struct GcsCore final : http::ObjectClient {
   }
 
   std::unique_ptr<StorageWriter> open_writer(const std::string& key, const WriteOptions& options) override;
-
-  // A session takes one chunk at a time, in order.
-  bool sequential_uploads() const override { return true; }
 };
 
 // ---------------------------------------------------------------------------------------

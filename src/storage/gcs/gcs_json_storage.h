@@ -45,8 +45,8 @@
 // message, the retry count. 404 -> kNotFound; 401/403 -> kPermission, saying the token came
 // from GOOGLE_OAUTH_ACCESS_TOKEN (never the token); 5xx/429/transport and refused bodies
 // after retries -> kTransient. Session URIs (which authorize an upload) are never printed either.
-// Features: range_reads, atomic_publish, conditional_put, sequential_uploads (a session's
-// chunks go one at a time: the engine writes several objects per rank, engine/save_plan.h).
+// Features: range_reads, atomic_publish, conditional_put, object_store (a session's chunks
+// go one at a time: the engine writes several objects per rank, engine/save_plan.h).
 // Thread-safety: as storage.h.
 #pragma once
 

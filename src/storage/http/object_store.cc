@@ -22,7 +22,7 @@ class ObjectStoreStorage final : public Storage {
     f.range_reads = true;
     f.atomic_publish = true;
     f.conditional_put = true;
-    f.sequential_uploads = client_->sequential_uploads();
+    f.object_store = true;
     return f;
   }
 

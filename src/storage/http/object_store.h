@@ -9,7 +9,7 @@
 // http/upload_writer.h.
 //
 // Features: range_reads, atomic_publish (an object store publishes a PUT or a finished
-// upload whole), sequential_uploads as ObjectClient::sequential_uploads() says, and
+// upload whole), object_store, and
 // conditional_put (WriteOptions::if_absent: the drivers' conditional requests; a
 // write_atomic() refused because an object exists is compared with that object, and one with
 // exactly its bytes counts as written, since that is what a retried request finds when its
@@ -80,8 +80,6 @@ class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
   virtual void remove(std::string_view key, const IoOptions& io, const std::string& what) = 0;
   // Cleans up what failed writers left under prefix (S3: unfinished multipart uploads).
   virtual void remove_leftovers(std::string_view prefix, const IoOptions& io) {}
-  // StorageFeatures::sequential_uploads: a writer's parts go one at a time (GCS sessions).
-  virtual bool sequential_uploads() const { return false; }
 };
 
 // A Storage over client; `query` is the URL's query as given (url() returns it).
