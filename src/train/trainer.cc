@@ -547,7 +547,12 @@ void Trainer::remove_leftovers(const Location& dir) {
   std::vector<Location> dirs{dir};
   if (!cleaned_other_versions_) {
     dirs = local_checkpoints_dirs(options_.default_root_dir);
-    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+    // Compared as absolute paths: a relative root lists relative folders, and `dir` may be
+    // the same folder spelled from the working directory.
+    const Location here = dir.absolute();
+    if (std::none_of(dirs.begin(), dirs.end(), [&](const Location& d) { return d.absolute() == here; })) {
+      dirs.push_back(dir);
+    }
     cleaned_other_versions_ = true;
   }
   std::size_t removed = 0;
