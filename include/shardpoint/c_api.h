@@ -421,7 +421,7 @@ typedef struct sp_reshard_options {
   int verify_checksums;         /* default 1 */
   int check_zip_crc;            /* default 1 */
   uint64_t memory_budget_bytes; /* tensor bytes held at once; default 256 MiB */
-  int thread_count;             /* files per rank; default 1 */
+  int thread_count;             /* files per rank; default 1 (4 on object stores) */
   int durable;                  /* default 1 */
   int checksum;                 /* sp_checksum; default SP_CHECKSUM_CRC32C */
   int compression;              /* sp_compression; default SP_COMPRESSION_NONE */

@@ -74,7 +74,8 @@ struct ReshardOptions {
   // fails the reshard (FormatError naming file, record, fqn and byte range) before
   // anything is committed. Applies only with verify_checksums.
   bool check_zip_crc = true;
-  // As for save(): checksums, durability, O_DIRECT, dedup; thread_count = files per rank.
+  // As for save(): checksums, durability, O_DIRECT, dedup; thread_count = files per rank
+  // (raised to 4 on object stores, as save() does).
   SaveOptions save;
   // Bytes of tensor data read from the source and held at once (the slabs of the files
   // being written). Smaller budgets mean more, smaller reads. REQUIRES > 0.

@@ -159,7 +159,7 @@ def reshard(
         check_zip_crc: where no sidecar covers a record (PyTorch's checkpoints, torch.save
             files), check its zip CRC-32; a record read only in part is counted, not checked
             (default True).
-        thread_count: files each rank writes in parallel (default 1).
+        thread_count: files each rank writes in parallel (default 1; at least 4 on object stores).
         checksum: the new sidecar's ``"crc32c"`` (default), ``"xxh3"`` or ``"none"``.
         durable: fsync files and folder before ``.metadata`` is published (default True).
         compression: ``"zstd"``: every item stored as one zstd frame, as PyTorch's

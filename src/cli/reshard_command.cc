@@ -78,9 +78,11 @@ class ReshardCommand : public Command {
         ->check(CLI::Range(1, 65536));
     // Each option's name is its name in ReshardOptions, the C API and Python (the older
     // spellings after it are kept for scripts).
-    sub_->add_option("--thread-count,--threads", options_.save.thread_count,
-                     fmt::format("files written in parallel per rank (DCP's thread_count; default {})",
-                                 options_.save.thread_count))
+    sub_->add_option(
+            "--thread-count,--threads", options_.save.thread_count,
+            fmt::format(
+                "files written in parallel per rank (DCP's thread_count; default {}, at least 4 on object stores)",
+                options_.save.thread_count))
         ->check(CLI::Range(1, 64));
     sub_->add_option("--memory-budget-bytes,--memory-budget", budget_,
                      fmt::format("tensor bytes held at once while copying, e.g. 1GiB (default {})",

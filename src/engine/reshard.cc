@@ -412,7 +412,9 @@ ReshardReport reshard(const Location& source_location, storage::Storage& destina
     local_plans.push_back(make_local_save_plan(flats.back(), r));
   }
   SavePlanOptions plan_options;
-  plan_options.thread_count = options.save.thread_count;
+  // Files per rank as save() writes them on the destination (more on object stores), so
+  // that a load of the output reads as many objects per rank as one of a saved checkpoint.
+  plan_options.thread_count = files_per_rank(options.save.thread_count, destination.features());
   plan_options.single_file_per_rank = true;
   plan_options.dedup_to_lowest_rank = options.save.dedup_to_lowest_rank;
   GlobalSavePlan global = make_global_save_plan(std::move(local_plans), plan_options);

@@ -94,13 +94,15 @@ void reshard_remote_to_remote_and_local(const std::string& url) {
   save_on(3, *open_storage(local_src));
   save_on(3, *open_storage(url + "/src"));
 
-  auto r = cli("reshard -q " + shell_quote(local_src) + " " + shell_quote(local_ref) + " --ranks 3");
+  // Local references with 4 files per rank: what a reshard writes on an object store
+  // (engine/save_plan.h files_per_rank).
+  auto r = cli("reshard -q " + shell_quote(local_src) + " " + shell_quote(local_ref) + " --ranks 3 --thread-count 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = cli("reshard " + shell_quote(url + "/src") + " " + shell_quote(url + "/dst") + " --ranks 3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(url + "/dst"), std::string::npos) << r.output;
   r = cli("reshard -q " + shell_quote(url + "/src") + " " + shell_quote(from_remote) +
-          " --ranks 3 --memory-budget 1MiB");
+          " --ranks 3 --memory-budget 1MiB --thread-count 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const nlohmann::json want = inspect(local_ref);
@@ -218,7 +220,7 @@ TEST_P(RemoteCliS3Test, TorchSaveObjectIsAReshardAndVerifySource) {
   EXPECT_EQ(inspect(object), inspect(local));
   r = cli("reshard -q " + shell_quote(object) + " " + shell_quote(prefix + "/dcp") + " --ranks 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = cli("reshard -q " + shell_quote(local) + " " + shell_quote(dir.file("dcp")) + " --ranks 2");
+  r = cli("reshard -q " + shell_quote(local) + " " + shell_quote(dir.file("dcp")) + " --ranks 2 --thread-count 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(inspect(prefix + "/dcp"), inspect(local));
   expect_same_objects(*open_storage(prefix + "/dcp"), *open_storage(dir.file("dcp")));
