@@ -120,7 +120,9 @@ struct UploadLimits {
   // s of CPU per GB over 8 MiB parts against 0.6 s over hot 256 KiB slices, 2 shared cores
   // under load). The cost: hashing no longer spreads over the parts' threads; one SHA-256
   // thread with SHA-NI keeps up with about 1.5 GB/s. S3 over http signs each body's SHA-256.
-  // Azure's Content-MD5 of every request body is md5.
+  // Azure sends every body's MD5 (Content-MD5). MD5 has no instructions of its own: about
+  // 0.74 GB/s on one thread here, so one writer's appends top out near that (object-store
+  // saves write 4 files per rank in parallel).
   bool sha256 = false;
   bool crc32c = false;
   bool md5 = false;
