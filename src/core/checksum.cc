@@ -117,6 +117,16 @@ std::string Sha256::hex_digest() {
   return lower_hex(md, len);
 }
 
+Md5::Md5() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_md5(), nullptr); }
+Md5::~Md5() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+void Md5::update(ByteSpan data) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size()); }
+std::array<std::uint8_t, 16> Md5::digest() {
+  std::array<std::uint8_t, 16> md{};
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md.data(), &len);
+  return md;
+}
+
 std::array<std::uint8_t, 16> md5_digest(ByteSpan data) {
   std::array<std::uint8_t, 16> md{};
   unsigned int len = 0;

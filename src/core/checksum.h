@@ -66,6 +66,21 @@ class Sha256 {
   void* ctx_;
 };
 
+// Streaming MD5, for a Content-MD5 over a body appended in slices (http/upload_writer.h).
+class Md5 {
+ public:
+  Md5();
+  ~Md5();
+  Md5(const Md5&) = delete;
+  Md5& operator=(const Md5&) = delete;
+  void update(ByteSpan data);
+  // The 16-byte digest. Finalizes: call once.
+  std::array<std::uint8_t, 16> digest();
+
+ private:
+  void* ctx_;
+};
+
 // The MD5 of data, 16 bytes (Content-MD5 headers: a server checks a request body with it).
 std::array<std::uint8_t, 16> md5_digest(ByteSpan data);
 

@@ -35,6 +35,10 @@ TEST(Checksum, IncrementalEqualsOneShot) {
   h.update(all.subspan(5000));
   EXPECT_EQ(h.digest(), xxh3_64(all.subspan(5000)));
   EXPECT_EQ(crc32(0, {}), 0u);
+  Md5 md5;
+  md5.update(all.first(4321));
+  md5.update(all.subspan(4321));
+  EXPECT_EQ(md5.digest(), md5_digest(all));
 }
 
 // Pieces checksummed apart (by different ranks) combine into the checksum of the whole.

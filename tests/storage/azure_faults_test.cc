@@ -2,7 +2,7 @@
 // item 4): ranged reads survive every fault kind with the exact bytes, each met by a retry
 // counted under its cause; exhausted retries fail in one line naming the blob; a block
 // upload through faults commits exactly the bytes written; bodies damaged on the way are
-// refused by their Content-MD5 and sent again.
+// refused by their Content-MD5 and sent again, borrowed pieces too.
 #include <gtest/gtest.h>
 
 #include "azure_test_util.h"
@@ -114,6 +114,29 @@ TEST_F(AzureFaultsTest, DamagedBodiesAreRefusedByTheirMd5AndSentAgain) {
   expect_damaged_bodies_sent_again(*st, *direct, *proxy_, "blocks.bin", data, /*atomic=*/false,
                                    "PUT 1 1 damagebody\nPUT 3 1 damagebody\n", 2);
   expect_damaged_bodies_sent_again(*st, *direct, *proxy_, "put.bin", small, /*atomic=*/true, "PUT 1 1 damagebody\n", 1);
+
+  // Blocks of borrowed pieces with copies between them: a refused one sends the same pieces
+  // again, from the start.
+  {
+    SCOPED_TRACE("borrowed pieces");
+    proxy_->set_faults("PUT 2 1 damagebody\nPUT 4 1 damagebody\n");
+    const http::RetryCounts before = http::retry_counts();
+    std::string expected;
+    auto w = st->open_writer("borrowed.bin");
+    for (std::size_t at = 0; at < data.size(); at += 300000) {
+      w->append(as_bytes(small).first(at % 1000 + 1));
+      w->append_borrowed(as_bytes(data).subspan(at, std::min<std::size_t>(300000, data.size() - at)));
+      expected += small.substr(0, at % 1000 + 1) + data.substr(at, 300000);
+    }
+    w->commit();
+    const http::RetryCounts added = http::retry_counts_since(before, http::retry_counts());
+    EXPECT_EQ(proxy_->faults(), (std::map<std::string, int>{{"damagebody", 2}}));
+    EXPECT_EQ(added[http::RetryCause::kBodyChecksum], 2u);
+    proxy_->set_faults("");
+    std::string got(expected.size(), '\0');
+    direct->read("borrowed.bin", 0, std::as_writable_bytes(std::span(got)));
+    EXPECT_TRUE(got == expected) << "the blob differs from the bytes written";
+  }
 
   expect_failed_write_leaves_nothing(*st, *direct, *proxy_, "never-blocks.bin", data, /*atomic=*/false,
                                      "PUT 1 0 damagebody\n", "did not match its Content-MD5", "3 retries");

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "core/checksum.h"
 
 namespace shardpoint::storage::http {
@@ -30,6 +32,10 @@ TEST(BodyChecksumTest, ContentMd5IsBase64OfTheBinaryDigest) {
   // RFC 1321's MD5 of "" and "abc" (d41d8cd9..., 90015098...), base64 as RFC 1864 wants.
   EXPECT_EQ(content_md5(as_bytes("")), "1B2M2Y8AsgTpgAmY7PhCfg==");
   EXPECT_EQ(content_md5(as_bytes("abc")), "kAFQmDzST7DWlj99KOF/cg==");
+  // Of pieces sent one after another, and of a digest computed as they were appended.
+  const std::vector<ByteSpan> pieces = {as_bytes("a"), ByteSpan(), as_bytes("bc")};
+  EXPECT_EQ(content_md5(pieces), "kAFQmDzST7DWlj99KOF/cg==");
+  EXPECT_EQ(content_md5(md5_digest(as_bytes("abc"))), "kAFQmDzST7DWlj99KOF/cg==");
 }
 
 TEST(BodyChecksumTest, GoogHashCarriesTheCrcBigEndian) {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -36,7 +37,7 @@ class RecordingUpload final : public PartUpload {
   void put_whole(const PartBody& body, const IoOptions& io) override {
     std::lock_guard lock(mu_);
     whole = gathered(body);
-    whole_body = {body.pieces.size(), body.sha256_hex, body.crc32c};
+    whole_body = {body.pieces.size(), body.sha256_hex, body.crc32c, body.md5};
     whole_calls++;
   }
   void start(const IoOptions& io) override { starts++; }
@@ -74,7 +75,7 @@ class RecordingUpload final : public PartUpload {
     if (static_cast<int>(index) == fail_part) throw StorageError(StorageError::Kind::kTransient, "part failed");
     std::lock_guard lock(mu_);
     parts[index] = {offset, std::move(bytes)};
-    bodies[index] = {body.pieces.size(), body.sha256_hex, body.crc32c};
+    bodies[index] = {body.pieces.size(), body.sha256_hex, body.crc32c, body.md5};
   }
   void finish(std::size_t count, std::uint64_t size, const PartBody& last, const IoOptions& io) override {
     if (fail_finish) throw StorageError(StorageError::Kind::kOther, "finish failed");
@@ -108,6 +109,7 @@ class RecordingUpload final : public PartUpload {
     std::size_t pieces = 0;
     std::string sha256_hex;
     std::optional<std::uint32_t> crc32c;
+    std::optional<std::array<std::uint8_t, 16>> md5;
   };
 
   int fail_part = -1;
@@ -475,6 +477,7 @@ std::unique_ptr<StorageWriter> borrowing_writer(std::shared_ptr<RecordingUpload>
   limits.borrow = borrow;
   limits.sha256 = true;
   limits.crc32c = true;
+  limits.md5 = true;
   return make_upload_writer("k", "test object \"t://k\"", std::move(upload), std::move(pool), limits);
 }
 
@@ -514,9 +517,35 @@ TEST(UploadWriterTest, BorrowedBytesAreSentFromTheCallersMemoryWithTheCopiesBetw
     const RecordingUpload::BodyFacts& facts = upload->bodies.at(index);
     EXPECT_EQ(facts.sha256_hex, sha256_of(part.second)) << index;
     EXPECT_EQ(facts.crc32c, crc32c(0, as_bytes(part.second))) << index;
+    EXPECT_EQ(facts.md5, md5_digest(as_bytes(part.second))) << index;
   }
   EXPECT_EQ(pool->leased_buffers(), 0u);
   EXPECT_EQ(upload->aborts, 0);
+}
+
+// A body of many pieces, borrowed and copied in turn (a pickle between tensors' slices):
+// its MD5, SHA-256 and CRC-32C are those of its bytes in order, in every part.
+TEST(UploadWriterTest, TheDigestsOfABodyOfManyPiecesAreThoseOfItsBytes) {
+  auto upload = std::make_shared<RecordingUpload>();
+  auto pool = big_pool(3);
+  const std::string tensor = pattern(3 * kBigPart, 11);
+  upload->caller_bytes = as_bytes(tensor);
+  auto w = borrowing_writer(upload, pool);
+  const std::size_t slice = kMinBorrowBytes * 3 + 5;  // slices cross part boundaries
+  for (std::size_t at = 0; at < tensor.size(); at += slice) {
+    w->append_borrowed(as_bytes(std::string_view(tensor).substr(at, slice)));
+    w->append(as_bytes(pattern(7, static_cast<std::uint32_t>(at))));
+  }
+  w->commit();
+  ASSERT_GE(upload->parts.size(), 3u);
+  for (const auto& [index, part] : upload->parts) {
+    const RecordingUpload::BodyFacts& facts = upload->bodies.at(index);
+    if (part.second.size() == kBigPart) EXPECT_GT(facts.pieces, 2u) << index;  // the last may be a slice's end
+    EXPECT_EQ(facts.md5, md5_digest(as_bytes(part.second))) << index;
+    EXPECT_EQ(facts.sha256_hex, sha256_of(part.second)) << index;
+    EXPECT_EQ(facts.crc32c, crc32c(0, as_bytes(part.second))) << index;
+  }
+  EXPECT_EQ(upload->borrowed_bytes, tensor.size());
 }
 
 // An object of one part: put_whole() gets the pieces and digests too.
@@ -533,6 +562,7 @@ TEST(UploadWriterTest, ABorrowedObjectOfOnePartIsOnePutWholeOfItsPieces) {
   EXPECT_EQ(upload->whole_body.pieces, 2u);
   EXPECT_EQ(upload->whole_body.sha256_hex, sha256_of(header + tensor));
   EXPECT_EQ(upload->whole_body.crc32c, crc32c(0, as_bytes(header + tensor)));
+  EXPECT_EQ(upload->whole_body.md5, md5_digest(as_bytes(header + tensor)));
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 
@@ -589,7 +619,7 @@ TEST(UploadWriterTest, AnAbandonedWriterWaitsForItsBorrowedPartsBeforeItIsGone) 
   EXPECT_EQ(pool->leased_buffers(), 0u);
 }
 
-// Without UploadLimits::borrow (GCS, Azure) append_borrowed() copies: one piece per body,
+// Without UploadLimits::borrow (GCS) append_borrowed() copies: one piece per body,
 // in the pool's buffers.
 TEST(UploadWriterTest, WithoutBorrowEveryBodyIsOneCopiedPiece) {
   auto upload = std::make_shared<RecordingUpload>();

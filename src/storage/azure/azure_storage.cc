@@ -110,7 +110,9 @@ class AzureClient final : public http::ObjectClient {
     std::string blob;  // blob name, or empty for a container request
     Query query;
     Headers headers;
-    ByteSpan body;
+    // The request body: its pieces, sent one after another, and its MD5 when computed as it
+    // was appended (http/upload_writer.h); nullptr for none. The caller's, for the call.
+    const http::PartBody* body = nullptr;
     std::span<std::byte> into;
     // Statuses that are answers, not errors (returned to the caller): e.g. 404 for remove.
     std::vector<long> accepted;
@@ -123,11 +125,16 @@ class AzureClient final : public http::ObjectClient {
 
   // Runs a call, signed afresh for every attempt, with the client's retries. Throws
   // StorageError for failures not accepted. `range`: a ranged GET's range, whose answer the
-  // client checks (Request::expect_range). A body goes with its Content-MD5: Azure refuses a
-  // body damaged on the way (400 Md5Mismatch), and the client sends it again.
+  // client checks (Request::expect_range). A body goes with its Content-MD5 (the body's own
+  // md5, else computed here): Azure refuses a body damaged on the way (400 Md5Mismatch), and
+  // the client sends the same pieces again.
   Result run(const Call& given, const IoOptions& io, std::optional<http::ByteRange> range = std::nullopt) {
     Call call = given;
-    if (!call.body.empty()) call.headers.emplace_back("Content-MD5", http::content_md5(call.body));
+    const bool has_body = call.body != nullptr && call.body->size > 0;
+    if (has_body) {
+      call.headers.emplace_back(
+          "Content-MD5", call.body->md5 ? http::content_md5(*call.body->md5) : http::content_md5(call.body->pieces));
+    }
     std::string path = base_path_ + "/" + location_.container;
     if (!call.blob.empty()) path += "/" + uri_encode(call.blob, true);
     std::string url = origin_ + path;
@@ -143,12 +150,12 @@ class AzureClient final : public http::ObjectClient {
     request.method = call.method;
     request.url = std::move(url);
     request.head = call.method == "HEAD";
-    request.body = call.body;
+    if (has_body) request.body_pieces = call.body->pieces;
     request.body_out = call.into;
     request.use_body_out = !call.into.empty();
     request.expect_range = range;
     request.sign = [&](std::vector<std::string>& out) { out = signed_headers(call, path); };
-    if (!call.body.empty()) request.body_mismatch = &http::azure_body_mismatch;
+    if (has_body) request.body_mismatch = &http::azure_body_mismatch;
     Result result;
     result.response = client_.execute(request, io, call.op + " " + call.what);
     result.retries = result.response.retries;
@@ -168,7 +175,7 @@ class AzureClient final : public http::ObjectClient {
       headers.emplace_back("Content-Type", "application/octet-stream");
     }
     if (!config_.account_key.empty()) {
-      SignedRequest signed_request{call.method, path, call.query, headers, call.body.size()};
+      SignedRequest signed_request{call.method, path, call.query, headers, call.body ? call.body->size : 0};
       headers.emplace_back("Authorization", shared_key_authorization(config_, signed_request));
     }
     std::vector<std::string> out;
@@ -281,11 +288,11 @@ class AzureClient final : public http::ObjectClient {
   void put(std::string_view key, ByteSpan data, const IoOptions& io, const std::string& op,
            const WriteOptions& options) override {
     if (data.size() <= pool_->buffer_bytes()) {
-      put_blob(key, data, options.if_absent, io);
+      put_blob(key, one_piece(data), options.if_absent, io);
       return;
     }
     std::unique_ptr<StorageWriter> writer = open_writer(std::string(key), options);
-    writer->append(data, io);
+    writer->append_borrowed(data, io);  // data outlives the writer
     writer->commit(io);
   }
 
@@ -308,14 +315,22 @@ class AzureClient final : public http::ObjectClient {
     }
   }
 
-  void put_blob(std::string_view key, ByteSpan data, bool if_absent, const IoOptions& io) {
-    Call call{"write", describe(key), "PUT", blob_name(key), {}, {{"x-ms-blob-type", "BlockBlob"}}, data, {}, {}};
+  // A body of one span, whose Content-MD5 run() computes.
+  static http::PartBody one_piece(ByteSpan data) {
+    http::PartBody body;
+    body.pieces = {data};
+    body.size = data.size();
+    return body;
+  }
+
+  void put_blob(std::string_view key, const http::PartBody& body, bool if_absent, const IoOptions& io) {
+    Call call{"write", describe(key), "PUT", blob_name(key), {}, {{"x-ms-blob-type", "BlockBlob"}}, &body, {}, {}};
     if (if_absent) make_create_only(call);
     run_create_only(call, if_absent, io);
   }
 
-  void put_block(std::string_view key, const std::string& id, ByteSpan data, const IoOptions& io) {
-    Call call{"write", describe(key), "PUT", blob_name(key), {{"comp", "block"}, {"blockid", id}}, {}, data, {}, {}};
+  void put_block(std::string_view key, const std::string& id, const http::PartBody& body, const IoOptions& io) {
+    Call call{"write", describe(key), "PUT", blob_name(key), {{"comp", "block"}, {"blockid", id}}, {}, &body, {}, {}};
     run(call, io);
   }
 
@@ -323,13 +338,14 @@ class AzureClient final : public http::ObjectClient {
     std::string xml = "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>";
     for (const std::string& id : ids) xml += "<Latest>" + id + "</Latest>";
     xml += "</BlockList>";
+    const http::PartBody body = one_piece(as_bytes(xml));
     Call call{"commit",
               describe(key),
               "PUT",
               blob_name(key),
               {{"comp", "blocklist"}},
               {{"Content-Type", "application/xml"}},
-              as_bytes(xml),
+              &body,
               {},
               {}};
     if (if_absent) make_create_only(call);
@@ -402,11 +418,11 @@ class AzureUpload final : public http::PartUpload {
       : client_(std::move(client)), key_(std::move(key)), tag_(random_tag()), if_absent_(if_absent) {}
 
   void put_whole(const http::PartBody& body, const IoOptions& io) override {
-    client_->put_blob(key_, body.contiguous(), if_absent_, io);
+    client_->put_blob(key_, body, if_absent_, io);
   }
   void start(const IoOptions& io) override {}
   void put_part(std::size_t index, std::uint64_t offset, const http::PartBody& body, const IoOptions& io) override {
-    client_->put_block(key_, block_id(tag_, index), body.contiguous(), io);
+    client_->put_block(key_, block_id(tag_, index), body, io);
   }
   void finish(std::size_t parts, std::uint64_t size, const http::PartBody& tail, const IoOptions& io) override {
     std::vector<std::string> ids;
@@ -428,7 +444,7 @@ std::unique_ptr<StorageWriter> AzureClient::open_writer(const std::string& key, 
   limits.part_bytes = pool_->buffer_bytes();
   limits.parts_in_flight = static_cast<int>(std::max<std::size_t>(1, config_.parallelism));
   limits.max_parts = 50000;  // blocks of one block blob
-  limits.borrow = false;     // a call's body and its Content-MD5 are one span
+  limits.md5 = true;         // each body's Content-MD5, over its slices as they are appended
   return http::make_upload_writer(
       key, describe(key),
       std::make_shared<AzureUpload>(std::static_pointer_cast<AzureClient>(shared_from_this()), key, options.if_absent),

@@ -2,15 +2,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include <array>
-
 #include "core/base64.h"
 #include "core/checksum.h"
 
 namespace shardpoint::storage::http {
 
-std::string content_md5(ByteSpan body) {
-  const std::array<std::uint8_t, 16> md5 = md5_digest(body);
+std::string content_md5(ByteSpan body) { return content_md5(md5_digest(body)); }
+
+std::string content_md5(std::span<const ByteSpan> pieces) {
+  Md5 md5;
+  for (ByteSpan piece : pieces) md5.update(piece);
+  return content_md5(md5.digest());
+}
+
+std::string content_md5(const std::array<std::uint8_t, 16>& md5) {
   return base64_encode(std::string_view(reinterpret_cast<const char*>(md5.data()), md5.size()));
 }
 

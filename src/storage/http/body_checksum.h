@@ -17,7 +17,9 @@
 // Pure functions, thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/byte_io.h"
@@ -27,6 +29,12 @@ namespace shardpoint::storage::http {
 
 // The Content-MD5 value of body: base64 of its 16-byte MD5 (RFC 1864).
 std::string content_md5(ByteSpan body);
+
+// The Content-MD5 value of a body of pieces sent one after another (Request::body_pieces).
+std::string content_md5(std::span<const ByteSpan> pieces);
+
+// The Content-MD5 value of a body whose MD5 is md5 (computed as it was appended).
+std::string content_md5(const std::array<std::uint8_t, 16>& md5);
 
 // Base64 of a CRC-32C's 4 bytes, most significant first: the encoding of GCS's X-Goog-Hash
 // and S3's x-amz-checksum-crc32c.

@@ -26,6 +26,7 @@ class UploadWriter final : public StorageWriter {
     limits_.parts_in_flight = std::max(1, limits_.parts_in_flight);
     part_bytes_ = limits_.part_bytes;
     if (limits_.sha256) sha_ = std::make_unique<Sha256>();
+    if (limits_.md5) md5_ = std::make_unique<Md5>();
   }
 
   ~UploadWriter() override {
@@ -90,6 +91,7 @@ class UploadWriter final : public StorageWriter {
         }
         if (sha_) sha_->update(chunk);
         if (limits_.crc32c) crc_ = crc32c(crc_, chunk);
+        if (md5_) md5_->update(chunk);
         part_.size += n;
         position_ += n;
         data = data.subspan(n);
@@ -138,6 +140,10 @@ class UploadWriter final : public StorageWriter {
       sha_ = std::make_unique<Sha256>();
     }
     if (limits_.crc32c) body.crc32c = crc_;
+    if (md5_) {
+      body.md5 = md5_->digest();
+      md5_ = std::make_unique<Md5>();
+    }
     crc_ = 0;
     copied_ = 0;
     return body;
@@ -271,6 +277,7 @@ class UploadWriter final : public StorageWriter {
   std::size_t copied_ = 0;       // bytes of buffer_ in use
   PartBody part_;                // the part being filled: its pieces and size
   std::unique_ptr<Sha256> sha_;  // of the part being filled, when limits_.sha256
+  std::unique_ptr<Md5> md5_;     // of the part being filled, when limits_.md5
   std::uint32_t crc_ = 0;        // CRC-32C of the part being filled, when limits_.crc32c
   std::uint64_t position_ = 0;
   std::size_t parts_ = 0;
