@@ -512,6 +512,12 @@ def rank_main(args):
                          "full_gc_seconds": gcs[1].item()}
         dist.barrier()
 
+    # The driver starts counting the server's requests and CPU once the state is built.
+    if rank == 0:
+        open(args.results + ".built", "w").close()
+        while not os.path.exists(args.results + ".count"):
+            time.sleep(0.05)
+    dist.barrier()
     timed("save", lambda: dcp.save(sd, storage_writer=writer()))
     if rank == 0:
         with open(args.results + ".saved", "w") as f:
@@ -535,7 +541,7 @@ def rank_main(args):
 def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, scratch):
     """4 gloo ranks: save (requests counted), then load; returns {"save": job, "load": job}."""
     results = os.path.join(scratch, f"{client}-results.json")
-    for p in (results, results + ".saved", results + ".go"):
+    for p in (results, results + ".built", results + ".count", results + ".saved", results + ".go"):
         if os.path.exists(p):
             os.remove(p)
     port = benchlib.pick_port()
@@ -549,9 +555,15 @@ def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, 
                                        str(layers), "--results", results, "--peer-threads", str(peer_threads),
                                        "--sp-py-threads", str(sp_py_threads)],
                                       env=env, stdout=logs[r], stderr=subprocess.STDOUT))
-    # The ranks build their state before the save; its requests are counted from here on.
-    server.start_counting()
+    # The ranks build their state (importing torch: seconds of the job's window), then the
+    # save's requests and the server's CPU are counted.
     deadline = time.time() + 3600
+    while not os.path.exists(results + ".built"):
+        if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    server.start_counting()
+    open(results + ".count", "w").close()
     while not os.path.exists(results + ".saved"):
         if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
             break
