@@ -64,7 +64,9 @@ Python ranks (sp-py, s3torch, s3fs, adlfs, gcsfs) run gc.collect() before each t
 timeit and pyperf keep the collector out of what they time: a rank's first save comes right
 after it built the state, and a full collection that garbage sets off walks every object of
 a torch process (0.12-0.26 s here). Full collections that still run inside a call are
-counted and reported ("full GCs" on the per-round lines).
+counted and reported ("full GCs" on the per-round lines). Every job starts after os.sync()
+(and a Python client's save once more when its ranks built the state), so that no job pays
+for the writeback of the bytes the jobs before it wrote.
 Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients),
 each beside the CPU seconds per GB of payload (medians over rounds) of the client's processes,
 this client's and the best peer's, and of the server in each of the two jobs: a ratio bought
@@ -263,6 +265,7 @@ def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, 
         if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
             break
         time.sleep(0.05)
+    os.sync()  # the jobs before left dirty pages (the server's objects); see main()
     server.start_counting()
     open(results + ".count", "w").close()
     while not os.path.exists(results + ".saved"):
@@ -428,6 +431,7 @@ def run_object_processes(client, command, options, server, sizes, prefix, payloa
                 f.write(block)
             f.write(block[:size & ((1 << 20) - 1)])
         files.append(path)
+    os.sync()  # the files written back before the clock starts
     out = {}
     for way, job in (("up", "save"), ("down", "load")):
         server.start_counting()
@@ -563,6 +567,11 @@ def main():
                     prefix = f"{client}-{rnd}"
                     url = server.url(prefix)
                     print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
+                    # Every job starts with no dirty pages: the job before wrote 0.3-0.7 GB (the
+                    # server's objects, boto3's files), whose writeback (vm.dirty_expire: 30 s)
+                    # otherwise lands in a later job, most often a Python client's save, which
+                    # starts seconds after its ranks do (s3s-fs then spent 1.5x its CPU per save).
+                    os.sync()
                     if client == "sp":
                         out = run_cpp(build, server, url, args.layers, args.sp_save_threads)
                         listing = server.objects(prefix)
