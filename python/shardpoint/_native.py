@@ -345,12 +345,6 @@ class Reader:
         except Exception:
             pass
 
-    def metadata_bytes(self) -> bytes:
-        data = ctypes.c_void_p()
-        size = ctypes.c_size_t()
-        _abi.lib().sp_reader_metadata(self._handle, ctypes.byref(data), ctypes.byref(size))
-        return ctypes.string_at(_abi.address(data), size.value)
-
     def metadata_rebuilt(self) -> bytes:
         """The metadata as the engine decoded and encoded it again (sp_reader_metadata_rebuilt):
         a pickle naming only DCP's metadata classes and torch's Size, dtypes and layout."""

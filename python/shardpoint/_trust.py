@@ -17,7 +17,9 @@ A checkpoint is untrusted input. Three kinds of pickle reach the package from on
   the caller passes ``False`` (``weights_only_default``), on every PyTorch (before 2.6 its
   default was ``False``).
 
-``StorageReader(trusted=True)`` skips the first two for checkpoints the user vouches for.
+``StorageReader(trusted=True)`` skips the screening of bytes items for checkpoints the user
+vouches for; ``.metadata`` is decoded by the engine always (it reads whatever PyTorch's writers
+put there, custom planner data as data), so no ``.metadata`` is ever unpickled as it comes.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from torch.distributed.checkpoint import filesystem as _dcp_filesystem
 
 from . import errors
 
-__all__ = ["metadata_from_engine", "screen_bytes_item", "trusted_metadata", "weights_only_default"]
+__all__ = ["metadata_from_engine", "screen_bytes_item", "weights_only_default"]
 
 # TensorProperties moved from torch.distributed._shard.sharded_tensor.metadata (<= 2.2) to
 # torch.distributed.checkpoint.metadata (2.3+); the engine writes the old path, which every
@@ -121,15 +123,4 @@ def weights_only_default(weights_only: Optional[bool]) -> bool:
     """``weights_only`` for ``torch.load`` of a checkpoint file: True unless the caller says False."""
     return True if weights_only is None else bool(weights_only)
 
-
-def trusted_metadata(blob: bytes, source_name: str) -> Metadata:
-    """``.metadata`` unpickled as PyTorch's own reader does, running what it names: only for
-    ``trusted=True``."""
-    try:
-        metadata = pickle.loads(blob)
-    except Exception as e:
-        raise errors.FormatError(f"{source_name}: not a DCP Metadata pickle: {e}") from e
-    if not isinstance(metadata, Metadata):
-        raise errors.FormatError(f"{source_name}: holds a {type(metadata).__name__}, not DCP Metadata")
-    return metadata
 

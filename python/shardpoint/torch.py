@@ -482,8 +482,9 @@ class StorageReader(_DcpStorageReader):
             file holding anything else raises FormatError naming it and the offending
             global), and every bytes item is screened with ``torch.load(weights_only=True)``
             (PyTorch's allowlist plus ``torch.serialization.add_safe_globals``) before DCP's
-            planner unpickles it. True: both are unpickled as PyTorch's FileSystemReader
-            does, running whatever they name; only for checkpoints you trust.
+            planner unpickles it. True: bytes items go to the planner unscreened, as with
+            PyTorch's FileSystemReader, running whatever they name; only for checkpoints you
+            trust. ``.metadata`` is decoded by the engine either way.
 
     An engine option left at None takes the engine's default (sp_reader_options_init), given
     above.
@@ -537,13 +538,10 @@ class StorageReader(_DcpStorageReader):
         union of every rank's ``__<rank>.metadata`` when it was saved with
         ``use_collectives=False`` (a missing rank's file is a FormatError), or what the
         engine reads from a Hugging Face safetensors folder. Decoded by the engine and rebuilt
-        from DCP's own classes (``trusted=False``), or unpickled as is (``trusted=True``).
-        Raises FormatError naming the file and what it holds when it is not DCP metadata."""
+        from DCP's own classes, ``trusted`` or not. Raises FormatError naming the file and
+        what it holds when it is not DCP metadata."""
         reader = self._opened()
-        if self.trusted:
-            metadata = _trust.trusted_metadata(reader.metadata_bytes(), f"{self.path}/.metadata")
-        else:
-            metadata = _trust.metadata_from_engine(reader.metadata_rebuilt(), f"{self.path}/.metadata")
+        metadata = _trust.metadata_from_engine(reader.metadata_rebuilt(), f"{self.path}/.metadata")
         storage_meta = getattr(metadata, "storage_meta", None)
         if storage_meta is None:
             storage_meta = metadata.storage_meta = StorageMeta(checkpoint_id=self.path)

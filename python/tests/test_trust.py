@@ -91,12 +91,14 @@ def test_hostile_metadata_is_refused_by_every_entry_point(tmp_path: Path, case: 
     assert marker.exists(), f"the stock reader did not run {case}: the corpus is dead"
 
 
-def test_trusted_reader_unpickles_as_pytorch_does(tmp_path: Path) -> None:
+def test_trusted_reader_still_decodes_metadata_with_the_engine(tmp_path: Path) -> None:
+    # trusted=True only stops the screening of bytes items: .metadata is never unpickled.
     marker = _marker(tmp_path)
     folder = _metadata_folder(tmp_path, hostile_pickles.metadata_payloads(str(marker))["storage_meta.modules os.system"])
-    metadata = StorageReader(str(folder), trusted=True).read_metadata()
-    assert marker.exists()
-    assert set(metadata.state_dict_metadata) == {"w", "obj"}
+    with pytest.raises(errors.FormatError) as refused:
+        StorageReader(str(folder), trusted=True).read_metadata()
+    assert "system" in str(refused.value), refused.value
+    assert not marker.exists(), "a trusted reader ran the .metadata pickle"
 
 
 def _save_no_dist(state: dict, path: Path) -> None:
