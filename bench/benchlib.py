@@ -4,6 +4,7 @@ Every benchmark measures the peer (PyTorch) and the machine's ceilings (fio) in 
 run, because these machines are shared and noisy; figures are reported as min/median/max
 over rounds, with ratios to the peer and fractions of the ceiling taken from medians.
 """
+import gc
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 
 
 def drop_caches():
@@ -111,3 +113,20 @@ def print_table(title, header, rows):
 
 def gib(n):
     return f"{n / 2**30:.3f} GiB" if n is not None else "n/a"
+
+
+def count_full_collections():
+    """A list that gains the seconds of every full (generation 2) garbage collection of this
+    process from now on (clear it before a timed call): those walk every object of a torch
+    process, and what sets them off is any allocation, not only the call's."""
+    seconds = []
+    started = []
+
+    def callback(phase, info):
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif info["generation"] == 2 and started:
+            seconds.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(callback)
+    return seconds

@@ -181,16 +181,7 @@ def rank_main(args):
             return dcp.FsspecReader(url, **options)
 
     results = {}
-    full_gc_seconds = []  # of the full (generation 2) collections inside the timed call
-    gc_started = []
-
-    def count_full_collections(phase, info):
-        if phase == "start":
-            gc_started[:] = [time.perf_counter()]
-        elif info["generation"] == 2 and gc_started:
-            full_gc_seconds.append(time.perf_counter() - gc_started[0])
-
-    gc.callbacks.append(count_full_collections)
+    full_gc_seconds = benchlib.count_full_collections()  # inside the timed call
 
     def timed(name, fn):
         gc.collect()  # the state building's garbage is not the call's (the module's docstring)

@@ -39,7 +39,6 @@ checked against the values. Needs root for drop_caches (else all runs are warm; 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
@@ -51,7 +50,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from benchlib import drop_caches, fio_cleanup, fio_gbps, median, pick_port, print_table, ratio, triple  # noqa: E402
+from benchlib import count_full_collections, drop_caches, fio_cleanup, fio_gbps, median, pick_port, print_table, ratio, triple  # noqa: E402
 from dcp_bench import _status, gpt2_parameters, peer_local, shard0_dtensor, shard0_rows  # noqa: E402
 
 
@@ -106,16 +105,7 @@ def rank_main(args):
     results = []
     # Full (generation 2) garbage collections during each call, and their time: they walk every
     # tracked object of the process, which DCP's allocations (plans, items) set off.
-    full_collections = []
-    started = []
-
-    def count_full_collections(phase, info):
-        if phase == "start":
-            started[:] = [time.perf_counter()]
-        elif info["generation"] == 2 and started:
-            full_collections.append(time.perf_counter() - started[0])
-
-    gc.callbacks.append(count_full_collections)
+    full_collections = count_full_collections()
 
     def timed(name, path, fn, cold, check=True):
         if rank == 0:
