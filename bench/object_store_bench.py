@@ -560,8 +560,7 @@ def main():
                     print(f"[{kind} round {rnd + 1}] {client} ... load {os.getloadavg()[0]:.1f}", flush=True)
                     # Every job starts with no dirty pages: the job before wrote 0.3-0.7 GB (the
                     # server's objects, boto3's files), whose writeback (vm.dirty_expire: 30 s)
-                    # otherwise lands in a later job, most often a Python client's save, which
-                    # starts seconds after its ranks do (s3s-fs then spent 1.5x its CPU per save).
+                    # would otherwise land in a later job.
                     os.sync()
                     if client == "sp":
                         out = run_cpp(build, server, url, args.layers, args.sp_save_threads)
