@@ -66,7 +66,12 @@ after it built the state, and a full collection that garbage sets off walks ever
 a torch process (0.12-0.26 s here). Full collections that still run inside a call are
 counted and reported ("full GCs" on the per-round lines). Every job starts after os.sync()
 (and a Python client's save once more when its ranks built the state), so that no job pays
-for the writeback of the bytes the jobs before it wrote.
+for the writeback of the bytes the jobs before it wrote. And right before its clock starts,
+the driver writes and frees as much memory as the job's processes will allocate
+(benchlib.back_free_memory, only under a VM's free page reporting): without it, a job that
+starts after torch ranks freed gigabytes gets pages the host took back, and the server on
+this machine paid 1.5x the CPU for the same requests (the Python package's S3 saves: 0.7x
+boto3 in such runs, 1.1x with backed pages).
 Ratios: shardpoint (sp, and sp-py) over the best peer's median (the server's other clients),
 each beside the CPU seconds per GB of payload (medians over rounds) of the client's processes,
 this client's and the best peer's, and of the server in each of the two jobs: a ratio bought
@@ -80,6 +85,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import re
 import shutil
@@ -232,6 +238,21 @@ def rank_main(args):
     dist.destroy_process_group()
 
 
+def state_bytes(layers):
+    """The payload of the state: every parameter, exp_avg and exp_avg_sq in float32."""
+    return 3 * 4 * sum(math.prod(shape) for _, shape in dcp_bench.gpt2_parameters(layers))
+
+
+def back_memory(payload):
+    """Just before a job's clock starts, gives the job pages the host backs
+    (benchlib.back_free_memory), as many as its processes allocate: the server writes the
+    payload twice (S3 parts, then the object they make), the client holds it once, plus 1 GiB
+    for the processes themselves; at most half of the memory available now."""
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    benchlib.back_free_memory(min(3 * payload + (1 << 30), available // 2))
+
+
 def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, scratch):
     """4 gloo ranks: save (requests counted), then load; returns {"save": job, "load": job}."""
     results = os.path.join(scratch, f"{client}-results.json")
@@ -257,6 +278,7 @@ def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, 
             break
         time.sleep(0.05)
     os.sync()  # the jobs before left dirty pages (the server's objects); see main()
+    back_memory(state_bytes(layers))
     server.start_counting()
     open(results + ".count", "w").close()
     while not os.path.exists(results + ".saved"):
@@ -264,6 +286,7 @@ def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, 
             break
         time.sleep(0.05)
     save_counts, save_cpu = server.counts(), server.cpu_seconds()
+    back_memory(state_bytes(layers))
     server.start_counting()
     open(results + ".go", "w").close()
     for p in procs:
@@ -290,6 +313,7 @@ def run_cpp(build, server, url, layers, save_threads=0):
     tool = os.path.join(build, "bench", "dcp_bench")
     out = {}
     for mode in ("save", "load"):
+        back_memory(state_bytes(layers))
         server.start_counting()
         extra = ("--threads", str(save_threads)) if mode == "save" and save_threads > 0 else ()
         ranks = dcp_bench.run_shardpoint(tool, mode, url, RANKS, layers, extra=extra, env=server.env())
@@ -314,7 +338,7 @@ def warm_up(build, server):
 # --- boto3 ------------------------------------------------------------------------------------
 
 def boto_main(args):
-    """One object: upload_file or download_file at wall-clock time args.start."""
+    """One object: upload_file or download_file when the driver says go (transfer_when_told)."""
     import boto3
     from boto3.s3.transfer import TransferConfig
     s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name=REGION)
@@ -322,21 +346,21 @@ def boto_main(args):
                             max_concurrency=args.concurrency)
     s3.head_bucket(Bucket=BUCKET)  # connection and credentials ready before the clock starts
     if args.way == "up":
-        transfer_at(args.start, lambda: s3.upload_file(args.file, BUCKET, args.key, Config=config))
+        transfer_when_told(args.go, lambda: s3.upload_file(args.file, BUCKET, args.key, Config=config))
     else:
-        transfer_at(args.start, lambda: s3.download_file(BUCKET, args.key, args.file, Config=config))
+        transfer_when_told(args.go, lambda: s3.download_file(BUCKET, args.key, args.file, Config=config))
 
 
 def run_boto(server, sizes, prefix, payload, chunk_mib, concurrency, scratch):
     """Uploads then downloads len(sizes) objects with boto3 (one process each); returns {"save", "load"}."""
     return run_object_processes("boto3", ["boto"], ["--chunk-mib", str(chunk_mib), "--concurrency", str(concurrency)],
-                                server, sizes, prefix, payload, scratch, lead_seconds=3.0)
+                                server, sizes, prefix, payload, scratch)
 
 
 # --- azure-sdk and gcs-sdk ----------------------------------------------------------------------
 
 def sdk_main(args):
-    """One object through azure-storage-blob or google-cloud-storage at wall-clock time args.start."""
+    """One object through azure-storage-blob or google-cloud-storage when the driver says go."""
     part = args.chunk_mib << 20
     if args.client == "azure-sdk":
         from azure.storage.blob import BlobClient
@@ -369,7 +393,7 @@ def sdk_main(args):
             transfer_manager.download_chunks_concurrently(bucket.blob(args.key), args.file, chunk_size=part,
                                                           max_workers=args.concurrency,
                                                           worker_type=transfer_manager.THREAD)
-    transfer_at(args.start, up if args.way == "up" else down)
+    transfer_when_told(args.go, up if args.way == "up" else down)
 
 
 def run_sdk(client, server, sizes, prefix, payload, chunk_mib, concurrency, scratch, upload_chunk_mib=100):
@@ -377,11 +401,17 @@ def run_sdk(client, server, sizes, prefix, payload, chunk_mib, concurrency, scra
     return run_object_processes(client, ["sdk", client],
                                 ["--chunk-mib", str(chunk_mib), "--concurrency", str(concurrency),
                                  "--upload-chunk-mib", str(upload_chunk_mib)],
-                                server, sizes, prefix, payload, scratch, lead_seconds=4.0)
+                                server, sizes, prefix, payload, scratch)
 
 
-def transfer_at(start, transfer):
-    """Runs transfer() at wall-clock time start; prints its times and memory as one JSON line."""
+def transfer_when_told(go, transfer):
+    """Creates go.PID (this process is ready), waits for the file go, then runs transfer() at
+    the wall-clock time go holds; prints its times and memory as one JSON line."""
+    open(f"{go}.{os.getpid()}", "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    with open(go) as f:
+        start = float(f.read())
     while time.time() < start:
         time.sleep(0.005)
     before = dcp_bench._status("VmRSS")
@@ -407,10 +437,11 @@ def rank_payloads(listing):
     return [per_rank[r] for r in sorted(per_rank)]
 
 
-def run_object_processes(client, command, options, server, sizes, prefix, payload, scratch, lead_seconds):
+def run_object_processes(client, command, options, server, sizes, prefix, payload, scratch):
     """Uploads len(sizes) local files of random bytes as objects, one process each started
-    together (`command up KEY FILE`), then downloads them (`command down`), and checks the
-    bytes; returns {"save", "load"} with the time from the first start to the last end."""
+    together (`command up KEY FILE`) once all imported their client and connected, then
+    downloads them (`command down`), and checks the bytes; returns {"save", "load"} with the
+    time from the first start to the last end."""
     folder = os.path.join(scratch, f"{client}-files")
     os.makedirs(folder, exist_ok=True)
     block = os.urandom(1 << 20)
@@ -425,14 +456,27 @@ def run_object_processes(client, command, options, server, sizes, prefix, payloa
     os.sync()  # the files written back before the clock starts
     out = {}
     for way, job in (("up", "save"), ("down", "load")):
-        server.start_counting()
-        start = time.time() + lead_seconds  # every process imported its client and connected by then
+        go = os.path.join(scratch, f"{client}-{way}.go")
         procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *command, way, f"{prefix}/obj-{i}",
                                    path if way == "up" else os.path.join(folder, f"down-{i}"),
-                                   "--start", str(start), *options],
+                                   "--go", go, *options],
                                   env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for i, path in enumerate(files)]
+        deadline = time.time() + 600
+        while sum(os.path.exists(f"{go}.{p.pid}") for p in procs) < len(procs):
+            if any(p.poll() is not None for p in procs) or time.time() > deadline:
+                break  # the failure is reported below
+            time.sleep(0.01)
+        back_memory(payload)
+        server.start_counting()
+        start = time.time() + 0.1
+        with open(go + ".tmp", "w") as f:
+            f.write(repr(start))
+        os.rename(go + ".tmp", go)
         outs = [p.communicate(timeout=3600) for p in procs]
+        for p in procs:
+            benchlib.rm(f"{go}.{p.pid}")
+        benchlib.rm(go)
         if any(p.returncode for p in procs):
             raise RuntimeError(f"{client} failed:\n" + "\n".join(e[-2000:] for _, e in outs))
         ranks = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
@@ -472,7 +516,7 @@ def main():
         ap.add_argument("way", choices=("up", "down"))
         ap.add_argument("key")
         ap.add_argument("file")
-        ap.add_argument("--start", type=float, required=True)
+        ap.add_argument("--go", required=True)
         ap.add_argument("--chunk-mib", type=int, required=True)
         ap.add_argument("--concurrency", type=int, required=True)
         boto_main(ap.parse_args(sys.argv[2:]))
@@ -483,7 +527,7 @@ def main():
         ap.add_argument("way", choices=("up", "down"))
         ap.add_argument("key")
         ap.add_argument("file")
-        ap.add_argument("--start", type=float, required=True)
+        ap.add_argument("--go", required=True)
         ap.add_argument("--chunk-mib", type=int, required=True)
         ap.add_argument("--concurrency", type=int, required=True)
         ap.add_argument("--upload-chunk-mib", type=int, default=100)
