@@ -38,13 +38,15 @@ def back_free_memory(nbytes):
     """Writes nbytes of fresh anonymous memory, then frees it; returns the seconds it took
     (0 without free page reporting, where it does nothing).
 
-    Under free page reporting the guest hands the pages it has freed back to the host, and
-    the first write to such a page is a hypervisor fault: here 3 s/GB, against 0.15 s/GB for
-    a page the host still backs. Which pages a job gets then depends on what the jobs before
-    it freed: 4 torch ranks exiting free 3.6 GB, the next job's ranks reuse them, and a server
-    on the same machine writes its page cache to pages the host took back, at 1.5x the
-    server's CPU for the same requests. Called just before a job's clock starts, with what
-    the job's processes will allocate, it gives every job pages the host backs."""
+    Under free page reporting the guest hands pages it has freed back to the host, and the
+    first write to such a page is a hypervisor fault: writing 2 GB of fresh memory took
+    1.0-6.4 s here, as the host's state went. The allocator hands out the
+    backed pages first, so a job whose ranks take gigabytes (4 torch ranks: 3.6 GB) leaves a
+    server on the same machine with reclaimed pages for its page cache: s3s-fs's kernel copy
+    into it went from 4 % to 32 % of its samples, 1.5x its CPU for the same requests. Called
+    just before a job's clock starts, with more than the job's processes will allocate, it
+    gives every job backed pages (they are freed first, and handed out first).
+    """
     if nbytes <= 0 or not free_page_reporting():
         return 0.0
     t0 = time.perf_counter()

@@ -245,12 +245,13 @@ def state_bytes(layers):
 
 def back_memory(payload):
     """Just before a job's clock starts, gives the job pages the host backs
-    (benchlib.back_free_memory), as many as its processes allocate: the server writes the
-    payload twice (S3 parts, then the object they make), the client holds it once, plus 1 GiB
-    for the processes themselves; at most half of the memory available now."""
+    (benchlib.back_free_memory), more than its processes allocate: the server writes the
+    payload twice (S3 parts, then the object they make), the client holds it once; twice the
+    payload and 2 GiB more as margin (a margin of 1 GiB left one save in three on reclaimed
+    pages); at most half of the memory available now."""
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
-    benchlib.back_free_memory(min(3 * payload + (1 << 30), available // 2))
+    benchlib.back_free_memory(min(5 * payload + (2 << 30), available // 2))
 
 
 def run_python_client(client, server, url, layers, peer_threads, sp_py_threads, scratch):
