@@ -368,7 +368,7 @@ TEST(AzureStorageTest, LargeObjectsUseBoundedParallelBlocksAndParallelRangedRead
   s->read("__0_0.distcp", 3333333, std::as_writable_bytes(std::span(part)));
   EXPECT_EQ(part, data.substr(3333333, part.size()));
   // A large source reads ranges pinned to its ETag; a replaced blob is an error, not new bytes.
-  config.whole_source_bytes = 1 << 20;
+  config.source_whole_bytes = 1 << 20;
   auto pinned = azure::open_azure_storage_with(Location::parse(url + "/big"), config, options);
   auto source = pinned->open_source("__0_0.distcp");
   EXPECT_EQ(source->read_string(10 << 20, 100, "t"), data.substr(10 << 20, 100));

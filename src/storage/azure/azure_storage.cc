@@ -100,7 +100,7 @@ class AzureClient final : public http::ObjectClient {
     return "azure blob \"" + location_.url() + "/" + std::string(key) + "\"";
   }
   http::SourceLimits source_limits() const override {
-    return {config_.whole_source_bytes, config_.source_window_bytes, config_.source_cache_windows};
+    return {config_.source_whole_bytes, config_.source_window_bytes, config_.source_cache_windows};
   }
 
   struct Call {

@@ -33,7 +33,7 @@
 //   blob, so blocks grow past every 5,000 (http/upload_writer.h part_bytes_at).
 // Reads: ranged GETs (x-ms-range) straight into the caller's buffer; a read larger than
 // read_chunk_bytes is split into parallel ranged GETs. open_source() downloads blobs up to
-// AzureConfig::whole_source_bytes whole and reads larger ones through a cache of read-ahead
+// AzureConfig::source_whole_bytes whole and reads larger ones through a cache of read-ahead
 // blocks (http/ranged_reads.h WindowedSource: source_cache_windows blocks of
 // source_window_bytes, threads missing on one block share its fetch), every GET pinned to
 // the ETag seen at open with If-Match: a large source whose blob was replaced or removed
