@@ -540,7 +540,9 @@ TEST(UploadWriterTest, TheDigestsOfABodyOfManyPiecesAreThoseOfItsBytes) {
   ASSERT_GE(upload->parts.size(), 3u);
   for (const auto& [index, part] : upload->parts) {
     const RecordingUpload::BodyFacts& facts = upload->bodies.at(index);
-    if (part.second.size() == kBigPart) EXPECT_GT(facts.pieces, 2u) << index;  // the last may be a slice's end
+    if (part.second.size() == kBigPart) {
+      EXPECT_GT(facts.pieces, 2u) << index;  // the last may be a slice's end
+    }
     EXPECT_EQ(facts.md5, md5_digest(as_bytes(part.second))) << index;
     EXPECT_EQ(facts.sha256_hex, sha256_of(part.second)) << index;
     EXPECT_EQ(facts.crc32c, crc32c(0, as_bytes(part.second))) << index;

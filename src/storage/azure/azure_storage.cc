@@ -472,9 +472,8 @@ std::shared_ptr<AzureClient> make_client(const Location& where, AzureConfig conf
   }
   std::shared_ptr<BufferPool> pool = options.buffer_pool;
   if (!pool) {
-    BufferPoolOptions pool_options;
-    pool_options.capacity_bytes = options.default_pool_bytes;
-    pool = std::make_shared<BufferPool>(pool_options);
+    pool = std::make_shared<BufferPool>(
+        http::upload_pool_options(BufferPoolOptions{}.buffer_bytes, options.default_pool_bytes));
   }
   return std::make_shared<AzureClient>(std::move(location), std::move(config), std::move(pool));
 }

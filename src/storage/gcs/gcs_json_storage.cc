@@ -56,13 +56,11 @@ struct GcsCore final : http::ObjectClient {
     if (given && given->buffer_bytes() >= wanted) {
       pool = given;
     } else {
-      BufferPoolOptions po;
-      po.buffer_bytes = wanted;
       // A chunk per writer at work (two with overlap_chunks: the one being filled and the
       // one uploading), for default_pool_bytes / 16 MiB writers (at least 1); allocated as used.
       const std::size_t writers = std::max<std::size_t>(options.default_pool_bytes / (std::size_t{16} << 20), 1);
-      po.capacity_bytes = writers * (config.overlap_chunks ? 2 : 1) * wanted;
-      pool = std::make_shared<BufferPool>(po);
+      pool = std::make_shared<BufferPool>(
+          http::upload_pool_options(wanted, writers * (config.overlap_chunks ? 2 : 1) * wanted));
     }
     chunk_bytes = wanted;
   }

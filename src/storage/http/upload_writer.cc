@@ -158,11 +158,7 @@ class UploadWriter final : public StorageWriter {
     if (!own_pool_ || own_pool_->buffer_bytes() < part_bytes_) {
       wait_all();
       own_pool_.reset();
-      BufferPoolOptions options;
-      options.buffer_bytes = part_bytes_;
-      options.huge_pages = false;  // staged and sent, never mapped to a disk (s3_storage.cc)
-      options.capacity_bytes = part_bytes_ * (own_in_flight() + 1);
-      own_pool_ = std::make_unique<BufferPool>(options);
+      own_pool_ = std::make_unique<BufferPool>(upload_pool_options(part_bytes_, part_bytes_ * (own_in_flight() + 1)));
     }
     return *own_pool_;
   }
@@ -294,6 +290,14 @@ class UploadWriter final : public StorageWriter {
 ByteSpan PartBody::contiguous() const {
   if (pieces.size() > 1) throw Error("PartBody::contiguous: a body of " + std::to_string(pieces.size()) + " pieces");
   return pieces.empty() ? ByteSpan() : pieces.front();
+}
+
+BufferPoolOptions upload_pool_options(std::size_t buffer_bytes, std::size_t capacity_bytes) {
+  BufferPoolOptions options;
+  options.buffer_bytes = buffer_bytes;
+  options.capacity_bytes = capacity_bytes;
+  options.huge_pages = false;
+  return options;
 }
 
 std::size_t part_bytes_at(std::size_t index, std::size_t part_bytes, std::size_t max_parts) {

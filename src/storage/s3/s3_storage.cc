@@ -69,17 +69,10 @@ struct S3Core final : http::ObjectClient {
     if (given && given->buffer_bytes() >= wanted) {
       pool = given;
     } else {
-      BufferPoolOptions po;
-      po.buffer_bytes = wanted;
-      // Parts are copied in and sent, never mapped to a disk, so huge pages buy nothing, and
-      // their first touch (2 MiB zeroed per fault, with compaction under THP defrag=madvise)
-      // was 30 % of a rank's CPU in a 0.34 GB save on 2 shared cores.
-      po.huge_pages = false;
       // Every part a writer keeps in flight plus the one it fills (more when the caller's
       // default_pool_bytes allows).
-      po.capacity_bytes =
-          std::max(options.default_pool_bytes, wanted * static_cast<std::size_t>(config.max_parallel_parts + 1));
-      pool = std::make_shared<BufferPool>(po);
+      pool = std::make_shared<BufferPool>(http::upload_pool_options(
+          wanted, std::max(options.default_pool_bytes, wanted * static_cast<std::size_t>(config.max_parallel_parts + 1))));
     }
     part_bytes = pool->buffer_bytes();
   }
