@@ -11,9 +11,12 @@
 #include "azure_test_util.h"
 #include "comm/thread_communicator.h"
 #include "engine/checkpoint_test_state.h"
+#include "fault_proxy.h"
+#include "layered_state.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/error.h"
 #include "shardpoint/storage_registry.h"
+#include "storage/azure/azure_storage.h"
 #include "storage/local_storage.h"
 #include "test_util.h"
 
@@ -105,6 +108,50 @@ TEST(AzureEngineTest, SaveOnFourLoadOnTwoAndInspectMatchesALocalCopy) {
   EXPECT_EQ(err.find(wrong), std::string::npos) << err;
   ::unsetenv("AZURE_STORAGE_CONNECTION_STRING");
   ::unsetenv("SHARDPOINT_AZURE_BACKOFF_MS");
+}
+
+// Ranks loading only the steps (small items that DCP spreads over the ranks' files) read
+// windows of the objects that hold them, not the objects whole: 4 ranks x 48 layers of
+// 128 KiB weights make 16 data objects of about 1.5 MiB. Read whole, every rank would
+// download every object holding a step (the 32 MiB threshold did: 4x a load's bytes).
+// fault_proxy.py in front of Azurite counts the bytes it sent.
+TEST(AzureEngineTest, SmallItemsOfLargeObjectsAreReadInWindowsNotWhole) {
+  SP_REQUIRE_AZURITE(endpoint);
+  std::string why;
+  auto proxy = FaultProxy::start(endpoint, /*slow_seconds=*/3.5, &why);
+  ASSERT_NE(proxy, nullptr) << why;
+  const std::string url = fresh_container(azurite_config(endpoint)) + "/windows";
+  auto st = azure::open_azure_storage_with(Location::parse(url), azurite_config(proxy->endpoint()));
+  constexpr int kWorld = 4;
+  constexpr std::size_t kLayers = 48;
+  {
+    std::vector<LayeredState> states;
+    states.reserve(kWorld);
+    for (int r = 0; r < kWorld; ++r) states.push_back(layered_state(r, kWorld, kLayers, true, true));
+    comm::ThreadGroup group(kWorld, fast());
+    group.run([&](comm::Communicator& comm) { engine::save(states[comm.rank()].root, *st, comm); });
+  }
+  std::uint64_t data_bytes = 0;
+  for (const ObjectInfo& o : st->list("")) {
+    if (!o.key.ends_with(".distcp")) continue;
+    data_bytes += o.size;
+    ASSERT_GT(o.size, std::uint64_t{1} << 20) << o.key;  // above the whole-object threshold
+  }
+
+  proxy->set_faults("");  // resets the counts
+  std::vector<LayeredState> steps;
+  steps.reserve(kWorld);
+  for (int r = 0; r < kWorld; ++r) steps.push_back(layered_state(r, kWorld, kLayers, false, false));
+  comm::ThreadGroup group(kWorld, fast());
+  group.run([&](comm::Communicator& comm) { engine::load(steps[comm.rank()].root, *st, comm); });
+  for (int r = 0; r < kWorld; ++r) {
+    for (std::size_t i = 0; i < kLayers; ++i) {
+      EXPECT_EQ(steps[r].buffers[2 * i][0], static_cast<float>(i + 1)) << "rank " << r << " layer " << i;
+    }
+  }
+  const nlohmann::json stats = proxy->stats();
+  const std::uint64_t got = stats["bytes"].value("GET", std::uint64_t{0});
+  EXPECT_LT(got, data_bytes / 4) << stats["requests"].dump() << " for " << data_bytes << " bytes of data objects";
 }
 
 // Kills the server after `after` writers were opened (once), from inside the save.

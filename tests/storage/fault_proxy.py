@@ -35,7 +35,8 @@ requests that match selector (GET, PUT, POST, DELETE, HEAD, RGET = GET with a Ra
 x-ms-range header, ANY) are numbered from 1 since the schedule was set; numbers first ..
 first + count - 1 get the fault (count 0: every one from first on). The first matching rule
 wins. Posting a schedule resets the numbering and the counts. GET /_proxy/stats returns
-{"requests": {selector: n}, "faults": {kind: n}, "log": ["kind METHOD path", ...]}.
+{"requests": {selector: n}, "bytes": {selector: response body bytes the server sent},
+"faults": {kind: n}, "log": ["kind METHOD path", ...]}.
 
 Usage: python3 fault_proxy.py UPSTREAM [--slow-seconds S]   (UPSTREAM: http://host:port)
 Binds 127.0.0.1 on a free port and prints "PORT <n>" on stdout.
@@ -69,6 +70,7 @@ class State:
         self.lock = threading.Lock()
         self.rules = []
         self.requests = {}
+        self.bytes = {}
         self.faults = {}
         self.log = []
 
@@ -82,7 +84,7 @@ class State:
                 raise ValueError("bad rule: " + line)
             rules.append((selector, int(first), int(count), kind))
         with self.lock:
-            self.rules, self.requests, self.faults, self.log = rules, {}, {}, []
+            self.rules, self.requests, self.bytes, self.faults, self.log = rules, {}, {}, {}, []
 
     def fault_for(self, method, ranged, path, has_body):
         """Numbers the request under each selector it matches; returns its fault or None."""
@@ -101,9 +103,16 @@ class State:
                     return kind
             return None
 
+    def count_body(self, method, ranged, nbytes):
+        """Adds the bytes of a response body the server sent under each selector the request matched."""
+        with self.lock:
+            for sel in ("ANY", method) + (("RGET",) if ranged else ()):
+                self.bytes[sel] = self.bytes.get(sel, 0) + nbytes
+
     def stats(self):
         with self.lock:
-            return {"requests": dict(self.requests), "faults": dict(self.faults), "log": list(self.log)}
+            return {"requests": dict(self.requests), "bytes": dict(self.bytes), "faults": dict(self.faults),
+                    "log": list(self.log)}
 
 
 def read_request(rfile):
@@ -182,6 +191,7 @@ class Handler(socketserver.StreamRequestHandler):
             middle = len(body) // 2
             body = body[:middle] + bytes([body[middle] ^ 0x5A]) + body[middle + 1:]
         status, reason, up_headers, up_body = self.forward(method, target, headers, body)
+        state.count_body(method, ranged, len(up_body))
         if kind == "lost":
             # The server did the work; its answer never reaches the client.
             return False

@@ -72,7 +72,8 @@ struct S3Core final : http::ObjectClient {
       // Every part a writer keeps in flight plus the one it fills (more when the caller's
       // default_pool_bytes allows).
       pool = std::make_shared<BufferPool>(http::upload_pool_options(
-          wanted, std::max(options.default_pool_bytes, wanted * static_cast<std::size_t>(config.max_parallel_parts + 1))));
+          wanted,
+          std::max(options.default_pool_bytes, wanted * static_cast<std::size_t>(config.max_parallel_parts + 1))));
     }
     part_bytes = pool->buffer_bytes();
   }
