@@ -67,7 +67,7 @@ a torch process (0.12-0.26 s here). Full collections that still run inside a cal
 counted and reported ("full GCs" on the per-round lines). Every job starts after os.sync()
 (and a Python client's save once more when its ranks built the state), so that no job pays
 for the writeback of the bytes the jobs before it wrote. And right before its clock starts,
-the driver writes and frees as much memory as the job's processes will allocate
+the driver writes and frees more memory than the job's processes will allocate
 (benchlib.back_free_memory, only under a VM's free page reporting): without it, a job that
 starts after torch ranks freed gigabytes gets pages the host took back, and the server on
 this machine paid 1.5x the CPU for the same requests (the Python package's S3 saves: 0.7x
@@ -247,8 +247,8 @@ def back_memory(payload):
     """Just before a job's clock starts, gives the job pages the host backs
     (benchlib.back_free_memory), more than its processes allocate: the server writes the
     payload twice (S3 parts, then the object they make), the client holds it once; twice the
-    payload and 2 GiB more as margin (a margin of 1 GiB left one save in three on reclaimed
-    pages); at most half of the memory available now."""
+    payload and 2 GiB more as margin (with 1 GiB, two Python saves in three of one run still
+    had the server at 1.2x its CPU); at most half of the memory available now."""
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
     benchlib.back_free_memory(min(5 * payload + (2 << 30), available // 2))
