@@ -247,8 +247,8 @@ def back_memory(payload):
     """Just before a job's clock starts, gives the job pages the host backs
     (benchlib.back_free_memory), more than its processes allocate: the server writes the
     payload twice (S3 parts, then the object they make), the client holds it once; twice the
-    payload and 2 GiB more as margin (with 1 GiB, two Python saves in three of one run still
-    had the server at 1.2x its CPU); at most half of the memory available now."""
+    payload and 2 GiB more as margin (with 1 GiB, two Python saves in three of one run in
+    three still had the server at 1.2x its CPU); at most half of the memory available now."""
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
     benchlib.back_free_memory(min(5 * payload + (2 << 30), available // 2))
