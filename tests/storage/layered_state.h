@@ -19,7 +19,8 @@ struct LayeredState {
   engine::StateNode root;
 };
 
-inline LayeredState layered_state(std::int64_t rank, std::int64_t world, std::size_t layers, bool with_weights, bool filled) {
+inline LayeredState layered_state(std::int64_t rank, std::int64_t world, std::size_t layers, bool with_weights,
+                                  bool filled) {
   constexpr std::int64_t kRows = 32768;
   LayeredState s;
   s.buffers.resize(2 * layers);
