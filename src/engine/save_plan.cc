@@ -327,14 +327,20 @@ std::vector<std::vector<std::size_t>> split_into_files(std::span<const ItemWeigh
     files[0].resize(items.size());
     std::iota(files[0].begin(), files[0].end(), std::size_t{0});
   }
-  // DCP's _split_by_size_and_type: bytes round-robin (not counted in the sizes), then
-  // tensors by size descending (stable) into the file with the fewest bytes so far.
+  // The small items (bytes items and tensors under small_item_bytes) all go to the first
+  // file; the other tensors by size descending (stable) into the file with the fewest bytes
+  // so far (DCP's _split_by_size_and_type, which deals bytes items round-robin instead). A
+  // load needs the small items of every rank (the replicated ones dedup spread over the
+  // ranks), so it opens one file of each other rank rather than all of them: on s3s-fs,
+  // 4 ranks loading 0.34 GB saved as 4 objects per rank sent 27 HEADs and 60 GETs, not 54
+  // and 86.
   std::vector<std::uint64_t> file_bytes(files.size(), 0);
   std::vector<std::size_t> tensors;
-  std::size_t next_bytes_file = 0;
   for (std::size_t i = 0; i < items.size() && files.size() > 1; ++i) {
-    if (items[i].type == WriteItemType::kBytes) {
-      files[next_bytes_file++ % files.size()].push_back(i);
+    const bool small = items[i].type == WriteItemType::kBytes || items[i].nbytes < options.small_item_bytes;
+    if (small) {
+      files[0].push_back(i);
+      if (items[i].type == WriteItemType::kTensor) file_bytes[0] += items[i].nbytes;
     } else {
       tensors.push_back(i);
     }

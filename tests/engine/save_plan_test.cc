@@ -136,14 +136,16 @@ TEST(GlobalSavePlan, ManyReplicatedTensorsSpreadOverRanks) {
   }
 }
 
-TEST(SplitIntoFiles, BytesRoundRobinTensorsLargestFirstSmallOnesFirstInAFile) {
+TEST(SplitIntoFiles, SmallItemsInTheFirstFileOtherTensorsLargestFirst) {
   using T = WriteItemType;
   // bytes, 100 KiB, bytes, 1 KiB, 300 KiB, 200 KiB
   const std::vector<ItemWeight> items = {{T::kBytes, 0},        {T::kTensor, 100 << 10}, {T::kBytes, 0},
                                          {T::kTensor, 1 << 10}, {T::kTensor, 300 << 10}, {T::kTensor, 200 << 10}};
   SavePlanOptions options;
   options.thread_count = 2;
-  EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 3, 4}, {2, 5, 1}}));
+  // Bytes items and the 1 KiB tensor to file 0 (1 KiB counted), then 300 KiB -> file 1,
+  // 200 KiB and 100 KiB -> file 0; in a file bytes, small tensors, the rest.
+  EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 2, 3, 5, 1}, {4}}));
   options.thread_count = 1;  // plan order, bytes first, then the small tensors
   EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 2, 3, 1, 4, 5}}));
   options.thread_count = 3;
