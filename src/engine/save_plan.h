@@ -96,8 +96,8 @@ struct SavePlanOptions {
   // Tensor chunks of fewer raw bytes go to a rank's first file with its bytes items (up to
   // 4 MiB of them), written together after them and before its larger tensors, so a reader
   // that needs only the small items of a rank (the replicated ones dedup left there) opens
-  // one of its files and reads one byte run. 0: no small tensors (bytes items still first). The default takes in 1-D shards (biases, norms, 0-dim Adam
-  // steps) and keeps the run well below an object-store read window (8 MiB).
+  // one of its files and reads one byte run. 0: no small tensors (bytes items still first). The default takes in 1-D
+  // shards (biases, norms, 0-dim Adam steps) and keeps the run well below an object-store read window (8 MiB).
   std::uint64_t small_item_bytes = std::uint64_t{64} << 10;
 };
 
@@ -147,7 +147,8 @@ struct ItemWeight {
 // fewer items; a file with items never follows an empty one); bytes items, and tensors
 // under small_item_bytes up to 4 MiB of them, in the first file, then the other tensors
 // largest first onto the file with the fewest tensor bytes; in a file bytes items, then
-// tensors under small_item_bytes, then the rest. Otherwise one file per item, in order. Throws UsageError when options.thread_count < 1. Pure.
+// tensors under small_item_bytes, then the rest. Otherwise one file per item, in order. Throws UsageError when
+// options.thread_count < 1. Pure.
 std::vector<std::vector<std::size_t>> split_into_files(std::span<const ItemWeight> items,
                                                        const SavePlanOptions& options);
 
