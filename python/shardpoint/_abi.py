@@ -326,7 +326,6 @@ def _load() -> ctypes.CDLL:
         "sp_reader_options_init": (None, [ctypes.POINTER(ReaderOptions)]),
         "sp_reader_open": (status, [P, ctypes.POINTER(ReaderOptions), ctypes.POINTER(P), err]),
         "sp_reader_close": (None, [P]),
-        "sp_reader_metadata": (None, [P, out_buf, size_p]),
         "sp_reader_metadata_rebuilt": (status, [P, out_buf, size_p, err]),
         "sp_metadata_rebuild": (status, [P, ctypes.c_size_t, ctypes.c_char_p, out_buf, size_p, err]),
         "sp_reader_verified": (ctypes.c_int, [P]),

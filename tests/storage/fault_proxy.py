@@ -65,6 +65,11 @@ INTERNAL = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError
             b'<RequestId>FAULTPROXY</RequestId></Error>')
 
 
+def selectors(method, ranged):
+    """The selectors a request matches: ANY, its method, and RGET for a ranged GET."""
+    return ("ANY", method) + (("RGET",) if ranged else ())
+
+
 class State:
     def __init__(self):
         self.lock = threading.Lock()
@@ -90,7 +95,7 @@ class State:
         """Numbers the request under each selector it matches; returns its fault or None."""
         with self.lock:
             numbers = {}
-            for sel in ("ANY", method) + (("RGET",) if ranged else ()):
+            for sel in selectors(method, ranged):
                 self.requests[sel] = self.requests.get(sel, 0) + 1
                 numbers[sel] = self.requests[sel]
             for selector, first, count, kind in self.rules:
@@ -106,7 +111,7 @@ class State:
     def count_body(self, method, ranged, nbytes):
         """Adds the bytes of a response body the server sent under each selector the request matched."""
         with self.lock:
-            for sel in ("ANY", method) + (("RGET",) if ranged else ()):
+            for sel in selectors(method, ranged):
                 self.bytes[sel] = self.bytes.get(sel, 0) + nbytes
 
     def stats(self):
