@@ -42,7 +42,7 @@ void round_trip(ByteSpan input) {
 }
 
 // The frame read by read_into in place into pieces of sizes taken from the input (each kept
-// until the end, as read_into requires); compared with the whole image.
+// until the end, as read_into requires); compared with the whole image, then read past its end.
 void read_in_pieces(ByteSpan input, const std::shared_ptr<const ByteSource>& file, const ByteSource& whole) {
   format::ZstdReader reader(file, 0, input.size(), "item");
   std::vector<std::vector<std::byte>> pieces;
@@ -57,6 +57,10 @@ void read_in_pieces(ByteSpan input, const std::shared_ptr<const ByteSource>& fil
     if (n == 0 || std::memcmp(piece.data(), want.data(), n) != 0) std::abort();
     at += n;
   }
+  // A frame may end after its last byte was produced (an empty frame before any): one more
+  // read sees the end.
+  std::vector<std::byte> past(1);
+  if (reader.read_into(past, {}, /*in_place=*/true) != 0) std::abort();
   if (!reader.done() || reader.position() != whole.size()) std::abort();
 }
 
