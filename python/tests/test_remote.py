@@ -122,7 +122,8 @@ def test_save_on_s3_and_gcs_load_resharded(object_store, tmp_path):
     names = set(shardpoint.inspect(url).tensors)
     assert names, "inspect found no tensors"
     # A rank writes its thread_count files (2 here), at least 4 on an object store (every
-    # scheme here: StorageWriter's thread_count).
+    # scheme here: StorageWriter's thread_count): its small items in the first, its 3 larger
+    # shards (dcp_worker.SHARDED) in the other 3.
     per_rank = 4
     prefix = url.split("/", 3)[3] + "/"
     written = {n[len(prefix):] for n in names_under(prefix) if n.endswith(".distcp")}

@@ -157,10 +157,11 @@ def test_unknown_option_names_are_usage_errors_naming_the_accepted_ones(ckpt, tm
 
 def test_writer_splits_items_by_the_engines_rule(tmp_path):
     """thread_count files per rank, items split as the engine's own save splits them
-    (sp_split_into_files): bytes items round-robin, tensors largest first onto the lightest
-    file; no empty file is written."""
+    (sp_split_into_files): bytes items and tensors under 64 KiB in the first file, the other
+    tensors largest first onto the lightest file; no empty file is written."""
     g = torch.Generator().manual_seed(5)
-    sd = {f"t{i}": torch.randn(64 * (i + 1), generator=g) for i in range(5)}
+    sizes = {"t0": 256, "t1": 512, "b0": 20000, "b1": 30000, "b2": 40000, "b3": 17000}  # float32 elements
+    sd = {name: torch.randn(n, generator=g) for name, n in sizes.items()}
     sd["epoch"] = 3
     path = tmp_path / "split"
     dcp.save(sd, storage_writer=StorageWriter(path, thread_count=3))
@@ -168,16 +169,17 @@ def test_writer_splits_items_by_the_engines_rule(tmp_path):
     assert files == ["__0_0.distcp", "__0_1.distcp", "__0_2.distcp"]
     md = StorageReader(path).read_metadata()
     where = {index.fqn: info.relative_path for index, info in md.storage_data.items()}
-    # t4 (largest) -> 0, t3 -> 1, t2 -> 2, t1 -> 2 (lightest), t0 -> 1; epoch (bytes) -> 0.
-    assert where == {"t4": "__0_0.distcp", "t3": "__0_1.distcp", "t2": "__0_2.distcp", "t1": "__0_2.distcp",
-                     "t0": "__0_1.distcp", "epoch": "__0_0.distcp"}
+    # Small: t0, t1 (3 KiB), epoch -> 0. Then b2 (160 kB) -> 1, b1 (120 kB) -> 2, b0 (80 kB)
+    # -> 0 (3 KiB so far), b3 (68 kB) -> 0 (83 kB, the lightest).
+    assert where == {"t0": "__0_0.distcp", "t1": "__0_0.distcp", "epoch": "__0_0.distcp", "b2": "__0_1.distcp",
+                     "b1": "__0_2.distcp", "b0": "__0_0.distcp", "b3": "__0_0.distcp"}
     back = {k: torch.empty_like(v) for k, v in sd.items() if isinstance(v, torch.Tensor)}
     back["epoch"] = 0
     dcp.load(back, storage_reader=StorageReader(path))
     assert all(torch.equal(back[k], sd[k]) for k in back if k != "epoch") and back["epoch"] == 3
-    one = tmp_path / "one"
-    dcp.save({"t": torch.ones(2)}, storage_writer=StorageWriter(one, thread_count=4))
-    assert sorted(p.name for p in one.glob("*.distcp")) == ["__0_0.distcp"]
+    for name, state in {"one": {"t": torch.ones(2)}, "small": {"t0": sd["t0"], "t1": sd["t1"], "epoch": 3}}.items():
+        dcp.save(state, storage_writer=StorageWriter(tmp_path / name, thread_count=4))
+        assert sorted(p.name for p in (tmp_path / name).glob("*.distcp")) == ["__0_0.distcp"]
 
 
 def test_options_left_none_take_the_engines_defaults(ckpt, tmp_path):

@@ -83,8 +83,9 @@ struct SavePlan {
 
 struct SavePlanOptions {
   // Files (and writer threads) per rank when single_file_per_rank. With more than one,
-  // bytes items are dealt round-robin and tensors go, largest first, to the bucket with the
-  // fewest tensor bytes so far (DCP's _split_by_size_and_type). REQUIRES >= 1.
+  // bytes items and small tensors (up to 4 MiB of them) go to the first file, and the other
+  // tensors, largest first, to the file with the fewest tensor bytes so far
+  // (split_into_files). REQUIRES >= 1.
   int thread_count = 1;
   // false: one file per item (DCP 1.13's default), N = the item's position in the plan.
   bool single_file_per_rank = true;
@@ -92,11 +93,11 @@ struct SavePlanOptions {
   // dedup_save_to_lowest_rank). false (default): by the candidate rank with the smallest
   // accumulated storage_size so far, which spreads replicated data over ranks.
   bool dedup_to_lowest_rank = false;
-  // Tensor chunks of fewer raw bytes are written together after a file's bytes items and
-  // before its larger tensors, so a reader that needs only the small items of a file (the
-  // replicated ones dedup left to another rank) reads one byte run. 0: plan order
-  // (bytes items still first). The default takes in 1-D shards (biases, norms, 0-dim Adam
-  // steps) and keeps the run well below an object-store read window (8 MiB).
+  // Tensor chunks of fewer raw bytes go to a rank's first file with its bytes items (up to
+  // 4 MiB of them), written together after them and before its larger tensors, so a reader
+  // that needs only the small items of a rank (the replicated ones dedup left there) opens
+  // one of its files and reads one byte run. 0: no small tensors (bytes items still first). The default takes in 1-D
+  // shards (biases, norms, 0-dim Adam steps) and keeps the run well below an object-store read window (8 MiB).
   std::uint64_t small_item_bytes = std::uint64_t{64} << 10;
 };
 
@@ -143,10 +144,11 @@ struct ItemWeight {
 // applies, exposed for plans made elsewhere: PyTorch DCP's through the C API): positions in
 // `items`, per file N (__R_N.distcp), each file in the order its items are written.
 // single_file_per_rank: options.thread_count files (trailing ones empty when there are
-// fewer items; a file with items never follows an empty one); bytes items dealt
-// round-robin, then tensors largest first onto the file with the fewest tensor bytes; in a
-// file bytes items, then tensors under small_item_bytes, then the rest. Otherwise one file
-// per item, in order. Throws UsageError when options.thread_count < 1. Pure.
+// fewer items; a file with items never follows an empty one); bytes items, and tensors
+// under small_item_bytes up to 4 MiB of them, in the first file, then the other tensors
+// largest first onto the file with the fewest tensor bytes; in a file bytes items, then
+// tensors under small_item_bytes, then the rest. Otherwise one file per item, in order. Throws UsageError when
+// options.thread_count < 1. Pure.
 std::vector<std::vector<std::size_t>> split_into_files(std::span<const ItemWeight> items,
                                                        const SavePlanOptions& options);
 

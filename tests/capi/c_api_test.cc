@@ -343,11 +343,12 @@ TEST(CApiFiles, SplitIntoFilesIsTheSavesRule) {
   int files = 0;
   ASSERT_EQ(sp_split_into_files(ckpt, 2, 1, kinds, nbytes, 6, file_of_item, order, &files, &error), SP_OK)
       << take(error);
-  // Bytes round-robin; tensors largest first onto the lighter file: 300 -> 0, 200 -> 1,
-  // 100 -> 1, 1 -> 0. In a file: bytes, then tensors under 64 KiB, then the rest.
+  // Bytes items and tensors under 64 KiB to file 0; the other tensors largest first onto the
+  // lighter file: 300 -> 1, 200 -> 0, 100 -> 0. In a file: bytes, then the small tensors,
+  // then the rest.
   EXPECT_EQ(files, 2);
-  EXPECT_EQ(std::vector<int>(file_of_item, file_of_item + 6), (std::vector<int>{0, 1, 1, 0, 0, 1}));
-  EXPECT_EQ(std::vector<size_t>(order, order + 6), (std::vector<size_t>{0, 3, 4, 2, 5, 1}));
+  EXPECT_EQ(std::vector<int>(file_of_item, file_of_item + 6), (std::vector<int>{0, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(std::vector<size_t>(order, order + 6), (std::vector<size_t>{0, 2, 3, 5, 1, 4}));
 
   ASSERT_EQ(sp_split_into_files(ckpt, 1, 1, kinds, nbytes, 6, file_of_item, order, &files, &error), SP_OK);
   EXPECT_EQ(files, 1);

@@ -136,14 +136,16 @@ TEST(GlobalSavePlan, ManyReplicatedTensorsSpreadOverRanks) {
   }
 }
 
-TEST(SplitIntoFiles, BytesRoundRobinTensorsLargestFirstSmallOnesFirstInAFile) {
+TEST(SplitIntoFiles, SmallItemsInTheFirstFileOtherTensorsLargestFirst) {
   using T = WriteItemType;
   // bytes, 100 KiB, bytes, 1 KiB, 300 KiB, 200 KiB
   const std::vector<ItemWeight> items = {{T::kBytes, 0},        {T::kTensor, 100 << 10}, {T::kBytes, 0},
                                          {T::kTensor, 1 << 10}, {T::kTensor, 300 << 10}, {T::kTensor, 200 << 10}};
   SavePlanOptions options;
   options.thread_count = 2;
-  EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 3, 4}, {2, 5, 1}}));
+  // Bytes items and the 1 KiB tensor to file 0 (1 KiB counted), then 300 KiB -> file 1,
+  // 200 KiB and 100 KiB -> file 0; in a file bytes, small tensors, the rest.
+  EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 2, 3, 5, 1}, {4}}));
   options.thread_count = 1;  // plan order, bytes first, then the small tensors
   EXPECT_EQ(split_into_files(items, options), (std::vector<std::vector<std::size_t>>{{0, 2, 3, 1, 4, 5}}));
   options.thread_count = 3;
@@ -260,9 +262,25 @@ TEST(FileAssignment, OneThreadPutsBytesFirst) {
   EXPECT_EQ(plan.items[1].to_string(), "tensor \"a\" [0:2] of float32[2] (8 B) chunk #0 -> __0_0.distcp#1");
 }
 
+TEST(SplitIntoFiles, SmallTensorsBeyondFourMiBAreSpreadOverTheFiles) {
+  // 100 tensors of 60 KiB (small), as a state of small shards on many ranks: the first file
+  // takes 4 MiB of them, the others are spread, and every file is written.
+  const std::vector<ItemWeight> items(100, ItemWeight{WriteItemType::kTensor, 60 << 10});
+  SavePlanOptions options;
+  options.thread_count = 4;
+  const std::vector<std::vector<std::size_t>> files = split_into_files(items, options);
+  ASSERT_EQ(files.size(), 4u);
+  // 68 gathered (4080 KiB), the other 32 onto the lighter files 1-3.
+  EXPECT_EQ(files[0].size(), 68u);
+  EXPECT_EQ(files[1].size(), 11u);
+  EXPECT_EQ(files[2].size(), 11u);
+  EXPECT_EQ(files[3].size(), 10u);
+  for (std::size_t i = 0; i < 68; ++i) EXPECT_EQ(files[0][i], i);  // plan order
+}
+
 TEST(FileAssignment, ThreeThreadsBalanceTensorBytes) {
-  // Bytes b1..b4 are dealt round-robin; tensors 100, 40, 80, 20, 60 B go largest first to
-  // the emptiest bucket: ta->0, tc->1, te->2, tb->2, td->1.
+  // Bytes b1..b4 go to the first file; tensors 100, 40, 80, 20, 60 B (none counted small
+  // here) go largest first to the emptiest bucket: ta->0, tc->1, te->2, tb->2, td->1.
   FlatStateDict rank0 = flat_of({{"b1", pickle::Value::integer(1)},
                                  {"b2", pickle::Value::integer(2)},
                                  {"b3", pickle::Value::integer(3)},
@@ -272,7 +290,8 @@ TEST(FileAssignment, ThreeThreadsBalanceTensorBytes) {
                                  {"tc", whole({20})},
                                  {"td", whole({5})},
                                  {"te", whole({15})}});
-  GlobalSavePlan global = make_global_save_plan(local_plans({rank0, flat_of({})}), SavePlanOptions{.thread_count = 3});
+  GlobalSavePlan global = make_global_save_plan(local_plans({rank0, flat_of({})}),
+                                                SavePlanOptions{.thread_count = 3, .small_item_bytes = 0});
   const SavePlan& plan = global.plans[0];
   EXPECT_EQ(plan.files, (std::vector<std::string>{"__0_0.distcp", "__0_1.distcp", "__0_2.distcp"}));
   std::map<std::string, std::vector<std::string>> files;
@@ -282,9 +301,9 @@ TEST(FileAssignment, ThreeThreadsBalanceTensorBytes) {
     files[item.file].push_back(item.index.fqn);
     tensor_bytes[item.file] += item.nbytes;
   }
-  EXPECT_EQ(files["__0_0.distcp"], (std::vector<std::string>{"b1", "b4", "ta"}));
-  EXPECT_EQ(files["__0_1.distcp"], (std::vector<std::string>{"b2", "tc", "td"}));
-  EXPECT_EQ(files["__0_2.distcp"], (std::vector<std::string>{"b3", "te", "tb"}));
+  EXPECT_EQ(files["__0_0.distcp"], (std::vector<std::string>{"b1", "b2", "b3", "b4", "ta"}));
+  EXPECT_EQ(files["__0_1.distcp"], (std::vector<std::string>{"tc", "td"}));
+  EXPECT_EQ(files["__0_2.distcp"], (std::vector<std::string>{"te", "tb"}));
   EXPECT_EQ(tensor_bytes, (std::map<std::string, std::uint64_t>{
                               {"__0_0.distcp", 100}, {"__0_1.distcp", 100}, {"__0_2.distcp", 100}}));
   // A rank with nothing to write still creates its three (empty) files.
@@ -355,7 +374,8 @@ TEST(GlobalSavePlan, DTensorBoxesOnATwoDimensionalMesh) {
 TEST(StorageLayout, ConcatenatesEachFilesBlobsInWriteOrder) {
   FlatStateDict rank0 =
       flat_of({{"b1", pickle::Value::integer(1)}, {"ta", whole({25})}, {"tb", whole({10})}, {"tc", whole({20})}});
-  GlobalSavePlan global = make_global_save_plan(local_plans({rank0}), SavePlanOptions{.thread_count = 2});
+  GlobalSavePlan global =
+      make_global_save_plan(local_plans({rank0}), SavePlanOptions{.thread_count = 2, .small_item_bytes = 0});
   const SavePlan& plan = global.plans[0];
   // __0_0: b1, ta; __0_1: tc, tb.
   ASSERT_EQ(item_names(plan), (std::vector<std::string>{"b1", "ta@0", "tc@0", "tb@0"}));
