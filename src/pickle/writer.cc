@@ -1,6 +1,8 @@
 #include "pickle/writer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +52,10 @@ constexpr GlobalRename kNameRenames[] = {
 };
 constexpr std::pair<std::string_view, std::string_view> kModuleRenames[] = {{"builtins", "__builtin__"},
                                                                             {"copyreg", "copy_reg"}};
+
+// Modules only Python 2 has: a protocol-2 reader maps them to Python 3's (the reader's
+// fix_imports), so a global in one cannot be written at protocol 2 and read back as itself.
+constexpr std::string_view kPy2Modules[] = {"__builtin__", "copy_reg", "exceptions"};
 
 std::pair<std::string, std::string> py2_global(const std::string& module, const std::string& name) {
   for (const auto& r : kNameRenames) {
@@ -439,6 +445,9 @@ class Pickler {
     } else if (name.find('.') != std::string::npos) {
       save_nested_global_p2(module, name, depth);
     } else {
+      if (std::find(std::begin(kPy2Modules), std::end(kPy2Modules), module) != std::end(kPy2Modules)) {
+        usage_error("global in a Python 2 module, read back as Python 3's at protocol 2: " + module + "." + name);
+      }
       auto [py2_module, py2_name] = py2_global(module, name);
       if (py2_module.find('\n') != std::string::npos || py2_name.find('\n') != std::string::npos) {
         usage_error("global name with a newline: " + module + "." + name);

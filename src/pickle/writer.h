@@ -53,7 +53,9 @@ struct WriteOptions {
 // for values that cannot be pickled: a cycle only through tuples, call arguments or
 // persistent ids; a str that is not UTF-8 (lone surrogates allowed); object arguments that
 // are not a tuple (or kwargs that are not a dict); a null child; a global name with a
-// newline (protocol 2); nesting deeper than 6000 levels (the writer recurses; anything
+// newline or in a Python 2 module (__builtin__, copy_reg, exceptions: a protocol-2 reader
+// takes them for Python 3's; only a pickle that switched to protocol 3 mid-stream gives
+// them) at protocol 2; nesting deeper than 6000 levels (the writer recurses; anything
 // read_pickle accepts with the default max_depth fits).
 void write_pickle(const Value& root, ByteSink& out, const WriteOptions& options = {});
 

@@ -349,6 +349,24 @@ TEST(Writer, UsageErrors) {
   EXPECT_THROW(write(*Value::list({nullptr}), 2), UsageError);
 }
 
+// A protocol-3 pickle keeps Python 2 module names (no fix_imports), and a protocol-2
+// reader would take them for Python 3's: such a global is written at protocol 4 only.
+TEST(Writer, Python2ModuleGlobalsAreRefusedAtProtocol2) {
+  ValuePtr kept = read(std::string("\x80\x03"
+                                   "c__builtin__\nfrozenset\n."));
+  ASSERT_TRUE(kept->is_global("__builtin__", "frozenset"));
+  EXPECT_TRUE(read(std::string("\x80\x02"
+                               "c__builtin__\nfrozenset\n."))
+                  ->is_global("builtins", "frozenset"));
+  for (const char* module : {"__builtin__", "copy_reg", "exceptions"}) {
+    ValuePtr g = Value::global(module, "f");
+    EXPECT_THROW(write(*g, 2), UsageError) << module;
+    EXPECT_THROW(write(*Value::global(module, "A.f"), 2), UsageError) << module;
+    EXPECT_TRUE(deep_equal(*read(write(*g, 4)), *g)) << module;
+  }
+  EXPECT_TRUE(read(write(*Value::global("builtins", "frozenset"), 2))->is_global("builtins", "frozenset"));
+}
+
 TEST(Writer, DepthIsGuarded) {
   ValuePtr deep = Value::list();
   for (int i = 0; i < 5999; ++i) deep = Value::list({deep});
