@@ -5,7 +5,8 @@
 // Fetching ahead: the next announced blocks are fetched without a reader asking, within the
 // cache's budget and keeping blocks not read through; a failed fetch ahead reaches only the
 // reader of its bytes, which fetches them again; destroying the source while a fetch ahead
-// is in flight waits for it. A ReadAheadBudget shared by several sources: their blocks stay
+// is in flight waits for it. The first bytes the open fetched are adopted as a block when
+// they fit. A ReadAheadBudget shared by several sources: their blocks stay
 // within it together (read-through blocks of other sources dropped first), a source
 // holding all of it in fetches does not block another's reads, and parallel readers of
 // several sources stay within it plus a block per reader.
@@ -432,6 +433,42 @@ void stream_through(const WindowedSource& source, const std::string& bytes, std:
     const std::size_t n = std::min<std::size_t>(piece, bytes.size() - at);
     ASSERT_EQ(read(source, at, n), bytes.substr(at, n)) << at;
   }
+}
+
+// The first bytes the open brought are a block: read from it without a fetch, announced
+// bytes in it kept as unread; with no room in the shared budget (others' blocks unread) they
+// are dropped and the reader fetches them.
+TEST(WindowedSourceTest, AdoptedFirstBlockIsReadWithoutAFetchWhenItFits) {
+  FakeObject object(4 * kWindow);
+  const auto first_bytes = [&](std::uint64_t n) {
+    std::shared_ptr<std::byte[]> bytes = std::make_shared_for_overwrite<std::byte[]>(n);
+    std::memcpy(bytes.get(), object.bytes.data(), n);
+    return bytes;
+  };
+  auto budget = std::make_shared<ReadAheadBudget>(2 * kWindow);
+  WindowedSource source("obj", object.bytes.size(), kWindow, 2, object.fetch(), 0, budget);
+  source.adopt_first_block(first_bytes(kWindow / 2), kWindow / 2);
+  EXPECT_EQ(source.cached_bytes(), kWindow / 2);
+  EXPECT_EQ(budget->used(), kWindow / 2);
+  source.will_need(0, kWindow);
+  EXPECT_EQ(read(source, 100, 1000), object.bytes.substr(100, 1000));
+  EXPECT_TRUE(object.fetches.empty());
+  // Past the block: a fetch that starts where the block ends (blocks tile the object).
+  EXPECT_EQ(read(source, kWindow / 2 - 10, 20), object.bytes.substr(kWindow / 2 - 10, 20));
+  ASSERT_EQ(object.fetches.size(), 1u);
+  EXPECT_EQ(object.fetches[0].first, kWindow / 2);
+
+  // The budget is held by another source's unread blocks: nothing adopted.
+  FakeObject other_object(4 * kWindow);
+  WindowedSource other("other", other_object.bytes.size(), kWindow, 2, other_object.fetch(), 0, budget);
+  other.will_need(0, other_object.bytes.size());
+  read(other, 0, 10);
+  read(other, kWindow, 10);
+  WindowedSource late("late", object.bytes.size(), kWindow, 2, object.fetch(), 0, budget);
+  late.adopt_first_block(first_bytes(kWindow / 2), kWindow / 2);
+  EXPECT_EQ(late.cached_bytes(), 0u);
+  EXPECT_EQ(read(late, 0, 10), object.bytes.substr(0, 10));
+  EXPECT_EQ(object.fetches.size(), 2u);
 }
 
 TEST(ReadAheadBudgetTest, SourcesDropEachOthersReadThroughBlocksToStayWithinIt) {

@@ -3,7 +3,7 @@
 // new connection counted under its cause; exhausted retries fail in one line naming the
 // object; a multipart upload through faults commits exactly the bytes written, and one whose
 // completion always fails leaves no object; bodies damaged on the way are refused and sent
-// again; engine save and load through faults are bit-identical; `shardpoint verify
+// again; opening an object is one GET; engine save and load through faults are bit-identical; `shardpoint verify
 // --verbose` through faults reports its retries.
 #include <gtest/gtest.h>
 
@@ -77,6 +77,59 @@ class S3FaultsTest : public ::testing::Test {
 TEST_F(S3FaultsTest, RangedReadsSurviveEveryFaultKind) {
   auto st = s3_at(proxy_->endpoint(), unique_name("faults"));
   read_through_every_fault(*st, *proxy_, "obj");
+}
+
+// open_source() is one ranged GET, no HEAD: an object up to source_whole_bytes (1 MiB) comes
+// whole; a larger one keeps the first MiB as its first block and pins the ETag of that
+// answer; an empty one (416 to any range) and a missing one are told apart by a HEAD.
+TEST_F(S3FaultsTest, OpeningAnObjectIsOneGet) {
+  auto st = s3_at(proxy_->endpoint(), unique_name("open"));
+  const std::string small = pattern_bytes(1000, 1);
+  const std::string large = pattern_bytes((std::size_t{3} << 20) + 5, 2);
+  st->write_atomic("small", as_bytes(small));
+  st->write_atomic("large", as_bytes(large));
+  st->write_atomic("empty", {});
+  const auto requests = [&](const char* selector) { return proxy_->stats()["requests"].value(selector, 0); };
+  const auto read = [](const ByteSource& source, std::uint64_t at, std::size_t n) {
+    std::string out(n, '\0');
+    source.read(at, std::as_writable_bytes(std::span(out)), "test");
+    return out;
+  };
+
+  proxy_->set_faults("RGET 1 1 short206\n");  // the opening GET is retried like any other
+  std::unique_ptr<ByteSource> source = st->open_source("small");
+  EXPECT_EQ(source->size(), small.size());
+  EXPECT_EQ(read(*source, 0, small.size()), small);
+  EXPECT_EQ(requests("GET"), 2) << proxy_->stats().dump();
+  EXPECT_EQ(requests("HEAD"), 0) << proxy_->stats().dump();
+
+  proxy_->set_faults("");
+  source = st->open_source("large");
+  EXPECT_EQ(source->size(), large.size());
+  EXPECT_EQ(read(*source, 0, 1000), large.substr(0, 1000));
+  EXPECT_EQ(read(*source, (1 << 20) - 10, 10), large.substr((1 << 20) - 10, 10));
+  EXPECT_EQ(requests("GET"), 1) << proxy_->stats().dump();  // the first MiB came with the open
+  EXPECT_EQ(read(*source, 2 << 20, 100), large.substr(2 << 20, 100));
+  EXPECT_EQ(requests("GET"), 2) << proxy_->stats().dump();
+  EXPECT_EQ(requests("HEAD"), 0) << proxy_->stats().dump();
+  // Replaced after the open: a read beyond the first block sees another ETag.
+  std::unique_ptr<ByteSource> pinned = st->open_source("large");
+  st->write_atomic("large", as_bytes(pattern_bytes(large.size(), 3)));
+  EXPECT_EQ(read(*pinned, 0, 100), large.substr(0, 100));
+  try {
+    read(*pinned, 3 << 20, 5);
+    ADD_FAILURE() << "read a replaced object";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos) << e.what();
+  }
+
+  EXPECT_EQ(st->open_source("empty")->size(), 0u);
+  try {
+    st->open_source("missing");
+    ADD_FAILURE() << "opened a missing object";
+  } catch (const StorageError& e) {
+    EXPECT_EQ(e.kind(), StorageError::Kind::kNotFound) << e.what();
+  }
 }
 
 TEST_F(S3FaultsTest, ExhaustedRetriesFailInOneLineNamingTheObject) {

@@ -253,6 +253,13 @@ std::string check_range_answer(const ByteRange& asked, std::string_view content_
   return "";
 }
 
+std::optional<std::uint64_t> content_range_total(std::string_view content_range) {
+  if (!content_range.starts_with("bytes ")) return std::nullopt;
+  const std::size_t slash = content_range.rfind('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  return parse_u64(content_range.substr(slash + 1));
+}
+
 std::string uri_encode(std::string_view s, bool keep_slash) {
   static const char* kHex = "0123456789ABCDEF";
   std::string out;

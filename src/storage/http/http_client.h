@@ -160,6 +160,10 @@ bool is_retryable_status(long status);
 // ("206 for bytes 11-110 of 1000 (100 body bytes), asked for bytes 10-109").
 std::string check_range_answer(const ByteRange& asked, std::string_view content_range, std::uint64_t body_bytes);
 
+// T of a Content-Range "bytes F-L/T" or "bytes */T": the whole object's size; nullopt when
+// absent, "*" or malformed.
+std::optional<std::uint64_t> content_range_total(std::string_view content_range);
+
 // Percent-encodes s (RFC 3986 unreserved characters kept; '/' kept when keep_slash), as
 // SigV4, SharedKey and GCS object names want.
 std::string uri_encode(std::string_view s, bool keep_slash);

@@ -47,27 +47,41 @@ class ObjectStoreStorage final : public Storage {
     client_->read_into(key, offset, out, io, "read", "");
   }
 
+  // Objects up to limits.whole_bytes are read whole; larger ones through read-ahead windows
+  // that start with the first bytes when read_first() brought them.
   std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
                                           const IoOptions& io) override {
     start("open", key, io);
     const SourceLimits limits = client_->source_limits();
+    const std::size_t first_bytes = std::max<std::size_t>(limits.whole_bytes, 1);
     for (int tries = 0;; ++tries) {
-      ObjectClient::Version version = existing(key, io, "open");
-      if (version.size > limits.whole_bytes) return windowed_source(key, version, limits);
-      std::string bytes(version.size, '\0');
+      std::shared_ptr<std::byte[]> first = std::make_shared_for_overwrite<std::byte[]>(first_bytes);
+      std::optional<ObjectClient::FirstBytes> found;
       try {
-        if (version.size > 0) {
-          client_->read_into(key, 0, std::as_writable_bytes(std::span(bytes)), io, "open", version.tag);
-        }
+        found = client_->read_first(key, std::span(first.get(), first_bytes), io, "open");
       } catch (const StorageError& e) {
-        // Replaced or removed between the HEAD and the GET: look again (bounded).
+        // Replaced or removed between a HEAD and its GET: look again (bounded).
         if (tries < 3 && !e.retryable() && e.kind() != StorageError::Kind::kPermission) continue;
         throw;
       } catch (const FormatError&) {  // shorter now than the HEAD said
         if (tries < 3) continue;
         throw;
       }
-      return std::make_unique<WholeObjectSource>(std::move(bytes), client_->describe(key));
+      if (!found)
+        throw StorageError(StorageError::Kind::kNotFound, "open " + client_->describe(key) + ": no such object");
+      const ObjectClient::Version& version = found->version;
+      if (version.size > limits.whole_bytes) {
+        auto source = windowed_source(key, version, limits);
+        source->adopt_first_block(std::move(first), found->bytes);
+        return source;
+      }
+      if (found->bytes != version.size) {
+        throw StorageError(StorageError::Kind::kOther, "open " + client_->describe(key) + ": read " +
+                                                           std::to_string(found->bytes) + " of its " +
+                                                           std::to_string(version.size) + " bytes");
+      }
+      return std::make_unique<WholeObjectSource>(std::string(reinterpret_cast<const char*>(first.get()), found->bytes),
+                                                 client_->describe(key));
     }
   }
 
@@ -116,8 +130,8 @@ class ObjectStoreStorage final : public Storage {
   }
 
   // A large object read lazily through read-ahead windows, every GET pinned to version.
-  std::unique_ptr<ByteSource> windowed_source(std::string_view key, const ObjectClient::Version& version,
-                                              const SourceLimits& limits) const {
+  std::unique_ptr<WindowedSource> windowed_source(std::string_view key, const ObjectClient::Version& version,
+                                                  const SourceLimits& limits) const {
     // The source outlives this Storage (storage.h): the fetch keeps the client alive.
     auto fetch = [client = client_, name = std::string(key), tag = version.tag](std::uint64_t offset,
                                                                                 std::span<std::byte> out) {
@@ -157,6 +171,18 @@ class ObjectStoreStorage final : public Storage {
 };
 
 }  // namespace
+
+std::optional<ObjectClient::FirstBytes> ObjectClient::read_first(std::string_view key, std::span<std::byte> out,
+                                                                 const IoOptions& io, const std::string& op) {
+  std::optional<Version> version = head(key, io, op);
+  if (!version) return std::nullopt;
+  FirstBytes found{*version, 0};
+  if (version->size <= out.size()) {
+    found.bytes = static_cast<std::size_t>(version->size);
+    if (found.bytes > 0) read_into(key, 0, out.first(found.bytes), io, op, version->tag);
+  }
+  return found;
+}
 
 StorageError conflict_error(const std::string& what, long status, const std::string& code) {
   return StorageError(StorageError::Kind::kAlreadyExists,

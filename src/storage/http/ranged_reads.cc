@@ -236,6 +236,23 @@ void WindowedSource::Block::take(std::uint64_t offset, std::uint64_t n) {
   add_range(read, offset, offset + n);
 }
 
+void WindowedSource::adopt_first_block(std::shared_ptr<const std::byte[]> bytes, std::uint64_t length) {
+  if (length == 0 || length > size_ || !bytes) return;
+  MutexLock lock(mu_);
+  if (!make_room(length, /*for_miss=*/false)) return;
+  if (budget_ && !budget_->try_charge(length)) return;
+  std::promise<Bytes> ready;
+  ready.set_value(std::move(bytes));
+  Block block;
+  block.start = 0;
+  block.length = length;
+  block.id = next_id_++;
+  block.fetching = false;
+  block.bytes = ready.get_future().share();
+  cache_.push_front(std::move(block));
+  cached_bytes_ += length;
+}
+
 std::uint64_t WindowedSource::cached_bytes() const {
   MutexLock lock(mu_);
   return cached_bytes_;

@@ -182,6 +182,11 @@ class WindowedSource final : public ByteSource {
   // the cached blocks holding it; fetches nothing now: fetching ahead starts at the next
   // read).
   void will_need(std::uint64_t offset, std::uint64_t length) const override;
+  // Caches bytes [0, length) of the object, fetched already (by the request that opened it,
+  // of the version `fetch` pins) and held by `bytes`, as a block, when this source's and the
+  // shared budget have room for it (making it as a fetch ahead does); else drops them.
+  // Nothing when length is 0 or above size(). REQUIRES: no read or will_need yet.
+  void adopt_first_block(std::shared_ptr<const std::byte[]> bytes, std::uint64_t length);
   // Bytes of the blocks cached or being fetched now (see Memory above). For tests and metrics.
   std::uint64_t cached_bytes() const;
 
