@@ -127,6 +127,11 @@ struct SourceOptions {
   // Map the object into memory when the driver can (features().local_path), so parsers get
   // zero-copy views. Falls back to pread when the driver's mmap limit is reached.
   bool prefer_mmap = true;
+  // How far from its start the caller reads the object first (its first needed bytes run
+  // from near 0 to about here); 0: not known. An object store fetches that much, at least
+  // what it fetches whole and at most one read window, with the request that opens the
+  // object (S3: one ranged GET instead of a HEAD and a GET).
+  std::uint64_t first_read_bytes = 0;
 };
 
 // A streaming write of one object. Nothing is visible under the key until commit()

@@ -36,6 +36,7 @@
 #include "engine/block_checksum.h"
 #include "engine/chunking.h"
 #include "engine/compressed_item.h"
+#include "engine/parallel_for.h"
 #include "engine/torch_file_crc.h"
 #include "format/stream_transform.h"
 #include "shardpoint/error.h"
@@ -681,6 +682,25 @@ std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
   std::shared_ptr<const ByteSource> source = storage_.open_source(key, options);
   sources_.emplace(key, source);
   return source;
+}
+
+void SourceCache::open_all(const std::vector<std::pair<std::string, std::uint64_t>>& first_reads, std::size_t threads) {
+  std::vector<std::pair<std::string, std::uint64_t>> closed;
+  {
+    MutexLock lock(mu_);
+    for (const auto& file : first_reads) {
+      if (!sources_.contains(file.first)) closed.push_back(file);
+    }
+  }
+  std::vector<std::shared_ptr<const ByteSource>> opened(closed.size());
+  parallel_for(closed.size(), threads, [&](std::size_t i) {
+    storage::SourceOptions options;
+    options.prefer_mmap = false;
+    options.first_read_bytes = closed[i].second;
+    opened[i] = storage_.open_source(closed[i].first, options);
+  });
+  MutexLock lock(mu_);
+  for (std::size_t i = 0; i < closed.size(); ++i) sources_.try_emplace(closed[i].first, std::move(opened[i]));
 }
 
 std::vector<ByteRange> SavedTensorBlob::needed_blob_ranges(const std::vector<const ReadItem*>& items,

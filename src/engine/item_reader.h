@@ -63,7 +63,13 @@ struct BlobChecksums {
 class SourceCache {
  public:
   explicit SourceCache(storage::Storage& storage) : storage_(storage) {}
+  // The source of key, opened now (without a first-read hint) unless it is open already.
   std::shared_ptr<const ByteSource> get(const std::string& key);
+  // Opens the files not open yet, on up to `threads` threads at once (an object store's opens
+  // are requests): each key with the first_read_bytes the caller will read it from
+  // (storage::SourceOptions). No open starts after one failed; the first error is rethrown
+  // once the threads have joined.
+  void open_all(const std::vector<std::pair<std::string, std::uint64_t>>& first_reads, std::size_t threads);
 
  private:
   storage::Storage& storage_;

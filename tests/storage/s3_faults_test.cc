@@ -3,7 +3,8 @@
 // new connection counted under its cause; exhausted retries fail in one line naming the
 // object; a multipart upload through faults commits exactly the bytes written, and one whose
 // completion always fails leaves no object; bodies damaged on the way are refused and sent
-// again; opening an object is one GET; engine save and load through faults are bit-identical; `shardpoint verify
+// again; opening an object for its first bytes is one GET; engine save and load through faults are bit-identical;
+// `shardpoint verify
 // --verbose` through faults reports its retries.
 #include <gtest/gtest.h>
 
@@ -79,10 +80,11 @@ TEST_F(S3FaultsTest, RangedReadsSurviveEveryFaultKind) {
   read_through_every_fault(*st, *proxy_, "obj");
 }
 
-// open_source() is one ranged GET, no HEAD: an object up to source_whole_bytes (1 MiB) comes
-// whole; a larger one keeps the first MiB as its first block and pins the ETag of that
-// answer; an empty one (416 to any range) and a missing one are told apart by a HEAD.
-TEST_F(S3FaultsTest, OpeningAnObjectIsOneGet) {
+// open_source() for a caller that reads the object's first bytes first is one ranged GET, no
+// HEAD: an object up to source_whole_bytes (1 MiB) comes whole; a larger one keeps the first
+// MiB as its first block and pins the ETag of that answer; an empty one (416 to any range)
+// and a missing one are told apart by a HEAD. Without that hint a HEAD opens the object.
+TEST_F(S3FaultsTest, OpeningForTheFirstBytesIsOneGet) {
   auto st = s3_at(proxy_->endpoint(), unique_name("open"));
   const std::string small = pattern_bytes(1000, 1);
   const std::string large = pattern_bytes((std::size_t{3} << 20) + 5, 2);
@@ -96,15 +98,17 @@ TEST_F(S3FaultsTest, OpeningAnObjectIsOneGet) {
     return out;
   };
 
+  SourceOptions first_bytes;
+  first_bytes.first_read_bytes = 100;
   proxy_->set_faults("RGET 1 1 short206\n");  // the opening GET is retried like any other
-  std::unique_ptr<ByteSource> source = st->open_source("small");
+  std::unique_ptr<ByteSource> source = st->open_source("small", first_bytes);
   EXPECT_EQ(source->size(), small.size());
   EXPECT_EQ(read(*source, 0, small.size()), small);
   EXPECT_EQ(requests("GET"), 2) << proxy_->stats().dump();
   EXPECT_EQ(requests("HEAD"), 0) << proxy_->stats().dump();
 
   proxy_->set_faults("");
-  source = st->open_source("large");
+  source = st->open_source("large", first_bytes);
   EXPECT_EQ(source->size(), large.size());
   EXPECT_EQ(read(*source, 0, 1000), large.substr(0, 1000));
   EXPECT_EQ(read(*source, (1 << 20) - 10, 10), large.substr((1 << 20) - 10, 10));
@@ -113,8 +117,9 @@ TEST_F(S3FaultsTest, OpeningAnObjectIsOneGet) {
   EXPECT_EQ(requests("GET"), 2) << proxy_->stats().dump();
   EXPECT_EQ(requests("HEAD"), 0) << proxy_->stats().dump();
   // Replaced after the open: a read beyond the first block sees another ETag.
-  std::unique_ptr<ByteSource> pinned = st->open_source("large");
-  st->write_atomic("large", as_bytes(pattern_bytes(large.size(), 3)));
+  std::unique_ptr<ByteSource> pinned = st->open_source("large", first_bytes);
+  const std::string replaced = pattern_bytes(large.size(), 3);
+  st->write_atomic("large", as_bytes(replaced));
   EXPECT_EQ(read(*pinned, 0, 100), large.substr(0, 100));
   try {
     read(*pinned, 3 << 20, 5);
@@ -123,13 +128,18 @@ TEST_F(S3FaultsTest, OpeningAnObjectIsOneGet) {
     EXPECT_NE(std::string(e.what()).find("changed since it was opened"), std::string::npos) << e.what();
   }
 
-  EXPECT_EQ(st->open_source("empty")->size(), 0u);
+  EXPECT_EQ(st->open_source("empty", first_bytes)->size(), 0u);
   try {
-    st->open_source("missing");
+    st->open_source("missing", first_bytes);
     ADD_FAILURE() << "opened a missing object";
   } catch (const StorageError& e) {
     EXPECT_EQ(e.kind(), StorageError::Kind::kNotFound) << e.what();
   }
+
+  proxy_->set_faults("");
+  EXPECT_EQ(read(*st->open_source("large"), 10, 10), replaced.substr(10, 10));
+  EXPECT_EQ(requests("HEAD"), 1) << proxy_->stats().dump();
+  EXPECT_EQ(requests("GET"), 1) << proxy_->stats().dump();
 }
 
 TEST_F(S3FaultsTest, ExhaustedRetriesFailInOneLineNamingTheObject) {

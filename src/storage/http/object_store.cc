@@ -47,18 +47,23 @@ class ObjectStoreStorage final : public Storage {
     client_->read_into(key, offset, out, io, "read", "");
   }
 
-  // Objects up to limits.whole_bytes are read whole; larger ones through read-ahead windows
-  // that start with the first bytes when read_first() brought them.
+  // An object up to limits.whole_bytes is read whole, a larger one through read-ahead
+  // windows. When the caller reads only the object's first bytes first (first_read_bytes up
+  // to whole_bytes: another rank's small items), read_first() brings the first whole_bytes
+  // with the request that opens the object (S3: no HEAD), and a larger object's windows keep
+  // them as their first block. Otherwise a HEAD opens it: a caller that streams the object
+  // reads it in window-sized GETs (fetched ahead, in parallel), which a first GET would delay.
   std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
                                           const IoOptions& io) override {
     start("open", key, io);
     const SourceLimits limits = client_->source_limits();
-    const std::size_t first_bytes = std::max<std::size_t>(limits.whole_bytes, 1);
+    const std::size_t whole_bytes = std::max<std::size_t>(limits.whole_bytes, 1);
+    const bool first_bytes_only = options.first_read_bytes > 0 && options.first_read_bytes <= whole_bytes;
     for (int tries = 0;; ++tries) {
-      std::shared_ptr<std::byte[]> first = std::make_shared_for_overwrite<std::byte[]>(first_bytes);
       std::optional<ObjectClient::FirstBytes> found;
       try {
-        found = client_->read_first(key, std::span(first.get(), first_bytes), io, "open");
+        found = first_bytes_only ? client_->read_first(key, whole_bytes, io, "open")
+                                 : client_->open_with_head(key, whole_bytes, io, "open");
       } catch (const StorageError& e) {
         // Replaced or removed between a HEAD and its GET: look again (bounded).
         if (tries < 3 && !e.retryable() && e.kind() != StorageError::Kind::kPermission) continue;
@@ -72,16 +77,17 @@ class ObjectStoreStorage final : public Storage {
       const ObjectClient::Version& version = found->version;
       if (version.size > limits.whole_bytes) {
         auto source = windowed_source(key, version, limits);
-        source->adopt_first_block(std::move(first), found->bytes);
+        source->adopt_first_block(std::move(found->bytes), found->length);
         return source;
       }
-      if (found->bytes != version.size) {
+      if (found->length != version.size) {
         throw StorageError(StorageError::Kind::kOther, "open " + client_->describe(key) + ": read " +
-                                                           std::to_string(found->bytes) + " of its " +
+                                                           std::to_string(found->length) + " of its " +
                                                            std::to_string(version.size) + " bytes");
       }
-      return std::make_unique<WholeObjectSource>(std::string(reinterpret_cast<const char*>(first.get()), found->bytes),
-                                                 client_->describe(key));
+      std::string bytes(found->length, '\0');
+      if (found->length > 0) std::memcpy(bytes.data(), found->bytes.get(), found->length);
+      return std::make_unique<WholeObjectSource>(std::move(bytes), client_->describe(key));
     }
   }
 
@@ -172,14 +178,20 @@ class ObjectStoreStorage final : public Storage {
 
 }  // namespace
 
-std::optional<ObjectClient::FirstBytes> ObjectClient::read_first(std::string_view key, std::span<std::byte> out,
+std::optional<ObjectClient::FirstBytes> ObjectClient::read_first(std::string_view key, std::size_t max_bytes,
                                                                  const IoOptions& io, const std::string& op) {
+  return open_with_head(key, max_bytes, io, op);
+}
+
+std::optional<ObjectClient::FirstBytes> ObjectClient::open_with_head(std::string_view key, std::size_t max_bytes,
+                                                                     const IoOptions& io, const std::string& op) {
   std::optional<Version> version = head(key, io, op);
   if (!version) return std::nullopt;
-  FirstBytes found{*version, 0};
-  if (version->size <= out.size()) {
-    found.bytes = static_cast<std::size_t>(version->size);
-    if (found.bytes > 0) read_into(key, 0, out.first(found.bytes), io, op, version->tag);
+  FirstBytes found{*version, nullptr, 0};
+  if (version->size > 0 && version->size <= max_bytes) {
+    found.length = static_cast<std::size_t>(version->size);
+    found.bytes = std::make_shared_for_overwrite<std::byte[]>(found.length);
+    read_into(key, 0, std::span(found.bytes.get(), found.length), io, op, version->tag);
   }
   return found;
 }

@@ -61,21 +61,25 @@ class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
   virtual std::string describe(std::string_view key) const = 0;
   virtual SourceLimits source_limits() const = 0;
 
-  // What read_first() found: the object's version, and how many of its first bytes it wrote.
+  // What an open found: the object's version, and its first `length` bytes.
   struct FirstBytes {
     Version version;
-    std::size_t bytes = 0;
+    std::shared_ptr<std::byte[]> bytes;  // at least length bytes; null when length is 0
+    std::size_t length = 0;
   };
 
   // The object's size and version; nullopt when there is none. `op` starts messages.
   virtual std::optional<Version> head(std::string_view key, const IoOptions& io, const std::string& op) = 0;
-  // Opens an object: its version, and its first min(size, out.size()) bytes written to out
-  // where that costs no extra request. S3 asks for them in one ranged GET and reads the size
-  // and ETag off the answer (a HEAD less per object opened). This default: head(), then, only
-  // when the whole object fits out, read_into() pinned to that version (bytes 0 otherwise).
-  // nullopt when there is no object. Throws as head() and read_into(); REQUIRES out non-empty.
-  virtual std::optional<FirstBytes> read_first(std::string_view key, std::span<std::byte> out, const IoOptions& io,
+  // Opens an object in one request where the driver can: its version and its first
+  // min(size, max_bytes) bytes. S3 asks for them in one ranged GET and reads the size and
+  // ETag off the answer (a HEAD less). This default: open_with_head(). nullopt when there is
+  // no object. Throws as head() and read_into(); REQUIRES max_bytes > 0.
+  virtual std::optional<FirstBytes> read_first(std::string_view key, std::size_t max_bytes, const IoOptions& io,
                                                const std::string& op);
+  // head(), then, when the object has at most max_bytes, all of it (read_into() pinned to
+  // that version; length 0 otherwise). nullopt when there is no object. Throws as those.
+  std::optional<FirstBytes> open_with_head(std::string_view key, std::size_t max_bytes, const IoOptions& io,
+                                           const std::string& op);
   // Fills out with the bytes at offset (parallel ranged GETs when large). A non-empty tag
   // pins the version: a changed object is StorageError kOther. Past the end: FormatError.
   virtual void read_into(std::string_view key, std::uint64_t offset, std::span<std::byte> out, const IoOptions& io,

@@ -209,11 +209,13 @@ struct S3Core final : http::ObjectClient {
     return resp.header("etag");
   }
 
-  // One GET of bytes [0, out.size()): a shorter object comes whole, and the answer's
+  // One GET of bytes [0, max_bytes): a shorter object comes whole, and the answer's
   // Content-Range (206) or Content-Length (200, a server that sends the whole object) gives
   // its size, its ETag the version. An empty object answers 416 to any range: then the HEAD.
-  std::optional<FirstBytes> read_first(std::string_view key, std::span<std::byte> out, const IoOptions& io,
+  std::optional<FirstBytes> read_first(std::string_view key, std::size_t max_bytes, const IoOptions& io,
                                        const std::string& op) override {
+    std::shared_ptr<std::byte[]> buffer = std::make_shared_for_overwrite<std::byte[]>(max_bytes);
+    const std::span<std::byte> out(buffer.get(), max_bytes);
     http::Request r = request("GET", object_url(key));
     r.headers.push_back("Range: bytes=0-" + std::to_string(out.size() - 1));
     r.body_out = out;
@@ -222,12 +224,13 @@ struct S3Core final : http::ObjectClient {
     std::string what = op + " " + describe(key);
     http::Response resp = execute(r, io, what);
     if (resp.status == 404) return std::nullopt;
-    if (resp.status == 416) return ObjectClient::read_first(key, out, io, op);
+    if (resp.status == 416) return open_with_head(key, max_bytes, io, op);
     if (resp.status != 206 && resp.status != 200) fail(what, resp);
     std::optional<std::uint64_t> size = resp.status == 200 ? std::optional<std::uint64_t>(resp.bytes_received)
                                                            : http::content_range_total(resp.header("content-range"));
-    if (!size) return ObjectClient::read_first(key, out, io, op);  // "bytes 0-9/*": size unknown
-    return FirstBytes{Version{*size, resp.header("etag")}, static_cast<std::size_t>(resp.bytes_received)};
+    if (!size) return open_with_head(key, max_bytes, io, op);  // "bytes 0-9/*": size unknown
+    return FirstBytes{Version{*size, resp.header("etag")}, std::move(buffer),
+                      static_cast<std::size_t>(resp.bytes_received)};
   }
 
   // Ranged GETs of out in parallel chunks when it is large. All ETags must agree with
