@@ -203,8 +203,10 @@ class Storage {
   // Like stat(), but a missing object returns nullopt instead of throwing.
   virtual std::optional<std::uint64_t> try_stat(std::string_view key, const IoOptions& io = {});
 
-  // The whole (small) object under key, or nullopt when there is none.
-  std::optional<std::string> try_read_all(std::string_view key, const IoOptions& io = {});
+  // The whole (small) object under key, or nullopt when there is none. The default:
+  // try_stat(), then read(); an object store asks for the object's first bytes and its size
+  // in one request.
+  virtual std::optional<std::string> try_read_all(std::string_view key, const IoOptions& io = {});
 
   // Fills `out` with the bytes at [offset, offset + out.size()) of the object. Throws
   // StorageError kNotFound for a missing object and FormatError naming the object, offset

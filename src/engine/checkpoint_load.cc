@@ -157,35 +157,6 @@ CheckpointFacts decode_what_ranks_need(const std::vector<std::string>& parts, st
   return facts;
 }
 
-// Per file (in `order`, files sorted), how far its first run of needed bytes goes: from a
-// first range that starts within kFirstRunGap of the file's start, through the ranges that
-// follow with gaps below kFirstRunGap; 0 when the first range starts further in.
-std::vector<std::pair<std::string, std::uint64_t>> first_reads(const std::vector<std::size_t>& order,
-                                                               const std::vector<const format::StorageInfo*>& task_info,
-                                                               const std::vector<std::vector<ByteRange>>& needed) {
-  // Bytes skipped inside a run at most: a small fraction of an object store's 1 MiB first GET.
-  constexpr std::uint64_t kFirstRunGap = std::uint64_t{64} << 10;
-  std::vector<std::pair<std::string, std::uint64_t>> out;
-  bool run_open = false;
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const std::string& file = task_info[order[i]]->relative_path;
-    if (out.empty() || out.back().first != file) {
-      out.emplace_back(file, 0);
-      run_open = true;
-    }
-    for (const ByteRange& r : needed[i]) {
-      if (!run_open) break;
-      std::uint64_t& end = out.back().second;
-      if (r.offset > end + kFirstRunGap) {
-        run_open = false;
-        break;
-      }
-      end = std::max(end, r.offset + r.length);
-    }
-  }
-  return out;
-}
-
 void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::string& metadata_name,
                   SourceCache& sources, const LoadOptions& options, LoadReport& report, PendingChecks& pending) {
   const format::Metadata& metadata = facts.metadata;
@@ -275,8 +246,11 @@ void load_on_rank(StateNode& state, const CheckpointFacts& facts, const std::str
   // Every file opened at once, each told how far its first run of needed bytes goes: on an
   // object store the request that opens a file then brings those bytes too (another rank's
   // first file: its small items; this rank's files: their first window).
-  sources.open_all(first_reads(order, task_info, task_ranges),
-                   static_cast<std::size_t>(std::max(options.thread_count, 1)));
+  FirstReads first_reads;
+  for (std::size_t i = 0; i < tasks; ++i) {
+    for (const ByteRange& r : task_ranges[i]) first_reads.add(task_info[order[i]]->relative_path, r.offset, r.length);
+  }
+  sources.open_all(first_reads.files(), static_cast<std::size_t>(std::max(options.thread_count, 1)));
   std::vector<std::vector<ReadAhead::Range>> ranges(tasks);
   for (std::size_t i = 0; i < tasks; ++i) {
     std::shared_ptr<const ByteSource> file = sources.get(task_info[order[i]]->relative_path);

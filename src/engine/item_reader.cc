@@ -673,15 +673,29 @@ void SavedTensorBlob::read_zip_checked(std::uint64_t begin, std::uint64_t end, s
   ledger.add_piece(record, begin - record.data_offset, end - record.data_offset, crc);
 }
 
-std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key) {
+std::shared_ptr<const ByteSource> SourceCache::get(const std::string& key, std::uint64_t first_read_bytes) {
   MutexLock lock(mu_);
   auto it = sources_.find(key);
   if (it != sources_.end()) return it->second;
   storage::SourceOptions options;
   options.prefer_mmap = false;
+  options.first_read_bytes = first_read_bytes;
   std::shared_ptr<const ByteSource> source = storage_.open_source(key, options);
   sources_.emplace(key, source);
   return source;
+}
+
+void FirstReads::add(const std::string& file, std::uint64_t offset, std::uint64_t length) {
+  if (files_.empty() || files_.back().first != file) {
+    files_.emplace_back(file, 0);
+    run_open_ = true;
+  }
+  std::uint64_t& end = files_.back().second;
+  if (!run_open_ || offset > end + kRunGap) {
+    run_open_ = false;
+    return;
+  }
+  end = std::max(end, offset + length);
 }
 
 void SourceCache::open_all(const std::vector<std::pair<std::string, std::uint64_t>>& first_reads, std::size_t threads) {

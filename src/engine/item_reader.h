@@ -63,8 +63,9 @@ struct BlobChecksums {
 class SourceCache {
  public:
   explicit SourceCache(storage::Storage& storage) : storage_(storage) {}
-  // The source of key, opened now (without a first-read hint) unless it is open already.
-  std::shared_ptr<const ByteSource> get(const std::string& key);
+  // The source of key, opened now unless it is open already (first_read_bytes: as
+  // storage::SourceOptions, for an open now).
+  std::shared_ptr<const ByteSource> get(const std::string& key, std::uint64_t first_read_bytes = 0);
   // Opens the files not open yet, on up to `threads` threads at once (an object store's opens
   // are requests): each key with the first_read_bytes the caller will read it from
   // (storage::SourceOptions). No open starts after one failed; the first error is rethrown
@@ -75,6 +76,25 @@ class SourceCache {
   storage::Storage& storage_;
   Mutex mu_;
   std::map<std::string, std::shared_ptr<const ByteSource>> sources_ SP_GUARDED_BY(mu_);
+};
+
+// How far a reader's first run of needed bytes goes in each file it reads
+// (storage::SourceOptions::first_read_bytes): fed the ranges in reading order, a file's
+// ranges together and in file order; the run starts with a range within kRunGap of the
+// file's start and takes the ranges that follow with gaps up to kRunGap (0 when the first
+// range starts further in).
+class FirstReads {
+ public:
+  // Bytes a run may skip: a small part of an object store's 1 MiB first GET.
+  static constexpr std::uint64_t kRunGap = std::uint64_t{64} << 10;
+
+  void add(const std::string& file, std::uint64_t offset, std::uint64_t length);
+  // (file, first_read_bytes), in the order the files came.
+  const std::vector<std::pair<std::string, std::uint64_t>>& files() const { return files_; }
+
+ private:
+  std::vector<std::pair<std::string, std::uint64_t>> files_;
+  bool run_open_ = false;  // the last file's run may still grow
 };
 
 class CountedWindow;

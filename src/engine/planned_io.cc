@@ -171,7 +171,8 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
   for (const auto& [key, list] : by_blob) blobs.push_back(&list);
 
   std::vector<std::vector<ReadItem>> items(blobs.size());
-  std::vector<std::vector<ReadAhead::Range>> ranges(blobs.size());
+  std::vector<std::vector<ByteRange>> blob_ranges(blobs.size());  // in the file
+  FirstReads first_reads;
   for (std::size_t b = 0; b < blobs.size(); ++b) {
     const PlannedTensorRead& first = *blobs[b]->front();
     std::vector<const ReadItem*> item_pointers;
@@ -186,15 +187,23 @@ void PlannedReader::read_tensors(std::span<const PlannedTensorRead> requests) {
       item.lengths = r->lengths;
     }
     for (const ReadItem& item : items[b]) item_pointers.push_back(&item);
-    std::shared_ptr<const ByteSource> file = sources_->get(first.blob.relative_path);
     if (!transforms_of(first.blob).empty()) {
-      ranges[b].push_back({file, first.blob.offset, first.blob.length});  // a zstd item is read whole
-      continue;
+      blob_ranges[b].push_back({first.blob.offset, first.blob.length});  // a zstd item is read whole
+    } else {
+      for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(item_pointers, first.chunk.sizes,
+                                                                    dtype_itemsize(first.dtype), first.blob.length)) {
+        blob_ranges[b].push_back({first.blob.offset + r.offset, r.length});
+      }
     }
-    for (const ByteRange& r : SavedTensorBlob::needed_blob_ranges(item_pointers, first.chunk.sizes,
-                                                                  dtype_itemsize(first.dtype), first.blob.length)) {
-      ranges[b].push_back({file, first.blob.offset + r.offset, r.length});
-    }
+    for (const ByteRange& r : blob_ranges[b]) first_reads.add(first.blob.relative_path, r.offset, r.length);
+  }
+  // The files opened at once, each with how far its first needed bytes go (an object store
+  // brings them with the request that opens it: another rank's small items).
+  sources_->open_all(first_reads.files(), static_cast<std::size_t>(std::max(options_.thread_count, 1)));
+  std::vector<std::vector<ReadAhead::Range>> ranges(blobs.size());
+  for (std::size_t b = 0; b < blobs.size(); ++b) {
+    std::shared_ptr<const ByteSource> file = sources_->get(blobs[b]->front()->blob.relative_path);
+    for (const ByteRange& r : blob_ranges[b]) ranges[b].push_back({file, r.offset, r.length});
   }
   ReadAhead read_ahead(std::move(ranges));
 
@@ -245,8 +254,10 @@ std::string PlannedReader::read_blob(const format::StorageInfo& blob, const std:
     ReadCounts counts;
     format::StorageInfo info = blob;
     info.transform_descriptors = transforms_of(blob);
-    const std::unique_ptr<ByteSource> source =
-        read_item_blob(sources_->get(blob.relative_path), info, where, checksums, counts);
+    FirstReads first_read;
+    first_read.add(blob.relative_path, blob.offset, blob.length);
+    const std::unique_ptr<ByteSource> source = read_item_blob(
+        sources_->get(blob.relative_path, first_read.files().front().second), info, where, checksums, counts);
     if (checksums.item == nullptr && checks_zip_crc()) {
       std::optional<torchfile::ZipArchive> archive;
       try {

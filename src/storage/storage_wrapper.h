@@ -1,6 +1,7 @@
 // StorageWrapper: a Storage that forwards every call to another one, so a subclass can
 // override the one method it changes (LevelDB's EnvWrapper). Fault injection, throttling
-// and metrics are wrappers, not flags on drivers.
+// and metrics are wrappers, not flags on drivers. try_read_all() is the one call not
+// forwarded: its default goes through the wrapper's try_stat() and read().
 //
 // Thread-safety: as the wrapped Storage; the wrapper adds no state.
 #pragma once

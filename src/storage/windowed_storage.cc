@@ -108,6 +108,9 @@ class WindowedStorage final : public StorageWrapper {
     }
     return std::make_unique<WindowedSource>(std::move(inner), std::string(key), cache_);
   }
+  std::optional<std::string> try_read_all(std::string_view key, const IoOptions& io) override {
+    return target_->try_read_all(key, io);
+  }
 
  private:
   std::shared_ptr<Storage> target_;

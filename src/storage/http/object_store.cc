@@ -59,36 +59,39 @@ class ObjectStoreStorage final : public Storage {
     const SourceLimits limits = client_->source_limits();
     const std::size_t whole_bytes = std::max<std::size_t>(limits.whole_bytes, 1);
     const bool first_bytes_only = options.first_read_bytes > 0 && options.first_read_bytes <= whole_bytes;
-    for (int tries = 0;; ++tries) {
-      std::optional<ObjectClient::FirstBytes> found;
-      try {
-        found = first_bytes_only ? client_->read_first(key, whole_bytes, io, "open")
-                                 : client_->open_with_head(key, whole_bytes, io, "open");
-      } catch (const StorageError& e) {
-        // Replaced or removed between a HEAD and its GET: look again (bounded).
-        if (tries < 3 && !e.retryable() && e.kind() != StorageError::Kind::kPermission) continue;
-        throw;
-      } catch (const FormatError&) {  // shorter now than the HEAD said
-        if (tries < 3) continue;
-        throw;
-      }
-      if (!found)
-        throw StorageError(StorageError::Kind::kNotFound, "open " + client_->describe(key) + ": no such object");
-      const ObjectClient::Version& version = found->version;
-      if (version.size > limits.whole_bytes) {
-        auto source = windowed_source(key, version, limits);
-        source->adopt_first_block(std::move(found->bytes), found->length);
-        return source;
-      }
-      if (found->length != version.size) {
-        throw StorageError(StorageError::Kind::kOther, "open " + client_->describe(key) + ": read " +
-                                                           std::to_string(found->length) + " of its " +
-                                                           std::to_string(version.size) + " bytes");
-      }
-      std::string bytes(found->length, '\0');
-      if (found->length > 0) std::memcpy(bytes.data(), found->bytes.get(), found->length);
-      return std::make_unique<WholeObjectSource>(std::move(bytes), client_->describe(key));
+    ObjectClient::FirstBytes found = open_first(key, first_bytes_only, whole_bytes, io, "open");
+    const ObjectClient::Version& version = found.version;
+    if (version.size > limits.whole_bytes) {
+      auto source = windowed_source(key, version, limits);
+      source->adopt_first_block(std::move(found.bytes), found.length);
+      return source;
     }
+    if (found.length != version.size) {
+      throw StorageError(StorageError::Kind::kOther, "open " + client_->describe(key) + ": read " +
+                                                         std::to_string(found.length) + " of its " +
+                                                         std::to_string(version.size) + " bytes");
+    }
+    return std::make_unique<WholeObjectSource>(first_bytes_of(found), client_->describe(key));
+  }
+
+  // One request for an object up to whole_bytes (read_first()), else that and the rest.
+  std::optional<std::string> try_read_all(std::string_view key, const IoOptions& io) override {
+    start("read", key, io);
+    const std::size_t whole_bytes = std::max<std::size_t>(client_->source_limits().whole_bytes, 1);
+    ObjectClient::FirstBytes found;
+    try {
+      found = open_first(key, /*first_bytes_only=*/true, whole_bytes, io, "read");
+    } catch (const StorageError& e) {
+      if (e.kind() == StorageError::Kind::kNotFound) return std::nullopt;
+      throw;
+    }
+    std::string bytes = first_bytes_of(found);
+    if (found.length < found.version.size) {
+      bytes.resize(static_cast<std::size_t>(found.version.size));
+      client_->read_into(key, found.length, std::as_writable_bytes(std::span(bytes)).subspan(found.length), io, "read",
+                         found.version.tag);
+    }
+    return bytes;
   }
 
   std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
@@ -133,6 +136,36 @@ class ObjectStoreStorage final : public Storage {
   void start(std::string_view op, std::string_view key, const IoOptions& io) const {
     validate_key(key);
     if (io_expired(io)) check_io(io, std::string(op) + " " + client_->describe(key));
+  }
+
+  // Opens key (ObjectClient::read_first() when first_bytes_only, else open_with_head()),
+  // looking again when it was replaced between a HEAD and its GET (bounded). Throws
+  // StorageError kNotFound "<op> <object>: no such object".
+  ObjectClient::FirstBytes open_first(std::string_view key, bool first_bytes_only, std::size_t whole_bytes,
+                                      const IoOptions& io, const std::string& op) {
+    for (int tries = 0;; ++tries) {
+      std::optional<ObjectClient::FirstBytes> found;
+      try {
+        found = first_bytes_only ? client_->read_first(key, whole_bytes, io, op)
+                                 : client_->open_with_head(key, whole_bytes, io, op);
+      } catch (const StorageError& e) {
+        if (tries < 3 && !e.retryable() && e.kind() != StorageError::Kind::kPermission) continue;
+        throw;
+      } catch (const FormatError&) {  // shorter now than the HEAD said
+        if (tries < 3) continue;
+        throw;
+      }
+      if (!found)
+        throw StorageError(StorageError::Kind::kNotFound, op + " " + client_->describe(key) + ": no such object");
+      return std::move(*found);
+    }
+  }
+
+  // The first bytes found, as a string.
+  std::string first_bytes_of(const ObjectClient::FirstBytes& found) const {
+    std::string bytes(found.length, '\0');
+    if (found.length > 0) std::memcpy(bytes.data(), found.bytes.get(), found.length);
+    return bytes;
   }
 
   // A large object read lazily through read-ahead windows, every GET pinned to version.
