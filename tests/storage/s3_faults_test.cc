@@ -80,10 +80,10 @@ TEST_F(S3FaultsTest, RangedReadsSurviveEveryFaultKind) {
   read_through_every_fault(*st, *proxy_, "obj");
 }
 
-// open_source() for a caller that reads the object's first bytes first is one ranged GET, no
-// HEAD: an object up to source_whole_bytes (1 MiB) comes whole; a larger one keeps the first
-// MiB as its first block and pins the ETag of that answer; an empty one (416 to any range)
-// and a missing one are told apart by a HEAD. Without that hint a HEAD opens the object.
+// open_source() for a caller that reads the object's first bytes first is one ranged GET of
+// them (64 KiB at least), no HEAD: an object they cover comes whole; a larger one keeps them
+// as its first block and pins the ETag of that answer; an empty one (416 to any range) and a
+// missing one are told apart by a HEAD. Without that hint a HEAD opens the object.
 TEST_F(S3FaultsTest, OpeningForTheFirstBytesIsOneGet) {
   auto st = s3_at(proxy_->endpoint(), unique_name("open"));
   const std::string small = pattern_bytes(1000, 1);
@@ -111,11 +111,18 @@ TEST_F(S3FaultsTest, OpeningForTheFirstBytesIsOneGet) {
   source = st->open_source("large", first_bytes);
   EXPECT_EQ(source->size(), large.size());
   EXPECT_EQ(read(*source, 0, 1000), large.substr(0, 1000));
-  EXPECT_EQ(read(*source, (1 << 20) - 10, 10), large.substr((1 << 20) - 10, 10));
-  EXPECT_EQ(requests("GET"), 1) << proxy_->stats().dump();  // the first MiB came with the open
+  EXPECT_EQ(read(*source, (64 << 10) - 10, 10), large.substr((64 << 10) - 10, 10));
+  EXPECT_EQ(requests("GET"), 1) << proxy_->stats().dump();  // the first 64 KiB came with the open
   EXPECT_EQ(read(*source, 2 << 20, 100), large.substr(2 << 20, 100));
   EXPECT_EQ(requests("GET"), 2) << proxy_->stats().dump();
   EXPECT_EQ(requests("HEAD"), 0) << proxy_->stats().dump();
+  // As far as the caller said it reads first (under 1 MiB): a 300 KiB first block.
+  SourceOptions first_300k;
+  first_300k.first_read_bytes = 300 << 10;
+  proxy_->set_faults("");
+  source = st->open_source("large", first_300k);
+  EXPECT_EQ(read(*source, (300 << 10) - 10, 10), large.substr((300 << 10) - 10, 10));
+  EXPECT_EQ(requests("GET"), 1) << proxy_->stats().dump();
   // Replaced after the open: a read beyond the first block sees another ETag.
   std::unique_ptr<ByteSource> pinned = st->open_source("large", first_bytes);
   const std::string replaced = pattern_bytes(large.size(), 3);

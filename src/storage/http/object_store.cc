@@ -1,13 +1,19 @@
 #include "storage/http/object_store.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "shardpoint/error.h"
 #include "storage/http/ranged_reads.h"
 
 namespace shardpoint::storage::http {
 namespace {
+
+// The least a first GET asks for: a round trip fetches 64 KiB about as fast as a byte, and the
+// small items a reader asked for may sit a few records further.
+constexpr std::size_t kMinFirstGetBytes = std::size_t{64} << 10;
 
 class ObjectStoreStorage final : public Storage {
  public:
@@ -47,31 +53,32 @@ class ObjectStoreStorage final : public Storage {
     client_->read_into(key, offset, out, io, "read", "");
   }
 
-  // An object up to limits.whole_bytes is read whole, a larger one through read-ahead
-  // windows. When the caller reads only the object's first bytes first (first_read_bytes up
-  // to whole_bytes: another rank's small items), read_first() brings the first whole_bytes
-  // with the request that opens the object (S3: no HEAD), and a larger object's windows keep
-  // them as their first block. Otherwise a HEAD opens it: a caller that streams the object
-  // reads it in window-sized GETs (fetched ahead, in parallel), which a first GET would delay.
+  // When the caller reads only the object's first bytes first (first_read_bytes up to
+  // whole_bytes: another rank's small items), read_first() brings those (at least
+  // kMinFirstGetBytes) with the request that opens the object (S3, Azure: no HEAD): an object
+  // they cover is read whole, a larger one through read-ahead windows that keep them as their
+  // first block. Otherwise a HEAD opens it, and an object up to whole_bytes is read whole, a
+  // larger one through windows: a caller that streams the object reads it in window-sized
+  // GETs (fetched ahead, in parallel), which a first GET would delay.
   std::unique_ptr<ByteSource> open_source(std::string_view key, const SourceOptions& options,
                                           const IoOptions& io) override {
     start("open", key, io);
     const SourceLimits limits = client_->source_limits();
     const std::size_t whole_bytes = std::max<std::size_t>(limits.whole_bytes, 1);
     const bool first_bytes_only = options.first_read_bytes > 0 && options.first_read_bytes <= whole_bytes;
-    ObjectClient::FirstBytes found = open_first(key, first_bytes_only, whole_bytes, io, "open");
+    const std::size_t first_get =
+        std::min(whole_bytes, std::max(static_cast<std::size_t>(options.first_read_bytes), kMinFirstGetBytes));
+    // A HEAD reads an object up to whole_bytes whole; a first GET leaves the rest of any object
+    // to the windows (the caller said it needs the first bytes first).
+    ObjectClient::FirstBytes found = first_bytes_only ? open_first(key, true, first_get, 0, io, "open")
+                                                      : open_first(key, false, whole_bytes, whole_bytes, io, "open");
     const ObjectClient::Version& version = found.version;
-    if (version.size > limits.whole_bytes) {
+    if (found.length < version.size) {
       auto source = windowed_source(key, version, limits);
       source->adopt_first_block(std::move(found.bytes), found.length);
       return source;
     }
-    if (found.length != version.size) {
-      throw StorageError(StorageError::Kind::kOther, "open " + client_->describe(key) + ": read " +
-                                                         std::to_string(found.length) + " of its " +
-                                                         std::to_string(version.size) + " bytes");
-    }
-    return std::make_unique<WholeObjectSource>(first_bytes_of(found), client_->describe(key));
+    return std::make_unique<WholeObjectSource>(bytes_of(found), client_->describe(key));
   }
 
   // One request for an object up to whole_bytes (read_first()), else that and the rest.
@@ -80,18 +87,13 @@ class ObjectStoreStorage final : public Storage {
     const std::size_t whole_bytes = std::max<std::size_t>(client_->source_limits().whole_bytes, 1);
     ObjectClient::FirstBytes found;
     try {
-      found = open_first(key, /*first_bytes_only=*/true, whole_bytes, io, "read");
+      found = open_first(key, /*first_bytes_only=*/true, whole_bytes,
+                         /*complete_up_to=*/std::numeric_limits<std::uint64_t>::max(), io, "read");
     } catch (const StorageError& e) {
       if (e.kind() == StorageError::Kind::kNotFound) return std::nullopt;
       throw;
     }
-    std::string bytes = first_bytes_of(found);
-    if (found.length < found.version.size) {
-      bytes.resize(static_cast<std::size_t>(found.version.size));
-      client_->read_into(key, found.length, std::as_writable_bytes(std::span(bytes)).subspan(found.length), io, "read",
-                         found.version.tag);
-    }
-    return bytes;
+    return bytes_of(found);
   }
 
   std::unique_ptr<StorageWriter> open_writer(std::string_view key, const WriteOptions& options,
@@ -138,16 +140,26 @@ class ObjectStoreStorage final : public Storage {
     if (io_expired(io)) check_io(io, std::string(op) + " " + client_->describe(key));
   }
 
-  // Opens key (ObjectClient::read_first() when first_bytes_only, else open_with_head()),
-  // looking again when it was replaced between a HEAD and its GET (bounded). Throws
-  // StorageError kNotFound "<op> <object>: no such object".
-  ObjectClient::FirstBytes open_first(std::string_view key, bool first_bytes_only, std::size_t whole_bytes,
-                                      const IoOptions& io, const std::string& op) {
+  // Opens key with its first max_bytes (ObjectClient::read_first() when first_bytes_only, else
+  // open_with_head()), then reads the rest of an object of at most complete_up_to bytes
+  // (pinned to its version); looks again when it was replaced between two of these requests
+  // (bounded). Throws StorageError kNotFound "<op> <object>: no such object".
+  ObjectClient::FirstBytes open_first(std::string_view key, bool first_bytes_only, std::size_t max_bytes,
+                                      std::uint64_t complete_up_to, const IoOptions& io, const std::string& op) {
     for (int tries = 0;; ++tries) {
       std::optional<ObjectClient::FirstBytes> found;
       try {
-        found = first_bytes_only ? client_->read_first(key, whole_bytes, io, op)
-                                 : client_->open_with_head(key, whole_bytes, io, op);
+        found = first_bytes_only ? client_->read_first(key, max_bytes, io, op)
+                                 : client_->open_with_head(key, max_bytes, io, op);
+        const std::uint64_t size = found ? found->version.size : 0;
+        if (found && found->length < size && size <= complete_up_to) {
+          std::shared_ptr<std::byte[]> all = std::make_shared_for_overwrite<std::byte[]>(size);
+          if (found->length > 0) std::memcpy(all.get(), found->bytes.get(), found->length);
+          client_->read_into(key, found->length, std::span(all.get() + found->length, size - found->length), io, op,
+                             found->version.tag);
+          found->bytes = std::move(all);
+          found->length = static_cast<std::size_t>(size);
+        }
       } catch (const StorageError& e) {
         if (tries < 3 && !e.retryable() && e.kind() != StorageError::Kind::kPermission) continue;
         throw;
@@ -161,8 +173,8 @@ class ObjectStoreStorage final : public Storage {
     }
   }
 
-  // The first bytes found, as a string.
-  std::string first_bytes_of(const ObjectClient::FirstBytes& found) const {
+  // The bytes found, as a string.
+  static std::string bytes_of(const ObjectClient::FirstBytes& found) {
     std::string bytes(found.length, '\0');
     if (found.length > 0) std::memcpy(bytes.data(), found.bytes.get(), found.length);
     return bytes;
