@@ -128,9 +128,10 @@ struct SourceOptions {
   // zero-copy views. Falls back to pread when the driver's mmap limit is reached.
   bool prefer_mmap = true;
   // How far from its start the caller reads the object first (its first needed bytes run
-  // from near 0 to about here); 0: not known. An object store fetches that much, at least
-  // what it fetches whole and at most one read window, with the request that opens the
-  // object (S3: one ranged GET instead of a HEAD and a GET).
+  // from near 0 to about here); 0: not known. An object store opens an object for which
+  // this is at most what it reads whole (1 MiB) with one request that also brings these
+  // bytes (64 KiB at least; S3, Azure: a ranged GET instead of a HEAD and a GET); otherwise,
+  // and with 0, with a HEAD.
   std::uint64_t first_read_bytes = 0;
 };
 

@@ -71,8 +71,8 @@ class ObjectClient : public std::enable_shared_from_this<ObjectClient> {
   // The object's size and version; nullopt when there is none. `op` starts messages.
   virtual std::optional<Version> head(std::string_view key, const IoOptions& io, const std::string& op) = 0;
   // Opens an object in one request where the driver can: its version and its first
-  // min(size, max_bytes) bytes. S3 asks for them in one ranged GET and reads the size and
-  // ETag off the answer (a HEAD less). This default: open_with_head(). nullopt when there is
+  // min(size, max_bytes) bytes. S3 and Azure ask for them in one ranged GET and read the
+  // size and ETag off the answer (a HEAD less). This default: open_with_head(). nullopt when there is
   // no object. Throws as head() and read_into(); REQUIRES max_bytes > 0.
   virtual std::optional<FirstBytes> read_first(std::string_view key, std::size_t max_bytes, const IoOptions& io,
                                                const std::string& op);
