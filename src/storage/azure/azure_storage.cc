@@ -249,9 +249,7 @@ class AzureClient final : public http::ObjectClient {
     Result r = run(call, io, http::ByteRange{0, max_bytes});
     if (r.response.status == 404) return std::nullopt;
     if (r.response.status == 416) return open_with_head(key, max_bytes, io, op);
-    std::optional<std::uint64_t> size = r.response.status == 200
-                                            ? std::optional<std::uint64_t>(r.response.bytes_received)
-                                            : http::content_range_total(r.response.header("content-range"));
+    std::optional<std::uint64_t> size = http::object_size_of(r.response);
     if (!size) return open_with_head(key, max_bytes, io, op);
     return FirstBytes{Version{*size, r.response.header("etag")}, std::move(buffer),
                       static_cast<std::size_t>(r.response.bytes_received)};

@@ -260,6 +260,11 @@ std::optional<std::uint64_t> content_range_total(std::string_view content_range)
   return parse_u64(content_range.substr(slash + 1));
 }
 
+std::optional<std::uint64_t> object_size_of(const Response& ranged_get) {
+  if (ranged_get.status == 200) return ranged_get.bytes_received;
+  return content_range_total(ranged_get.header("content-range"));
+}
+
 std::string uri_encode(std::string_view s, bool keep_slash) {
   static const char* kHex = "0123456789ABCDEF";
   std::string out;

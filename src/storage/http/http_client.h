@@ -164,6 +164,10 @@ std::string check_range_answer(const ByteRange& asked, std::string_view content_
 // absent, "*" or malformed.
 std::optional<std::uint64_t> content_range_total(std::string_view content_range);
 
+// The whole object's size from a 200 (its body) or 206 (its Content-Range) answer to a ranged
+// GET; nullopt when the 206 does not say ("bytes 0-9/*").
+std::optional<std::uint64_t> object_size_of(const Response& ranged_get);
+
 // Percent-encodes s (RFC 3986 unreserved characters kept; '/' kept when keep_slash), as
 // SigV4, SharedKey and GCS object names want.
 std::string uri_encode(std::string_view s, bool keep_slash);

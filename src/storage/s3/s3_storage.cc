@@ -226,8 +226,7 @@ struct S3Core final : http::ObjectClient {
     if (resp.status == 404) return std::nullopt;
     if (resp.status == 416) return open_with_head(key, max_bytes, io, op);
     if (resp.status != 206 && resp.status != 200) fail(what, resp);
-    std::optional<std::uint64_t> size = resp.status == 200 ? std::optional<std::uint64_t>(resp.bytes_received)
-                                                           : http::content_range_total(resp.header("content-range"));
+    std::optional<std::uint64_t> size = http::object_size_of(resp);
     if (!size) return open_with_head(key, max_bytes, io, op);  // "bytes 0-9/*": size unknown
     return FirstBytes{Version{*size, resp.header("etag")}, std::move(buffer),
                       static_cast<std::size_t>(resp.bytes_received)};
